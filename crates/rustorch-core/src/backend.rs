@@ -1,0 +1,80 @@
+//! The `Backend` trait every device implements, and the buffers it owns.
+//!
+//! A backend is small on purpose: it says what it can run (`supports`), moves
+//! data to and from the host, and executes one validated op at a time. The
+//! executor does routing, fallback and tracing, so adding a device never
+//! means editing a match elsewhere.
+
+use crate::cpu::CpuStorage;
+use crate::device::{Device, DeviceCapability};
+use crate::dtype::DType;
+use crate::error::BackendError;
+use crate::layout::Layout;
+use crate::op::{Op, TensorMeta};
+use std::any::Any;
+use std::fmt::Debug;
+use std::sync::Arc;
+
+/// Memory owned by one backend. Backends downcast through `as_any` to their
+/// own buffer type.
+pub trait DeviceBuffer: Send + Sync + Debug + Any {
+    fn device(&self) -> Device;
+    fn dtype(&self) -> DType;
+    /// Number of elements.
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// A shared, immutable device buffer. Tensors and views share these.
+pub type Buffer = Arc<dyn DeviceBuffer>;
+
+/// An op input: a buffer and the layout to read it with.
+#[derive(Clone, Copy)]
+pub struct TensorRef<'a> {
+    pub buffer: &'a dyn DeviceBuffer,
+    pub layout: &'a Layout,
+}
+
+impl TensorRef<'_> {
+    pub fn meta(&self) -> TensorMeta {
+        TensorMeta::new(self.layout.shape().clone(), self.buffer.dtype())
+    }
+    pub fn dtype(&self) -> DType {
+        self.buffer.dtype()
+    }
+}
+
+pub trait Backend: Send + Sync {
+    fn device(&self) -> Device;
+
+    fn capability(&self) -> DeviceCapability;
+
+    /// Whether this backend can run `op` on inputs like these. A `true`
+    /// may still end in an error (out of memory, a device fault), which the
+    /// executor answers by falling back.
+    fn supports(&self, op: &Op, inputs: &[TensorMeta]) -> bool;
+
+    /// Copies host data into a new buffer on this device.
+    fn upload(&self, host: &CpuStorage) -> Result<Buffer, BackendError>;
+
+    /// Copies a whole buffer back to the host.
+    fn download(&self, buffer: &dyn DeviceBuffer) -> Result<CpuStorage, BackendError>;
+
+    /// Runs a validated op. `outputs` are the shapes and dtypes
+    /// `op::infer_outputs` computed; the backend returns one contiguous
+    /// buffer per output, in order.
+    fn execute(
+        &self,
+        op: &Op,
+        inputs: &[TensorRef<'_>],
+        outputs: &[TensorMeta],
+    ) -> Result<Vec<Buffer>, BackendError>;
+
+    /// Waits for queued work to finish.
+    fn synchronize(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+}

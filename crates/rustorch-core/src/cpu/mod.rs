@@ -1,0 +1,137 @@
+//! The CPU backend: implements every op and is the reference for all others.
+//!
+//! Each op family lives in its own module with one `execute` entry point;
+//! kernels pick SIMD paths at run time and split work over rayon threads.
+
+mod attention;
+mod conv;
+mod copy;
+mod elementwise;
+mod index;
+mod matmul;
+mod norm;
+mod reduce;
+mod storage;
+
+pub use storage::{CpuStorage, StorageElement};
+
+use crate::backend::{Backend, Buffer, DeviceBuffer, TensorRef};
+use crate::device::{self, Device, DeviceCapability};
+use crate::dtype::DType;
+use crate::error::BackendError;
+use crate::layout::Layout;
+use crate::op::{Op, OpClass, TensorMeta};
+use std::sync::Arc;
+
+/// An op input as CPU kernels see it.
+#[derive(Clone, Copy)]
+pub struct CpuInput<'a> {
+    pub storage: &'a CpuStorage,
+    pub layout: &'a Layout,
+}
+
+impl CpuInput<'_> {
+    pub fn dtype(&self) -> DType {
+        self.storage.dtype()
+    }
+    pub fn dims(&self) -> &[usize] {
+        self.layout.dims()
+    }
+}
+
+/// Result type of CPU kernels.
+pub type CpuResult = Result<Vec<CpuStorage>, BackendError>;
+
+#[derive(Debug, Default, Clone, Copy)]
+pub struct CpuBackend;
+
+impl CpuBackend {
+    pub fn new() -> Self {
+        CpuBackend
+    }
+
+    /// Runs an op on host storage. Used by the backend and by anything that
+    /// needs CPU results without going through an executor.
+    pub fn run(op: &Op, inputs: &[CpuInput<'_>], outputs: &[TensorMeta]) -> CpuResult {
+        for i in inputs {
+            if i.layout.numel() > 0 && i.layout.storage_extent() > i.storage.len() {
+                return Err(BackendError::invalid(op.name(), "layout reaches past the end of its storage"));
+            }
+        }
+        match op {
+            Op::Copy | Op::Cast { .. } | Op::Cat { .. } => copy::execute(op, inputs, outputs),
+            Op::Unary(_) | Op::Clamp { .. } | Op::Binary(_) | Op::Compare(_) | Op::Where => {
+                elementwise::execute(op, inputs, outputs)
+            }
+            Op::Reduce { .. }
+            | Op::Softmax { .. }
+            | Op::LogSoftmax { .. }
+            | Op::Cumsum { .. }
+            | Op::TopK { .. }
+            | Op::Sort { .. } => reduce::execute(op, inputs, outputs),
+            Op::MatMul => matmul::execute(op, inputs, outputs),
+            Op::IndexSelect { .. } | Op::Gather { .. } | Op::ScatterAdd { .. } | Op::Embedding => {
+                index::execute(op, inputs, outputs)
+            }
+            Op::LayerNorm { .. } | Op::RmsNorm { .. } | Op::BatchNorm { .. } => norm::execute(op, inputs, outputs),
+            Op::Rope { .. } | Op::Sdpa { .. } => attention::execute(op, inputs, outputs),
+            Op::Conv1d { .. }
+            | Op::Conv2d { .. }
+            | Op::ConvTranspose2d { .. }
+            | Op::MaxPool2d { .. }
+            | Op::AvgPool2d { .. } => conv::execute(op, inputs, outputs),
+        }
+    }
+}
+
+fn as_cpu<'a>(op: &Op, b: &'a dyn DeviceBuffer) -> Result<&'a CpuStorage, BackendError> {
+    b.as_any().downcast_ref::<CpuStorage>().ok_or_else(|| {
+        BackendError::invalid(op.name(), format!("input lives on {}, not on the cpu", b.device()))
+    })
+}
+
+impl Backend for CpuBackend {
+    fn device(&self) -> Device {
+        Device::Cpu
+    }
+
+    fn capability(&self) -> DeviceCapability {
+        let (total, free) = device::system_memory();
+        let mut features = device::cpu_features();
+        features.push(format!("threads={}", rayon::current_num_threads()));
+        DeviceCapability {
+            name: device::cpu_name(),
+            dtypes: DType::ALL.to_vec(),
+            op_classes: OpClass::ALL.to_vec(),
+            total_memory: total,
+            free_memory: free,
+            features,
+        }
+    }
+
+    fn supports(&self, _op: &Op, _inputs: &[TensorMeta]) -> bool {
+        true
+    }
+
+    fn upload(&self, host: &CpuStorage) -> Result<Buffer, BackendError> {
+        Ok(Arc::new(host.clone()))
+    }
+
+    fn download(&self, buffer: &dyn DeviceBuffer) -> Result<CpuStorage, BackendError> {
+        Ok(as_cpu(&Op::Copy, buffer)?.clone())
+    }
+
+    fn execute(&self, op: &Op, inputs: &[TensorRef<'_>], outputs: &[TensorMeta]) -> Result<Vec<Buffer>, BackendError> {
+        let cpu_inputs = inputs
+            .iter()
+            .map(|t| Ok(CpuInput { storage: as_cpu(op, t.buffer)?, layout: t.layout }))
+            .collect::<Result<Vec<_>, BackendError>>()?;
+        let out = Self::run(op, &cpu_inputs, outputs)?;
+        Ok(out.into_iter().map(|s| Arc::new(s) as Buffer).collect())
+    }
+}
+
+/// The error a CPU kernel returns for a dtype it has no code for.
+pub(crate) fn unsupported_dtype(op: &Op, dtype: DType) -> BackendError {
+    BackendError::unsupported(Device::Cpu, op.name(), format!("no CPU kernel for dtype {dtype}"))
+}

@@ -1,0 +1,394 @@
+//! The hybrid executor: routes each op to the best device that can run it,
+//! moves inputs when it must, falls back on failure, and traces decisions.
+
+mod config;
+mod trace;
+
+pub use config::ExecutorConfig;
+pub use trace::{format_table, TraceEvent};
+
+use crate::backend::{Backend, Buffer, TensorRef};
+use crate::cpu::CpuBackend;
+use crate::device::{Device, DeviceCapability};
+use crate::error::{BackendError, Error, Result};
+use crate::layout::Layout;
+use crate::op::{infer_outputs, Op, TensorMeta};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+/// A tensor's data as the executor handles it: a buffer and a layout.
+#[derive(Clone, Debug)]
+pub struct Operand {
+    pub buffer: Buffer,
+    pub layout: Layout,
+}
+
+/// A device the executor knows, and whether it is in use.
+#[derive(Clone, Debug)]
+pub struct DeviceReport {
+    pub device: Device,
+    pub capability: DeviceCapability,
+    /// `None` when the device is in use, else why it is not.
+    pub disabled: Option<String>,
+}
+
+pub struct Executor {
+    /// Backends in priority order; the CPU backend is always present, last.
+    backends: Vec<Arc<dyn Backend>>,
+    /// Registered backends that the configuration keeps out, with why.
+    disabled: Vec<(Arc<dyn Backend>, String)>,
+    config: ExecutorConfig,
+    events: Mutex<Vec<TraceEvent>>,
+    seq: AtomicU64,
+}
+
+impl std::fmt::Debug for Executor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Executor")
+            .field("devices", &self.devices())
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+/// Which of several candidate devices an op should try, in order, and why.
+struct Candidate {
+    backend: Arc<dyn Backend>,
+    reason: String,
+}
+
+impl Executor {
+    /// An executor with only the CPU backend.
+    pub fn new(config: ExecutorConfig) -> Self {
+        Executor {
+            backends: vec![Arc::new(CpuBackend::new())],
+            disabled: Vec::new(),
+            config,
+            events: Mutex::new(Vec::new()),
+            seq: AtomicU64::new(0),
+        }
+    }
+
+    /// An executor configured from the environment, with the given
+    /// accelerator backends (highest priority first) ahead of the CPU.
+    pub fn with_backends(config: ExecutorConfig, backends: Vec<Arc<dyn Backend>>) -> Result<Self> {
+        let mut e = Executor::new(config);
+        for b in backends {
+            e.register(b)?;
+        }
+        e.check_preferred()?;
+        Ok(e)
+    }
+
+    /// The executor tensors use when none is given: the environment's
+    /// configuration and every backend compiled into this crate (today: the
+    /// CPU). A bad `RUSTORCH_*` variable is reported on stderr once and
+    /// ignored, since there is no caller to return it to; use
+    /// `ExecutorConfig::from_env` to see it as an error.
+    pub fn global() -> Arc<Executor> {
+        static GLOBAL: OnceLock<Arc<Executor>> = OnceLock::new();
+        GLOBAL
+            .get_or_init(|| {
+                let exec = ExecutorConfig::from_env()
+                    .and_then(|c| Executor::with_backends(c, Vec::new()))
+                    .unwrap_or_else(|e| {
+                        eprintln!("rustorch: ignoring the environment's executor settings: {e}");
+                        Executor::new(ExecutorConfig::default())
+                    });
+                Arc::new(exec)
+            })
+            .clone()
+    }
+
+    /// Adds a backend ahead of the CPU (after those registered before it).
+    pub fn register(&mut self, backend: Arc<dyn Backend>) -> Result<()> {
+        let dev = backend.device();
+        if self.backends.iter().chain(self.disabled.iter().map(|(b, _)| b)).any(|b| b.device() == dev) {
+            return Err(Error::invalid("register", format!("a backend for {dev} is already registered")));
+        }
+        if dev.is_cpu() {
+            return Err(Error::invalid("register", "the CPU backend is built in"));
+        }
+        if self.config.disable_gpu {
+            self.disabled.push((backend, "disabled by RUSTORCH_DISABLE_GPU / ExecutorConfig::disable_gpu".into()));
+            return Ok(());
+        }
+        let cpu_pos = self.backends.len() - 1;
+        self.backends.insert(cpu_pos, backend);
+        Ok(())
+    }
+
+    fn check_preferred(&self) -> Result<()> {
+        if let Some(d) = self.config.preferred_device {
+            if self.backend(d).is_none() {
+                let reason = match self.disabled.iter().find(|(b, _)| b.device() == d) {
+                    Some((_, why)) => why.clone(),
+                    None => format!(
+                        "no backend for it is compiled in or present (available: {})",
+                        self.devices().iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
+                    ),
+                };
+                return Err(Error::DeviceNotAvailable { device: d, reason });
+            }
+        }
+        Ok(())
+    }
+
+    pub fn config(&self) -> &ExecutorConfig {
+        &self.config
+    }
+
+    /// Devices in use, in priority order.
+    pub fn devices(&self) -> Vec<Device> {
+        self.backends.iter().map(|b| b.device()).collect()
+    }
+
+    /// Every device known, with capabilities, including disabled ones.
+    pub fn device_reports(&self) -> Vec<DeviceReport> {
+        let active = self.backends.iter().map(|b| DeviceReport {
+            device: b.device(),
+            capability: b.capability(),
+            disabled: None,
+        });
+        let off = self.disabled.iter().map(|(b, why)| DeviceReport {
+            device: b.device(),
+            capability: b.capability(),
+            disabled: Some(why.clone()),
+        });
+        active.chain(off).collect()
+    }
+
+    pub fn backend(&self, device: Device) -> Option<&Arc<dyn Backend>> {
+        self.backends.iter().find(|b| b.device() == device)
+    }
+
+    fn backend_or_err(&self, device: Device) -> Result<&Arc<dyn Backend>> {
+        self.backend(device).ok_or_else(|| Error::DeviceNotAvailable {
+            device,
+            reason: "no backend registered with this executor".into(),
+        })
+    }
+
+    /// Trace events recorded so far (empty unless tracing is on).
+    pub fn trace(&self) -> Vec<TraceEvent> {
+        self.events.lock().map(|e| e.clone()).unwrap_or_default()
+    }
+
+    pub fn clear_trace(&self) {
+        if let Ok(mut e) = self.events.lock() {
+            e.clear();
+        }
+    }
+
+    /// The trace as a printable table.
+    pub fn trace_table(&self) -> String {
+        format_table(&self.trace())
+    }
+
+    fn record(&self, mut ev: TraceEvent) {
+        if !self.config.trace {
+            return;
+        }
+        ev.seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        if self.config.print_trace {
+            eprint!("{}", format_table(std::slice::from_ref(&ev)).lines().nth(2).map(|l| format!("[rustorch trace] {l}\n")).unwrap_or_default());
+        }
+        if let Ok(mut e) = self.events.lock() {
+            e.push(ev);
+        }
+    }
+
+    /// Copies host data onto a device.
+    pub fn upload(&self, host: &crate::cpu::CpuStorage, device: Device) -> Result<Buffer> {
+        let b = self.backend_or_err(device)?;
+        b.upload(host).map_err(|e| Error::Backend { op: "upload".into(), device, source: e })
+    }
+
+    /// Copies a buffer back to host memory.
+    pub fn download(&self, buffer: &Buffer) -> Result<crate::cpu::CpuStorage> {
+        if let Some(s) = buffer.as_any().downcast_ref::<crate::cpu::CpuStorage>() {
+            return Ok(s.clone());
+        }
+        let device = buffer.device();
+        let b = self.backend_or_err(device)?;
+        b.download(buffer.as_ref()).map_err(|e| Error::Backend { op: "download".into(), device, source: e })
+    }
+
+    /// Moves a buffer to another device (a no-op when it is already there).
+    pub fn transfer(&self, buffer: &Buffer, device: Device) -> Result<Buffer> {
+        let from = buffer.device();
+        if from == device {
+            return Ok(buffer.clone());
+        }
+        let start = Instant::now();
+        let host = self.download(buffer)?;
+        let out = self.upload(&host, device)?;
+        self.record(TraceEvent {
+            seq: 0,
+            op: "to_device".into(),
+            input_shapes: vec![],
+            dtype: buffer.dtype().to_string(),
+            device,
+            reason: format!("explicit transfer from {from}"),
+            fallbacks: vec![],
+            bytes_moved: buffer.len() * buffer.dtype().size_in_bytes(),
+            elapsed: start.elapsed(),
+        });
+        Ok(out)
+    }
+
+    /// Validates and runs one op, choosing the device, and returns its
+    /// outputs (contiguous, on the device that ran it).
+    pub fn execute(&self, op: &Op, inputs: &[Operand]) -> Result<Vec<(Buffer, TensorMeta)>> {
+        let metas: Vec<TensorMeta> = inputs
+            .iter()
+            .map(|i| TensorMeta::new(i.layout.shape().clone(), i.buffer.dtype()))
+            .collect();
+        let outputs = infer_outputs(op, &metas)?;
+        let candidates = self.candidates(op, &metas, inputs, &outputs);
+        let mut attempts: Vec<(Device, BackendError)> = Vec::new();
+        for cand in candidates {
+            let device = cand.backend.device();
+            let mut bytes_moved = 0usize;
+            let mut local: Vec<Buffer> = Vec::with_capacity(inputs.len());
+            let mut moved_ok = true;
+            for i in inputs {
+                if i.buffer.device() == device {
+                    local.push(i.buffer.clone());
+                    continue;
+                }
+                match self.move_for_op(&i.buffer, &cand.backend) {
+                    Ok(b) => {
+                        bytes_moved += i.buffer.len() * i.buffer.dtype().size_in_bytes();
+                        local.push(b);
+                    }
+                    Err(e) => {
+                        attempts.push((device, e));
+                        moved_ok = false;
+                        break;
+                    }
+                }
+            }
+            if !moved_ok {
+                continue;
+            }
+            let refs: Vec<TensorRef<'_>> = local
+                .iter()
+                .zip(inputs)
+                .map(|(b, i)| TensorRef { buffer: b.as_ref(), layout: &i.layout })
+                .collect();
+            let start = Instant::now();
+            match cand.backend.execute(op, &refs, &outputs) {
+                Ok(bufs) => {
+                    if bufs.len() != outputs.len() {
+                        attempts.push((
+                            device,
+                            BackendError::Device {
+                                device,
+                                message: format!("returned {} outputs, expected {}", bufs.len(), outputs.len()),
+                            },
+                        ));
+                        continue;
+                    }
+                    if self.config.trace {
+                        self.record(TraceEvent {
+                            seq: 0,
+                            op: op.name(),
+                            input_shapes: metas.iter().map(|m| m.shape.clone()).collect(),
+                            dtype: metas.first().or(outputs.first()).map(|m| m.dtype.to_string()).unwrap_or_default(),
+                            device,
+                            reason: cand.reason,
+                            fallbacks: attempts.iter().map(|(d, e)| (*d, e.to_string())).collect(),
+                            bytes_moved,
+                            elapsed: start.elapsed(),
+                        });
+                    }
+                    return Ok(bufs.into_iter().zip(outputs).collect());
+                }
+                Err(e) if e.allows_fallback() => attempts.push((device, e)),
+                Err(e) => return Err(Error::Backend { op: op.name(), device, source: e }),
+            }
+        }
+        Err(Error::NoDeviceCouldRun { op: op.name(), attempts })
+    }
+
+    /// Copies a buffer to the device of `target`, through host memory.
+    fn move_for_op(&self, buffer: &Buffer, target: &Arc<dyn Backend>) -> std::result::Result<Buffer, BackendError> {
+        let host = match buffer.as_any().downcast_ref::<crate::cpu::CpuStorage>() {
+            Some(s) => s.clone(),
+            None => {
+                let src = self.backend(buffer.device()).ok_or_else(|| BackendError::Device {
+                    device: buffer.device(),
+                    message: "input lives on a device with no registered backend".into(),
+                })?;
+                src.download(buffer.as_ref())?
+            }
+        };
+        target.upload(&host)
+    }
+
+    /// Devices to try, best first: the preferred device, then the device the
+    /// inputs already live on, then the priority chain. Accelerators that
+    /// would need inputs copied for a small op are left to the CPU.
+    fn candidates(&self, op: &Op, metas: &[TensorMeta], inputs: &[Operand], outputs: &[TensorMeta]) -> Vec<Candidate> {
+        let mut out: Vec<Candidate> = Vec::new();
+        let push = |b: &Arc<dyn Backend>, reason: String, out: &mut Vec<Candidate>| {
+            if !out.iter().any(|c| c.backend.device() == b.device()) {
+                out.push(Candidate { backend: b.clone(), reason });
+            }
+        };
+        let supported = |b: &Arc<dyn Backend>| b.supports(op, metas);
+        if let Some(d) = self.config.preferred_device {
+            if let Some(b) = self.backend(d) {
+                if supported(b) {
+                    push(b, "preferred device".into(), &mut out);
+                }
+            }
+        }
+        // The device holding most input bytes, if not the CPU.
+        let mut resident: Option<(Device, usize)> = None;
+        for i in inputs {
+            let d = i.buffer.device();
+            let bytes = i.buffer.len() * i.buffer.dtype().size_in_bytes();
+            if !d.is_cpu() && resident.is_none_or(|(_, b)| bytes > b) {
+                resident = Some((d, bytes));
+            }
+        }
+        if let Some((d, _)) = resident {
+            if let Some(b) = self.backend(d) {
+                if supported(b) {
+                    push(b, "inputs already there".into(), &mut out);
+                }
+            }
+        }
+        let out_elems: usize = outputs.iter().map(|m| m.shape.numel()).sum();
+        // Reasons are only spelled out when someone will read them.
+        let tracing = self.config.trace;
+        let mut skipped: Vec<String> = Vec::new();
+        for b in &self.backends {
+            let d = b.device();
+            if !supported(b) {
+                if tracing {
+                    skipped.push(format!("{d} lacks it"));
+                }
+                continue;
+            }
+            if !d.is_cpu() && out_elems < self.config.min_offload_elems {
+                if tracing {
+                    skipped.push(format!("{d}: below offload size"));
+                }
+                continue;
+            }
+            let reason = if !tracing {
+                String::new()
+            } else if skipped.is_empty() {
+                "first capable in chain".to_string()
+            } else {
+                format!("first capable in chain ({})", skipped.join(", "))
+            };
+            push(b, reason, &mut out);
+        }
+        out
+    }
+}

@@ -1,0 +1,25 @@
+//! RusTorch core: tensors, dtypes, layouts, devices, the `Backend` trait,
+//! the hybrid `Executor`, and the CPU backend that every other backend is
+//! checked against.
+
+pub mod backend;
+pub mod cpu;
+pub mod device;
+pub mod dtype;
+pub mod error;
+pub mod executor;
+pub mod layout;
+pub mod op;
+pub mod rng;
+pub mod shape;
+pub mod tensor;
+
+pub use backend::{Backend, Buffer, DeviceBuffer, TensorRef};
+pub use device::{Device, DeviceCapability};
+pub use dtype::{DType, Scalar, WithDType, C64};
+pub use error::{BackendError, Error, Result};
+pub use executor::{Executor, ExecutorConfig, TraceEvent};
+pub use layout::Layout;
+pub use op::{Op, OpClass, TensorMeta};
+pub use shape::Shape;
+pub use tensor::Tensor;

@@ -1,0 +1,1 @@
+//! Tensor methods for this op family land here with their CPU kernels.
