@@ -12,6 +12,7 @@ mod matmul;
 mod norm;
 mod reduce;
 mod storage;
+pub mod vecmath;
 
 pub use storage::{CpuStorage, StorageElement};
 

@@ -11,6 +11,7 @@ mod linalg;
 mod nn;
 mod reduce;
 mod view;
+mod conv;
 
 use crate::backend::Buffer;
 use crate::cpu::{CpuStorage, StorageElement};

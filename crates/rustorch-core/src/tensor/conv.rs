@@ -1,0 +1,1 @@
+//! Tensor methods for convolution and pooling land here with their CPU kernels.
