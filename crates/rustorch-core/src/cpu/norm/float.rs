@@ -1,0 +1,469 @@
+//! Floating element types as the normalization and attention kernels see
+//! them.
+//!
+//! Each storage type names the type it computes in (`FloatElem::Acc`): f32
+//! for f16, bf16 and f32, f64 for f64. Kernels convert a row at a time into
+//! the compute type, work there, and round once when storing, which is what
+//! PyTorch's CPU kernels do for half types. For f32 and f64 the conversion
+//! is the identity and `as_acc` lets kernels skip the copy.
+//!
+//! `Real` gathers the vectorized row primitives the kernels need, so each
+//! kernel is written once and instantiated for f32 and f64.
+
+use crate::cpu::copy::input_slice;
+use crate::cpu::vecmath::{dot_f32, max_f32, sum_f32, sum_sq_f32};
+use crate::cpu::{CpuInput, StorageElement};
+use crate::dtype::WithDType;
+use crate::error::BackendError;
+use crate::op::Op;
+use half::slice::HalfFloatSliceExt;
+use half::{bf16, f16};
+use std::borrow::Cow;
+use std::ops::{Add, AddAssign, Div, Mul, Neg, Sub};
+
+/// A compute type (f32 or f64) with the row operations kernels use.
+pub(crate) trait Real:
+    Copy
+    + Send
+    + Sync
+    + PartialOrd
+    + Default
+    + std::fmt::Debug
+    + Add<Output = Self>
+    + Sub<Output = Self>
+    + Mul<Output = Self>
+    + Div<Output = Self>
+    + Neg<Output = Self>
+    + AddAssign
+    + 'static
+{
+    const ZERO: Self;
+    const ONE: Self;
+    const NEG_INFINITY: Self;
+    fn from_f64(v: f64) -> Self;
+    fn sqrt(self) -> Self;
+    fn sum(xs: &[Self]) -> Self;
+    fn sum_sq(xs: &[Self]) -> Self;
+    /// Sum of `(x - mean)^2`: the second pass of a two-pass variance.
+    fn sum_sq_dev(xs: &[Self], mean: Self) -> Self;
+    fn dot(a: &[Self], b: &[Self]) -> Self;
+    /// Maximum; NaN when any element is NaN, -inf when empty.
+    fn max(xs: &[Self]) -> Self;
+    /// `out = (x - shift) * scale`, then times `w` and plus `b` elementwise
+    /// when they are given (slices of the row's length).
+    fn affine(x: &[Self], out: &mut [Self], shift: Self, scale: Self, w: Option<&[Self]>, b: Option<&[Self]>);
+    /// `out = x * a + b` with scalars `a` and `b`.
+    fn scale_shift(x: &[Self], out: &mut [Self], a: Self, b: Self);
+    /// `y += a * x`.
+    fn axpy(a: Self, x: &[Self], y: &mut [Self]);
+    /// `xs[i] *= a`.
+    fn scale(xs: &mut [Self], a: Self);
+    /// Replaces each `x` by `exp(x - m)` and returns their sum.
+    fn exp_sub_sum(xs: &mut [Self], m: Self) -> Self;
+}
+
+/// The generic bodies of the row primitives, compiled per compute type.
+macro_rules! row_kernels {
+    ($t:ty) => {
+        crate::simd_dispatch! {
+            pub fn sum_sq_dev(xs: &[$t], mean: $t) -> $t {
+                let mut acc = [0 as $t; 16];
+                let chunks = xs.chunks_exact(16);
+                let rest = chunks.remainder();
+                for c in chunks {
+                    for i in 0..16 {
+                        let d = c[i] - mean;
+                        acc[i] += d * d;
+                    }
+                }
+                let mut s: $t = acc.iter().sum();
+                for &x in rest {
+                    s += (x - mean) * (x - mean);
+                }
+                s
+            }
+        }
+
+        crate::simd_dispatch! {
+            pub fn affine(x: &[$t], out: &mut [$t], shift: $t, scale: $t, w: Option<&[$t]>, b: Option<&[$t]>) {
+                let n = x.len().min(out.len());
+                let (x, out) = (&x[..n], &mut out[..n]);
+                match (w, b) {
+                    (Some(w), Some(b)) => {
+                        for ((o, &v), (&w, &b)) in out.iter_mut().zip(x).zip(w.iter().zip(b)) {
+                            *o = (v - shift) * scale * w + b;
+                        }
+                    }
+                    (Some(w), None) => {
+                        for ((o, &v), &w) in out.iter_mut().zip(x).zip(w) {
+                            *o = (v - shift) * scale * w;
+                        }
+                    }
+                    (None, Some(b)) => {
+                        for ((o, &v), &b) in out.iter_mut().zip(x).zip(b) {
+                            *o = (v - shift) * scale + b;
+                        }
+                    }
+                    (None, None) => {
+                        for (o, &v) in out.iter_mut().zip(x) {
+                            *o = (v - shift) * scale;
+                        }
+                    }
+                }
+            }
+        }
+
+        crate::simd_dispatch! {
+            pub fn scale_shift(x: &[$t], out: &mut [$t], a: $t, b: $t) {
+                for (o, &v) in out.iter_mut().zip(x) {
+                    *o = v * a + b;
+                }
+            }
+        }
+
+        crate::simd_dispatch! {
+            pub fn axpy(a: $t, x: &[$t], y: &mut [$t]) {
+                for (o, &v) in y.iter_mut().zip(x) {
+                    *o += a * v;
+                }
+            }
+        }
+
+        crate::simd_dispatch! {
+            pub fn scale(xs: &mut [$t], a: $t) {
+                for x in xs.iter_mut() {
+                    *x *= a;
+                }
+            }
+        }
+    };
+}
+
+mod k32 {
+    row_kernels!(f32);
+
+    crate::simd_dispatch! {
+        pub fn exp_sub_sum(xs: &mut [f32], m: f32) -> f32 {
+            for x in xs.iter_mut() {
+                *x = crate::cpu::vecmath::exp_f32(*x - m);
+            }
+            crate::cpu::vecmath::sum_f32(xs)
+        }
+    }
+}
+
+mod k64 {
+    row_kernels!(f64);
+
+    crate::simd_dispatch! {
+        pub fn sum(xs: &[f64]) -> f64 {
+            let mut acc = [0f64; 8];
+            let chunks = xs.chunks_exact(8);
+            let rest = chunks.remainder();
+            for c in chunks {
+                for i in 0..8 {
+                    acc[i] += c[i];
+                }
+            }
+            acc.iter().sum::<f64>() + rest.iter().sum::<f64>()
+        }
+    }
+
+    crate::simd_dispatch! {
+        pub fn dot(a: &[f64], b: &[f64]) -> f64 {
+            let n = a.len().min(b.len());
+            let (a, b) = (&a[..n], &b[..n]);
+            let mut acc = [0f64; 8];
+            let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+            let (ra, rb) = (ca.remainder(), cb.remainder());
+            for (x, y) in ca.zip(cb) {
+                for i in 0..8 {
+                    acc[i] += x[i] * y[i];
+                }
+            }
+            acc.iter().sum::<f64>() + ra.iter().zip(rb).map(|(x, y)| x * y).sum::<f64>()
+        }
+    }
+}
+
+impl Real for f32 {
+    const ZERO: f32 = 0.0;
+    const ONE: f32 = 1.0;
+    const NEG_INFINITY: f32 = f32::NEG_INFINITY;
+    #[inline(always)]
+    fn from_f64(v: f64) -> f32 {
+        v as f32
+    }
+    #[inline(always)]
+    fn sqrt(self) -> f32 {
+        f32::sqrt(self)
+    }
+    fn sum(xs: &[f32]) -> f32 {
+        sum_f32(xs)
+    }
+    fn sum_sq(xs: &[f32]) -> f32 {
+        sum_sq_f32(xs)
+    }
+    fn sum_sq_dev(xs: &[f32], mean: f32) -> f32 {
+        k32::sum_sq_dev(xs, mean)
+    }
+    fn dot(a: &[f32], b: &[f32]) -> f32 {
+        dot_f32(a, b)
+    }
+    fn max(xs: &[f32]) -> f32 {
+        max_f32(xs)
+    }
+    fn affine(x: &[f32], out: &mut [f32], shift: f32, scale: f32, w: Option<&[f32]>, b: Option<&[f32]>) {
+        k32::affine(x, out, shift, scale, w, b)
+    }
+    fn scale_shift(x: &[f32], out: &mut [f32], a: f32, b: f32) {
+        k32::scale_shift(x, out, a, b)
+    }
+    fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
+        k32::axpy(a, x, y)
+    }
+    fn scale(xs: &mut [f32], a: f32) {
+        k32::scale(xs, a)
+    }
+    fn exp_sub_sum(xs: &mut [f32], m: f32) -> f32 {
+        k32::exp_sub_sum(xs, m)
+    }
+}
+
+impl Real for f64 {
+    const ZERO: f64 = 0.0;
+    const ONE: f64 = 1.0;
+    const NEG_INFINITY: f64 = f64::NEG_INFINITY;
+    #[inline(always)]
+    fn from_f64(v: f64) -> f64 {
+        v
+    }
+    #[inline(always)]
+    fn sqrt(self) -> f64 {
+        f64::sqrt(self)
+    }
+    fn sum(xs: &[f64]) -> f64 {
+        k64::sum(xs)
+    }
+    fn sum_sq(xs: &[f64]) -> f64 {
+        k64::dot(xs, xs)
+    }
+    fn sum_sq_dev(xs: &[f64], mean: f64) -> f64 {
+        k64::sum_sq_dev(xs, mean)
+    }
+    fn dot(a: &[f64], b: &[f64]) -> f64 {
+        k64::dot(a, b)
+    }
+    fn max(xs: &[f64]) -> f64 {
+        let mut m = f64::NEG_INFINITY;
+        for &x in xs {
+            if x.is_nan() {
+                return x;
+            }
+            if x > m {
+                m = x;
+            }
+        }
+        m
+    }
+    fn affine(x: &[f64], out: &mut [f64], shift: f64, scale: f64, w: Option<&[f64]>, b: Option<&[f64]>) {
+        k64::affine(x, out, shift, scale, w, b)
+    }
+    fn scale_shift(x: &[f64], out: &mut [f64], a: f64, b: f64) {
+        k64::scale_shift(x, out, a, b)
+    }
+    fn axpy(a: f64, x: &[f64], y: &mut [f64]) {
+        k64::axpy(a, x, y)
+    }
+    fn scale(xs: &mut [f64], a: f64) {
+        k64::scale(xs, a)
+    }
+    fn exp_sub_sum(xs: &mut [f64], m: f64) -> f64 {
+        let mut s = 0.0;
+        for x in xs.iter_mut() {
+            *x = (*x - m).exp();
+            s += *x;
+        }
+        s
+    }
+}
+
+/// A floating storage type and the type it computes in.
+pub(crate) trait FloatElem: StorageElement + Send + Sync {
+    type Acc: Real;
+    /// The row itself when the storage type is the compute type.
+    fn as_acc(xs: &[Self]) -> Option<&[Self::Acc]>;
+    fn as_acc_mut(xs: &mut [Self]) -> Option<&mut [Self::Acc]>;
+    /// Widens a row into `dst` (same length).
+    fn load_row(src: &[Self], dst: &mut [Self::Acc]);
+    /// Rounds a row into `dst` (same length), once per element.
+    fn store_row(src: &[Self::Acc], dst: &mut [Self]);
+    fn vec_to_acc(v: Vec<Self>) -> Vec<Self::Acc>;
+}
+
+impl FloatElem for f32 {
+    type Acc = f32;
+    fn as_acc(xs: &[f32]) -> Option<&[f32]> {
+        Some(xs)
+    }
+    fn as_acc_mut(xs: &mut [f32]) -> Option<&mut [f32]> {
+        Some(xs)
+    }
+    fn load_row(src: &[f32], dst: &mut [f32]) {
+        dst.copy_from_slice(src)
+    }
+    fn store_row(src: &[f32], dst: &mut [f32]) {
+        dst.copy_from_slice(src)
+    }
+    fn vec_to_acc(v: Vec<f32>) -> Vec<f32> {
+        v
+    }
+}
+
+impl FloatElem for f64 {
+    type Acc = f64;
+    fn as_acc(xs: &[f64]) -> Option<&[f64]> {
+        Some(xs)
+    }
+    fn as_acc_mut(xs: &mut [f64]) -> Option<&mut [f64]> {
+        Some(xs)
+    }
+    fn load_row(src: &[f64], dst: &mut [f64]) {
+        dst.copy_from_slice(src)
+    }
+    fn store_row(src: &[f64], dst: &mut [f64]) {
+        dst.copy_from_slice(src)
+    }
+    fn vec_to_acc(v: Vec<f64>) -> Vec<f64> {
+        v
+    }
+}
+
+impl FloatElem for f16 {
+    type Acc = f32;
+    fn as_acc(_: &[f16]) -> Option<&[f32]> {
+        None
+    }
+    fn as_acc_mut(_: &mut [f16]) -> Option<&mut [f32]> {
+        None
+    }
+    fn load_row(src: &[f16], dst: &mut [f32]) {
+        // `half` converts 8 lanes at a time with F16C when the CPU has it.
+        src.convert_to_f32_slice(dst)
+    }
+    fn store_row(src: &[f32], dst: &mut [f16]) {
+        dst.convert_from_f32_slice(src)
+    }
+    fn vec_to_acc(v: Vec<f16>) -> Vec<f32> {
+        v.to_f32_vec()
+    }
+}
+
+crate::simd_dispatch! {
+    fn bf16_to_f32_row(src: &[bf16], dst: &mut [f32]) {
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = f32::from_bits((s.to_bits() as u32) << 16);
+        }
+    }
+}
+
+crate::simd_dispatch! {
+    /// Round to nearest even, NaN kept quiet: the same bits as
+    /// `bf16::from_f32`, written without branches so it vectorizes.
+    fn f32_to_bf16_row(src: &[f32], dst: &mut [bf16]) {
+        for (d, s) in dst.iter_mut().zip(src) {
+            let x = s.to_bits();
+            let rounded = (x.wrapping_add(0x7fff + ((x >> 16) & 1)) >> 16) as u16;
+            let nan = ((x >> 16) | 0x0040) as u16;
+            *d = bf16::from_bits(if (x & 0x7fff_ffff) > 0x7f80_0000 { nan } else { rounded });
+        }
+    }
+}
+
+impl FloatElem for bf16 {
+    type Acc = f32;
+    fn as_acc(_: &[bf16]) -> Option<&[f32]> {
+        None
+    }
+    fn as_acc_mut(_: &mut [bf16]) -> Option<&mut [f32]> {
+        None
+    }
+    fn load_row(src: &[bf16], dst: &mut [f32]) {
+        bf16_to_f32_row(src, dst)
+    }
+    fn store_row(src: &[f32], dst: &mut [bf16]) {
+        f32_to_bf16_row(src, dst)
+    }
+    fn vec_to_acc(v: Vec<bf16>) -> Vec<f32> {
+        let mut out = vec![0f32; v.len()];
+        bf16_to_f32_row(&v, &mut out);
+        out
+    }
+}
+
+/// An input's elements, contiguous, in the compute type of `T` (borrowed
+/// when no conversion or gather is needed).
+pub(crate) fn acc_input<'a, T: FloatElem>(op: &Op, input: CpuInput<'a>) -> Result<Cow<'a, [T::Acc]>, BackendError> {
+    Ok(match input_slice::<T>(op, input)? {
+        Cow::Borrowed(s) => match T::as_acc(s) {
+            Some(a) => Cow::Borrowed(a),
+            None => {
+                let mut v = vec![T::Acc::ZERO; s.len()];
+                T::load_row(s, &mut v);
+                Cow::Owned(v)
+            }
+        },
+        Cow::Owned(v) => Cow::Owned(T::vec_to_acc(v)),
+    })
+}
+
+/// Output storage of `n` zeros of a floating type.
+pub(crate) fn zeros<T: FloatElem>(n: usize) -> Vec<T> {
+    vec![<T as WithDType>::zero(); n]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bf16_rounding_matches_half() {
+        let vals = [
+            0.0f32,
+            -0.0,
+            1.0,
+            1.00390625,
+            1.01171875,
+            3.1415927,
+            -2.7182817,
+            1e-40,
+            f32::MAX,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            65504.0,
+            1.0 + f32::EPSILON,
+        ];
+        let mut out = vec![bf16::ZERO; vals.len()];
+        f32_to_bf16_row(&vals, &mut out);
+        for (v, o) in vals.iter().zip(&out) {
+            assert_eq!(o.to_bits(), bf16::from_f32(*v).to_bits(), "{v}");
+        }
+        let mut back = vec![0f32; vals.len()];
+        bf16_to_f32_row(&out, &mut back);
+        for (o, b) in out.iter().zip(&back) {
+            assert_eq!(o.to_f32().to_bits(), b.to_bits());
+        }
+    }
+
+    #[test]
+    fn f64_rows() {
+        let v: Vec<f64> = (0..37).map(|i| i as f64 * 0.5 - 3.0).collect();
+        let want: f64 = v.iter().map(|x| x * x).sum();
+        assert!((<f64 as Real>::sum_sq(&v) - want).abs() < 1e-12);
+        assert_eq!(<f64 as Real>::max(&v), 15.0);
+        let mean = <f64 as Real>::sum(&v) / 37.0;
+        let dev: f64 = v.iter().map(|x| (x - mean) * (x - mean)).sum();
+        assert!((<f64 as Real>::sum_sq_dev(&v, mean) - dev).abs() < 1e-9);
+    }
+}
