@@ -67,7 +67,7 @@ fn rms_norm<T: FloatElem>(op: &Op, inputs: &[CpuInput<'_>], eps: f64, has_weight
     Ok(map_rows::<T>(&x, n, |_, xr, out| {
         let ms = T::Acc::sum_sq(xr) * inv_n;
         let inv_rms = T::Acc::ONE / (ms + eps).sqrt();
-        T::Acc::affine(xr, out, T::Acc::ZERO, inv_rms, w, None);
+        T::Acc::affine(xr, out, (T::Acc::ZERO, T::Acc::ZERO), inv_rms, w, None);
     }))
 }
 
@@ -89,12 +89,16 @@ fn layer_norm<T: FloatElem>(
     let eps = T::Acc::from_f64(eps);
     let inv_n = T::Acc::ONE / T::Acc::from_f64(n as f64);
     Ok(map_rows::<T>(&x, n, |_, xr, out| {
-        // Two passes (mean, then squared deviations): no cancellation for
-        // rows with a large mean, unlike E[x^2] - E[x]^2.
-        let mean = T::Acc::sum(xr) * inv_n;
-        let var = T::Acc::sum_sq_dev(xr, mean) * inv_n;
+        // Work relative to the row's first element: the mean is
+        // `shift + dev` with `dev` summed from exact differences, and never
+        // rounded into one number, so a large common offset costs no
+        // precision. The variance is a second pass over squared deviations
+        // (no E[x^2] - E[x]^2 cancellation).
+        let shift = xr[0];
+        let dev = T::Acc::sum_shifted(xr, shift) * inv_n;
+        let var = T::Acc::sum_sq_dev(xr, shift, dev) * inv_n;
         let rstd = T::Acc::ONE / (var + eps).sqrt();
-        T::Acc::affine(xr, out, mean, rstd, w, b);
+        T::Acc::affine(xr, out, (shift, dev), rstd, w, b);
     }))
 }
 

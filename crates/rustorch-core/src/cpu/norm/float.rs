@@ -11,7 +11,7 @@
 //! kernel is written once and instantiated for f32 and f64.
 
 use crate::cpu::copy::input_slice;
-use crate::cpu::vecmath::{dot_f32, max_f32, sum_f32, sum_sq_f32};
+use crate::cpu::vecmath::{dot_f32, max_f32, sum_sq_f32};
 use crate::cpu::{CpuInput, StorageElement};
 use crate::dtype::WithDType;
 use crate::error::BackendError;
@@ -42,16 +42,20 @@ pub(crate) trait Real:
     const NEG_INFINITY: Self;
     fn from_f64(v: f64) -> Self;
     fn sqrt(self) -> Self;
-    fn sum(xs: &[Self]) -> Self;
     fn sum_sq(xs: &[Self]) -> Self;
-    /// Sum of `(x - mean)^2`: the second pass of a two-pass variance.
-    fn sum_sq_dev(xs: &[Self], mean: Self) -> Self;
+    /// Sum of `x - shift`.
+    fn sum_shifted(xs: &[Self], shift: Self) -> Self;
+    /// Sum of `((x - shift) - dev)^2`: the second pass of a two-pass
+    /// variance around the mean `shift + dev`. Subtracting in two steps
+    /// keeps the precision that rounding `shift + dev` would lose when the
+    /// mean is large and the deviations small.
+    fn sum_sq_dev(xs: &[Self], shift: Self, dev: Self) -> Self;
     fn dot(a: &[Self], b: &[Self]) -> Self;
     /// Maximum; NaN when any element is NaN, -inf when empty.
     fn max(xs: &[Self]) -> Self;
-    /// `out = (x - shift) * scale`, then times `w` and plus `b` elementwise
-    /// when they are given (slices of the row's length).
-    fn affine(x: &[Self], out: &mut [Self], shift: Self, scale: Self, w: Option<&[Self]>, b: Option<&[Self]>);
+    /// `out = ((x - shift) - dev) * scale`, then times `w` and plus `b`
+    /// elementwise when they are given (slices of the row's length).
+    fn affine(x: &[Self], out: &mut [Self], center: (Self, Self), scale: Self, w: Option<&[Self]>, b: Option<&[Self]>);
     /// `out = x * a + b` with scalars `a` and `b`.
     fn scale_shift(x: &[Self], out: &mut [Self], a: Self, b: Self);
     /// `y += a * x`.
@@ -66,47 +70,67 @@ pub(crate) trait Real:
 macro_rules! row_kernels {
     ($t:ty) => {
         crate::simd_dispatch! {
-            pub fn sum_sq_dev(xs: &[$t], mean: $t) -> $t {
+            pub fn sum_shifted(xs: &[$t], shift: $t) -> $t {
                 let mut acc = [0 as $t; 16];
                 let chunks = xs.chunks_exact(16);
                 let rest = chunks.remainder();
                 for c in chunks {
                     for i in 0..16 {
-                        let d = c[i] - mean;
-                        acc[i] += d * d;
+                        acc[i] += c[i] - shift;
                     }
                 }
                 let mut s: $t = acc.iter().sum();
                 for &x in rest {
-                    s += (x - mean) * (x - mean);
+                    s += x - shift;
                 }
                 s
             }
         }
 
         crate::simd_dispatch! {
-            pub fn affine(x: &[$t], out: &mut [$t], shift: $t, scale: $t, w: Option<&[$t]>, b: Option<&[$t]>) {
+            pub fn sum_sq_dev(xs: &[$t], shift: $t, dev: $t) -> $t {
+                let mut acc = [0 as $t; 16];
+                let chunks = xs.chunks_exact(16);
+                let rest = chunks.remainder();
+                for c in chunks {
+                    for i in 0..16 {
+                        let d = (c[i] - shift) - dev;
+                        acc[i] += d * d;
+                    }
+                }
+                let mut s: $t = acc.iter().sum();
+                for &x in rest {
+                    let d = (x - shift) - dev;
+                    s += d * d;
+                }
+                s
+            }
+        }
+
+        crate::simd_dispatch! {
+            pub fn affine(x: &[$t], out: &mut [$t], center: ($t, $t), scale: $t, w: Option<&[$t]>, b: Option<&[$t]>) {
+                let (shift, dev) = center;
                 let n = x.len().min(out.len());
                 let (x, out) = (&x[..n], &mut out[..n]);
                 match (w, b) {
                     (Some(w), Some(b)) => {
                         for ((o, &v), (&w, &b)) in out.iter_mut().zip(x).zip(w.iter().zip(b)) {
-                            *o = (v - shift) * scale * w + b;
+                            *o = ((v - shift) - dev) * scale * w + b;
                         }
                     }
                     (Some(w), None) => {
                         for ((o, &v), &w) in out.iter_mut().zip(x).zip(w) {
-                            *o = (v - shift) * scale * w;
+                            *o = ((v - shift) - dev) * scale * w;
                         }
                     }
                     (None, Some(b)) => {
                         for ((o, &v), &b) in out.iter_mut().zip(x).zip(b) {
-                            *o = (v - shift) * scale + b;
+                            *o = ((v - shift) - dev) * scale + b;
                         }
                     }
                     (None, None) => {
                         for (o, &v) in out.iter_mut().zip(x) {
-                            *o = (v - shift) * scale;
+                            *o = ((v - shift) - dev) * scale;
                         }
                     }
                 }
@@ -156,20 +180,6 @@ mod k64 {
     row_kernels!(f64);
 
     crate::simd_dispatch! {
-        pub fn sum(xs: &[f64]) -> f64 {
-            let mut acc = [0f64; 8];
-            let chunks = xs.chunks_exact(8);
-            let rest = chunks.remainder();
-            for c in chunks {
-                for i in 0..8 {
-                    acc[i] += c[i];
-                }
-            }
-            acc.iter().sum::<f64>() + rest.iter().sum::<f64>()
-        }
-    }
-
-    crate::simd_dispatch! {
         pub fn dot(a: &[f64], b: &[f64]) -> f64 {
             let n = a.len().min(b.len());
             let (a, b) = (&a[..n], &b[..n]);
@@ -198,14 +208,14 @@ impl Real for f32 {
     fn sqrt(self) -> f32 {
         f32::sqrt(self)
     }
-    fn sum(xs: &[f32]) -> f32 {
-        sum_f32(xs)
-    }
     fn sum_sq(xs: &[f32]) -> f32 {
         sum_sq_f32(xs)
     }
-    fn sum_sq_dev(xs: &[f32], mean: f32) -> f32 {
-        k32::sum_sq_dev(xs, mean)
+    fn sum_shifted(xs: &[f32], shift: f32) -> f32 {
+        k32::sum_shifted(xs, shift)
+    }
+    fn sum_sq_dev(xs: &[f32], shift: f32, dev: f32) -> f32 {
+        k32::sum_sq_dev(xs, shift, dev)
     }
     fn dot(a: &[f32], b: &[f32]) -> f32 {
         dot_f32(a, b)
@@ -213,8 +223,8 @@ impl Real for f32 {
     fn max(xs: &[f32]) -> f32 {
         max_f32(xs)
     }
-    fn affine(x: &[f32], out: &mut [f32], shift: f32, scale: f32, w: Option<&[f32]>, b: Option<&[f32]>) {
-        k32::affine(x, out, shift, scale, w, b)
+    fn affine(x: &[f32], out: &mut [f32], center: (f32, f32), scale: f32, w: Option<&[f32]>, b: Option<&[f32]>) {
+        k32::affine(x, out, center, scale, w, b)
     }
     fn scale_shift(x: &[f32], out: &mut [f32], a: f32, b: f32) {
         k32::scale_shift(x, out, a, b)
@@ -242,14 +252,14 @@ impl Real for f64 {
     fn sqrt(self) -> f64 {
         f64::sqrt(self)
     }
-    fn sum(xs: &[f64]) -> f64 {
-        k64::sum(xs)
-    }
     fn sum_sq(xs: &[f64]) -> f64 {
         k64::dot(xs, xs)
     }
-    fn sum_sq_dev(xs: &[f64], mean: f64) -> f64 {
-        k64::sum_sq_dev(xs, mean)
+    fn sum_shifted(xs: &[f64], shift: f64) -> f64 {
+        k64::sum_shifted(xs, shift)
+    }
+    fn sum_sq_dev(xs: &[f64], shift: f64, dev: f64) -> f64 {
+        k64::sum_sq_dev(xs, shift, dev)
     }
     fn dot(a: &[f64], b: &[f64]) -> f64 {
         k64::dot(a, b)
@@ -266,8 +276,8 @@ impl Real for f64 {
         }
         m
     }
-    fn affine(x: &[f64], out: &mut [f64], shift: f64, scale: f64, w: Option<&[f64]>, b: Option<&[f64]>) {
-        k64::affine(x, out, shift, scale, w, b)
+    fn affine(x: &[f64], out: &mut [f64], center: (f64, f64), scale: f64, w: Option<&[f64]>, b: Option<&[f64]>) {
+        k64::affine(x, out, center, scale, w, b)
     }
     fn scale_shift(x: &[f64], out: &mut [f64], a: f64, b: f64) {
         k64::scale_shift(x, out, a, b)
@@ -462,8 +472,8 @@ mod tests {
         let want: f64 = v.iter().map(|x| x * x).sum();
         assert!((<f64 as Real>::sum_sq(&v) - want).abs() < 1e-12);
         assert_eq!(<f64 as Real>::max(&v), 15.0);
-        let mean = <f64 as Real>::sum(&v) / 37.0;
+        let mean = <f64 as Real>::sum_shifted(&v, 2.0) / 37.0 + 2.0;
         let dev: f64 = v.iter().map(|x| (x - mean) * (x - mean)).sum();
-        assert!((<f64 as Real>::sum_sq_dev(&v, mean) - dev).abs() < 1e-9);
+        assert!((<f64 as Real>::sum_sq_dev(&v, 2.0, mean - 2.0) - dev).abs() < 1e-9);
     }
 }
