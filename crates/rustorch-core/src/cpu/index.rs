@@ -9,6 +9,7 @@
 //! a larger one, say) is never copied first.
 
 use super::copy::{input_slice, PAR_THRESHOLD};
+use super::norm::rows::{self, Split};
 use super::{unsupported_dtype, CpuInput, CpuResult, CpuStorage};
 use crate::dtype::{DType, C64};
 use crate::error::BackendError;
@@ -90,9 +91,8 @@ fn index_select<T: Copy + Default + Send + Sync>(src: &[T], layout: &Layout, dim
     };
     let inner_n = inner.numel();
     let total = outer.numel() * idx.len() * inner_n;
-    let mut out = vec![T::default(); total];
     if total == 0 {
-        return out;
+        return Vec::new();
     }
     // Storage offsets of every outer position, and the inner rows as runs
     // of contiguous elements (one run when the inner dims are contiguous).
@@ -103,21 +103,13 @@ fn index_select<T: Copy + Default + Send + Sync>(src: &[T], layout: &Layout, dim
     };
     let sd = strides[dim];
     let n = idx.len();
-    let fill = |k: usize, chunk: &mut [T]| {
+    let split = Split::rows(total, inner_n, PAR_THRESHOLD, PAR_THRESHOLD);
+    rows::build(total, split, T::default(), || (), |_, k, chunk| {
         let base = outer_offs[k / n] + idx[k % n] * sd;
         for (o, &s) in chunk.chunks_exact_mut(run_len).zip(&runs) {
             o.copy_from_slice(&src[base + s..base + s + run_len]);
         }
-    };
-    if total >= PAR_THRESHOLD {
-        out.par_chunks_mut(inner_n)
-            .enumerate()
-            .with_min_len((PAR_THRESHOLD / inner_n).max(1))
-            .for_each(|(k, c)| fill(k, c));
-    } else {
-        out.chunks_mut(inner_n).enumerate().for_each(|(k, c)| fill(k, c));
-    }
-    out
+    })
 }
 
 /// Storage offset (through `strides`) of the start of row `k` of a tensor
@@ -139,11 +131,10 @@ fn row_offset(mut k: usize, dims: &[usize], strides: &[usize], skip: usize) -> u
 /// the index's shape `id`.
 fn gather<T: Copy + Default + Send + Sync>(src: &[T], layout: &Layout, dim: usize, idx: &[usize], id: &[usize]) -> Vec<T> {
     let total = idx.len();
-    let mut out = vec![T::default(); total];
     let last = id.len() - 1;
     let row_len = id[last];
     if total == 0 || row_len == 0 {
-        return out;
+        return Vec::new();
     }
     let s = layout.strides();
     let sd = s[dim];
@@ -151,22 +142,14 @@ fn gather<T: Copy + Default + Send + Sync>(src: &[T], layout: &Layout, dim: usiz
     // dim is the gathered one (then the index alone places each element).
     let step = if dim == last { 0 } else { s[last] };
     let off = layout.offset();
-    let fill = |k: usize, row: &mut [T]| {
+    let split = Split::rows(total, row_len, PAR_THRESHOLD, PAR_THRESHOLD);
+    rows::build(total, split, T::default(), || (), |_, k, row| {
         let base = off + row_offset(k, id, s, dim);
         let ids = &idx[k * row_len..(k + 1) * row_len];
         for (t, (o, &i)) in row.iter_mut().zip(ids).enumerate() {
             *o = src[base + i * sd + t * step];
         }
-    };
-    if total >= PAR_THRESHOLD {
-        out.par_chunks_mut(row_len)
-            .enumerate()
-            .with_min_len((PAR_THRESHOLD / row_len).max(1))
-            .for_each(|(k, r)| fill(k, r));
-    } else {
-        out.chunks_mut(row_len).enumerate().for_each(|(k, r)| fill(k, r));
-    }
-    out
+    })
 }
 
 /// Element types scatter_add can sum, and the type they sum in: f32 for

@@ -8,15 +8,17 @@
 //! vectorized primitives, and rounded once when stored.
 
 pub(crate) mod float;
+pub(crate) mod rows;
 
 use super::copy::{input_slice, PAR_THRESHOLD};
 use super::{unsupported_dtype, CpuInput, CpuResult, CpuStorage};
 use crate::dtype::DType;
 use crate::error::BackendError;
 use crate::op::{Op, TensorMeta};
-use float::{acc_input, zeros, FloatElem, Real};
+use crate::dtype::WithDType;
+use float::{acc_input, FloatElem, Real};
+use rows::Split;
 use half::{bf16, f16};
-use rayon::prelude::*;
 
 /// Smallest amount of work (elements) worth a rayon task.
 const TASK_ELEMS: usize = 1 << 14;
@@ -142,14 +144,12 @@ fn batch_norm<T: FloatElem>(
 /// borrowed when the storage type is the compute type, otherwise widened
 /// into a per-task scratch row, and the output rounded once when stored.
 pub(super) fn map_rows<T: FloatElem>(x: &[T], n: usize, f: impl Fn(usize, &[T::Acc], &mut [T::Acc]) + Sync) -> Vec<T> {
-    let mut out = zeros::<T>(x.len());
-    if x.is_empty() || n == 0 {
-        return out;
-    }
     let scratch_len = if T::as_acc(&[]).is_some() { 0 } else { n };
-    let init = || (vec![T::Acc::ZERO; scratch_len], vec![T::Acc::ZERO; scratch_len]);
-    let body = |scratch: &mut (Vec<T::Acc>, Vec<T::Acc>), r: usize, xr: &[T], or: &mut [T]| {
+    let split = Split::rows(x.len(), n, PAR_THRESHOLD, TASK_ELEMS);
+    let new_state = || (vec![T::Acc::ZERO; scratch_len], vec![T::Acc::ZERO; scratch_len]);
+    rows::build(x.len(), split, <T as WithDType>::zero(), new_state, |scratch, r, or: &mut [T]| {
         let (xs, os) = scratch;
+        let xr = &x[r * n..(r + 1) * n];
         let xa = match T::as_acc(xr) {
             Some(a) => a,
             None => {
@@ -164,18 +164,5 @@ pub(super) fn map_rows<T: FloatElem>(x: &[T], n: usize, f: impl Fn(usize, &[T::A
                 T::store_row(os, or);
             }
         }
-    };
-    if x.len() >= PAR_THRESHOLD {
-        out.par_chunks_mut(n)
-            .zip(x.par_chunks(n))
-            .enumerate()
-            .with_min_len((TASK_ELEMS / n).max(1))
-            .for_each_init(init, |s, (r, (or, xr))| body(s, r, xr, or));
-    } else {
-        let mut s = init();
-        for (r, (or, xr)) in out.chunks_mut(n).zip(x.chunks(n)).enumerate() {
-            body(&mut s, r, xr, or);
-        }
-    }
-    out
+    })
 }
