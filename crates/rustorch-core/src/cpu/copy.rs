@@ -107,12 +107,12 @@ trait CastFrom: WithDType {
     fn to_f32_value(self) -> f32 {
         self.to_f32()
     }
-    /// Direct rounding to f16 (not through f32, which could round twice).
+    /// Through f32, as PyTorch converts every type to half precision.
     fn to_f16(self) -> f16 {
-        f16::from_f64(self.to_f64_value())
+        f16::from_f32(self.to_f32_value())
     }
     fn to_bf16(self) -> bf16 {
-        bf16::from_f64(self.to_f64_value())
+        bf16::from_f32(self.to_f32_value())
     }
     fn to_c64(self) -> C64 {
         C64::new(self.to_f32_value(), 0.0)

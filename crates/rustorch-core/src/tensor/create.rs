@@ -120,7 +120,7 @@ impl Tensor {
         let step = if steps > 1 { (end - start) / (steps - 1) as f64 } else { 0.0 };
         let half = steps / 2;
         let it = (0..steps).map(|i| {
-            if i < half {
+            if i < half || steps == 1 {
                 start + step * i as f64
             } else {
                 end - step * (steps - 1 - i) as f64
