@@ -248,9 +248,10 @@ impl Executor {
         let outputs = infer_outputs(op, &metas)?;
         let candidates = self.candidates(op, &metas, inputs, &outputs);
         let mut attempts: Vec<(Device, BackendError)> = Vec::new();
+        // Counts copies made for failed attempts too: they cost the same.
+        let mut bytes_moved = 0usize;
         for cand in candidates {
             let device = cand.backend.device();
-            let mut bytes_moved = 0usize;
             let mut local: Vec<Buffer> = Vec::with_capacity(inputs.len());
             let mut moved_ok = true;
             for i in inputs {
@@ -380,12 +381,14 @@ impl Executor {
                 }
                 continue;
             }
+            // A device after another candidate only runs when that one failed.
+            let which = if out.is_empty() { "first" } else { "next" };
             let reason = if !tracing {
                 String::new()
             } else if skipped.is_empty() {
-                "first capable in chain".to_string()
+                format!("{which} capable in chain")
             } else {
-                format!("first capable in chain ({})", skipped.join(", "))
+                format!("{which} capable in chain ({})", skipped.join(", "))
             };
             push(b, reason, &mut out);
         }
