@@ -475,6 +475,20 @@ fn a_layout_past_its_storage_is_invalid_on_every_device() {
         }) => assert_eq!(device, PLUGIN),
         other => panic!("expected InvalidInput, got {other:?}"),
     }
+    // An empty layout reads nothing, but its offset must still lie inside
+    // the storage the kernels slice.
+    let buf: Buffer = Arc::new(CpuStorage::from_vec(vec![1.0f32; 4]));
+    let empty = Operand {
+        buffer: buf,
+        layout: Layout::contiguous_with_offset([0, 2], 5),
+    };
+    assert!(matches!(
+        exec.execute(&Op::Copy, &[empty]),
+        Err(Error::Backend {
+            source: BackendError::InvalidInput { .. },
+            ..
+        })
+    ));
     let cpu_only = Executor::new(traced(0));
     let buf: Buffer = Arc::new(CpuStorage::from_vec(vec![1.0f32; 4]));
     let bad = Operand {
