@@ -60,6 +60,10 @@ struct RestrictedBackend {
     failing_ops: HashSet<String>,
     /// Op names whose execution reports `BackendError::InvalidInput`.
     rejecting_ops: HashSet<String>,
+    /// Op names whose outputs come back one element short (a buggy kernel).
+    short_output_ops: HashSet<String>,
+    /// Op names whose outputs come back in host memory, not on the device.
+    host_output_ops: HashSet<String>,
     /// Once set, every execution and download reports a device error.
     lost: AtomicBool,
     uploads: AtomicUsize,
@@ -95,6 +99,14 @@ impl RestrictedBackend {
     }
     fn reject_op(mut self, name: &str) -> Self {
         self.rejecting_ops.insert(name.to_string());
+        self
+    }
+    fn short_output(mut self, name: &str) -> Self {
+        self.short_output_ops.insert(name.to_string());
+        self
+    }
+    fn host_output(mut self, name: &str) -> Self {
+        self.host_output_ops.insert(name.to_string());
         self
     }
     fn lose(&self) {
@@ -222,8 +234,17 @@ impl Backend for RestrictedBackend {
                 })
             })
             .collect::<Result<Vec<_>, BackendError>>()?;
-        let out = CpuBackend::run(op, &ins, outputs)?;
+        let mut out = CpuBackend::run(op, &ins, outputs)?;
         self.executes.fetch_add(1, Ordering::SeqCst);
+        if self.short_output_ops.contains(&name) {
+            out = out.iter().map(shorten).collect();
+        }
+        if self.host_output_ops.contains(&name) {
+            return Ok(out
+                .into_iter()
+                .map(|data| Arc::new(data) as Buffer)
+                .collect());
+        }
         Ok(out
             .into_iter()
             .map(|data| {
@@ -234,6 +255,12 @@ impl Backend for RestrictedBackend {
             })
             .collect())
     }
+}
+
+/// The storage without its last element.
+fn shorten(s: &CpuStorage) -> CpuStorage {
+    let v = s.to_f64_vec();
+    CpuStorage::from_f64_iter(s.dtype(), v[..v.len().saturating_sub(1)].iter().copied())
 }
 
 fn traced(min_offload_elems: usize) -> ExecutorConfig {
@@ -435,6 +462,41 @@ fn device_errors_fall_back_and_inputs_come_back_from_the_plugin() {
             .to_vec::<f32>()
             .unwrap()
     );
+}
+
+#[test]
+fn malformed_outputs_fall_back() {
+    let plugin = RestrictedBackend::new()
+        .short_output("copy")
+        .host_output("cast_to_f64");
+    let (exec, plugin) = exec_with(traced(0), plugin);
+    let x = arange_f32(&exec, &[2, 3]).transpose(0, 1).unwrap();
+    let y = x.contiguous().unwrap();
+    assert_eq!(y.device(), Device::Cpu);
+    let ev = last_event(&exec);
+    assert_eq!(
+        ev.fallbacks,
+        vec![(
+            PLUGIN,
+            "plugin:0 failed: returned output 0 as 5 elements of f32, expected 6 of f32"
+                .to_string()
+        )]
+    );
+    assert_eq!(
+        y.to_vec::<f32>().unwrap(),
+        vec![-3.0, -1.5, -2.5, -1.0, -2.0, -0.5]
+    );
+
+    let z = x.to_dtype(DType::F64).unwrap();
+    assert_eq!(z.device(), Device::Cpu);
+    assert_eq!(
+        last_event(&exec).fallbacks,
+        vec![(
+            PLUGIN,
+            "plugin:0 failed: returned output 0 on cpu".to_string()
+        )]
+    );
+    assert_eq!(plugin.executes(), 2);
 }
 
 #[test]

@@ -282,14 +282,11 @@ impl Executor {
             let start = Instant::now();
             match cand.backend.execute(op, &refs, &outputs) {
                 Ok(bufs) => {
-                    if bufs.len() != outputs.len() {
-                        attempts.push((
-                            device,
-                            BackendError::Device {
-                                device,
-                                message: format!("returned {} outputs, expected {}", bufs.len(), outputs.len()),
-                            },
-                        ));
+                    // A backend's bad output would only fail later, far from
+                    // its cause (a short buffer panics when read): treat it
+                    // as a device error here, and fall back.
+                    if let Some(message) = bad_outputs(device, &bufs, &outputs) {
+                        attempts.push((device, BackendError::Device { device, message }));
                         continue;
                     }
                     if self.config.trace {
@@ -394,4 +391,26 @@ impl Executor {
         }
         out
     }
+}
+
+/// Why `bufs` cannot be the outputs `want` of an op run on `device`, if so.
+fn bad_outputs(device: Device, bufs: &[Buffer], want: &[TensorMeta]) -> Option<String> {
+    if bufs.len() != want.len() {
+        return Some(format!("returned {} outputs, expected {}", bufs.len(), want.len()));
+    }
+    bufs.iter().zip(want).enumerate().find_map(|(i, (b, m))| {
+        if b.device() != device {
+            Some(format!("returned output {i} on {}", b.device()))
+        } else if b.dtype() != m.dtype || b.len() != m.shape.numel() {
+            Some(format!(
+                "returned output {i} as {} elements of {}, expected {} of {}",
+                b.len(),
+                b.dtype(),
+                m.shape.numel(),
+                m.dtype
+            ))
+        } else {
+            None
+        }
+    })
 }
