@@ -65,19 +65,19 @@ impl Layout {
         self.shape.numel()
     }
 
-    /// Largest storage index this layout touches plus one (0 when empty).
+    /// Largest storage index this layout touches plus one (the offset when
+    /// empty). Saturates at `usize::MAX`, so a layout built from absurd parts
+    /// reads as reaching past any storage instead of wrapping around and
+    /// passing a bounds check.
     pub fn storage_extent(&self) -> usize {
         if self.numel() == 0 {
             return self.offset;
         }
-        self.offset
-            + self
-                .dims()
-                .iter()
-                .zip(&self.strides)
-                .map(|(&d, &s)| (d - 1) * s)
-                .sum::<usize>()
-            + 1
+        self.dims()
+            .iter()
+            .zip(&self.strides)
+            .fold(self.offset, |acc, (&d, &s)| acc.saturating_add((d - 1).saturating_mul(s)))
+            .saturating_add(1)
     }
 
     /// Row-major contiguous (the offset may be anything).
@@ -155,7 +155,13 @@ impl Layout {
         Ok(Layout {
             shape: Shape::new(dims),
             strides: self.strides.clone(),
-            offset: if len == 0 { self.offset } else { self.offset + start * self.strides[d] },
+            // An empty view reads nothing: moving its offset could put it
+            // past the end of the storage (another dim may be 0).
+            offset: if len == 0 || self.numel() == 0 {
+                self.offset
+            } else {
+                self.offset.saturating_add(start.saturating_mul(self.strides[d]))
+            },
         })
     }
 
@@ -163,7 +169,9 @@ impl Layout {
         let d = normalize_dim(op, dim, self.rank() + 1)?;
         let mut dims = self.dims().to_vec();
         let mut strides = self.strides.clone();
-        let stride = if d < self.rank() { self.strides[d] * self.dims()[d] } else { 1 };
+        // Any stride is right for a size-1 dim; this one keeps the layout
+        // contiguous when it was.
+        let stride = if d < self.rank() { self.strides[d].saturating_mul(self.dims()[d]) } else { 1 };
         dims.insert(d, 1);
         strides.insert(d, stride);
         Ok(Layout {
@@ -223,9 +231,13 @@ impl Layout {
     }
 
     /// A view with a new shape when the data allows one without a copy;
-    /// `None` when a copy is needed. Sizes must already match.
+    /// `None` when a copy is needed or the element counts differ.
     pub fn reshape_view(&self, target: &Shape) -> Option<Layout> {
-        if self.is_contiguous() {
+        if target.numel() != self.numel() {
+            return None;
+        }
+        // No element is ever read, so any strides do (as PyTorch's `view`).
+        if self.is_contiguous() || self.numel() == 0 {
             return Some(Layout::contiguous_with_offset(target.clone(), self.offset));
         }
         // Non-contiguous: merge groups of source dims that are themselves
@@ -275,14 +287,14 @@ impl Layout {
                 }
             }
             for k in s_start..si - 1 {
-                if src[k].1 != src[k + 1].1 * src[k + 1].0 {
+                if src[k + 1].1.checked_mul(src[k + 1].0) != Some(src[k].1) {
                     return None;
                 }
             }
             let mut stride = src[si - 1].1;
             for k in (t_start..ti).rev() {
                 new_strides[k] = stride;
-                stride *= tdims[k];
+                stride = stride.saturating_mul(tdims[k]);
             }
         }
         if si != src.len() {

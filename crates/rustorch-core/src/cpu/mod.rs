@@ -55,7 +55,9 @@ impl CpuBackend {
     /// needs CPU results without going through an executor.
     pub fn run(op: &Op, inputs: &[CpuInput<'_>], outputs: &[TensorMeta]) -> CpuResult {
         for i in inputs {
-            if i.layout.numel() > 0 && i.layout.storage_extent() > i.storage.len() {
+            // For an empty layout the extent is its offset, which must still
+            // be inside the storage for the kernels' slicing.
+            if i.layout.storage_extent() > i.storage.len() {
                 return Err(BackendError::invalid(op.name(), "layout reaches past the end of its storage"));
             }
         }

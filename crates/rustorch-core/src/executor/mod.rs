@@ -248,9 +248,10 @@ impl Executor {
         let outputs = infer_outputs(op, &metas)?;
         let candidates = self.candidates(op, &metas, inputs, &outputs);
         let mut attempts: Vec<(Device, BackendError)> = Vec::new();
+        // Counts copies made for failed attempts too: they cost the same.
+        let mut bytes_moved = 0usize;
         for cand in candidates {
             let device = cand.backend.device();
-            let mut bytes_moved = 0usize;
             let mut local: Vec<Buffer> = Vec::with_capacity(inputs.len());
             let mut moved_ok = true;
             for i in inputs {
@@ -281,14 +282,11 @@ impl Executor {
             let start = Instant::now();
             match cand.backend.execute(op, &refs, &outputs) {
                 Ok(bufs) => {
-                    if bufs.len() != outputs.len() {
-                        attempts.push((
-                            device,
-                            BackendError::Device {
-                                device,
-                                message: format!("returned {} outputs, expected {}", bufs.len(), outputs.len()),
-                            },
-                        ));
+                    // A backend's bad output would only fail later, far from
+                    // its cause (a short buffer panics when read): treat it
+                    // as a device error here, and fall back.
+                    if let Some(message) = bad_outputs(device, &bufs, &outputs) {
+                        attempts.push((device, BackendError::Device { device, message }));
                         continue;
                     }
                     if self.config.trace {
@@ -380,15 +378,39 @@ impl Executor {
                 }
                 continue;
             }
+            // A device after another candidate only runs when that one failed.
+            let which = if out.is_empty() { "first" } else { "next" };
             let reason = if !tracing {
                 String::new()
             } else if skipped.is_empty() {
-                "first capable in chain".to_string()
+                format!("{which} capable in chain")
             } else {
-                format!("first capable in chain ({})", skipped.join(", "))
+                format!("{which} capable in chain ({})", skipped.join(", "))
             };
             push(b, reason, &mut out);
         }
         out
     }
+}
+
+/// Why `bufs` cannot be the outputs `want` of an op run on `device`, if so.
+fn bad_outputs(device: Device, bufs: &[Buffer], want: &[TensorMeta]) -> Option<String> {
+    if bufs.len() != want.len() {
+        return Some(format!("returned {} outputs, expected {}", bufs.len(), want.len()));
+    }
+    bufs.iter().zip(want).enumerate().find_map(|(i, (b, m))| {
+        if b.device() != device {
+            Some(format!("returned output {i} on {}", b.device()))
+        } else if b.dtype() != m.dtype || b.len() != m.shape.numel() {
+            Some(format!(
+                "returned output {i} as {} elements of {}, expected {} of {}",
+                b.len(),
+                b.dtype(),
+                m.shape.numel(),
+                m.dtype
+            ))
+        } else {
+            None
+        }
+    })
 }

@@ -42,7 +42,7 @@ pub fn format_table(events: &[TraceEvent]) -> String {
                 if e.fallbacks.is_empty() {
                     "-".into()
                 } else {
-                    e.fallbacks.iter().map(|(d, why)| format!("{d} failed: {why}")).collect::<Vec<_>>().join("; ")
+                    e.fallbacks.iter().map(|(d, why)| format!("{d}: {why}")).collect::<Vec<_>>().join("; ")
                 },
                 format_bytes(e.bytes_moved),
                 format!("{:.1?}", e.elapsed),

@@ -102,7 +102,11 @@ impl Tensor {
         let mut dims = narrowed.dims().to_vec();
         let mut strides = narrowed.strides().to_vec();
         dims[d] = n;
-        strides[d] *= step;
+        // With fewer than two elements the stride is never used, and
+        // multiplying by a huge step could overflow.
+        if n > 1 {
+            strides[d] *= step;
+        }
         Ok(self.with_layout(Layout::from_parts(Shape::new(dims), strides, narrowed.offset())?))
     }
 
@@ -149,6 +153,10 @@ impl Tensor {
         }
         let d = normalize_dim("split", dim, self.rank())?;
         let total = self.dims()[d];
+        if total == 0 {
+            // PyTorch returns the empty tensor as the one piece.
+            return Ok(vec![self.clone()]);
+        }
         let mut out = Vec::new();
         let mut start = 0;
         while start < total {
@@ -186,7 +194,15 @@ impl Tensor {
             return Err(Error::invalid("chunk", "number of chunks must be positive"));
         }
         let size = self.size(dim)?;
-        self.split(size.div_ceil(chunks).max(1), dim)
+        if size == 0 {
+            // PyTorch returns `chunks` empty pieces here.
+            let mut out = Vec::new();
+            out.try_reserve_exact(chunks)
+                .map_err(|_| Error::invalid("chunk", format!("cannot hold {chunks} chunks")))?;
+            out.resize(chunks, self.clone());
+            return Ok(out);
+        }
+        self.split(size.div_ceil(chunks), dim)
     }
 }
 
