@@ -23,11 +23,7 @@ impl Layout {
     pub fn contiguous_with_offset(shape: impl Into<Shape>, offset: usize) -> Self {
         let shape = shape.into();
         let strides = shape.contiguous_strides();
-        Layout {
-            shape,
-            strides,
-            offset,
-        }
+        Layout { shape, strides, offset }
     }
 
     /// A layout from explicit parts. The caller guarantees it stays inside
@@ -39,11 +35,7 @@ impl Layout {
                 format!("{} strides for a shape of rank {}", strides.len(), shape.rank()),
             ));
         }
-        Ok(Layout {
-            shape,
-            strides,
-            offset,
-        })
+        Ok(Layout { shape, strides, offset })
     }
 
     pub fn shape(&self) -> &Shape {
@@ -76,7 +68,9 @@ impl Layout {
         self.dims()
             .iter()
             .zip(&self.strides)
-            .fold(self.offset, |acc, (&d, &s)| acc.saturating_add((d - 1).saturating_mul(s)))
+            .fold(self.offset, |acc, (&d, &s)| {
+                acc.saturating_add((d - 1).saturating_mul(s))
+            })
             .saturating_add(1)
     }
 
@@ -94,8 +88,7 @@ impl Layout {
 
     /// The contiguous element range when the layout is contiguous.
     pub fn contiguous_range(&self) -> Option<std::ops::Range<usize>> {
-        self.is_contiguous()
-            .then(|| self.offset..self.offset + self.numel())
+        self.is_contiguous().then(|| self.offset..self.offset + self.numel())
     }
 
     pub fn transpose(&self, op: &str, d0: isize, d1: isize) -> Result<Layout> {
@@ -127,7 +120,10 @@ impl Layout {
         for &p in perm {
             let d = normalize_dim(op, p, rank)?;
             if seen[d] {
-                return Err(Error::invalid(op, format!("permutation {perm:?} repeats dimension {d}")));
+                return Err(Error::invalid(
+                    op,
+                    format!("permutation {perm:?} repeats dimension {d}"),
+                ));
             }
             seen[d] = true;
             dims.push(self.dims()[d]);
@@ -146,7 +142,10 @@ impl Layout {
         if start.checked_add(len).is_none_or(|end| end > size) {
             return Err(Error::shape(
                 op,
-                format!("range {start}..{} is outside dimension {d} of size {size}", start.saturating_add(len)),
+                format!(
+                    "range {start}..{} is outside dimension {d} of size {size}",
+                    start.saturating_add(len)
+                ),
                 &[&self.shape],
             ));
         }
@@ -171,7 +170,11 @@ impl Layout {
         let mut strides = self.strides.clone();
         // Any stride is right for a size-1 dim; this one keeps the layout
         // contiguous when it was.
-        let stride = if d < self.rank() { self.strides[d].saturating_mul(self.dims()[d]) } else { 1 };
+        let stride = if d < self.rank() {
+            self.strides[d].saturating_mul(self.dims()[d])
+        } else {
+            1
+        };
         dims.insert(d, 1);
         strides.insert(d, stride);
         Ok(Layout {
@@ -201,17 +204,18 @@ impl Layout {
     pub fn broadcast_as(&self, op: &str, target: &Shape) -> Result<Layout> {
         let rank = target.rank();
         if rank < self.rank() {
-            return Err(Error::shape(op, "cannot broadcast to a lower rank", &[&self.shape, target]));
+            return Err(Error::shape(
+                op,
+                "cannot broadcast to a lower rank",
+                &[&self.shape, target],
+            ));
         }
         let extra = rank - self.rank();
         let mut strides = vec![0; rank];
-        for i in 0..rank {
-            if i < extra {
-                continue;
-            }
+        for (i, stride) in strides.iter_mut().enumerate().skip(extra) {
             let (src_d, src_s) = (self.dims()[i - extra], self.strides[i - extra]);
             let t = target.dims()[i];
-            strides[i] = if src_d == t {
+            *stride = if src_d == t {
                 src_s
             } else if src_d == 1 {
                 0
@@ -316,7 +320,10 @@ impl Layout {
     /// run length shared by all runs. Kernels copy or map run by run.
     pub fn blocks(&self) -> StridedBlocks<'_> {
         if let Some(r) = self.contiguous_range() {
-            return StridedBlocks::Single { start: r.start, len: r.end - r.start };
+            return StridedBlocks::Single {
+                start: r.start,
+                len: r.end - r.start,
+            };
         }
         // Fold the innermost contiguous dims into one run.
         let mut run = 1usize;

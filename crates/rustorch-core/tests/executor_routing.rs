@@ -13,8 +13,7 @@ use rustorch_core::cpu::{CpuBackend, CpuInput, CpuStorage};
 use rustorch_core::device::DeviceCapability;
 use rustorch_core::executor::{format_table, DeviceReport, Operand};
 use rustorch_core::{
-    BackendError, DType, Device, Error, Executor, ExecutorConfig, Layout, Op, OpClass, Tensor,
-    TensorMeta,
+    BackendError, DType, Device, Error, Executor, ExecutorConfig, Layout, Op, OpClass, Tensor, TensorMeta,
 };
 use std::any::Any;
 use std::collections::HashSet;
@@ -204,12 +203,7 @@ impl Backend for RestrictedBackend {
         Ok(data.clone())
     }
 
-    fn execute(
-        &self,
-        op: &Op,
-        inputs: &[TensorRef<'_>],
-        outputs: &[TensorMeta],
-    ) -> Result<Vec<Buffer>, BackendError> {
+    fn execute(&self, op: &Op, inputs: &[TensorRef<'_>], outputs: &[TensorMeta]) -> Result<Vec<Buffer>, BackendError> {
         self.check_alive()?;
         let name = op.name();
         if self.failing_ops.contains(&name) {
@@ -219,10 +213,7 @@ impl Backend for RestrictedBackend {
             });
         }
         if self.rejecting_ops.contains(&name) {
-            return Err(BackendError::invalid(
-                name,
-                "rejected by the restricted device",
-            ));
+            return Err(BackendError::invalid(name, "rejected by the restricted device"));
         }
         self.spend(outputs.iter().map(|m| m.size_in_bytes()).sum())?;
         let ins = inputs
@@ -240,10 +231,7 @@ impl Backend for RestrictedBackend {
             out = out.iter().map(shorten).collect();
         }
         if self.host_output_ops.contains(&name) {
-            return Ok(out
-                .into_iter()
-                .map(|data| Arc::new(data) as Buffer)
-                .collect());
+            return Ok(out.into_iter().map(|data| Arc::new(data) as Buffer).collect());
         }
         Ok(out
             .into_iter()
@@ -272,13 +260,9 @@ fn traced(min_offload_elems: usize) -> ExecutorConfig {
 }
 
 /// An executor with `plugin` ahead of the CPU, and a handle to inspect it.
-fn exec_with(
-    config: ExecutorConfig,
-    plugin: RestrictedBackend,
-) -> (Arc<Executor>, Arc<RestrictedBackend>) {
+fn exec_with(config: ExecutorConfig, plugin: RestrictedBackend) -> (Arc<Executor>, Arc<RestrictedBackend>) {
     let plugin = Arc::new(plugin);
-    let exec = Executor::with_backends(config, vec![plugin.clone() as Arc<dyn Backend>])
-        .expect("executor");
+    let exec = Executor::with_backends(config, vec![plugin.clone() as Arc<dyn Backend>]).expect("executor");
     (Arc::new(exec), plugin)
 }
 
@@ -315,10 +299,7 @@ fn supported_ops_run_on_the_plugin() {
     let y = x.contiguous().unwrap();
     assert_eq!(y.device(), PLUGIN);
     // The input moved up once, and nothing came back yet.
-    assert_eq!(
-        (plugin.uploads(), plugin.executes(), plugin.downloads()),
-        (1, 1, 0)
-    );
+    assert_eq!((plugin.uploads(), plugin.executes(), plugin.downloads()), (1, 1, 0));
 
     let ev = last_event(&exec);
     assert_eq!(ev.op, "copy");
@@ -342,9 +323,7 @@ fn supported_ops_run_on_the_plugin() {
 fn refused_ops_and_dtypes_fall_back_to_the_cpu() {
     let (exec, plugin) = exec_with(
         traced(0),
-        RestrictedBackend::new()
-            .refuse_op("copy")
-            .refuse_dtype(DType::F16),
+        RestrictedBackend::new().refuse_op("copy").refuse_dtype(DType::F16),
     );
     let x = arange_f32(&exec, &[2, 3]).transpose(0, 1).unwrap();
 
@@ -361,10 +340,7 @@ fn refused_ops_and_dtypes_fall_back_to_the_cpu() {
     // The plugin has no f16: casting to it stays on the CPU ...
     let h = x.to_dtype(DType::F16).unwrap();
     assert_eq!(h.device(), Device::Cpu);
-    assert_eq!(
-        last_event(&exec).reason,
-        "first capable in chain (plugin:0 lacks it)"
-    );
+    assert_eq!(last_event(&exec).reason, "first capable in chain (plugin:0 lacks it)");
     // ... and so does anything reading f16, while other casts go to the plugin.
     let back = h.to_dtype(DType::F32).unwrap();
     assert_eq!(back.device(), Device::Cpu);
@@ -388,11 +364,7 @@ fn out_of_memory_on_execute_falls_back_with_the_attempt_recorded() {
     assert_eq!(ev.reason, "next capable in chain");
     assert_eq!(ev.fallbacks.len(), 1);
     assert_eq!(ev.fallbacks[0].0, PLUGIN);
-    assert!(
-        ev.fallbacks[0].1.contains("out of memory"),
-        "{:?}",
-        ev.fallbacks
-    );
+    assert!(ev.fallbacks[0].1.contains("out of memory"), "{:?}", ev.fallbacks);
     // The upload made for the failed attempt counts as moved.
     assert_eq!(ev.bytes_moved, 8 * 4);
     assert_eq!(
@@ -413,9 +385,7 @@ fn out_of_memory_on_upload_falls_back_with_the_attempt_recorded() {
     assert_eq!(ev.fallbacks.len(), 1);
     assert_eq!(ev.fallbacks[0].0, PLUGIN);
     assert!(
-        ev.fallbacks[0]
-            .1
-            .contains("out of memory (asked for 36 bytes)"),
+        ev.fallbacks[0].1.contains("out of memory (asked for 36 bytes)"),
         "{:?}",
         ev.fallbacks
     );
@@ -466,9 +436,7 @@ fn device_errors_fall_back_and_inputs_come_back_from_the_plugin() {
 
 #[test]
 fn malformed_outputs_fall_back() {
-    let plugin = RestrictedBackend::new()
-        .short_output("copy")
-        .host_output("cast_to_f64");
+    let plugin = RestrictedBackend::new().short_output("copy").host_output("cast_to_f64");
     let (exec, plugin) = exec_with(traced(0), plugin);
     let x = arange_f32(&exec, &[2, 3]).transpose(0, 1).unwrap();
     let y = x.contiguous().unwrap();
@@ -478,23 +446,16 @@ fn malformed_outputs_fall_back() {
         ev.fallbacks,
         vec![(
             PLUGIN,
-            "plugin:0 failed: returned output 0 as 5 elements of f32, expected 6 of f32"
-                .to_string()
+            "plugin:0 failed: returned output 0 as 5 elements of f32, expected 6 of f32".to_string()
         )]
     );
-    assert_eq!(
-        y.to_vec::<f32>().unwrap(),
-        vec![-3.0, -1.5, -2.5, -1.0, -2.0, -0.5]
-    );
+    assert_eq!(y.to_vec::<f32>().unwrap(), vec![-3.0, -1.5, -2.5, -1.0, -2.0, -0.5]);
 
     let z = x.to_dtype(DType::F64).unwrap();
     assert_eq!(z.device(), Device::Cpu);
     assert_eq!(
         last_event(&exec).fallbacks,
-        vec![(
-            PLUGIN,
-            "plugin:0 failed: returned output 0 on cpu".to_string()
-        )]
+        vec![(PLUGIN, "plugin:0 failed: returned output 0 on cpu".to_string())]
     );
     assert_eq!(plugin.executes(), 2);
 }
@@ -582,11 +543,7 @@ fn resident_inputs_keep_ops_on_their_device_and_moves_are_counted() {
     let ev = last_event(&exec);
     assert_eq!(ev.reason, "inputs already there");
     assert_eq!(ev.bytes_moved, 0);
-    assert_eq!(
-        plugin.uploads(),
-        1,
-        "a resident input is not uploaded again"
-    );
+    assert_eq!(plugin.uploads(), 1, "a resident input is not uploaded again");
 
     // Mixed inputs: the plugin holds more bytes, so the CPU part moves up.
     let b = arange_f32(&exec, &[1, 3]);
@@ -616,10 +573,7 @@ fn small_ops_stay_on_the_cpu() {
     let small = arange_f32(&exec, &[3, 3]).transpose(0, 1).unwrap();
     assert_eq!(small.contiguous().unwrap().device(), Device::Cpu);
     let ev = last_event(&exec);
-    assert_eq!(
-        ev.reason,
-        "first capable in chain (plugin:0: below offload size)"
-    );
+    assert_eq!(ev.reason, "first capable in chain (plugin:0: below offload size)");
     assert_eq!(plugin.uploads(), 0);
 
     // At the threshold the plugin wins.
@@ -667,10 +621,7 @@ fn the_preferred_device_goes_first() {
     let (exec, _plugin) = exec_with(cfg, RestrictedBackend::new().refuse_op("copy"));
     let x = arange_f32(&exec, &[2, 2]).transpose(0, 1).unwrap();
     assert_eq!(x.contiguous().unwrap().device(), Device::Cpu);
-    assert_eq!(
-        last_event(&exec).reason,
-        "first capable in chain (plugin:0 lacks it)"
-    );
+    assert_eq!(last_event(&exec).reason, "first capable in chain (plugin:0 lacks it)");
 }
 
 #[test]
@@ -679,24 +630,15 @@ fn chain_order_and_skipping_a_refusing_device() {
     let second = Arc::new(RestrictedBackend::new().on(Device::Plugin(1)));
     let exec = Executor::with_backends(
         traced(0),
-        vec![
-            first.clone() as Arc<dyn Backend>,
-            second.clone() as Arc<dyn Backend>,
-        ],
+        vec![first.clone() as Arc<dyn Backend>, second.clone() as Arc<dyn Backend>],
     )
     .unwrap();
-    assert_eq!(
-        exec.devices(),
-        vec![Device::Plugin(0), Device::Plugin(1), Device::Cpu]
-    );
+    assert_eq!(exec.devices(), vec![Device::Plugin(0), Device::Plugin(1), Device::Cpu]);
     let exec = Arc::new(exec);
     let x = arange_f32(&exec, &[2, 3]).transpose(0, 1).unwrap();
     let y = x.contiguous().unwrap();
     assert_eq!(y.device(), Device::Plugin(1));
-    assert_eq!(
-        last_event(&exec).reason,
-        "first capable in chain (plugin:0 lacks it)"
-    );
+    assert_eq!(last_event(&exec).reason, "first capable in chain (plugin:0 lacks it)");
     assert_eq!(x.to_dtype(DType::I64).unwrap().device(), Device::Plugin(0));
 
     // Moving a tensor between two accelerators goes through the host.
@@ -773,10 +715,7 @@ fn an_unregistered_preferred_device_is_an_error() {
     match Executor::with_backends(cfg, vec![Arc::new(RestrictedBackend::new())]) {
         Err(Error::DeviceNotAvailable { device, reason }) => {
             assert_eq!(device, Device::Cuda(0));
-            assert!(
-                reason.contains("plugin:0") && reason.contains("cpu"),
-                "{reason}"
-            );
+            assert!(reason.contains("plugin:0") && reason.contains("cpu"), "{reason}");
         }
         other => panic!("expected DeviceNotAvailable, got {other:?}"),
     }
@@ -796,9 +735,7 @@ fn plugin_results_equal_cpu_results_exactly() {
     let (pexec, _plugin) = exec_with(traced(0), RestrictedBackend::new());
     let cexec = Arc::new(Executor::new(traced(0)));
     let run = |exec: &Arc<Executor>| -> Vec<(DType, Vec<f64>, Device)> {
-        let v: Vec<f32> = (0..60)
-            .map(|i| ((i * 37 % 61) as f32 - 30.0) * 0.173)
-            .collect();
+        let v: Vec<f32> = (0..60).map(|i| ((i * 37 % 61) as f32 - 30.0) * 0.173).collect();
         let x = Tensor::from_storage_in(exec, CpuStorage::from_vec(v), [3, 4, 5]).unwrap();
         let view = x.permute(&[2, 0, 1]).unwrap().narrow(1, 1, 2).unwrap();
         let mut out = Vec::new();
@@ -819,11 +756,7 @@ fn plugin_results_equal_cpu_results_exactly() {
         }
         let other = x.narrow(0, 0, 1).unwrap();
         let buf = cat(exec, 0, &[&x, &other, &x.narrow(0, 2, 1).unwrap()]).unwrap();
-        out.push((
-            buf.dtype(),
-            exec.download(&buf).unwrap().to_f64_vec(),
-            buf.device(),
-        ));
+        out.push((buf.dtype(), exec.download(&buf).unwrap().to_f64_vec(), buf.device()));
         out
     };
     let on_plugin = run(&pexec);
@@ -847,10 +780,7 @@ fn plugin_results_equal_cpu_results_exactly() {
 
 #[test]
 fn trace_table_shows_op_device_reason_and_fallback() {
-    let (exec, _plugin) = exec_with(
-        traced(0),
-        RestrictedBackend::new().fail_op("copy").refuse_op("cat"),
-    );
+    let (exec, _plugin) = exec_with(traced(0), RestrictedBackend::new().fail_op("copy").refuse_op("cat"));
     let x = arange_f32(&exec, &[2, 3]).transpose(0, 1).unwrap();
     x.contiguous().unwrap();
     x.to_dtype(DType::F64).unwrap();
@@ -863,14 +793,7 @@ fn trace_table_shows_op_device_reason_and_fallback() {
         header,
         ["#", "op", "inputs", "dtype", "device", "reason", "fallback", "moved", "time"]
     );
-    let cell = |row: usize, col: usize| {
-        lines[row]
-            .split('|')
-            .nth(col)
-            .map(str::trim)
-            .unwrap_or("")
-            .to_string()
-    };
+    let cell = |row: usize, col: usize| lines[row].split('|').nth(col).map(str::trim).unwrap_or("").to_string();
     assert_eq!(cell(2, 1), "copy");
     assert_eq!(cell(2, 2), "[3, 2]");
     assert_eq!(cell(2, 4), "cpu");
@@ -931,30 +854,19 @@ fn no_device_could_run_lists_every_attempt() {
                 );
             }
             let msg = Error::NoDeviceCouldRun { op, attempts }.to_string();
-            assert!(
-                msg.contains("[plugin:0: plugin:0 failed: device lost]"),
-                "{msg}"
-            );
+            assert!(msg.contains("[plugin:0: plugin:0 failed: device lost]"), "{msg}");
             assert!(msg.contains("[cpu: plugin:0 failed: device lost]"), "{msg}");
         }
         other => panic!("expected NoDeviceCouldRun, got {other:?}"),
     }
     // Reading it back is an explicit download, which reports the error as is.
-    assert!(matches!(
-        x.to_vec::<f32>(),
-        Err(Error::Backend { device: PLUGIN, .. })
-    ));
+    assert!(matches!(x.to_vec::<f32>(), Err(Error::Backend { device: PLUGIN, .. })));
 }
 
 #[test]
 fn config_from_vars() {
     let vars = |pairs: &'static [(&'static str, &'static str)]| {
-        move |k: &str| {
-            pairs
-                .iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.to_string())
-        }
+        move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
     };
     let c = ExecutorConfig::from_vars(vars(&[])).unwrap();
     assert_eq!(c, ExecutorConfig::default());
@@ -980,13 +892,7 @@ fn config_from_vars() {
         ("RUSTORCH_DEVICE", "", None),
     ] {
         let pairs = [(name, value)];
-        let c = ExecutorConfig::from_vars(|k| {
-            pairs
-                .iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.to_string())
-        })
-        .unwrap();
+        let c = ExecutorConfig::from_vars(|k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())).unwrap();
         assert_eq!(c.preferred_device, preferred, "{value}");
     }
     for (name, value) in [
@@ -999,12 +905,7 @@ fn config_from_vars() {
         ("RUSTORCH_MIN_OFFLOAD", "lots"),
     ] {
         let pairs = [(name, value)];
-        match ExecutorConfig::from_vars(|k| {
-            pairs
-                .iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.to_string())
-        }) {
+        match ExecutorConfig::from_vars(|k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())) {
             Err(Error::InvalidArgument { op, .. }) => assert_eq!(op, name),
             other => panic!("{name}={value:?} should be rejected, got {other:?}"),
         }
@@ -1028,12 +929,7 @@ fn the_global_executor_works() {
     let t = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], [2, 2]).unwrap();
     assert!(Arc::ptr_eq(t.executor(), &g));
     assert_eq!(
-        t.t()
-            .unwrap()
-            .contiguous()
-            .unwrap()
-            .to_vec::<f32>()
-            .unwrap(),
+        t.t().unwrap().contiguous().unwrap().to_vec::<f32>().unwrap(),
         vec![1.0, 3.0, 2.0, 4.0]
     );
 }

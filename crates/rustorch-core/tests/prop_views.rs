@@ -94,10 +94,7 @@ impl Model {
         if perm.len() != self.rank() {
             return None;
         }
-        let p: Vec<usize> = perm
-            .iter()
-            .map(|&d| resolve(d, self.rank()))
-            .collect::<Option<_>>()?;
+        let p: Vec<usize> = perm.iter().map(|&d| resolve(d, self.rank())).collect::<Option<_>>()?;
         let mut sorted = p.clone();
         sorted.sort_unstable();
         sorted.dedup();
@@ -245,12 +242,7 @@ impl Model {
         }
         (0..n).all(|f| {
             let idx = unravel(f, dims);
-            let at: i64 = base
-                + idx
-                    .iter()
-                    .zip(&strides)
-                    .map(|(&i, &s)| i as i64 * s)
-                    .sum::<i64>();
+            let at: i64 = base + idx.iter().zip(&strides).map(|(&i, &s)| i as i64 * s).sum::<i64>();
             at == self.pos[f] as i64
         })
     }
@@ -291,13 +283,7 @@ impl Model {
         if total == 0 {
             return Some((d, vec![(0, 0)]));
         }
-        Some((
-            d,
-            (0..total)
-                .step_by(size)
-                .map(|s| (s, size.min(total - s)))
-                .collect(),
-        ))
+        Some((d, (0..total).step_by(size).map(|s| (s, size.min(total - s))).collect()))
     }
 
     /// PyTorch's `chunk(chunks, dim)`: (start, len) of every piece.
@@ -514,12 +500,7 @@ type Stepped = Option<(Tensor, Model, bool)>;
 fn step(t: &Tensor, m: &Model, kind: Kind, seed: u64) -> Result<Stepped, TestCaseError> {
     let mut seq = Seq::new(seed);
     let rank = m.rank();
-    let view = |model: Option<Model>| {
-        model.map(|model| Expect {
-            model,
-            shares: true,
-        })
-    };
+    let view = |model: Option<Model>| model.map(|model| Expect { model, shares: true });
     let (got, want): (rustorch_core::Result<Tensor>, Option<Expect>) = match kind {
         Kind::Transpose => {
             let (a, b) = (seq.dim(rank), seq.dim(rank));
@@ -554,10 +535,7 @@ fn step(t: &Tensor, m: &Model, kind: Kind, seed: u64) -> Result<Stepped, TestCas
             let d = seq.dim(rank);
             let size = resolve(d, rank).map_or(3, |d| m.dims[d]);
             let (start, end, step) = (seq.below(size + 2), seq.below(size + 3), seq.below(4));
-            (
-                t.slice(d, start, end, step),
-                view(m.slice(d, start, end, step)),
-            )
+            (t.slice(d, start, end, step), view(m.slice(d, start, end, step)))
         }
         Kind::Unsqueeze => {
             if rank >= MAX_RANK {
@@ -647,8 +625,7 @@ fn step(t: &Tensor, m: &Model, kind: Kind, seed: u64) -> Result<Stepped, TestCas
                         sizes[0] = -1;
                         sizes[1] = -1;
                     }
-                    let want = infer(&sizes, m.pos.len())
-                        .and_then(|dims| m.reshape(&dims).map(|model| (dims, model)));
+                    let want = infer(&sizes, m.pos.len()).and_then(|dims| m.reshape(&dims).map(|model| (dims, model)));
                     let want = want.map(|(dims, model)| Expect {
                         model,
                         shares: m.view_possible(&dims),
@@ -674,24 +651,15 @@ fn step(t: &Tensor, m: &Model, kind: Kind, seed: u64) -> Result<Stepped, TestCas
             };
             match (pieces, ranges) {
                 (Ok(pieces), Some((dim, ranges))) => {
-                    prop_assert_eq!(
-                        pieces.len(),
-                        ranges.len(),
-                        "{:?}({}, {}) of {:?}",
-                        kind,
-                        n,
-                        d,
-                        m.dims
-                    );
+                    prop_assert_eq!(pieces.len(), ranges.len(), "{:?}({}, {}) of {:?}", kind, n, d, m.dims);
                     let k = seq.below(ranges.len());
                     for (p, &(_, len)) in pieces.iter().zip(&ranges) {
                         prop_assert_eq!(p.dims()[dim], len);
                     }
                     let (start, len) = ranges[k];
-                    let want = m.narrow(dim as isize, start, len).map(|model| Expect {
-                        model,
-                        shares: true,
-                    });
+                    let want = m
+                        .narrow(dim as isize, start, len)
+                        .map(|model| Expect { model, shares: true });
                     (Ok(pieces[k].clone()), want)
                 }
                 (Err(_), None) => return Ok(None),
@@ -748,11 +716,7 @@ fn infer(sizes: &[isize], n: usize) -> Option<Vec<usize>> {
     if sizes.iter().filter(|&&s| s == -1).count() > 1 || sizes.iter().any(|&s| s < -1) {
         return None;
     }
-    let known: usize = sizes
-        .iter()
-        .filter(|&&s| s >= 0)
-        .map(|&s| s as usize)
-        .product();
+    let known: usize = sizes.iter().filter(|&&s| s >= 0).map(|&s| s as usize).product();
     let mut out: Vec<usize> = sizes.iter().map(|&s| s.max(0) as usize).collect();
     if let Some(i) = sizes.iter().position(|&s| s == -1) {
         if known == 0 || !n.is_multiple_of(known) {
@@ -771,12 +735,7 @@ fn check(t: &Tensor, m: &Model) -> Result<(), TestCaseError> {
     prop_assert_eq!(&pos, &m.pos, "storage positions of {:?}", l);
     prop_assert_eq!(blocks(l), m.pos.clone(), "blocks of {:?}", l);
     if !m.pos.is_empty() {
-        prop_assert_eq!(
-            l.is_contiguous(),
-            m.is_contiguous(),
-            "is_contiguous of {:?}",
-            l
-        );
+        prop_assert_eq!(l.is_contiguous(), m.is_contiguous(), "is_contiguous of {:?}", l);
         prop_assert_eq!(l.storage_extent(), m.pos.iter().max().map_or(0, |&p| p + 1));
         prop_assert!(l.storage_extent() <= t.buffer().len());
     }
@@ -789,9 +748,7 @@ fn check(t: &Tensor, m: &Model) -> Result<(), TestCaseError> {
 fn blocks(l: &Layout) -> Vec<usize> {
     match l.blocks() {
         StridedBlocks::Single { start, len } => (start..start + len).collect(),
-        StridedBlocks::Multiple { starts, run_len } => {
-            starts.flat_map(|s| s..s + run_len).collect()
-        }
+        StridedBlocks::Multiple { starts, run_len } => starts.flat_map(|s| s..s + run_len).collect(),
     }
 }
 
@@ -819,8 +776,7 @@ fn view_chains_match_the_model() {
         ..ProptestConfig::default()
     };
     // A fixed seed keeps the coverage counts below stable from run to run.
-    let mut runner =
-        TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
+    let mut runner = TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
     let result = runner.run(&(base_shape(), steps()), |(dims, chain)| {
         let n = numel(&dims);
         let data = CpuStorage::from_vec((0..n as i64).collect::<Vec<_>>());
@@ -848,10 +804,7 @@ fn view_chains_match_the_model() {
         panic!("{e}");
     }
     let copies = reshape_copies.load(Ordering::Relaxed);
-    let reshape_at = KINDS
-        .iter()
-        .position(|k| matches!(k, Kind::Reshape))
-        .unwrap_or(0);
+    let reshape_at = KINDS.iter().position(|k| matches!(k, Kind::Reshape)).unwrap_or(0);
     let reshapes = ok[reshape_at].load(Ordering::Relaxed);
     eprintln!("Reshape: {copies} of {reshapes} needed a copy");
     assert!(
@@ -859,10 +812,7 @@ fn view_chains_match_the_model() {
         "reshape: {copies} copies of {reshapes}"
     );
     for (k, kind) in KINDS.iter().enumerate() {
-        let (ok, failed) = (
-            ok[k].load(Ordering::Relaxed),
-            failed[k].load(Ordering::Relaxed),
-        );
+        let (ok, failed) = (ok[k].load(Ordering::Relaxed), failed[k].load(Ordering::Relaxed));
         eprintln!("{kind:?}: {ok} applied, {failed} rejected or skipped");
         assert!(ok >= 20, "{kind:?} applied only {ok} times");
         if !matches!(kind, Kind::Unsqueeze | Kind::SqueezeAll | Kind::Contiguous) {
@@ -1014,10 +964,7 @@ fn compatible_pair() -> impl Strategy<Value = (Vec<usize>, Vec<usize>)> {
     (small_shape(), any::<u64>()).prop_map(|(a, seed)| {
         let mut seq = Seq::new(seed);
         let drop = seq.below(a.len() + 1);
-        let b = a[drop..]
-            .iter()
-            .map(|&d| if seq.coin(40) { 1 } else { d })
-            .collect();
+        let b = a[drop..].iter().map(|&d| if seq.coin(40) { 1 } else { d }).collect();
         if seq.coin(50) {
             (a, b)
         } else {
@@ -1091,8 +1038,7 @@ fn view_regressions() {
     assert_eq!(t.slice(1, 1, 4, 2).unwrap().dims(), &[0, 2]);
 
     // A step far past the end leaves one element, without overflowing the stride.
-    let t =
-        Tensor::from_storage(CpuStorage::from_vec((0..12i64).collect::<Vec<_>>()), [3, 4]).unwrap();
+    let t = Tensor::from_storage(CpuStorage::from_vec((0..12i64).collect::<Vec<_>>()), [3, 4]).unwrap();
     let s = t.slice(1, 1, 4, usize::MAX).unwrap();
     assert_eq!(s.dims(), &[3, 1]);
     assert_eq!(s.to_vec::<i64>().unwrap(), vec![1, 5, 9]);
@@ -1104,14 +1050,8 @@ fn view_regressions() {
     assert_eq!(e.chunk(3, 0).unwrap().len(), 3);
     assert!(e.chunk(3, 0).unwrap().iter().all(|p| p.dims() == [0, 3]));
     // And `chunk` may return fewer pieces than asked for, as PyTorch does.
-    let t6 =
-        Tensor::from_storage(CpuStorage::from_vec((0..6i64).collect::<Vec<_>>()), [6]).unwrap();
-    let sizes: Vec<usize> = t6
-        .chunk(4, 0)
-        .unwrap()
-        .iter()
-        .map(|p| p.dims()[0])
-        .collect();
+    let t6 = Tensor::from_storage(CpuStorage::from_vec((0..6i64).collect::<Vec<_>>()), [6]).unwrap();
+    let sizes: Vec<usize> = t6.chunk(4, 0).unwrap().iter().map(|p| p.dims()[0]).collect();
     assert_eq!(sizes, vec![2, 2, 2]);
 
     // An empty non-contiguous view can still be viewed in any shape of no
@@ -1122,7 +1062,5 @@ fn view_regressions() {
     assert!(Arc::ptr_eq(flat.buffer(), e.buffer()));
 
     // Mismatched element counts are never a view.
-    assert!(Layout::contiguous([2, 3])
-        .reshape_view(&Shape::from([7]))
-        .is_none());
+    assert!(Layout::contiguous([2, 3]).reshape_view(&Shape::from([7])).is_none());
 }

@@ -15,10 +15,21 @@ fn creation_and_casts_match_pytorch() {
     assert!(cases.len() > 50, "fixture file looks truncated");
     for c in &cases {
         let got = if c.name.starts_with("arange_") {
-            Tensor::arange(c.arg_f64("start"), c.arg_f64("end"), c.arg_f64("step"), c.outputs[0].dtype).unwrap()
+            Tensor::arange(
+                c.arg_f64("start"),
+                c.arg_f64("end"),
+                c.arg_f64("step"),
+                c.outputs[0].dtype,
+            )
+            .unwrap()
         } else if c.name.starts_with("linspace_") {
-            Tensor::linspace(c.arg_f64("start"), c.arg_f64("end"), c.arg_i64("steps") as usize, c.outputs[0].dtype)
-                .unwrap()
+            Tensor::linspace(
+                c.arg_f64("start"),
+                c.arg_f64("end"),
+                c.arg_i64("steps") as usize,
+                c.outputs[0].dtype,
+            )
+            .unwrap()
         } else if c.name.starts_with("eye_") {
             Tensor::eye(c.arg_i64("n") as usize, DType::F32).unwrap()
         } else if c.name.starts_with("full_") {
@@ -58,6 +69,14 @@ fn bad_creation_arguments_are_errors() {
     assert!(Tensor::arange(0.0, 1.0, 0.0, DType::F32).is_err());
     assert!(Tensor::arange(0.0, f64::INFINITY, 1.0, DType::F32).is_err());
     assert!(Tensor::from_vec(vec![1.0f32, 2.0], [3]).is_err());
+    assert!(
+        Tensor::zeros([usize::MAX, 2], DType::F32).is_err(),
+        "overflowing sizes are an error"
+    );
+    assert!(Tensor::full([1 << 40, 1 << 40], 1.0, DType::F32).is_err());
     let t = Tensor::zeros([2, 3], DType::F32).unwrap();
-    assert!(t.to_vec::<f64>().is_err(), "asking for the wrong element type is an error");
+    assert!(
+        t.to_vec::<f64>().is_err(),
+        "asking for the wrong element type is an error"
+    );
 }

@@ -18,7 +18,9 @@ pub fn execute(op: &Op, inputs: &[CpuInput<'_>], outputs: &[TensorMeta]) -> CpuR
     match op {
         Op::Copy => {
             let i = inputs[0];
-            Ok(vec![with_cpu_storage!(i.storage, v, T => CpuStorage::from_vec(gather(v, i.layout)))])
+            Ok(vec![
+                with_cpu_storage!(i.storage, v, T => CpuStorage::from_vec(gather(v, i.layout))),
+            ])
         }
         Op::Cast { to } => Ok(vec![cast(inputs[0], *to)]),
         Op::Cat { dim } => cat(op, inputs, *dim, &outputs[0]),
