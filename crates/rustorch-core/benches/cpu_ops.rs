@@ -1,0 +1,94 @@
+//! CPU op benchmarks. bench/compare_torch.py runs these and the same
+//! shapes through PyTorch in one run and prints the throughput ratios.
+//!
+//! Every benchmark id is `<op>/<shape>`; compare_torch.py uses the same ids.
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use rustorch_core::op::Conv2dParams;
+use rustorch_core::{DType, Tensor};
+use std::hint::black_box;
+use std::time::Duration;
+
+fn matmul(c: &mut Criterion) {
+    let mut g = c.benchmark_group("matmul_f32");
+    g.sample_size(10).measurement_time(Duration::from_secs(4));
+    for n in [512usize, 1024, 2048] {
+        let a = Tensor::randn([n, n], DType::F32, 1).unwrap();
+        let b = Tensor::randn([n, n], DType::F32, 2).unwrap();
+        g.throughput(Throughput::Elements((2 * n * n * n) as u64));
+        g.bench_with_input(BenchmarkId::from_parameter(n), &n, |bch, _| {
+            bch.iter(|| black_box(a.matmul(&b).unwrap()))
+        });
+    }
+    g.finish();
+
+    let mut g = c.benchmark_group("matmul_f16");
+    g.sample_size(10).measurement_time(Duration::from_secs(4));
+    let n = 1024usize;
+    let a = Tensor::randn([n, n], DType::F16, 1).unwrap();
+    let b = Tensor::randn([n, n], DType::F16, 2).unwrap();
+    g.throughput(Throughput::Elements((2 * n * n * n) as u64));
+    g.bench_with_input(BenchmarkId::from_parameter(n), &n, |bch, _| {
+        bch.iter(|| black_box(a.matmul(&b).unwrap()))
+    });
+    g.finish();
+}
+
+fn row_ops(c: &mut Criterion) {
+    let mut g = c.benchmark_group("softmax_f32");
+    for (rows, cols) in [(4096usize, 1024usize), (64, 32000)] {
+        let x = Tensor::randn([rows, cols], DType::F32, 3).unwrap();
+        g.throughput(Throughput::Bytes((rows * cols * 4) as u64));
+        g.bench_with_input(BenchmarkId::from_parameter(format!("{rows}x{cols}")), &0, |bch, _| {
+            bch.iter(|| black_box(x.softmax(-1).unwrap()))
+        });
+    }
+    g.finish();
+
+    let mut g = c.benchmark_group("rms_norm_f32");
+    for (rows, cols) in [(4096usize, 4096usize), (512, 2048)] {
+        let x = Tensor::randn([rows, cols], DType::F32, 4).unwrap();
+        let w = Tensor::randn([cols], DType::F32, 5).unwrap();
+        g.throughput(Throughput::Bytes((rows * cols * 4) as u64));
+        g.bench_with_input(BenchmarkId::from_parameter(format!("{rows}x{cols}")), &0, |bch, _| {
+            bch.iter(|| black_box(x.rms_norm(Some(&w), 1e-5).unwrap()))
+        });
+    }
+    g.finish();
+}
+
+fn elementwise(c: &mut Criterion) {
+    let n = 1usize << 22;
+    let a = Tensor::randn([n], DType::F32, 6).unwrap();
+    let b = Tensor::randn([n], DType::F32, 7).unwrap();
+    let mut g = c.benchmark_group("elementwise_f32");
+    g.throughput(Throughput::Elements(n as u64));
+    g.bench_function("add_4M", |bch| bch.iter(|| black_box(a.add(&b).unwrap())));
+    g.bench_function("mul_4M", |bch| bch.iter(|| black_box(a.mul(&b).unwrap())));
+    g.bench_function("silu_4M", |bch| bch.iter(|| black_box(a.silu().unwrap())));
+    g.bench_function("gelu_4M", |bch| bch.iter(|| black_box(a.gelu().unwrap())));
+    g.bench_function("exp_4M", |bch| bch.iter(|| black_box(a.exp().unwrap())));
+    g.finish();
+}
+
+fn conv(c: &mut Criterion) {
+    // A ResNet-50 stage-1 3x3 layer at batch 8.
+    let x = Tensor::randn([8, 64, 56, 56], DType::F32, 8).unwrap();
+    let w = Tensor::randn([64, 64, 3, 3], DType::F32, 9).unwrap();
+    let p = Conv2dParams {
+        stride: [1, 1],
+        padding: [1, 1],
+        dilation: [1, 1],
+        groups: 1,
+    };
+    let mut g = c.benchmark_group("conv2d_f32");
+    g.sample_size(10).measurement_time(Duration::from_secs(4));
+    g.throughput(Throughput::Elements((2 * 8 * 64 * 56 * 56 * 64 * 9) as u64));
+    g.bench_function("resnet_8x64x56x56_k3", |bch| {
+        bch.iter(|| black_box(x.conv2d(&w, None, p).unwrap()))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, matmul, row_ops, elementwise, conv);
+criterion_main!(benches);
