@@ -19,12 +19,20 @@ fn apply_view(case: &str, mut t: Tensor, views: &Value) -> Tensor {
             "narrow" => t.narrow(int(&v[1]) as isize, int(&v[2]) as usize, int(&v[3]) as usize),
             "expand" => t.expand(&ints(&v[1]).iter().map(|&d| d as isize).collect::<Vec<_>>()),
             "permute" => t.permute(&ints(&v[1]).iter().map(|&d| d as isize).collect::<Vec<_>>()),
-            "slice" => t.slice(int(&v[1]) as isize, int(&v[2]) as usize, int(&v[3]) as usize, int(&v[4]) as usize),
+            "slice" => t.slice(
+                int(&v[1]) as isize,
+                int(&v[2]) as usize,
+                int(&v[3]) as usize,
+                int(&v[4]) as usize,
+            ),
             k => panic!("{case}: unknown view {k}"),
         }
         .unwrap_or_else(|e| panic!("{case}: view {v}: {e}"));
     }
-    assert!(list.is_empty() || !t.is_contiguous(), "{case}: the view should be non-contiguous");
+    assert!(
+        list.is_empty() || !t.is_contiguous(),
+        "{case}: the view should be non-contiguous"
+    );
     t
 }
 
@@ -79,13 +87,29 @@ fn expect_invalid(what: &str, r: rustorch_core::Result<Tensor>, needles: &[&str]
 #[test]
 fn out_of_range_indices_are_errors() {
     let x = Tensor::randn([3, 4], DType::F32, 1).unwrap();
-    expect_invalid("index_select high", x.index_select(1, &i64s(&[0, 4], &[2])), &["index 4", "size 4"]);
-    expect_invalid("index_select negative", x.index_select(0, &i64s(&[-1], &[1])), &["index -1", "size 3"]);
+    expect_invalid(
+        "index_select high",
+        x.index_select(1, &i64s(&[0, 4], &[2])),
+        &["index 4", "size 4"],
+    );
+    expect_invalid(
+        "index_select negative",
+        x.index_select(0, &i64s(&[-1], &[1])),
+        &["index -1", "size 3"],
+    );
     let idx32 = Tensor::from_slice(&[1i32, 7], [1, 2]).unwrap();
     expect_invalid("gather i32", x.gather(1, &idx32), &["index 7", "size 4"]);
     let src = Tensor::ones([1, 2], DType::F32).unwrap();
-    expect_invalid("scatter_add", x.scatter_add(0, &i64s(&[0, 3], &[1, 2]), &src), &["index 3", "size 3"]);
-    expect_invalid("scatter_add negative", x.scatter_add(1, &i64s(&[-2, 0], &[1, 2]), &src), &["index -2"]);
+    expect_invalid(
+        "scatter_add",
+        x.scatter_add(0, &i64s(&[0, 3], &[1, 2]), &src),
+        &["index 3", "size 3"],
+    );
+    expect_invalid(
+        "scatter_add negative",
+        x.scatter_add(1, &i64s(&[-2, 0], &[1, 2]), &src),
+        &["index -2"],
+    );
     let w = Tensor::randn([5, 2], DType::F16, 2).unwrap();
     expect_invalid("embedding", w.embedding(&i64s(&[0, 5], &[2])), &["index 5", "size 5"]);
     let ids8 = Tensor::from_slice(&[200u8], [1]).unwrap();
@@ -93,7 +117,10 @@ fn out_of_range_indices_are_errors() {
     // The error is the caller's: no other device is tried.
     assert!(matches!(
         x.index_select(0, &i64s(&[9], &[1])),
-        Err(Error::Backend { source: rustorch_core::BackendError::InvalidInput { .. }, .. })
+        Err(Error::Backend {
+            source: rustorch_core::BackendError::InvalidInput { .. },
+            ..
+        })
     ));
 }
 
@@ -103,14 +130,23 @@ fn bad_arguments_are_errors() {
     let fidx = Tensor::zeros([2], DType::F32).unwrap();
     assert!(x.index_select(0, &fidx).is_err(), "float index");
     assert!(x.index_select(2, &i64s(&[0], &[1])).is_err(), "dim out of range");
-    assert!(x.index_select(-3, &i64s(&[0], &[1])).is_err(), "negative dim out of range");
+    assert!(
+        x.index_select(-3, &i64s(&[0], &[1])).is_err(),
+        "negative dim out of range"
+    );
     assert!(x.index_select(0, &i64s(&[0, 1], &[1, 2])).is_err(), "2-D index");
     assert!(x.gather(0, &i64s(&[0, 1], &[2])).is_err(), "gather rank mismatch");
     assert!(x.gather(0, &i64s(&[0; 10], &[2, 5])).is_err(), "gather index too wide");
     let src64 = Tensor::ones([1, 2], DType::F64).unwrap();
-    assert!(x.scatter_add(0, &i64s(&[0, 1], &[1, 2]), &src64).is_err(), "scatter dtype mismatch");
+    assert!(
+        x.scatter_add(0, &i64s(&[0, 1], &[1, 2]), &src64).is_err(),
+        "scatter dtype mismatch"
+    );
     let small = Tensor::ones([1, 1], DType::F32).unwrap();
-    assert!(x.scatter_add(0, &i64s(&[0, 1], &[1, 2]), &small).is_err(), "source smaller than index");
+    assert!(
+        x.scatter_add(0, &i64s(&[0, 1], &[1, 2]), &small).is_err(),
+        "source smaller than index"
+    );
     let w3 = Tensor::zeros([2, 3, 4], DType::F32).unwrap();
     assert!(w3.embedding(&i64s(&[0], &[1])).is_err(), "3-D table");
     assert!(Tensor::cat(&[], 0).is_err(), "cat of nothing");
@@ -141,11 +177,17 @@ fn large_inputs_match_plain_loops() {
     // index_select along both dims.
     let idx = lcg(400, r as u64, 2);
     let got = x.index_select(0, &i64s(&idx, &[400])).unwrap().to_vec::<i64>().unwrap();
-    let want: Vec<i64> = idx.iter().flat_map(|&i| xv[i as usize * c..(i as usize + 1) * c].to_vec()).collect();
+    let want: Vec<i64> = idx
+        .iter()
+        .flat_map(|&i| xv[i as usize * c..(i as usize + 1) * c].to_vec())
+        .collect();
     assert_eq!(got, want, "index_select dim 0");
     let idx = lcg(150, c as u64, 3);
     let got = x.index_select(1, &i64s(&idx, &[150])).unwrap().to_vec::<i64>().unwrap();
-    let want: Vec<i64> = (0..r).flat_map(|i| idx.iter().map(move |&j| (i, j))).map(|(i, j)| xv[i * c + j as usize]).collect();
+    let want: Vec<i64> = (0..r)
+        .flat_map(|i| idx.iter().map(move |&j| (i, j)))
+        .map(|(i, j)| xv[i * c + j as usize])
+        .collect();
     assert_eq!(got, want, "index_select dim 1");
     // gather along dim 0 of the transposed tensor (strided source).
     let xt = x.t().unwrap();

@@ -13,7 +13,13 @@ use serde_json::Value;
 fn apply_view(case: &str, mut t: Tensor, views: &Value) -> Tensor {
     let Some(list) = views.as_array() else { return t };
     let int = |v: &Value| v.as_i64().unwrap_or_else(|| panic!("{case}: bad view arg {v}"));
-    let ints = |v: &Value| v.as_array().expect("list").iter().map(|x| int(x) as isize).collect::<Vec<_>>();
+    let ints = |v: &Value| {
+        v.as_array()
+            .expect("list")
+            .iter()
+            .map(|x| int(x) as isize)
+            .collect::<Vec<_>>()
+    };
     for v in list {
         t = match v[0].as_str().expect("view kind") {
             "t" => t.transpose(int(&v[1]) as isize, int(&v[2]) as isize),
@@ -24,7 +30,10 @@ fn apply_view(case: &str, mut t: Tensor, views: &Value) -> Tensor {
         }
         .unwrap_or_else(|e| panic!("{case}: view {v}: {e}"));
     }
-    assert!(list.is_empty() || !t.is_contiguous(), "{case}: the view should be non-contiguous");
+    assert!(
+        list.is_empty() || !t.is_contiguous(),
+        "{case}: the view should be non-contiguous"
+    );
     t
 }
 
@@ -44,7 +53,9 @@ fn run_case(case: &Case) -> Vec<Tensor> {
             let mut rest = x[1..].iter();
             let w = if flag("w") { rest.next() } else { None };
             let b = if flag("b") { rest.next() } else { None };
-            vec![x[0].layer_norm(case.arg_i64("k") as usize, w, b, eps()).unwrap_or_else(|e| fail(e))]
+            vec![x[0]
+                .layer_norm(case.arg_i64("k") as usize, w, b, eps())
+                .unwrap_or_else(|e| fail(e))]
         }
         "rms_norm" => {
             let w = if flag("w") { x.get(1) } else { None };
@@ -85,8 +96,10 @@ fn run_case(case: &Case) -> Vec<Tensor> {
                 m => panic!("{}: mask {m}", case.name),
             };
             let scale = case.has_arg("scale").then(|| case.arg_f64("scale"));
-            vec![Tensor::scaled_dot_product_attention(&x[0], &x[1], &x[2], mask, x.get(3), scale)
-                .unwrap_or_else(|e| fail(e))]
+            vec![
+                Tensor::scaled_dot_product_attention(&x[0], &x[1], &x[2], mask, x.get(3), scale)
+                    .unwrap_or_else(|e| fail(e)),
+            ]
         }
         o => panic!("{}: unknown op {o}", case.name),
     }
@@ -111,7 +124,10 @@ fn nn_ops_match_torch() {
 #[test]
 fn fully_masked_rows_are_zero() {
     // PyTorch 2.15 on the CPU returns zeros for a query that sees no key.
-    let case = load("nn").into_iter().find(|c| c.name == "sdpa_f32_bool").expect("case");
+    let case = load("nn")
+        .into_iter()
+        .find(|c| c.name == "sdpa_f32_bool")
+        .expect("case");
     let out = run_case(&case).remove(0);
     let v = out.to_vec::<f32>().unwrap();
     // Mask [Tq=3, Tk=7] with row 0 all false; output [2, 2, 3, 4].
@@ -136,15 +152,30 @@ fn parallel_norms_match_serial() {
         let b = Tensor::randn([257], dtype, 13).unwrap();
         let big = x.rms_norm(Some(&w), 1e-6).unwrap();
         let small = rows_in_pieces(&x, 16, |p| p.rms_norm(Some(&w), 1e-6).unwrap());
-        assert_eq!(big.to_f64_vec().unwrap(), small.to_f64_vec().unwrap(), "rms_norm {dtype}");
+        assert_eq!(
+            big.to_f64_vec().unwrap(),
+            small.to_f64_vec().unwrap(),
+            "rms_norm {dtype}"
+        );
         let big = x.layer_norm(1, Some(&w), Some(&b), 1e-5).unwrap();
         let small = rows_in_pieces(&x, 16, |p| p.layer_norm(1, Some(&w), Some(&b), 1e-5).unwrap());
-        assert_eq!(big.to_f64_vec().unwrap(), small.to_f64_vec().unwrap(), "layer_norm {dtype}");
+        assert_eq!(
+            big.to_f64_vec().unwrap(),
+            small.to_f64_vec().unwrap(),
+            "layer_norm {dtype}"
+        );
         let xb = x.reshape([20, 16, 257]).unwrap();
-        let (m, v) = (Tensor::randn([16], dtype, 14).unwrap(), Tensor::rand([16], dtype, 15).unwrap());
+        let (m, v) = (
+            Tensor::randn([16], dtype, 14).unwrap(),
+            Tensor::rand([16], dtype, 15).unwrap(),
+        );
         let big = xb.batch_norm(&m, &v, None, None, 1e-3).unwrap();
         let small = rows_in_pieces(&xb, 1, |p| p.batch_norm(&m, &v, None, None, 1e-3).unwrap());
-        assert_eq!(big.to_f64_vec().unwrap(), small.to_f64_vec().unwrap(), "batch_norm {dtype}");
+        assert_eq!(
+            big.to_f64_vec().unwrap(),
+            small.to_f64_vec().unwrap(),
+            "batch_norm {dtype}"
+        );
     }
 }
 
@@ -196,13 +227,20 @@ fn large_attention_matches_definition() {
     let q = Tensor::randn([b, hq, tq, d], DType::F32, 1).unwrap();
     let k = Tensor::randn([b, hkv, tk, d], DType::F32, 2).unwrap();
     let v = Tensor::randn([b, hkv, tk, dv], DType::F32, 3).unwrap();
-    let (qv, kv, vv) = (q.to_f64_vec().unwrap(), k.to_f64_vec().unwrap(), v.to_f64_vec().unwrap());
+    let (qv, kv, vv) = (
+        q.to_f64_vec().unwrap(),
+        k.to_f64_vec().unwrap(),
+        v.to_f64_vec().unwrap(),
+    );
     for mask in [AttnMask::None, AttnMask::Causal, AttnMask::CausalFromEnd] {
         let got = Tensor::scaled_dot_product_attention(&q, &k, &v, mask, None, None).unwrap();
         assert_eq!(got.dims(), &[b, hq, tq, dv]);
         let want = naive_sdpa(&qv, &kv, &vv, dims, mask, 1.0 / (d as f64).sqrt());
         for (i, (g, w)) in got.to_f64_vec().unwrap().iter().zip(&want).enumerate() {
-            assert!((g - w).abs() <= 1e-5 + 1e-5 * w.abs(), "{mask:?} element {i}: {g} vs {w}");
+            assert!(
+                (g - w).abs() <= 1e-5 + 1e-5 * w.abs(),
+                "{mask:?} element {i}: {g} vs {w}"
+            );
         }
     }
     // The same through an explicit bool mask equal to the from-end causal one.
@@ -227,34 +265,72 @@ fn invalid_inputs_are_errors() {
     let w7 = Tensor::randn([7], DType::F32, 2).unwrap();
     let w8 = Tensor::randn([8], DType::F32, 2).unwrap();
     assert!(x.rms_norm(Some(&w7), 1e-6).is_err(), "rms weight length");
-    assert!(x.rms_norm(Some(&w8.to_dtype(DType::F64).unwrap()), 1e-6).is_err(), "rms weight dtype");
+    assert!(
+        x.rms_norm(Some(&w8.to_dtype(DType::F64).unwrap()), 1e-6).is_err(),
+        "rms weight dtype"
+    );
     assert!(x.layer_norm(1, Some(&w7), None, 1e-5).is_err(), "layer weight shape");
     assert!(x.layer_norm(3, None, None, 1e-5).is_err(), "too many normalized dims");
     assert!(x.layer_norm(0, None, None, 1e-5).is_err(), "zero normalized dims");
-    assert!(x.layer_norm(2, Some(&w8), None, 1e-5).is_err(), "weight not of the normalized shape");
+    assert!(
+        x.layer_norm(2, Some(&w8), None, 1e-5).is_err(),
+        "weight not of the normalized shape"
+    );
     let xi = Tensor::zeros([4, 8], DType::I64).unwrap();
     assert!(xi.rms_norm(None, 1e-6).is_err(), "integer input");
     let c4 = Tensor::ones([4], DType::F32).unwrap();
-    assert!(x.batch_norm(&c4, &c4, None, None, 1e-5).is_err(), "batch stats of the wrong size");
+    assert!(
+        x.batch_norm(&c4, &c4, None, None, 1e-5).is_err(),
+        "batch stats of the wrong size"
+    );
     // rope: tables of the wrong length or too wide.
     let (c, s) = Tensor::rope_cos_sin_seq(3, 8, 1e4, DType::F32).unwrap();
     assert!(x.rope(&c, &s, RopeLayout::NeoX).is_err(), "T mismatch");
     let (c, s) = Tensor::rope_cos_sin_seq(4, 10, 1e4, DType::F32).unwrap();
     assert!(x.rope(&c, &s, RopeLayout::Interleaved).is_err(), "R > D");
     assert!(Tensor::rope_cos_sin_seq(4, 7, 1e4, DType::F32).is_err(), "odd rot_dims");
-    assert!(Tensor::rope_cos_sin_seq(4, 8, -1.0, DType::F32).is_err(), "negative theta");
-    assert!(Tensor::rope_cos_sin_seq(4, 8, 1e4, DType::I32).is_err(), "integer tables");
+    assert!(
+        Tensor::rope_cos_sin_seq(4, 8, -1.0, DType::F32).is_err(),
+        "negative theta"
+    );
+    assert!(
+        Tensor::rope_cos_sin_seq(4, 8, 1e4, DType::I32).is_err(),
+        "integer tables"
+    );
     // sdpa: mask mode and tensor must agree; heads must group.
     let q = Tensor::randn([1, 4, 3, 8], DType::F32, 3).unwrap();
     let k = Tensor::randn([1, 2, 5, 8], DType::F32, 4).unwrap();
     let m = Tensor::ones([3, 5], DType::Bool).unwrap();
-    assert!(is_invalid_argument(Tensor::scaled_dot_product_attention(&q, &k, &k, AttnMask::Explicit, None, None)));
-    assert!(is_invalid_argument(Tensor::scaled_dot_product_attention(&q, &k, &k, AttnMask::Causal, Some(&m), None)));
+    assert!(is_invalid_argument(Tensor::scaled_dot_product_attention(
+        &q,
+        &k,
+        &k,
+        AttnMask::Explicit,
+        None,
+        None
+    )));
+    assert!(is_invalid_argument(Tensor::scaled_dot_product_attention(
+        &q,
+        &k,
+        &k,
+        AttnMask::Causal,
+        Some(&m),
+        None
+    )));
     assert!(Tensor::scaled_dot_product_attention(&q, &k, &k, AttnMask::Explicit, Some(&m), None).is_ok());
     let k3 = Tensor::randn([1, 3, 5, 8], DType::F32, 5).unwrap();
-    assert!(Tensor::scaled_dot_product_attention(&q, &k3, &k3, AttnMask::None, None, None).is_err(), "4 heads over 3");
+    assert!(
+        Tensor::scaled_dot_product_attention(&q, &k3, &k3, AttnMask::None, None, None).is_err(),
+        "4 heads over 3"
+    );
     let bad = Tensor::ones([3, 4], DType::Bool).unwrap();
-    assert!(Tensor::scaled_dot_product_attention(&q, &k, &k, AttnMask::Explicit, Some(&bad), None).is_err(), "mask shape");
+    assert!(
+        Tensor::scaled_dot_product_attention(&q, &k, &k, AttnMask::Explicit, Some(&bad), None).is_err(),
+        "mask shape"
+    );
     let m64 = Tensor::ones([3, 5], DType::F64).unwrap();
-    assert!(Tensor::scaled_dot_product_attention(&q, &k, &k, AttnMask::Explicit, Some(&m64), None).is_err(), "mask dtype");
+    assert!(
+        Tensor::scaled_dot_product_attention(&q, &k, &k, AttnMask::Explicit, Some(&m64), None).is_err(),
+        "mask dtype"
+    );
 }

@@ -25,19 +25,25 @@ pub fn execute(op: &Op, inputs: &[CpuInput<'_>], _outputs: &[TensorMeta]) -> Cpu
         Op::IndexSelect { dim } => {
             let src = inputs[0];
             let idx = indices(op, inputs[1], src.dims()[dim], dim)?;
-            Ok(vec![with_cpu_storage!(src.storage, v, T => CpuStorage::from_vec(index_select(v, src.layout, dim, &idx)))])
+            Ok(vec![
+                with_cpu_storage!(src.storage, v, T => CpuStorage::from_vec(index_select(v, src.layout, dim, &idx))),
+            ])
         }
         Op::Embedding => {
             // An embedding lookup is index_select over the rows of the table.
             let w = inputs[0];
             let idx = indices(op, inputs[1], w.dims()[0], 0)?;
-            Ok(vec![with_cpu_storage!(w.storage, v, T => CpuStorage::from_vec(index_select(v, w.layout, 0, &idx)))])
+            Ok(vec![
+                with_cpu_storage!(w.storage, v, T => CpuStorage::from_vec(index_select(v, w.layout, 0, &idx))),
+            ])
         }
         Op::Gather { dim } => {
             let src = inputs[0];
             let idx = indices(op, inputs[1], src.dims()[dim], dim)?;
             let id = inputs[1].dims();
-            Ok(vec![with_cpu_storage!(src.storage, v, T => CpuStorage::from_vec(gather(v, src.layout, dim, &idx, id)))])
+            Ok(vec![
+                with_cpu_storage!(src.storage, v, T => CpuStorage::from_vec(gather(v, src.layout, dim, &idx, id))),
+            ])
         }
         Op::ScatterAdd { dim } => {
             let (dst, src) = (inputs[0], inputs[2]);
@@ -75,7 +81,10 @@ fn indices(op: &Op, input: CpuInput<'_>, size: usize, dim: usize) -> Result<Vec<
         DType::I64 => check(op, &input_slice::<i64>(op, input)?, size, dim),
         DType::I32 => check(op, &input_slice::<i32>(op, input)?, size, dim),
         DType::U8 => check(op, &input_slice::<u8>(op, input)?, size, dim),
-        d => Err(BackendError::invalid(op.name(), format!("index must be i64, i32 or u8, not {d}"))),
+        d => Err(BackendError::invalid(
+            op.name(),
+            format!("index must be i64, i32 or u8, not {d}"),
+        )),
     }
 }
 
@@ -104,12 +113,18 @@ fn index_select<T: Copy + Default + Send + Sync>(src: &[T], layout: &Layout, dim
     let sd = strides[dim];
     let n = idx.len();
     let split = Split::rows(total, inner_n, PAR_THRESHOLD, PAR_THRESHOLD);
-    rows::build(total, split, T::default(), || (), |_, k, chunk| {
-        let base = outer_offs[k / n] + idx[k % n] * sd;
-        for (o, &s) in chunk.chunks_exact_mut(run_len).zip(&runs) {
-            o.copy_from_slice(&src[base + s..base + s + run_len]);
-        }
-    })
+    rows::build(
+        total,
+        split,
+        T::default(),
+        || (),
+        |_, k, chunk| {
+            let base = outer_offs[k / n] + idx[k % n] * sd;
+            for (o, &s) in chunk.chunks_exact_mut(run_len).zip(&runs) {
+                o.copy_from_slice(&src[base + s..base + s + run_len]);
+            }
+        },
+    )
 }
 
 /// Storage offset (through `strides`) of the start of row `k` of a tensor
@@ -129,7 +144,13 @@ fn row_offset(mut k: usize, dims: &[usize], strides: &[usize], skip: usize) -> u
 
 /// `out[.., j, ..] = src[.., idx[.., j, ..], ..]` along `dim`; the output has
 /// the index's shape `id`.
-fn gather<T: Copy + Default + Send + Sync>(src: &[T], layout: &Layout, dim: usize, idx: &[usize], id: &[usize]) -> Vec<T> {
+fn gather<T: Copy + Default + Send + Sync>(
+    src: &[T],
+    layout: &Layout,
+    dim: usize,
+    idx: &[usize],
+    id: &[usize],
+) -> Vec<T> {
     let total = idx.len();
     let last = id.len() - 1;
     let row_len = id[last];
@@ -143,13 +164,19 @@ fn gather<T: Copy + Default + Send + Sync>(src: &[T], layout: &Layout, dim: usiz
     let step = if dim == last { 0 } else { s[last] };
     let off = layout.offset();
     let split = Split::rows(total, row_len, PAR_THRESHOLD, PAR_THRESHOLD);
-    rows::build(total, split, T::default(), || (), |_, k, row| {
-        let base = off + row_offset(k, id, s, dim);
-        let ids = &idx[k * row_len..(k + 1) * row_len];
-        for (t, (o, &i)) in row.iter_mut().zip(ids).enumerate() {
-            *o = src[base + i * sd + t * step];
-        }
-    })
+    rows::build(
+        total,
+        split,
+        T::default(),
+        || (),
+        |_, k, row| {
+            let base = off + row_offset(k, id, s, dim);
+            let ids = &idx[k * row_len..(k + 1) * row_len];
+            for (t, (o, &i)) in row.iter_mut().zip(ids).enumerate() {
+                *o = src[base + i * sd + t * step];
+            }
+        },
+    )
 }
 
 /// Element types scatter_add can sum, and the type they sum in: f32 for
@@ -264,7 +291,9 @@ fn scatter_add<T: ScatterElem>(
         }
     };
     if idx.len() >= PAR_THRESHOLD && dim > 0 {
-        acc.par_chunks_mut(slab_len).enumerate().for_each(|(si, s)| add_slab(si, s));
+        acc.par_chunks_mut(slab_len)
+            .enumerate()
+            .for_each(|(si, s)| add_slab(si, s));
     } else {
         acc.chunks_mut(slab_len).enumerate().for_each(|(si, s)| add_slab(si, s));
     }

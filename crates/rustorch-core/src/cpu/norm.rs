@@ -13,12 +13,12 @@ pub(crate) mod rows;
 use super::copy::{input_slice, PAR_THRESHOLD};
 use super::{unsupported_dtype, CpuInput, CpuResult, CpuStorage};
 use crate::dtype::DType;
+use crate::dtype::WithDType;
 use crate::error::BackendError;
 use crate::op::{Op, TensorMeta};
-use crate::dtype::WithDType;
 use float::{acc_input, FloatElem, Real};
-use rows::Split;
 use half::{bf16, f16};
+use rows::Split;
 
 /// Smallest amount of work (elements) worth a rayon task.
 const TASK_ELEMS: usize = 1 << 14;
@@ -35,11 +35,18 @@ pub fn execute(op: &Op, inputs: &[CpuInput<'_>], _outputs: &[TensorMeta]) -> Cpu
 
 fn run<T: FloatElem>(op: &Op, inputs: &[CpuInput<'_>]) -> CpuResult {
     let out = match *op {
-        Op::LayerNorm { eps, normalized_dims, has_weight, has_bias } => {
-            layer_norm::<T>(op, inputs, eps, normalized_dims, has_weight, has_bias)?
-        }
+        Op::LayerNorm {
+            eps,
+            normalized_dims,
+            has_weight,
+            has_bias,
+        } => layer_norm::<T>(op, inputs, eps, normalized_dims, has_weight, has_bias)?,
         Op::RmsNorm { eps, has_weight } => rms_norm::<T>(op, inputs, eps, has_weight)?,
-        Op::BatchNorm { eps, has_weight, has_bias } => batch_norm::<T>(op, inputs, eps, has_weight, has_bias)?,
+        Op::BatchNorm {
+            eps,
+            has_weight,
+            has_bias,
+        } => batch_norm::<T>(op, inputs, eps, has_weight, has_bias)?,
         _ => return Err(BackendError::invalid(op.name(), "not a normalization op")),
     };
     Ok(vec![CpuStorage::from_vec(out)])
@@ -55,11 +62,18 @@ fn param<'a, T: FloatElem>(
     if !present {
         return Ok(None);
     }
-    let p = inputs.get(i).ok_or_else(|| BackendError::invalid(op.name(), "missing parameter input"))?;
+    let p = inputs
+        .get(i)
+        .ok_or_else(|| BackendError::invalid(op.name(), "missing parameter input"))?;
     Ok(Some(acc_input::<T>(op, *p)?))
 }
 
-fn rms_norm<T: FloatElem>(op: &Op, inputs: &[CpuInput<'_>], eps: f64, has_weight: bool) -> Result<Vec<T>, BackendError> {
+fn rms_norm<T: FloatElem>(
+    op: &Op,
+    inputs: &[CpuInput<'_>],
+    eps: f64,
+    has_weight: bool,
+) -> Result<Vec<T>, BackendError> {
     let x = input_slice::<T>(op, inputs[0])?;
     let n = inputs[0].dims().last().copied().unwrap_or(1);
     let w = param::<T>(op, inputs, has_weight, 1)?;
@@ -126,7 +140,9 @@ fn batch_norm<T: FloatElem>(
     let mut shift = Vec::with_capacity(c);
     for ch in 0..c {
         let (m, v) = (mean.get(ch).copied(), var.get(ch).copied());
-        let (m, v) = m.zip(v).ok_or_else(|| BackendError::invalid(op.name(), "statistics shorter than C"))?;
+        let (m, v) = m
+            .zip(v)
+            .ok_or_else(|| BackendError::invalid(op.name(), "statistics shorter than C"))?;
         let g = w.as_ref().and_then(|w| w.get(ch).copied()).unwrap_or(T::Acc::ONE);
         let beta = b.as_ref().and_then(|b| b.get(ch).copied()).unwrap_or(T::Acc::ZERO);
         let a = g / (v + eps).sqrt();
@@ -147,22 +163,28 @@ pub(super) fn map_rows<T: FloatElem>(x: &[T], n: usize, f: impl Fn(usize, &[T::A
     let scratch_len = if T::as_acc(&[]).is_some() { 0 } else { n };
     let split = Split::rows(x.len(), n, PAR_THRESHOLD, TASK_ELEMS);
     let new_state = || (vec![T::Acc::ZERO; scratch_len], vec![T::Acc::ZERO; scratch_len]);
-    rows::build(x.len(), split, <T as WithDType>::zero(), new_state, |scratch, r, or: &mut [T]| {
-        let (xs, os) = scratch;
-        let xr = &x[r * n..(r + 1) * n];
-        let xa = match T::as_acc(xr) {
-            Some(a) => a,
-            None => {
-                T::load_row(xr, xs);
-                &xs[..]
+    rows::build(
+        x.len(),
+        split,
+        <T as WithDType>::zero(),
+        new_state,
+        |scratch, r, or: &mut [T]| {
+            let (xs, os) = scratch;
+            let xr = &x[r * n..(r + 1) * n];
+            let xa = match T::as_acc(xr) {
+                Some(a) => a,
+                None => {
+                    T::load_row(xr, xs);
+                    &xs[..]
+                }
+            };
+            match T::as_acc_mut(or) {
+                Some(o) => f(r, xa, o),
+                None => {
+                    f(r, xa, os);
+                    T::store_row(os, or);
+                }
             }
-        };
-        match T::as_acc_mut(or) {
-            Some(o) => f(r, xa, o),
-            None => {
-                f(r, xa, os);
-                T::store_row(os, or);
-            }
-        }
-    })
+        },
+    )
 }

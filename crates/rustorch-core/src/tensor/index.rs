@@ -12,7 +12,11 @@ impl Tensor {
     /// is negative or not below the dimension's size is an error.
     pub fn index_select(&self, dim: isize, index: &Tensor) -> Result<Tensor> {
         let d = self.shape().dim("index_select", dim)?;
-        let index = if index.rank() == 0 { index.reshape([1])? } else { index.clone() };
+        let index = if index.rank() == 0 {
+            index.reshape([1])?
+        } else {
+            index.clone()
+        };
         self.run1(&Op::IndexSelect { dim: d }, &[self, &index])
     }
 
@@ -43,8 +47,13 @@ impl Tensor {
     /// `torch.cat`: inputs are promoted to a common dtype, and 1-D empty
     /// tensors are skipped, as PyTorch still allows for legacy code.
     pub fn cat(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
-        let first = tensors.first().ok_or_else(|| Error::invalid("cat", "needs at least one tensor"))?;
-        let dtype = tensors.iter().skip(1).fold(first.dtype(), |d, t| DType::promote(d, t.dtype()));
+        let first = tensors
+            .first()
+            .ok_or_else(|| Error::invalid("cat", "needs at least one tensor"))?;
+        let dtype = tensors
+            .iter()
+            .skip(1)
+            .fold(first.dtype(), |d, t| DType::promote(d, t.dtype()));
         // Only skip legacy empties when something else gives the rank.
         let keep: Vec<&Tensor> = if tensors.iter().any(|t| !is_legacy_empty(t)) {
             tensors.iter().copied().filter(|t| !is_legacy_empty(t)).collect()
@@ -64,9 +73,15 @@ impl Tensor {
     /// Stacks equally shaped tensors along a new dimension `dim` (in
     /// `-(rank + 1)..=rank`), as `torch.stack`.
     pub fn stack(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
-        let first = tensors.first().ok_or_else(|| Error::invalid("stack", "needs at least one tensor"))?;
+        let first = tensors
+            .first()
+            .ok_or_else(|| Error::invalid("stack", "needs at least one tensor"))?;
         if let Some(t) = tensors.iter().find(|t| t.shape() != first.shape()) {
-            return Err(Error::shape("stack", "every tensor must have the same shape", &[first.shape(), t.shape()]));
+            return Err(Error::shape(
+                "stack",
+                "every tensor must have the same shape",
+                &[first.shape(), t.shape()],
+            ));
         }
         let d = crate::shape::normalize_dim("stack", dim, first.rank() + 1)?;
         let parts: Vec<Tensor> = tensors.iter().map(|t| t.unsqueeze(d as isize)).collect::<Result<_>>()?;

@@ -18,7 +18,12 @@ impl Tensor {
         bias: Option<&Tensor>,
         eps: f64,
     ) -> Result<Tensor> {
-        let op = Op::LayerNorm { eps, normalized_dims, has_weight: weight.is_some(), has_bias: bias.is_some() };
+        let op = Op::LayerNorm {
+            eps,
+            normalized_dims,
+            has_weight: weight.is_some(),
+            has_bias: bias.is_some(),
+        };
         let mut inputs = vec![self];
         inputs.extend(weight);
         inputs.extend(bias);
@@ -29,7 +34,10 @@ impl Tensor {
     /// `torch.nn.functional.rms_norm(x, x.shape[-1:], weight, eps)`:
     /// `x / sqrt(mean(x^2) + eps) * weight`.
     pub fn rms_norm(&self, weight: Option<&Tensor>, eps: f64) -> Result<Tensor> {
-        let op = Op::RmsNorm { eps, has_weight: weight.is_some() };
+        let op = Op::RmsNorm {
+            eps,
+            has_weight: weight.is_some(),
+        };
         let mut inputs = vec![self];
         inputs.extend(weight);
         self.run1(&op, &inputs)
@@ -46,7 +54,11 @@ impl Tensor {
         bias: Option<&Tensor>,
         eps: f64,
     ) -> Result<Tensor> {
-        let op = Op::BatchNorm { eps, has_weight: weight.is_some(), has_bias: bias.is_some() };
+        let op = Op::BatchNorm {
+            eps,
+            has_weight: weight.is_some(),
+            has_bias: bias.is_some(),
+        };
         let mut inputs = vec![self, running_mean, running_var];
         inputs.extend(weight);
         inputs.extend(bias);
@@ -70,17 +82,25 @@ impl Tensor {
     /// `dtype` at large positions (Hugging Face computes the angles in f32,
     /// which drifts by about position * 2^-24 radians).
     pub fn rope_cos_sin(positions: &[usize], rot_dims: usize, theta: f64, dtype: DType) -> Result<(Tensor, Tensor)> {
-        if rot_dims == 0 || rot_dims % 2 != 0 {
-            return Err(Error::invalid("rope_cos_sin", format!("rot_dims must be even and positive, got {rot_dims}")));
+        if rot_dims == 0 || !rot_dims.is_multiple_of(2) {
+            return Err(Error::invalid(
+                "rope_cos_sin",
+                format!("rot_dims must be even and positive, got {rot_dims}"),
+            ));
         }
         if !(theta.is_finite() && theta > 0.0) {
-            return Err(Error::invalid("rope_cos_sin", format!("theta must be positive and finite, got {theta}")));
+            return Err(Error::invalid(
+                "rope_cos_sin",
+                format!("theta must be positive and finite, got {theta}"),
+            ));
         }
         if !dtype.is_float() {
             return Err(Error::dtype("rope_cos_sin", "tables need a floating dtype", &[dtype]));
         }
         let half = rot_dims / 2;
-        let freqs: Vec<f64> = (0..half).map(|i| theta.powf(-((2 * i) as f64) / rot_dims as f64)).collect();
+        let freqs: Vec<f64> = (0..half)
+            .map(|i| theta.powf(-((2 * i) as f64) / rot_dims as f64))
+            .collect();
         let angles = || positions.iter().flat_map(|&p| freqs.iter().map(move |f| p as f64 * f));
         let shape = [positions.len(), half];
         let cos = CpuStorage::from_f64_iter(dtype, angles().map(f64::cos));
@@ -119,9 +139,10 @@ impl Tensor {
         let op = Op::Sdpa { mask, scale };
         match (mask, explicit_mask) {
             (AttnMask::Explicit, Some(m)) => q.run1(&op, &[q, k, v, m]),
-            (AttnMask::Explicit, None) => {
-                Err(Error::invalid("sdpa", "AttnMask::Explicit needs an explicit_mask tensor"))
-            }
+            (AttnMask::Explicit, None) => Err(Error::invalid(
+                "sdpa",
+                "AttnMask::Explicit needs an explicit_mask tensor",
+            )),
             (_, Some(_)) => Err(Error::invalid(
                 "sdpa",
                 format!("an explicit_mask tensor was given with mask mode {mask:?}; use AttnMask::Explicit"),

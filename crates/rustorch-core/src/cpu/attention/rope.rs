@@ -24,7 +24,10 @@ pub(super) fn rope<T: FloatElem>(op: &Op, inputs: &[CpuInput<'_>], layout: RopeL
         return Ok(Vec::new());
     }
     if cos.len() != t * half || sin.len() != t * half || 2 * half > d {
-        return Err(BackendError::invalid(op.name(), "cos and sin must be [T, R/2] with R <= D"));
+        return Err(BackendError::invalid(
+            op.name(),
+            "cos and sin must be [T, R/2] with R <= D",
+        ));
     }
     Ok(map_rows::<T>(&x, d, |r, xr, out| {
         let p = (r % t) * half;

@@ -57,7 +57,10 @@ fn load_mask<'a, T: FloatElem>(op: &Op, m: CpuInput<'a>, target: [usize; 4]) -> 
         .broadcast_as("sdpa", &Shape::from(target))
         .map_err(|e| BackendError::invalid(op.name(), e.to_string()))?;
     let s = l.strides();
-    Ok(Mask { values, strides: [s[0], s[1], s[2], s[3]] })
+    Ok(Mask {
+        values,
+        strides: [s[0], s[1], s[2], s[3]],
+    })
 }
 
 pub(super) fn sdpa<T: FloatElem>(
@@ -72,8 +75,11 @@ pub(super) fn sdpa<T: FloatElem>(
     if b * hq * tq * dv == 0 {
         return Ok(Vec::new());
     }
-    if hkv == 0 || hq % hkv != 0 {
-        return Err(BackendError::invalid(op.name(), "query heads must be a multiple of key/value heads"));
+    if hkv == 0 || !hq.is_multiple_of(hkv) {
+        return Err(BackendError::invalid(
+            op.name(),
+            "query heads must be a multiple of key/value heads",
+        ));
     }
     let group = hq / hkv;
     let q = acc_input::<T>(op, inputs[0])?;
@@ -91,18 +97,38 @@ pub(super) fn sdpa<T: FloatElem>(
         mask: explicit.as_ref(),
         mode: mask,
         scale: T::Acc::from_f64(scale.unwrap_or(1.0 / (d as f64).sqrt())),
-        dims: Dims { hq, hkv, tq, tk, d, dv, group },
+        dims: Dims {
+            hq,
+            hkv,
+            tq,
+            tk,
+            d,
+            dv,
+            group,
+        },
     };
 
     // The output is built as [B, Hkv, Tq, group, Dv]: one chunk per task.
     let chunk = group * dv;
     let tasks = b * hkv * tq;
     let work = group * tk * (d + dv) + 1;
-    let split = Split { chunk, parallel: tasks * work >= PAR_WORK, min_chunks: (TASK_WORK / work).max(1) };
+    let split = Split {
+        chunk,
+        parallel: tasks * work >= PAR_WORK,
+        min_chunks: (TASK_WORK / work).max(1),
+    };
     let scratch_out = if T::as_acc(&[]).is_some() { 0 } else { chunk };
-    let new_state = || Scratch { scores: vec![T::Acc::ZERO; group * tk], sums: vec![T::Acc::ZERO; group], out: vec![T::Acc::ZERO; scratch_out] };
-    let grouped = rows::build(tasks * chunk, split, <T as WithDType>::zero(), new_state, |s, task, out: &mut [T]| {
-        match T::as_acc_mut(out) {
+    let new_state = || Scratch {
+        scores: vec![T::Acc::ZERO; group * tk],
+        sums: vec![T::Acc::ZERO; group],
+        out: vec![T::Acc::ZERO; scratch_out],
+    };
+    let grouped = rows::build(
+        tasks * chunk,
+        split,
+        <T as WithDType>::zero(),
+        new_state,
+        |s, task, out: &mut [T]| match T::as_acc_mut(out) {
             Some(o) => ctx.task(s, task, o),
             None => {
                 let mut acc = std::mem::take(&mut s.out);
@@ -111,8 +137,8 @@ pub(super) fn sdpa<T: FloatElem>(
                 T::store_row(&acc, out);
                 s.out = acc;
             }
-        }
-    });
+        },
+    );
     if group == 1 || tq == 1 {
         return Ok(grouped); // already [B, Hq, Tq, Dv]
     }
@@ -160,7 +186,15 @@ impl<A: Real> Ctx<'_, A> {
     /// Attention for query position `i` of every head in one group:
     /// `task` indexes [B, Hkv, Tq]; `out` is [group, Dv], zeroed.
     fn task(&self, s: &mut Scratch<A>, task: usize, out: &mut [A]) {
-        let Dims { hq, hkv, tq, tk, d, dv, group } = self.dims;
+        let Dims {
+            hq,
+            hkv,
+            tq,
+            tk,
+            d,
+            dv,
+            group,
+        } = self.dims;
         let (bg, i) = (task / tq, task % tq);
         let (bi, g) = (bg / hkv, bg % hkv);
         // Keys this query may see: a prefix of 0..tk for the causal modes.

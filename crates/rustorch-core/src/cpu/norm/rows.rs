@@ -19,7 +19,11 @@ impl Split {
     /// Rows of `chunk` elements, parallel when the whole output has at least
     /// `threshold` elements, with tasks of at least `task` elements.
     pub(crate) fn rows(len: usize, chunk: usize, threshold: usize, task: usize) -> Split {
-        Split { chunk, parallel: len >= threshold, min_chunks: (task / chunk.max(1)).max(1) }
+        Split {
+            chunk,
+            parallel: len >= threshold,
+            min_chunks: (task / chunk.max(1)).max(1),
+        }
     }
 }
 
@@ -58,7 +62,10 @@ where
             .for_each_init(&new_state, body);
     } else {
         let mut state = new_state();
-        spare.chunks_mut(split.chunk).enumerate().for_each(|c| body(&mut state, c));
+        spare
+            .chunks_mut(split.chunk)
+            .enumerate()
+            .for_each(|c| body(&mut state, c));
     }
     // SAFETY: the chunks cover `spare[..len]`, the first `len` slots of the
     // capacity, and `init_slice` wrote every element of every chunk.
@@ -83,12 +90,22 @@ mod tests {
     #[test]
     fn every_chunk_is_filled_in_order() {
         for parallel in [false, true] {
-            let split = Split { chunk: 7, parallel, min_chunks: 2 };
-            let v = build(100, split, 0usize, || (), |_, i, c| {
-                for (j, x) in c.iter_mut().enumerate() {
-                    *x = i * 7 + j;
-                }
-            });
+            let split = Split {
+                chunk: 7,
+                parallel,
+                min_chunks: 2,
+            };
+            let v = build(
+                100,
+                split,
+                0usize,
+                || (),
+                |_, i, c| {
+                    for (j, x) in c.iter_mut().enumerate() {
+                        *x = i * 7 + j;
+                    }
+                },
+            );
             assert_eq!(v, (0..100).collect::<Vec<_>>());
             // A fill that writes nothing leaves the initial value.
             let v = build(10, split, 3u8, || (), |_, _, _| {});
