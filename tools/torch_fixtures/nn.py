@@ -13,6 +13,7 @@ index.py (args["views"]). References:
 import torch
 import torch.nn.functional as F
 
+from . import common
 from .common import case, randn, rand, randint
 from .index import apply_view
 
@@ -186,6 +187,13 @@ def rope_cases():
         x = randn(1, 3, 64)
         cos, sin = tables([0, 4095, 100000], 64, 1e6, torch.float32)
         out.append(case(f"rope_{layout}_far", [x, cos, sin], rope_ref(layout, x, cos, sin), op="rope", layout=layout))
+    # Tables that are column slices of wider ones (non-contiguous).
+    for layout in ("neox", "interleaved"):
+        x = randn(2, 5, 12)
+        cw, sw = tables(range(3, 8), 16, 10000.0, torch.float32)
+        cos, sin = cw.narrow(1, 0, 5), sw.narrow(1, 0, 5)
+        views = {"1": [["narrow", 1, 0, 5]], "2": [["narrow", 1, 0, 5]]}
+        out.append(case(f"rope_{layout}_sliced_tables", [x, cw, sw], rope_ref(layout, x, cos, sin), op="rope", layout=layout, views=views))
     x = randn(1, 0, 8)
     cos, sin = tables([], 8, 10000.0, torch.float32)
     out.append(case("rope_empty", [x, cos, sin], rope_ref("neox", x, cos, sin), op="rope", layout="neox"))
@@ -266,10 +274,22 @@ def sdpa_cases():
     kw = dict(enable_gqa=True)
     ref = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True, **kw)
     out.append(case("sdpa_transposed_gqa_causal", [q, k, v], ref, op="sdpa", mask="causal", views={"0": t12, "1": t12, "2": t12}))
+    # A float mask row of -inf everywhere gives zeros too.
+    q, k, v = randn(1, 2, 3, 8), randn(1, 2, 4, 8), randn(1, 2, 4, 8)
+    m = randn(3, 4)
+    m[2] = float("-inf")
+    out.append(case("sdpa_float_row_all_masked", [q, k, v, m], F.scaled_dot_product_attention(q, k, v, attn_mask=m), op="sdpa", mask="float"))
+    # A mask stored transposed ([Tk, Tq] viewed as [Tq, Tk]).
+    mt = randint(0, 3, 4, 3) > 0
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mt.t())
+    out.append(case("sdpa_bool_transposed_mask", [q, k, v, mt], ref, op="sdpa", mask="bool", views={"3": [["t", 0, 1]]}))
     # No keys at all.
     out.append(sdpa_case("sdpa_no_keys", f32, 1, 2, 2, 3, 0, 8, 8))
     return out
 
 
 def cases():
+    # Reseed so this family's data does not depend on which families ran
+    # before it in the same process.
+    common._gen.manual_seed(1002)
     return layer_norm_cases() + rms_norm_cases() + batch_norm_cases() + rope_cases() + sdpa_cases()
