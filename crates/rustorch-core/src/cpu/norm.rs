@@ -8,6 +8,7 @@
 //! vectorized primitives, and rounded once when stored.
 
 pub(crate) mod float;
+pub(crate) mod real;
 pub(crate) mod rows;
 
 use super::copy::{input_slice, PAR_THRESHOLD};
