@@ -54,11 +54,7 @@ fn input(c: &Case) -> Tensor {
         .unwrap();
     }
     if c.args["views"].as_array().is_some_and(|v| !v.is_empty()) {
-        assert!(
-            !x.is_contiguous(),
-            "{}: the view should be non-contiguous",
-            c.name
-        );
+        assert!(!x.is_contiguous(), "{}: the view should be non-contiguous", c.name);
     }
     x
 }
@@ -226,10 +222,7 @@ fn kernels_reject_bad_ops_without_panicking() {
         layout: &layout,
     }];
     let out = [TensorMeta::new([2, 3], DType::F32)];
-    let two = [
-        TensorMeta::new([2, 3], DType::F32),
-        TensorMeta::new([2, 3], DType::I64),
-    ];
+    let two = [TensorMeta::new([2, 3], DType::F32), TensorMeta::new([2, 3], DType::I64)];
     assert!(CpuBackend::run(&Op::Softmax { dim: 2 }, &input, &out).is_err());
     assert!(CpuBackend::run(&Op::Cumsum { dim: 9 }, &input, &out).is_err());
     assert!(CpuBackend::run(
@@ -283,18 +276,11 @@ fn long_f32_sums_are_accurate() {
     let exact: f64 = v.iter().map(|&x| x as f64).sum();
     let x = t(v.clone(), &[n]);
     let got = x.sum_all().unwrap().to_scalar::<f32>().unwrap() as f64;
-    assert!(
-        ((got - exact) / exact).abs() < 2e-7,
-        "sum {got} vs exact {exact}"
-    );
+    assert!(((got - exact) / exact).abs() < 2e-7, "sum {got} vs exact {exact}");
     let mean = x.mean_all().unwrap().to_scalar::<f32>().unwrap() as f64;
     assert!(((mean - exact / n as f64) / (exact / n as f64)).abs() < 2e-7);
     // The same values as columns: the outer-reduction path.
-    let cols = t(v, &[n / 8, 8])
-        .sum(&[0], false)
-        .unwrap()
-        .to_vec::<f32>()
-        .unwrap();
+    let cols = t(v, &[n / 8, 8]).sum(&[0], false).unwrap().to_vec::<f32>().unwrap();
     let total: f64 = cols.iter().map(|&c| c as f64).sum();
     assert!(
         ((total - exact) / exact).abs() < 2e-7,
@@ -310,22 +296,13 @@ fn long_rows_keep_first_index_and_nan() {
     v[70_000] = 5.0;
     v[250_000] = 5.0;
     let x = t(v.clone(), &[n]);
-    assert_eq!(
-        x.argmax(0, false).unwrap().to_scalar::<i64>().unwrap(),
-        70_000
-    );
+    assert_eq!(x.argmax(0, false).unwrap().to_scalar::<i64>().unwrap(), 70_000);
     assert_eq!(x.max_all().unwrap().to_scalar::<f32>().unwrap(), 5.0);
     v[200_000] = f32::NAN;
     v[290_000] = f32::NAN;
     let x = t(v, &[n]);
-    assert_eq!(
-        x.argmax(0, false).unwrap().to_scalar::<i64>().unwrap(),
-        200_000
-    );
-    assert_eq!(
-        x.argmin(0, false).unwrap().to_scalar::<i64>().unwrap(),
-        200_000
-    );
+    assert_eq!(x.argmax(0, false).unwrap().to_scalar::<i64>().unwrap(), 200_000);
+    assert_eq!(x.argmin(0, false).unwrap().to_scalar::<i64>().unwrap(), 200_000);
     assert!(x.max_all().unwrap().to_scalar::<f32>().unwrap().is_nan());
     assert!(x.min_all().unwrap().to_scalar::<f32>().unwrap().is_nan());
     assert!(x.sum_all().unwrap().to_scalar::<f32>().unwrap().is_nan());
@@ -335,11 +312,7 @@ fn long_rows_keep_first_index_and_nan() {
     w[5_000 * 4 + 2] = 9.0;
     w[15_000 * 4 + 2] = 9.0;
     w[12_000 * 4 + 1] = f32::NAN;
-    let idx = t(w, &[rows, 4])
-        .argmax(0, false)
-        .unwrap()
-        .to_vec::<i64>()
-        .unwrap();
+    let idx = t(w, &[rows, 4]).argmax(0, false).unwrap().to_vec::<i64>().unwrap();
     assert_eq!(idx, vec![0, 12_000, 5_000, 0]);
 }
 
@@ -347,9 +320,7 @@ fn long_rows_keep_first_index_and_nan() {
 #[test]
 fn sort_matches_a_stable_reference() {
     let (rows, len) = (37, 513);
-    let v: Vec<f32> = (0..rows * len)
-        .map(|i| ((i * 7919) % 23) as f32 - 11.0)
-        .collect();
+    let v: Vec<f32> = (0..rows * len).map(|i| ((i * 7919) % 23) as f32 - 11.0).collect();
     let x = t(v.clone(), &[rows, len]);
     for desc in [false, true] {
         let (vals, idx) = x.sort(1, desc).unwrap();
@@ -358,13 +329,7 @@ fn sort_matches_a_stable_reference() {
         let (tv, ti) = (tv.to_vec::<f32>().unwrap(), ti.to_vec::<i64>().unwrap());
         for r in 0..rows {
             let mut want: Vec<(f32, usize)> = (0..len).map(|i| (v[r * len + i], i)).collect();
-            want.sort_by(|a, b| {
-                if desc {
-                    b.0.total_cmp(&a.0)
-                } else {
-                    a.0.total_cmp(&b.0)
-                }
-            });
+            want.sort_by(|a, b| if desc { b.0.total_cmp(&a.0) } else { a.0.total_cmp(&b.0) });
             for (j, &(wv, wi)) in want.iter().enumerate() {
                 assert_eq!(
                     (vals[r * len + j], idx[r * len + j]),
@@ -394,20 +359,11 @@ fn softmax_properties_on_large_inputs() {
     let x = t(v, &[rows, len]);
     let p = x.softmax(-1).unwrap();
     let sums = p.sum(&[-1], false).unwrap().to_vec::<f32>().unwrap();
-    assert!(
-        sums.iter().all(|s| (s - 1.0).abs() < 1e-5),
-        "row sums {:?}",
-        &sums[..4]
-    );
+    assert!(sums.iter().all(|s| (s - 1.0).abs() < 1e-5), "row sums {:?}", &sums[..4]);
     let lp = x.log_softmax(-1).unwrap().to_vec::<f32>().unwrap();
     let pv = p.to_vec::<f32>().unwrap();
     for (a, b) in pv.iter().zip(&lp).step_by(101) {
-        assert!(
-            (a.ln() - b).abs() < 1e-4 * b.abs().max(1.0),
-            "{} vs {}",
-            a.ln(),
-            b
-        );
+        assert!((a.ln() - b).abs() < 1e-4 * b.abs().max(1.0), "{} vs {}", a.ln(), b);
     }
     let h = x
         .to_dtype(DType::F16)

@@ -58,16 +58,10 @@ impl Tensor {
 
     fn along_dim1(&self, name: &str, dim: isize, op: impl Fn(usize) -> Op) -> Result<Tensor> {
         let mut outs = self.along_dim(name, dim, op)?;
-        outs.pop()
-            .ok_or_else(|| Error::invalid(name, "op produced no output"))
+        outs.pop().ok_or_else(|| Error::invalid(name, "op produced no output"))
     }
 
-    fn along_dim2(
-        &self,
-        name: &str,
-        dim: isize,
-        op: impl Fn(usize) -> Op,
-    ) -> Result<(Tensor, Tensor)> {
+    fn along_dim2(&self, name: &str, dim: isize, op: impl Fn(usize) -> Op) -> Result<(Tensor, Tensor)> {
         let mut outs = self.along_dim(name, dim, op)?.into_iter();
         match (outs.next(), outs.next()) {
             (Some(a), Some(b)) => Ok((a, b)),

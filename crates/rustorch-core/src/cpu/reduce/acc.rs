@@ -24,7 +24,6 @@ pub(super) trait Acc: Copy + Send + Sync + PartialEq + std::fmt::Debug + 'static
     fn sq_dev(xs: &[Self], mean: Self) -> Self;
     fn add(a: Self, b: Self) -> Self;
     fn mul(a: Self, b: Self) -> Self;
-    fn is_nan(self) -> bool;
     /// Whether `x` replaces `best` as the maximum: it is larger, or NaN
     /// where `best` is not (PyTorch's NaN-propagating max and argmax).
     fn beats_max(x: Self, best: Self) -> bool;
@@ -34,6 +33,12 @@ pub(super) trait Acc: Copy + Send + Sync + PartialEq + std::fmt::Debug + 'static
     fn max_rows(acc: &mut [Self], row: &[Self]);
     fn min_rows(acc: &mut [Self], row: &[Self]);
     fn sq_dev_rows(acc: &mut [Self], row: &[Self], mean: &[Self]);
+    /// Index of the first element equal to `m` (the first NaN when `m` is
+    /// NaN); `xs.len()` when there is none.
+    fn position(xs: &[Self], m: Self) -> usize;
+    /// Where `row[j]` beats `best[j]` (see `beats_max`/`beats_min`), takes
+    /// it with index `i`.
+    fn arg_rows(best: &mut [Self], idx: &mut [usize], row: &[Self], i: usize, max: bool);
     /// `x / n` (the mean of `n` values summing to `x`).
     fn div_count(x: Self, n: usize) -> Self;
     /// Variance from the sum of squared deviations of `n` values, with
@@ -47,7 +52,8 @@ pub(super) trait Acc: Copy + Send + Sync + PartialEq + std::fmt::Debug + 'static
 
 macro_rules! float_acc {
     ($t:ty, $sum:path, $max:path, $min:path, $prod:path, $sq:path,
-     $add_rows:path, $mul_rows:path, $max_rows:path, $min_rows:path, $sq_rows:path) => {
+     $add_rows:path, $mul_rows:path, $max_rows:path, $min_rows:path, $sq_rows:path,
+     $position:path, $argmax_rows:path, $argmin_rows:path) => {
         impl Acc for $t {
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
@@ -75,10 +81,6 @@ macro_rules! float_acc {
                 a * b
             }
             #[inline(always)]
-            fn is_nan(self) -> bool {
-                self.is_nan()
-            }
-            #[inline(always)]
             fn beats_max(x: Self, best: Self) -> bool {
                 x > best || (x.is_nan() && !best.is_nan())
             }
@@ -100,6 +102,16 @@ macro_rules! float_acc {
             }
             fn sq_dev_rows(acc: &mut [Self], row: &[Self], mean: &[Self]) {
                 $sq_rows(acc, row, mean)
+            }
+            fn position(xs: &[Self], m: Self) -> usize {
+                $position(xs, m)
+            }
+            fn arg_rows(best: &mut [Self], idx: &mut [usize], row: &[Self], i: usize, max: bool) {
+                if max {
+                    $argmax_rows(best, idx, row, i)
+                } else {
+                    $argmin_rows(best, idx, row, i)
+                }
             }
             fn div_count(x: Self, n: usize) -> Self {
                 x / n as Self
@@ -128,7 +140,10 @@ float_acc!(
     simd::mul_rows_f32,
     simd::max_rows_f32,
     simd::min_rows_f32,
-    simd::sq_dev_rows_f32
+    simd::sq_dev_rows_f32,
+    simd::position_f32,
+    simd::argmax_rows_f32,
+    simd::argmin_rows_f32
 );
 float_acc!(
     f64,
@@ -141,7 +156,10 @@ float_acc!(
     simd::mul_rows_f64,
     simd::max_rows_f64,
     simd::min_rows_f64,
-    simd::sq_dev_rows_f64
+    simd::sq_dev_rows_f64,
+    simd::position_f64,
+    simd::argmax_rows_f64,
+    simd::argmin_rows_f64
 );
 
 /// Narrowing of float accumulators: f32 to f32/f16/bf16, f64 to f64.
@@ -205,9 +223,6 @@ impl Acc for i64 {
     fn mul(a: Self, b: Self) -> Self {
         a.wrapping_mul(b)
     }
-    fn is_nan(self) -> bool {
-        false
-    }
     fn beats_max(x: Self, best: Self) -> bool {
         x > best
     }
@@ -215,14 +230,10 @@ impl Acc for i64 {
         x < best
     }
     fn add_rows(acc: &mut [Self], row: &[Self]) {
-        acc.iter_mut()
-            .zip(row)
-            .for_each(|(a, &x)| *a = a.wrapping_add(x));
+        acc.iter_mut().zip(row).for_each(|(a, &x)| *a = a.wrapping_add(x));
     }
     fn mul_rows(acc: &mut [Self], row: &[Self]) {
-        acc.iter_mut()
-            .zip(row)
-            .for_each(|(a, &x)| *a = a.wrapping_mul(x));
+        acc.iter_mut().zip(row).for_each(|(a, &x)| *a = a.wrapping_mul(x));
     }
     fn max_rows(acc: &mut [Self], row: &[Self]) {
         acc.iter_mut().zip(row).for_each(|(a, &x)| *a = (*a).max(x));
@@ -234,6 +245,17 @@ impl Acc for i64 {
         for ((a, &x), &m) in acc.iter_mut().zip(row).zip(mean) {
             let d = x.wrapping_sub(m);
             *a = a.wrapping_add(d.wrapping_mul(d));
+        }
+    }
+    fn position(xs: &[Self], m: Self) -> usize {
+        xs.iter().position(|&x| x == m).unwrap_or(xs.len())
+    }
+    fn arg_rows(best: &mut [Self], idx: &mut [usize], row: &[Self], i: usize, max: bool) {
+        for ((b, k), &x) in best.iter_mut().zip(idx.iter_mut()).zip(row) {
+            if if max { x > *b } else { x < *b } {
+                *b = x;
+                *k = i;
+            }
         }
     }
     fn div_count(x: Self, n: usize) -> Self {

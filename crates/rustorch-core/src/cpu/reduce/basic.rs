@@ -30,13 +30,7 @@ const OUTER_BLOCK: usize = 128;
 /// A row at least this long is split over threads when there are few rows.
 const PAR_ROW: usize = 1 << 16;
 
-pub(super) fn reduce(
-    op: &Op,
-    r: ReduceOp,
-    dims: &[usize],
-    input: CpuInput<'_>,
-    out: &TensorMeta,
-) -> CpuResult {
+pub(super) fn reduce(op: &Op, r: ReduceOp, dims: &[usize], input: CpuInput<'_>, out: &TensorMeta) -> CpuResult {
     match input.dtype() {
         DType::F32 => reduce_typed::<f32>(op, r, dims, input, out),
         DType::F64 => reduce_typed::<f64>(op, r, dims, input, out),
@@ -69,13 +63,7 @@ struct Part<A> {
     idx: Vec<usize>,
 }
 
-fn reduce_typed<T: Elem>(
-    op: &Op,
-    r: ReduceOp,
-    dims: &[usize],
-    input: CpuInput<'_>,
-    out: &TensorMeta,
-) -> CpuResult {
+fn reduce_typed<T: Elem>(op: &Op, r: ReduceOp, dims: &[usize], input: CpuInput<'_>, out: &TensorMeta) -> CpuResult {
     let src = input_slice::<T>(op, input)?;
     if src.is_empty() {
         return empty_reduction(op, r, out);
@@ -87,11 +75,7 @@ fn reduce_typed<T: Elem>(
             .map(|s| vec![s])
             .ok_or_else(|| unsupported_dtype(op, out.dtype))
     };
-    let means = |sums: Vec<T::A>| {
-        sums.into_iter()
-            .map(|s| T::A::div_count(s, n))
-            .collect::<Vec<_>>()
-    };
+    let means = |sums: Vec<T::A>| sums.into_iter().map(|s| T::A::div_count(s, n)).collect::<Vec<_>>();
     match r {
         ReduceOp::Sum => store(pass::<T>(Kind::Sum, &data, g, &[]).vals),
         ReduceOp::Prod => store(pass::<T>(Kind::Prod, &data, g, &[]).vals),
@@ -105,9 +89,7 @@ fn reduce_typed<T: Elem>(
                 Kind::ArgMin
             };
             let p = pass::<T>(kind, &data, g, &[]);
-            Ok(vec![CpuStorage::I64(
-                p.idx.into_iter().map(|i| i as i64).collect(),
-            )])
+            Ok(vec![CpuStorage::I64(p.idx.into_iter().map(|i| i as i64).collect())])
         }
         ReduceOp::Var { correction } | ReduceOp::Std { correction } => {
             let mu = means(pass::<T>(Kind::Sum, &data, g, &[]).vals);
@@ -139,16 +121,10 @@ fn empty_reduction(op: &Op, r: ReduceOp, out: &TensorMeta) -> CpuResult {
         ReduceOp::Prod => 1.0,
         ReduceOp::Mean | ReduceOp::Var { .. } | ReduceOp::Std { .. } => f64::NAN,
         ReduceOp::Max | ReduceOp::Min | ReduceOp::ArgMax | ReduceOp::ArgMin => {
-            return Err(BackendError::invalid(
-                op.name(),
-                "cannot reduce an empty dimension",
-            ))
+            return Err(BackendError::invalid(op.name(), "cannot reduce an empty dimension"))
         }
     };
-    Ok(vec![CpuStorage::from_f64_iter(
-        out.dtype,
-        std::iter::repeat_n(fill, n),
-    )])
+    Ok(vec![CpuStorage::from_f64_iter(out.dtype, std::iter::repeat_n(fill, n))])
 }
 
 /// Views contiguous `src` of `shape` as `[outer, len, inner]` with `len`
@@ -182,19 +158,13 @@ fn arrange<'a, T: Copy + Send + Sync>(
         [(a, false), (b, true), (c, false)] => geom(*a, *b, *c),
         _ => {
             let kept = (0..shape.len()).filter(|i| !dims.contains(i));
-            let perm: Vec<isize> = kept
-                .chain(dims.iter().copied())
-                .map(|d| d as isize)
-                .collect();
+            let perm: Vec<isize> = kept.chain(dims.iter().copied()).map(|d| d as isize).collect();
             let layout = Layout::contiguous(shape.to_vec())
                 .permute(&op.name(), &perm)
                 .map_err(|e| BackendError::invalid(op.name(), e.to_string()))?;
             let len: usize = dims.iter().map(|&d| shape[d]).product();
             let total = src.len();
-            return Ok((
-                Cow::Owned(gather(&src, &layout)),
-                geom(total / len.max(1), len, 1),
-            ));
+            return Ok((Cow::Owned(gather(&src, &layout)), geom(total / len.max(1), len, 1)));
         }
     };
     Ok((src, g))
@@ -225,9 +195,7 @@ fn rows_pass<T: Elem>(kind: Kind, data: &[T], len: usize, means: &[T::A]) -> Par
         data.par_chunks(len)
             .with_min_len((PAR_THRESHOLD / 8 / len).max(1))
             .enumerate()
-            .map_init(Vec::new, |buf, (r, row)| {
-                row_reduce::<T>(kind, row, 0, mean(r), buf)
-            })
+            .map_init(Vec::new, |buf, (r, row)| row_reduce::<T>(kind, row, 0, mean(r), buf))
             .collect()
     } else {
         let mut buf = Vec::new();
@@ -246,9 +214,7 @@ fn row_par<T: Elem>(kind: Kind, row: &[T], mean: T::A) -> (T::A, usize) {
     let parts: Vec<(T::A, usize)> = row
         .par_chunks(chunk)
         .enumerate()
-        .map_init(Vec::new, |buf, (i, c)| {
-            row_reduce::<T>(kind, c, i * chunk, mean, buf)
-        })
+        .map_init(Vec::new, |buf, (i, c)| row_reduce::<T>(kind, c, i * chunk, mean, buf))
         .collect();
     fold_pairwise(kind, &parts)
 }
@@ -266,13 +232,7 @@ fn fold_pairwise<A: Acc>(kind: Kind, parts: &[(A, usize)]) -> (A, usize) {
 
 /// Reduces one non-empty row whose first element has index `base`:
 /// blocks of `BLOCK` elements with lane accumulators, combined pairwise.
-fn row_reduce<T: Elem>(
-    kind: Kind,
-    row: &[T],
-    base: usize,
-    mean: T::A,
-    buf: &mut Vec<T::A>,
-) -> (T::A, usize) {
+fn row_reduce<T: Elem>(kind: Kind, row: &[T], base: usize, mean: T::A, buf: &mut Vec<T::A>) -> (T::A, usize) {
     if row.len() <= BLOCK {
         return block(kind, T::load(row, buf), base, mean);
     }
@@ -293,17 +253,9 @@ fn block<A: Acc>(kind: Kind, xs: &[A], base: usize, mean: A) -> (A, usize) {
         Kind::ArgMax | Kind::ArgMin => {
             // The extreme value first (vectorized), then its first position;
             // NaN is the extreme when present.
-            let m = if kind == Kind::ArgMax {
-                A::max(xs)
-            } else {
-                A::min(xs)
-            };
-            let i = if m.is_nan() {
-                xs.iter().position(|x| x.is_nan())
-            } else {
-                xs.iter().position(|&x| x == m)
-            };
-            (m, base + i.unwrap_or(0))
+            let m = if kind == Kind::ArgMax { A::max(xs) } else { A::min(xs) };
+            let i = A::position(xs, m);
+            (m, base + if i < xs.len() { i } else { 0 })
         }
     }
 }
@@ -449,27 +401,11 @@ fn outer_part<T: Elem>(
             Kind::Max => T::A::max_rows(&mut vals, x),
             Kind::Min => T::A::min_rows(&mut vals, x),
             Kind::SqDev => T::A::sq_dev_rows(&mut vals, x, means),
-            Kind::ArgMax => arg_rows(&mut vals, &mut idx, x, i, T::A::beats_max),
-            Kind::ArgMin => arg_rows(&mut vals, &mut idx, x, i, T::A::beats_min),
+            Kind::ArgMax => T::A::arg_rows(&mut vals, &mut idx, x, i, true),
+            Kind::ArgMin => T::A::arg_rows(&mut vals, &mut idx, x, i, false),
         }
     }
     Part { vals, idx }
-}
-
-#[inline(always)]
-fn arg_rows<A: Acc>(
-    best: &mut [A],
-    idx: &mut [usize],
-    row: &[A],
-    i: usize,
-    beats: fn(A, A) -> bool,
-) {
-    for ((b, k), &x) in best.iter_mut().zip(idx.iter_mut()).zip(row) {
-        if beats(x, *b) {
-            *b = x;
-            *k = i;
-        }
-    }
 }
 
 /// Folds the partial result of a later row range into `acc`.
@@ -486,11 +422,7 @@ fn merge_parts<A: Acc>(kind: Kind, acc: &mut Part<A>, p: &Part<A>) {
                 A::beats_min
             };
             let (vals, idx) = (&mut acc.vals, &mut acc.idx);
-            for ((v, i), (&pv, &pi)) in vals
-                .iter_mut()
-                .zip(idx.iter_mut())
-                .zip(p.vals.iter().zip(&p.idx))
-            {
+            for ((v, i), (&pv, &pi)) in vals.iter_mut().zip(idx.iter_mut()).zip(p.vals.iter().zip(&p.idx)) {
                 if beats(pv, *v) {
                     *v = pv;
                     *i = pi;
@@ -505,13 +437,7 @@ fn merge_parts<A: Acc>(kind: Kind, acc: &mut Part<A>, p: &Part<A>) {
 /// Sum and product of complex numbers (the only reductions PyTorch defines
 /// for them besides mean, which needs a real dtype here). Scalar code:
 /// complex reductions are rare and memory-bound.
-fn reduce_complex(
-    op: &Op,
-    r: ReduceOp,
-    dims: &[usize],
-    input: CpuInput<'_>,
-    out: &TensorMeta,
-) -> CpuResult {
+fn reduce_complex(op: &Op, r: ReduceOp, dims: &[usize], input: CpuInput<'_>, out: &TensorMeta) -> CpuResult {
     let src = input_slice::<C64>(op, input)?;
     let (identity, f): (C64, fn(C64, C64) -> C64) = match r {
         ReduceOp::Sum => (C64::new(0.0, 0.0), |a, b| a + b),

@@ -18,16 +18,13 @@ mod sort;
 use super::{CpuInput, CpuResult};
 use crate::error::BackendError;
 use crate::op::{Op, TensorMeta};
+use rayon::prelude::*;
+use std::mem::MaybeUninit;
 
 pub fn execute(op: &Op, inputs: &[CpuInput<'_>], outputs: &[TensorMeta]) -> CpuResult {
     let (input, out) = match (inputs.first(), outputs.first()) {
         (Some(i), Some(o)) => (*i, o),
-        _ => {
-            return Err(BackendError::invalid(
-                op.name(),
-                "expects one input and an output",
-            ))
-        }
+        _ => return Err(BackendError::invalid(op.name(), "expects one input and an output")),
     };
     match op {
         Op::Reduce { op: r, dims, .. } => basic::reduce(op, *r, dims, input, out),
@@ -70,6 +67,38 @@ impl Geom {
             inner: dims[dim + 1..].iter().product(),
         })
     }
+}
+
+/// A vector of `n` elements filled in place by `fill(first, chunk)` for
+/// consecutive chunks of `chunk` elements (the last may be shorter), in
+/// parallel when `parallel`. Outputs are written once instead of being
+/// zero-filled first, which costs a whole extra pass over memory for
+/// memory-bound kernels. `fill` must write every element of its chunk.
+pub(super) fn fill_chunks<T: Send>(
+    n: usize,
+    chunk: usize,
+    parallel: bool,
+    fill: impl Fn(usize, &mut [MaybeUninit<T>]) + Sync,
+) -> Vec<T> {
+    let mut out: Vec<T> = Vec::with_capacity(n);
+    let spare = &mut out.spare_capacity_mut()[..n];
+    let chunk = chunk.max(1);
+    if parallel {
+        spare
+            .par_chunks_mut(chunk)
+            .enumerate()
+            .for_each(|(i, c)| fill(i * chunk, c));
+    } else {
+        spare
+            .chunks_mut(chunk)
+            .enumerate()
+            .for_each(|(i, c)| fill(i * chunk, c));
+    }
+    // SAFETY: the chunks cover all n elements and `fill` writes every
+    // element of each chunk (every caller's loops cover their whole chunk);
+    // the capacity is n.
+    unsafe { out.set_len(n) };
+    out
 }
 
 /// Splits `n` items into chunks for rayon so that each task gets at least

@@ -16,30 +16,16 @@ use rayon::prelude::*;
 pub(super) fn cumsum(op: &Op, input: CpuInput<'_>, dim: usize, out: &TensorMeta) -> CpuResult {
     let g = Geom::around(op, input.dims(), dim)?;
     let res = match (input.dtype(), out.dtype) {
-        (DType::F32, DType::F32) => {
-            scan::<f32, f64, f32>(op, input, g, |x| x as f64, |a, b| a + b, |a| a as f32)?
-        }
-        (DType::F64, DType::F64) => {
-            scan::<f64, f64, f64>(op, input, g, |x| x, |a, b| a + b, |a| a)?
-        }
-        (DType::F16, DType::F16) => {
-            scan::<f16, f32, f16>(op, input, g, f16::to_f32, |a, b| a + b, f16::from_f32)?
-        }
+        (DType::F32, DType::F32) => scan::<f32, f64, f32>(op, input, g, |x| x as f64, |a, b| a + b, |a| a as f32)?,
+        (DType::F64, DType::F64) => scan::<f64, f64, f64>(op, input, g, |x| x, |a, b| a + b, |a| a)?,
+        (DType::F16, DType::F16) => scan::<f16, f32, f16>(op, input, g, f16::to_f32, |a, b| a + b, f16::from_f32)?,
         (DType::BF16, DType::BF16) => {
             scan::<bf16, f32, bf16>(op, input, g, bf16::to_f32, |a, b| a + b, bf16::from_f32)?
         }
-        (DType::I64, DType::I64) => {
-            scan::<i64, i64, i64>(op, input, g, |x| x, i64::wrapping_add, |a| a)?
-        }
-        (DType::I32, DType::I64) => {
-            scan::<i32, i64, i64>(op, input, g, |x| x as i64, i64::wrapping_add, |a| a)?
-        }
-        (DType::U8, DType::I64) => {
-            scan::<u8, i64, i64>(op, input, g, |x| x as i64, i64::wrapping_add, |a| a)?
-        }
-        (DType::Bool, DType::I64) => {
-            scan::<bool, i64, i64>(op, input, g, |x| x as i64, i64::wrapping_add, |a| a)?
-        }
+        (DType::I64, DType::I64) => scan::<i64, i64, i64>(op, input, g, |x| x, i64::wrapping_add, |a| a)?,
+        (DType::I32, DType::I64) => scan::<i32, i64, i64>(op, input, g, |x| x as i64, i64::wrapping_add, |a| a)?,
+        (DType::U8, DType::I64) => scan::<u8, i64, i64>(op, input, g, |x| x as i64, i64::wrapping_add, |a| a)?,
+        (DType::Bool, DType::I64) => scan::<bool, i64, i64>(op, input, g, |x| x as i64, i64::wrapping_add, |a| a)?,
         (DType::C64, DType::C64) => scan::<C64, Complex64, C64>(
             op,
             input,
@@ -99,9 +85,7 @@ where
     };
     if x.len() >= PAR_THRESHOLD && g.outer > 1 {
         let chunk = chunk_size(g.outer, (PAR_THRESHOLD / 4 / block).max(1)) * block;
-        x.par_chunks(chunk)
-            .zip(out.par_chunks_mut(chunk))
-            .for_each(work);
+        x.par_chunks(chunk).zip(out.par_chunks_mut(chunk)).for_each(work);
     } else {
         work((&x[..], &mut out[..]));
     }

@@ -9,6 +9,7 @@
 
 use crate::simd_dispatch;
 use half::{bf16, f16};
+use std::mem::MaybeUninit;
 
 /// Lanes per accumulator: two AVX-512 registers of f32, four of f64.
 const LANES: usize = 16;
@@ -69,7 +70,8 @@ macro_rules! sum_max_kernels {
 
 macro_rules! float_kernels {
     ($t:ty, $min:ident, $prod:ident, $sq_dev:ident,
-     $add_rows:ident, $mul_rows:ident, $max_rows:ident, $min_rows:ident, $sq_dev_rows:ident) => {
+     $add_rows:ident, $mul_rows:ident, $max_rows:ident, $min_rows:ident, $sq_dev_rows:ident,
+     $position:ident, $argmax_rows:ident, $argmin_rows:ident) => {
         simd_dispatch! {
             /// Minimum, NaN if any element is NaN (+inf when empty).
             pub fn $min(xs: &[$t]) -> $t {
@@ -185,6 +187,54 @@ macro_rules! float_kernels {
                 }
             }
         }
+
+        simd_dispatch! {
+            /// Index of the first element equal to `m` (the first NaN when
+            /// `m` is NaN); `xs.len()` when there is none. Scans 16 at a
+            /// time with a vector compare, then finds the lane.
+            pub fn $position(xs: &[$t], m: $t) -> usize {
+                let nan = m != m;
+                let hit = |v: $t| if nan { v != v } else { v == m };
+                let chunks = xs.chunks_exact(LANES);
+                let tail = xs.len() - chunks.remainder().len();
+                for (c, chunk) in chunks.enumerate() {
+                    let mut any = false;
+                    for &v in chunk {
+                        any |= hit(v);
+                    }
+                    if any {
+                        if let Some(i) = chunk.iter().position(|&v| hit(v)) {
+                            return c * LANES + i;
+                        }
+                    }
+                }
+                xs[tail..].iter().position(|&v| hit(v)).map_or(xs.len(), |i| tail + i)
+            }
+        }
+
+        simd_dispatch! {
+            /// Where `row[j]` beats `best[j]` (larger, or NaN over a number),
+            /// takes it with index `i`.
+            pub fn $argmax_rows(best: &mut [$t], idx: &mut [usize], row: &[$t], i: usize) {
+                for ((b, k), &x) in best.iter_mut().zip(idx.iter_mut()).zip(row) {
+                    let take = x > *b || (x != x && *b == *b);
+                    *b = if take { x } else { *b };
+                    *k = if take { i } else { *k };
+                }
+            }
+        }
+
+        simd_dispatch! {
+            /// Where `row[j]` beats `best[j]` (smaller, or NaN over a number),
+            /// takes it with index `i`.
+            pub fn $argmin_rows(best: &mut [$t], idx: &mut [usize], row: &[$t], i: usize) {
+                for ((b, k), &x) in best.iter_mut().zip(idx.iter_mut()).zip(row) {
+                    let take = x < *b || (x != x && *b == *b);
+                    *b = if take { x } else { *b };
+                    *k = if take { i } else { *k };
+                }
+            }
+        }
     };
 }
 
@@ -198,7 +248,10 @@ float_kernels!(
     mul_rows_f32,
     max_rows_f32,
     min_rows_f32,
-    sq_dev_rows_f32
+    sq_dev_rows_f32,
+    position_f32,
+    argmax_rows_f32,
+    argmin_rows_f32
 );
 float_kernels!(
     f64,
@@ -209,8 +262,50 @@ float_kernels!(
     mul_rows_f64,
     max_rows_f64,
     min_rows_f64,
-    sq_dev_rows_f64
+    sq_dev_rows_f64,
+    position_f64,
+    argmax_rows_f64,
+    argmin_rows_f64
 );
+
+/// e^x for f32: `vecmath::exp_f32`'s range reduction and polynomial (same
+/// results up to rounding ties of the reduction), with the integer part
+/// taken by the 1.5 * 2^23 "magic number" trick instead of `round()` and
+/// a saturating `as i32`, which LLVM turns into sixteen scalar conversions
+/// per vector. This keeps softmax's exponentials in vector registers.
+#[inline(always)]
+pub fn exp_f32(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    const MAGIC: f32 = 12_582_912.0; // 1.5 * 2^23
+    let xc = x.clamp(-104.0, 89.0);
+    // Adding MAGIC rounds xc * log2(e) to an integer held in the low
+    // mantissa bits (the sum stays in [2^23, 2^24), where the spacing is 1).
+    let t = xc.mul_add(LOG2E, MAGIC);
+    let n = t - MAGIC;
+    let ni = (t.to_bits() as i32).wrapping_sub(0x4B40_0000);
+    let r = n.mul_add(-LN2_LO, n.mul_add(-LN2_HI, xc));
+    let r2 = r * r;
+    let mut p = 1.987_569_1e-4f32;
+    p = p.mul_add(r, 1.398_199_9e-3);
+    p = p.mul_add(r, 8.333_452e-3);
+    p = p.mul_add(r, 4.166_579_6e-2);
+    p = p.mul_add(r, 1.666_666_5e-1);
+    p = p.mul_add(r, 5e-1);
+    let y = p.mul_add(r2, r) + 1.0;
+    // 2^n as two factors so that n from -151 to 129 stays representable.
+    let n1 = ni >> 1;
+    let n2 = ni.wrapping_sub(n1);
+    let s1 = f32::from_bits((n1.wrapping_add(127) as u32) << 23);
+    let s2 = f32::from_bits((n2.wrapping_add(127) as u32) << 23);
+    let out = y * s1 * s2;
+    if x.is_nan() {
+        x
+    } else {
+        out
+    }
+}
 
 simd_dispatch! {
     /// Widens bf16 to f32 (exact: a bf16 is the top half of an f32).
@@ -239,6 +334,42 @@ simd_dispatch! {
     }
 }
 
+simd_dispatch! {
+    /// Rounds f32 to f16 (nearest, ties to even; overflow to inf, NaN
+    /// stays NaN) without branches, so it vectorizes (F. Giesen's method).
+    pub fn f32_to_f16(src: &[f32], dst: &mut [MaybeUninit<f16>]) {
+        const INF: u32 = 255 << 23;
+        const F16_MAX: u32 = (127 + 16) << 23;
+        const DENORM_MAGIC: u32 = ((127 - 15) + (23 - 10) + 1) << 23;
+        const NORMAL_MIN: u32 = 113 << 23;
+        // Rebias the exponent from 127 to 15, plus the rounding constant.
+        const REBIAS: u32 = ((15u32.wrapping_sub(127)) << 23).wrapping_add(0xfff);
+        for (d, &f) in dst.iter_mut().zip(src) {
+            let bits = f.to_bits();
+            let sign = (bits >> 16) & 0x8000;
+            let a = bits & 0x7fff_ffff;
+            let special = if a > INF { 0x7e00 } else { 0x7c00 };
+            let sub = (f32::from_bits(a) + f32::from_bits(DENORM_MAGIC)).to_bits().wrapping_sub(DENORM_MAGIC);
+            let odd = (a >> 13) & 1;
+            let normal = a.wrapping_add(REBIAS).wrapping_add(odd) >> 13;
+            let h = if a >= F16_MAX { special } else if a < NORMAL_MIN { sub } else { normal };
+            d.write(f16::from_bits((h | sign) as u16));
+        }
+    }
+}
+
+simd_dispatch! {
+    /// Rounds f32 to bf16 (nearest, ties to even; NaN stays NaN).
+    pub fn f32_to_bf16(src: &[f32], dst: &mut [MaybeUninit<bf16>]) {
+        for (d, &f) in dst.iter_mut().zip(src) {
+            let b = f.to_bits();
+            let rounded = b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16;
+            let h = if f.is_nan() { (b >> 16) | 0x40 } else { rounded };
+            d.write(bf16::from_bits(h as u16));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -253,6 +384,65 @@ mod tests {
             assert!(
                 want.to_bits() == f.to_bits() || (want.is_nan() && f.is_nan()),
                 "{h:?}: {f} vs {want}"
+            );
+        }
+    }
+
+    #[test]
+    fn exp_matches_std_and_vecmath() {
+        let mut worst = 0f64;
+        let mut x = -110.0f32;
+        while x < 95.0 {
+            let want = (x as f64).exp();
+            let got = exp_f32(x) as f64;
+            if want > 1e-37 && want < 3e38 {
+                worst = worst.max(((got - want) / want).abs());
+            }
+            let v = crate::cpu::vecmath::exp_f32(x);
+            assert!(
+                got == v as f64 || (got - v as f64).abs() <= 4e-7 * want.max(1e-38),
+                "{x}: {got} vs {v}"
+            );
+            x += 0.0071;
+        }
+        assert!(worst < 4e-7, "max relative error {worst}");
+        assert_eq!(exp_f32(f32::NEG_INFINITY), 0.0);
+        assert_eq!(exp_f32(0.0), 1.0);
+        assert_eq!(exp_f32(100.0), f32::INFINITY);
+        assert!(exp_f32(f32::NAN).is_nan());
+    }
+
+    #[test]
+    fn narrowing_matches_half() {
+        // Every f16 value, the midpoints between neighbours (ties), and a
+        // sweep of f32 bit patterns covering subnormals, overflow and NaN.
+        let mut vals: Vec<f32> = Vec::new();
+        for h in 0..=u16::MAX {
+            let a = f16::from_bits(h).to_f32();
+            let b = f16::from_bits(h.wrapping_add(1)).to_f32();
+            vals.push(a);
+            if a.is_finite() && b.is_finite() {
+                vals.push((a as f64 * 0.5 + b as f64 * 0.5) as f32);
+            }
+        }
+        vals.extend((0..=u32::MAX).step_by(4099).map(f32::from_bits));
+        vals.extend([65504.0, 65519.99, 65520.0, 1e10, -1e-10, 5.96e-8, 2.98e-8, 2.99e-8]);
+        let mut h = vec![MaybeUninit::new(f16::ZERO); vals.len()];
+        let mut b = vec![MaybeUninit::new(bf16::ZERO); vals.len()];
+        f32_to_f16(&vals, &mut h);
+        f32_to_bf16(&vals, &mut b);
+        for ((v, h), b) in vals.iter().zip(&h).zip(&b) {
+            // SAFETY: the conversions wrote every element (and they were
+            // initialized before anyway).
+            let (h, b) = unsafe { (h.assume_init(), b.assume_init()) };
+            let (wh, wb) = (f16::from_f32(*v), bf16::from_f32(*v));
+            assert!(
+                h.to_bits() == wh.to_bits() || (h.is_nan() && wh.is_nan()),
+                "{v:e}: {h} vs {wh}"
+            );
+            assert!(
+                b.to_bits() == wb.to_bits() || (b.is_nan() && wb.is_nan()),
+                "{v:e}: {b} vs {wb}"
             );
         }
     }

@@ -19,13 +19,7 @@ use std::cmp::Ordering;
 /// Sorts each slice along `dim` and keeps its first `k` elements
 /// (`k` = the dimension's size for a full sort); `descending` puts the
 /// largest first.
-pub(super) fn sort(
-    op: &Op,
-    input: CpuInput<'_>,
-    dim: usize,
-    k: usize,
-    descending: bool,
-) -> CpuResult {
+pub(super) fn sort(op: &Op, input: CpuInput<'_>, dim: usize, k: usize, descending: bool) -> CpuResult {
     let g = Geom::around(op, input.dims(), dim)?;
     if k > g.len {
         return Err(BackendError::invalid(
@@ -71,14 +65,7 @@ macro_rules! float_key {
 float_key!(f32);
 float_key!(f64);
 
-fn run<T, K>(
-    op: &Op,
-    input: CpuInput<'_>,
-    g: Geom,
-    k: usize,
-    descending: bool,
-    key: fn(T) -> K,
-) -> CpuResult
+fn run<T, K>(op: &Op, input: CpuInput<'_>, g: Geom, k: usize, descending: bool, key: fn(T) -> K) -> CpuResult
 where
     T: StorageElement + Send + Sync,
     K: Key,
