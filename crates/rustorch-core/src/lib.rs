@@ -20,6 +20,6 @@ pub use dtype::{DType, Scalar, WithDType, C64};
 pub use error::{BackendError, Error, Result};
 pub use executor::{Executor, ExecutorConfig, TraceEvent};
 pub use layout::Layout;
-pub use op::{Op, OpClass, TensorMeta};
+pub use op::{AttnMask, Conv2dParams, Op, OpClass, Pool2dParams, RopeLayout, TensorMeta};
 pub use shape::Shape;
 pub use tensor::Tensor;
