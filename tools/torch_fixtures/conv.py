@@ -125,6 +125,10 @@ def cases():
     out.append(pool_case("avg_pool_overlap_stride1", "avg_pool2d", x, (3, 3), (1, 1), (1, 1), False))
     out.append(pool_case("max_pool_permuted", "max_pool2d", r(2, 6, 5, 3), (2, 2), (1, 2), (1, 0),
                          views=(("permute", [0, 3, 1, 2]),)))
+    # Wide rows with a stride: the strided gather runs in several chunks.
+    x = r(1, 2, 3, 150)
+    out.append(pool_case("max_pool_wide_strided", "max_pool2d", x, (2, 3), (1, 2), (1, 1)))
+    out.append(pool_case("avg_pool_wide_strided", "avg_pool2d", x, (3, 3), (2, 2), (1, 1), False))
     out.append(pool_case("avg_pool_empty_batch", "avg_pool2d", r(0, 2, 4, 4), (2, 2), (2, 2), (0, 0)))
     x = r(1, 2, 4, 4)
     x[0, 0, 1, 1] = float("nan")

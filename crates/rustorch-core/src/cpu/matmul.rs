@@ -274,8 +274,11 @@ fn matmul_strided<T: GemmElem>(
         // SAFETY: the offsets walk in-bounds layouts; chunk is m x n.
         unsafe { gemm_raw(m, n, k, chunk.as_mut_ptr(), n, false, lhs_at(a_off[i]), rhs_at(b_off[i]), parallel) }
     };
-    if nb > 1 && threads > 1 && per < GEMM_PAR_THRESHOLD * 4 && nb * per >= GEMM_PAR_THRESHOLD {
-        // Many small products: one thread each beats splitting each one.
+    // One thread per product avoids gemm's internal synchronization; it
+    // pays off for small products, and for any size once the batch splits
+    // evenly (or nearly so) over the threads.
+    let even = nb % threads == 0 || nb >= 4 * threads;
+    if nb > 1 && threads > 1 && nb * per >= GEMM_PAR_THRESHOLD && (per < GEMM_PAR_THRESHOLD * 4 || even) {
         dst.par_chunks_mut(m * n).enumerate().for_each(|(i, c)| run(i, c, false));
     } else {
         dst.chunks_mut(m * n).enumerate().for_each(|(i, c)| run(i, c, true));

@@ -209,7 +209,6 @@ pub(super) trait ConvElem:
     GemmElem + Add<Output = Self> + Mul<Output = Self> + Div<Output = Self> + AddAssign + PartialOrd
 {
     const NEG_INFINITY: Self;
-    fn is_nan(self) -> bool;
     /// dst[i] += src[i]
     fn add_assign_slice(dst: &mut [Self], src: &[Self]);
     /// dst[i] = max(dst[i], src[i]), NaN winning.
@@ -235,10 +234,6 @@ macro_rules! conv_elem {
         }
         impl ConvElem for $t {
             const NEG_INFINITY: Self = <$t>::NEG_INFINITY;
-            #[inline(always)]
-            fn is_nan(self) -> bool {
-                <$t>::is_nan(self)
-            }
             fn add_assign_slice(dst: &mut [Self], src: &[Self]) {
                 $add(dst, src)
             }

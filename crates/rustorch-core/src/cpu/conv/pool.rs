@@ -42,6 +42,27 @@ fn for_each_tap<T>(g: &PoolGeom, src: &[T], oh: usize, mut f: impl FnMut(usize, 
     }
 }
 
+/// `f(acc, [row[s0], row[s0 + stride], ...])`: strided inputs are first
+/// gathered into a small buffer so `f` always runs its vectorized,
+/// branch-free loop (a compare-and-branch per element mispredicts on
+/// random data and costs several times more).
+#[inline]
+fn apply_strided<T: ConvElem>(acc: &mut [T], row: &[T], s0: usize, stride: usize, f: fn(&mut [T], &[T])) {
+    if stride == 1 {
+        f(acc, &row[s0..s0 + acc.len()]);
+        return;
+    }
+    const CHUNK: usize = 64;
+    let mut buf = [T::zero(); CHUNK];
+    for (i, a) in acc.chunks_mut(CHUNK).enumerate() {
+        let base = s0 + i * CHUNK * stride;
+        for (j, b) in buf[..a.len()].iter_mut().enumerate() {
+            *b = row[base + j * stride];
+        }
+        f(a, &buf[..a.len()]);
+    }
+}
+
 pub(super) fn max_pool2d<T: ConvElem>(g: &PoolGeom, x: &[T]) -> Vec<T> {
     let sw = g.p.stride[1];
     per_plane(g, x, |src, dst| {
@@ -49,15 +70,7 @@ pub(super) fn max_pool2d<T: ConvElem>(g: &PoolGeom, x: &[T]) -> Vec<T> {
             let acc = &mut dst[oh * g.ow..(oh + 1) * g.ow];
             acc.fill(T::NEG_INFINITY);
             for_each_tap(g, src, oh, |lo, hi, row, s0| {
-                if sw == 1 {
-                    T::max_assign_slice(&mut acc[lo..hi], &row[s0..s0 + (hi - lo)]);
-                } else {
-                    for (a, &v) in acc[lo..hi].iter_mut().zip(row[s0..].iter().step_by(sw)) {
-                        if v > *a || v.is_nan() {
-                            *a = v;
-                        }
-                    }
-                }
+                apply_strided(&mut acc[lo..hi], row, s0, sw, T::max_assign_slice);
             });
         }
     })
@@ -92,13 +105,7 @@ pub(super) fn avg_pool2d<T: ConvElem>(g: &PoolGeom, x: &[T], count_pad: bool) ->
         for oh in 0..g.oh {
             let acc = &mut dst[oh * g.ow..(oh + 1) * g.ow];
             for_each_tap(g, src, oh, |lo, hi, row, s0| {
-                if sw == 1 {
-                    T::add_assign_slice(&mut acc[lo..hi], &row[s0..s0 + (hi - lo)]);
-                } else {
-                    for (a, &v) in acc[lo..hi].iter_mut().zip(row[s0..].iter().step_by(sw)) {
-                        *a += v;
-                    }
-                }
+                apply_strided(&mut acc[lo..hi], row, s0, sw, T::add_assign_slice);
             });
             let rows = T::from_f64(dh[oh] as f64);
             for (a, &cols) in acc.iter_mut().zip(&dw) {
