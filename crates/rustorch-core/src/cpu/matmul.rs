@@ -99,10 +99,16 @@ pub(crate) unsafe fn gemm_raw<T: GemmElem>(
 
 pub fn execute(op: &Op, inputs: &[CpuInput<'_>], outputs: &[TensorMeta]) -> CpuResult {
     let (Some(&a), Some(&b), Some(out)) = (inputs.first(), inputs.get(1), outputs.first()) else {
-        return Err(BackendError::invalid(op.name(), "expects two inputs and one output"));
+        return Err(BackendError::invalid(
+            op.name(),
+            "expects two inputs and one output",
+        ));
     };
     if b.dtype() != a.dtype() {
-        return Err(BackendError::invalid(op.name(), "operands have different dtypes"));
+        return Err(BackendError::invalid(
+            op.name(),
+            "operands have different dtypes",
+        ));
     }
     match a.dtype() {
         DType::F32 => native::<f32>(op, a, b, out),
@@ -115,17 +121,31 @@ pub fn execute(op: &Op, inputs: &[CpuInput<'_>], outputs: &[TensorMeta]) -> CpuR
 }
 
 fn typed<'a, T: StorageElement>(op: &Op, i: CpuInput<'a>) -> Result<&'a [T], BackendError> {
-    i.storage.as_slice::<T>().ok_or_else(|| unsupported_dtype(op, i.dtype()))
+    i.storage
+        .as_slice::<T>()
+        .ok_or_else(|| unsupported_dtype(op, i.dtype()))
 }
 
-fn native<T: GemmElem + StorageElement>(op: &Op, a: CpuInput<'_>, b: CpuInput<'_>, out: &TensorMeta) -> CpuResult {
+fn native<T: GemmElem + StorageElement>(
+    op: &Op,
+    a: CpuInput<'_>,
+    b: CpuInput<'_>,
+    out: &TensorMeta,
+) -> CpuResult {
     let (ad, bd) = (typed::<T>(op, a)?, typed::<T>(op, b)?);
-    Ok(vec![CpuStorage::from_vec(matmul_strided(op, ad, a.layout, bd, b.layout, out)?)])
+    Ok(vec![CpuStorage::from_vec(matmul_strided(
+        op, ad, a.layout, bd, b.layout, out,
+    )?)])
 }
 
 /// f16/bf16: widen the storage range each operand touches to f32 (keeping
 /// its strides, so views stay views), multiply in f32, round once.
-fn via_f32<T: StorageElement>(op: &Op, a: CpuInput<'_>, b: CpuInput<'_>, out: &TensorMeta) -> CpuResult {
+fn via_f32<T: StorageElement>(
+    op: &Op,
+    a: CpuInput<'_>,
+    b: CpuInput<'_>,
+    out: &TensorMeta,
+) -> CpuResult {
     let (ad, bd) = (typed::<T>(op, a)?, typed::<T>(op, b)?);
     let (aw, la) = widen(ad, a.layout)?;
     let (bw, lb) = widen(bd, b.layout)?;
@@ -137,9 +157,9 @@ fn via_f32<T: StorageElement>(op: &Op, a: CpuInput<'_>, b: CpuInput<'_>, out: &T
 /// rebased onto that buffer.
 fn widen<T: WithDType>(data: &[T], layout: &Layout) -> Result<(Vec<f32>, Layout), BackendError> {
     let range = layout.offset()..layout.storage_extent().max(layout.offset());
-    let src = data
-        .get(range)
-        .ok_or_else(|| BackendError::invalid("matmul", "layout reaches past the end of its storage"))?;
+    let src = data.get(range).ok_or_else(|| {
+        BackendError::invalid("matmul", "layout reaches past the end of its storage")
+    })?;
     let v = if src.len() >= PAR_THRESHOLD {
         src.par_iter().map(|x| x.to_f32()).collect()
     } else {
@@ -207,8 +227,12 @@ fn folded_rows(a: &Layout, a_bs: &[usize], b_bs: &[usize], batch: &[usize]) -> O
     let r = a.rank();
     // (size, stride) of every dim that becomes part of the folded rows,
     // outermost first; size-1 dims do not constrain the fold.
-    let mut chain: Vec<(usize, usize)> =
-        a_bs.iter().zip(batch).filter(|(_, &d)| d > 1).map(|(&s, &d)| (d, s)).collect();
+    let mut chain: Vec<(usize, usize)> = a_bs
+        .iter()
+        .zip(batch)
+        .filter(|(_, &d)| d > 1)
+        .map(|(&s, &d)| (d, s))
+        .collect();
     if a.dims()[r - 2] > 1 {
         chain.push((a.dims()[r - 2], a.strides()[r - 2]));
     }
@@ -229,7 +253,10 @@ fn matmul_strided<T: GemmElem>(
 ) -> Result<Vec<T>, BackendError> {
     let od = out.shape.dims();
     if la.rank() < 2 || lb.rank() < 2 || od.len() < 2 {
-        return Err(BackendError::invalid(op.name(), "operands must have rank >= 2"));
+        return Err(BackendError::invalid(
+            op.name(),
+            "operands must have rank >= 2",
+        ));
     }
     let (ra, rb) = (la.rank(), lb.rank());
     let (m, k, n) = (la.dims()[ra - 2], la.dims()[ra - 1], lb.dims()[rb - 1]);
@@ -240,7 +267,10 @@ fn matmul_strided<T: GemmElem>(
         && batch.len() >= ra - 2
         && batch.len() >= rb - 2;
     if !shapes_ok {
-        return Err(BackendError::invalid(op.name(), "operand shapes do not match the output"));
+        return Err(BackendError::invalid(
+            op.name(),
+            "operand shapes do not match the output",
+        ));
     }
     let nb: usize = batch.iter().product();
     let mut dst = vec![T::zero(); out.shape.numel()];
@@ -249,19 +279,45 @@ fn matmul_strided<T: GemmElem>(
     }
     // Every address the strides produce must be in bounds for gemm.
     if la.storage_extent() > a.len() || lb.storage_extent() > b.len() {
-        return Err(BackendError::invalid(op.name(), "layout reaches past the end of its storage"));
+        return Err(BackendError::invalid(
+            op.name(),
+            "layout reaches past the end of its storage",
+        ));
     }
-    let lhs_at = |off: usize| MatRef { ptr: a[off..].as_ptr(), rs: la.strides()[ra - 2], cs: la.strides()[ra - 1] };
-    let rhs_at = |off: usize| MatRef { ptr: b[off..].as_ptr(), rs: lb.strides()[rb - 2], cs: lb.strides()[rb - 1] };
+    let lhs_at = |off: usize| MatRef {
+        ptr: a[off..].as_ptr(),
+        rs: la.strides()[ra - 2],
+        cs: la.strides()[ra - 1],
+    };
+    let rhs_at = |off: usize| MatRef {
+        ptr: b[off..].as_ptr(),
+        rs: lb.strides()[rb - 2],
+        cs: lb.strides()[rb - 1],
+    };
     let a_bs = batch_strides(la, batch);
     let b_bs = batch_strides(lb, batch);
 
     if nb > 1 {
         if let Some(rs) = folded_rows(la, &a_bs, &b_bs, batch) {
-            let lhs = MatRef { rs, ..lhs_at(la.offset()) };
+            let lhs = MatRef {
+                rs,
+                ..lhs_at(la.offset())
+            };
             // SAFETY: the fold addresses exactly the rows of `a`'s layout,
             // and dst holds nb * m rows of n.
-            unsafe { gemm_raw(nb * m, n, k, dst.as_mut_ptr(), n, false, lhs, rhs_at(lb.offset()), true) };
+            unsafe {
+                gemm_raw(
+                    nb * m,
+                    n,
+                    k,
+                    dst.as_mut_ptr(),
+                    n,
+                    false,
+                    lhs,
+                    rhs_at(lb.offset()),
+                    true,
+                )
+            };
             return Ok(dst);
         }
     }
@@ -272,16 +328,36 @@ fn matmul_strided<T: GemmElem>(
     let threads = rayon::current_num_threads();
     let run = |i: usize, chunk: &mut [T], parallel: bool| {
         // SAFETY: the offsets walk in-bounds layouts; chunk is m x n.
-        unsafe { gemm_raw(m, n, k, chunk.as_mut_ptr(), n, false, lhs_at(a_off[i]), rhs_at(b_off[i]), parallel) }
+        unsafe {
+            gemm_raw(
+                m,
+                n,
+                k,
+                chunk.as_mut_ptr(),
+                n,
+                false,
+                lhs_at(a_off[i]),
+                rhs_at(b_off[i]),
+                parallel,
+            )
+        }
     };
     // One thread per product avoids gemm's internal synchronization; it
     // pays off for small products, and for any size once the batch splits
     // evenly (or nearly so) over the threads.
-    let even = nb % threads == 0 || nb >= 4 * threads;
-    if nb > 1 && threads > 1 && nb * per >= GEMM_PAR_THRESHOLD && (per < GEMM_PAR_THRESHOLD * 4 || even) {
-        dst.par_chunks_mut(m * n).enumerate().for_each(|(i, c)| run(i, c, false));
+    let even = nb.is_multiple_of(threads) || nb >= 4 * threads;
+    if nb > 1
+        && threads > 1
+        && nb * per >= GEMM_PAR_THRESHOLD
+        && (per < GEMM_PAR_THRESHOLD * 4 || even)
+    {
+        dst.par_chunks_mut(m * n)
+            .enumerate()
+            .for_each(|(i, c)| run(i, c, false));
     } else {
-        dst.chunks_mut(m * n).enumerate().for_each(|(i, c)| run(i, c, true));
+        dst.chunks_mut(m * n)
+            .enumerate()
+            .for_each(|(i, c)| run(i, c, true));
     }
     Ok(dst)
 }

@@ -7,13 +7,28 @@ use crate::op::{Conv2dParams, Op, Pool2dParams};
 impl Default for Conv2dParams {
     /// Stride 1, no padding, no dilation, one group: PyTorch's defaults.
     fn default() -> Self {
-        Conv2dParams { stride: [1, 1], padding: [0, 0], dilation: [1, 1], groups: 1 }
+        Conv2dParams {
+            stride: [1, 1],
+            padding: [0, 0],
+            dilation: [1, 1],
+            groups: 1,
+        }
     }
 }
 
 impl Conv2dParams {
-    pub fn new(stride: [usize; 2], padding: [usize; 2], dilation: [usize; 2], groups: usize) -> Self {
-        Conv2dParams { stride, padding, dilation, groups }
+    pub fn new(
+        stride: [usize; 2],
+        padding: [usize; 2],
+        dilation: [usize; 2],
+        groups: usize,
+    ) -> Self {
+        Conv2dParams {
+            stride,
+            padding,
+            dilation,
+            groups,
+        }
     }
     pub fn with_stride(self, stride: [usize; 2]) -> Self {
         Conv2dParams { stride, ..self }
@@ -33,7 +48,11 @@ impl Pool2dParams {
     /// A `kernel`-sized window moving by its own size (PyTorch's default
     /// stride), without padding.
     pub fn new(kernel: [usize; 2]) -> Self {
-        Pool2dParams { kernel, stride: kernel, padding: [0, 0] }
+        Pool2dParams {
+            kernel,
+            stride: kernel,
+            padding: [0, 0],
+        }
     }
     pub fn with_stride(self, stride: [usize; 2]) -> Self {
         Pool2dParams { stride, ..self }
@@ -61,14 +80,28 @@ impl Tensor {
         dilation: usize,
         groups: usize,
     ) -> Result<Tensor> {
-        let op = Op::Conv1d { stride, padding, dilation, groups, has_bias: bias.is_some() };
+        let op = Op::Conv1d {
+            stride,
+            padding,
+            dilation,
+            groups,
+            has_bias: bias.is_some(),
+        };
         self.run1(&op, &with_bias(self, weight, bias))
     }
 
     /// 2-D convolution: input [N, C, H, W], weight [O, C/groups, KH, KW],
     /// optional bias [O]; output [N, O, H_out, W_out].
-    pub fn conv2d(&self, weight: &Tensor, bias: Option<&Tensor>, params: Conv2dParams) -> Result<Tensor> {
-        let op = Op::Conv2d { params, has_bias: bias.is_some() };
+    pub fn conv2d(
+        &self,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        params: Conv2dParams,
+    ) -> Result<Tensor> {
+        let op = Op::Conv2d {
+            params,
+            has_bias: bias.is_some(),
+        };
         self.run1(&op, &with_bias(self, weight, bias))
     }
 
@@ -84,7 +117,11 @@ impl Tensor {
         params: Conv2dParams,
         output_padding: [usize; 2],
     ) -> Result<Tensor> {
-        let op = Op::ConvTranspose2d { params, output_padding, has_bias: bias.is_some() };
+        let op = Op::ConvTranspose2d {
+            params,
+            output_padding,
+            has_bias: bias.is_some(),
+        };
         self.run1(&op, &with_bias(self, weight, bias))
     }
 
@@ -96,7 +133,12 @@ impl Tensor {
     /// Mean over each window of an [N, C, H, W] input. With
     /// `count_include_pad` the padding counts as zeros in the divisor.
     pub fn avg_pool2d(&self, params: Pool2dParams, count_include_pad: bool) -> Result<Tensor> {
-        self.run1(&Op::AvgPool2d { params, count_include_pad }, &[self])
+        self.run1(
+            &Op::AvgPool2d {
+                params,
+                count_include_pad,
+            },
+            &[self],
+        )
     }
 }
-

@@ -34,7 +34,11 @@ impl Tensor {
     /// Product of two matrices (both exactly 2-D), as `torch.mm`.
     pub fn mm(&self, other: &Tensor) -> Result<Tensor> {
         if self.rank() != 2 || other.rank() != 2 {
-            return Err(Error::shape("mm", "both operands must be 2-D", &[self.shape(), other.shape()]));
+            return Err(Error::shape(
+                "mm",
+                "both operands must be 2-D",
+                &[self.shape(), other.shape()],
+            ));
         }
         self.matmul_nd(other)
     }

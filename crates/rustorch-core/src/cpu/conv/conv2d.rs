@@ -33,34 +33,80 @@ pub(super) fn conv2d<T: ConvElem>(g: &Geom, x: &[T], w: &[T], bias: Option<&[T]>
     let task = |t: usize, dst: &mut [T], col: &mut Vec<T>, parallel: bool| {
         let (ni, gi) = (t / groups, t % groups);
         let xg = &x[(ni * g.c + gi * cg) * in_plane..][..cg * in_plane];
-        let lhs = MatRef { ptr: w[gi * og * r..].as_ptr(), rs: r, cs: 1 };
+        let lhs = MatRef {
+            ptr: w[gi * og * r..].as_ptr(),
+            rs: r,
+            cs: 1,
+        };
         if pointwise {
             // A 1x1 convolution needs no im2col: the image is the matrix.
-            let rhs = MatRef { ptr: xg.as_ptr(), rs: in_plane, cs: 1 };
+            let rhs = MatRef {
+                ptr: xg.as_ptr(),
+                rs: in_plane,
+                cs: 1,
+            };
             // SAFETY: lhs is og x r inside w, rhs cg x plane inside xg, dst og x plane.
-            unsafe { gemm_raw(og, plane, cg, dst.as_mut_ptr(), plane, accumulate, lhs, rhs, parallel) };
+            unsafe {
+                gemm_raw(
+                    og,
+                    plane,
+                    cg,
+                    dst.as_mut_ptr(),
+                    plane,
+                    accumulate,
+                    lhs,
+                    rhs,
+                    parallel,
+                )
+            };
             return;
         }
-        let rows = if parallel { g.oh } else { tile_rows(r, g.ow, g.oh, std::mem::size_of::<T>()) };
+        let rows = if parallel {
+            g.oh
+        } else {
+            tile_rows(r, g.ow, g.oh, std::mem::size_of::<T>())
+        };
         for oh0 in (0..g.oh).step_by(rows) {
             let oh1 = (oh0 + rows).min(g.oh);
             let cols = (oh1 - oh0) * g.ow;
             col.clear();
             col.resize(r * cols, T::zero());
             if parallel && r * cols >= crate::cpu::copy::PAR_THRESHOLD {
-                col.par_chunks_mut(cols).enumerate().for_each(|(ri, row)| im2col_row(g, xg, ri, oh0, oh1, row));
+                col.par_chunks_mut(cols)
+                    .enumerate()
+                    .for_each(|(ri, row)| im2col_row(g, xg, ri, oh0, oh1, row));
             } else {
-                col.chunks_mut(cols).enumerate().for_each(|(ri, row)| im2col_row(g, xg, ri, oh0, oh1, row));
+                col.chunks_mut(cols)
+                    .enumerate()
+                    .for_each(|(ri, row)| im2col_row(g, xg, ri, oh0, oh1, row));
             }
-            let rhs = MatRef { ptr: col.as_ptr(), rs: cols, cs: 1 };
+            let rhs = MatRef {
+                ptr: col.as_ptr(),
+                rs: cols,
+                cs: 1,
+            };
             // SAFETY: dst holds og rows of `plane`; this tile writes columns
             // oh0 * ow .. oh1 * ow of each.
-            unsafe { gemm_raw(og, cols, r, dst[oh0 * g.ow..].as_mut_ptr(), plane, accumulate, lhs, rhs, parallel) };
+            unsafe {
+                gemm_raw(
+                    og,
+                    cols,
+                    r,
+                    dst[oh0 * g.ow..].as_mut_ptr(),
+                    plane,
+                    accumulate,
+                    lhs,
+                    rhs,
+                    parallel,
+                )
+            };
         }
     };
 
     if tasks >= threads && threads > 1 && work >= 1 << 16 {
-        out.par_chunks_mut(og * plane).enumerate().for_each_init(Vec::new, |col, (t, dst)| task(t, dst, col, false));
+        out.par_chunks_mut(og * plane)
+            .enumerate()
+            .for_each_init(Vec::new, |col, (t, dst)| task(t, dst, col, false));
     } else {
         let mut col = Vec::new();
         for (t, dst) in out.chunks_mut(og * plane).enumerate() {
@@ -93,7 +139,10 @@ fn im2col_row<T: ConvElem>(g: &Geom, xg: &[T], ri: usize, oh0: usize, oh1: usize
         if p.stride[1] == 1 {
             dst[lo..hi].copy_from_slice(&src[s0..s0 + (hi - lo)]);
         } else {
-            for (d, s) in dst[lo..hi].iter_mut().zip(src[s0..].iter().step_by(p.stride[1])) {
+            for (d, s) in dst[lo..hi]
+                .iter_mut()
+                .zip(src[s0..].iter().step_by(p.stride[1]))
+            {
                 *d = *s;
             }
         }

@@ -28,7 +28,13 @@ pub fn execute(op: &Op, inputs: &[CpuInput<'_>], outputs: &[TensorMeta]) -> CpuR
         .first()
         .ok_or_else(|| BackendError::invalid(op.name(), "missing output metadata"))?;
     let kernel = match op {
-        Op::Conv1d { stride, padding, dilation, groups, has_bias } => {
+        Op::Conv1d {
+            stride,
+            padding,
+            dilation,
+            groups,
+            has_bias,
+        } => {
             // A 1-D convolution is a 2-D one over a height-1 image.
             let p = Conv2dParams {
                 stride: [1, *stride],
@@ -45,22 +51,37 @@ pub fn execute(op: &Op, inputs: &[CpuInput<'_>], outputs: &[TensorMeta]) -> CpuR
             let [o, _, kh, kw] = dims::<4>(op, inputs, 1)?;
             Kernel::Conv(Geom::conv(op, x, [o, kh, kw], *params, out, *has_bias)?)
         }
-        Op::ConvTranspose2d { params, has_bias, .. } => {
+        Op::ConvTranspose2d {
+            params, has_bias, ..
+        } => {
             let x = dims::<4>(op, inputs, 0)?;
             let [_, og, kh, kw] = dims::<4>(op, inputs, 1)?;
             let o = og * params.groups;
             Kernel::Transpose(Geom::conv(op, x, [o, kh, kw], *params, out, *has_bias)?)
         }
-        Op::MaxPool2d { params } => Kernel::MaxPool(PoolGeom::new(op, dims::<4>(op, inputs, 0)?, *params, out)?),
-        Op::AvgPool2d { params, count_include_pad } => Kernel::AvgPool(
+        Op::MaxPool2d { params } => {
+            Kernel::MaxPool(PoolGeom::new(op, dims::<4>(op, inputs, 0)?, *params, out)?)
+        }
+        Op::AvgPool2d {
+            params,
+            count_include_pad,
+        } => Kernel::AvgPool(
             PoolGeom::new(op, dims::<4>(op, inputs, 0)?, *params, out)?,
             *count_include_pad,
         ),
-        _ => return Err(BackendError::invalid(op.name(), "not a convolution or pooling op")),
+        _ => {
+            return Err(BackendError::invalid(
+                op.name(),
+                "not a convolution or pooling op",
+            ))
+        }
     };
     let dtype = inputs[0].dtype();
     if inputs.iter().any(|i| i.dtype() != dtype) {
-        return Err(BackendError::invalid(op.name(), "inputs have different dtypes"));
+        return Err(BackendError::invalid(
+            op.name(),
+            "inputs have different dtypes",
+        ));
     }
     Ok(vec![match dtype {
         DType::F32 => CpuStorage::from_vec(run_native::<f32>(op, inputs, &kernel)?),
@@ -71,7 +92,11 @@ pub fn execute(op: &Op, inputs: &[CpuInput<'_>], outputs: &[TensorMeta]) -> CpuR
     }])
 }
 
-fn dims<const R: usize>(op: &Op, inputs: &[CpuInput<'_>], i: usize) -> Result<[usize; R], BackendError> {
+fn dims<const R: usize>(
+    op: &Op,
+    inputs: &[CpuInput<'_>],
+    i: usize,
+) -> Result<[usize; R], BackendError> {
     inputs
         .get(i)
         .and_then(|x| <[usize; R]>::try_from(x.dims()).ok())
@@ -113,10 +138,32 @@ impl Geom {
             })
             .ok_or_else(|| BackendError::invalid(op.name(), "output must be [N, C, H, W]"))?;
         let g = p.groups;
-        if on != n || oo != o || g == 0 || c % g != 0 || o % g != 0 || p.stride.contains(&0) || p.dilation.contains(&0) {
-            return Err(BackendError::invalid(op.name(), "inconsistent convolution sizes"));
+        if on != n
+            || oo != o
+            || g == 0
+            || !c.is_multiple_of(g)
+            || !o.is_multiple_of(g)
+            || p.stride.contains(&0)
+            || p.dilation.contains(&0)
+        {
+            return Err(BackendError::invalid(
+                op.name(),
+                "inconsistent convolution sizes",
+            ));
         }
-        Ok(Geom { n, c, h, w, o, kh, kw, oh, ow, p, has_bias })
+        Ok(Geom {
+            n,
+            c,
+            h,
+            w,
+            o,
+            kh,
+            kw,
+            oh,
+            ow,
+            p,
+            has_bias,
+        })
     }
 }
 
@@ -132,7 +179,12 @@ pub(super) struct PoolGeom {
 }
 
 impl PoolGeom {
-    fn new(op: &Op, [n, c, h, w]: [usize; 4], p: Pool2dParams, out: &TensorMeta) -> Result<PoolGeom, BackendError> {
+    fn new(
+        op: &Op,
+        [n, c, h, w]: [usize; 4],
+        p: Pool2dParams,
+        out: &TensorMeta,
+    ) -> Result<PoolGeom, BackendError> {
         let [on, oc, oh, ow] = <[usize; 4]>::try_from(out.shape.dims())
             .map_err(|_| BackendError::invalid(op.name(), "output must be [N, C, H, W]"))?;
         // Every window must hold at least one input element; inference
@@ -144,9 +196,19 @@ impl PoolGeom {
             && (oh == 0 || (oh - 1) * p.stride[0] < h + p.padding[0])
             && (ow == 0 || (ow - 1) * p.stride[1] < w + p.padding[1]);
         if !ok {
-            return Err(BackendError::invalid(op.name(), "inconsistent pooling sizes"));
+            return Err(BackendError::invalid(
+                op.name(),
+                "inconsistent pooling sizes",
+            ));
         }
-        Ok(PoolGeom { planes: n * c, h, w, oh, ow, p })
+        Ok(PoolGeom {
+            planes: n * c,
+            h,
+            w,
+            oh,
+            ow,
+            p,
+        })
     }
 }
 
@@ -176,16 +238,27 @@ impl Kernel {
     }
 }
 
-fn run_native<T: ConvElem + StorageElement>(op: &Op, inputs: &[CpuInput<'_>], k: &Kernel) -> Result<Vec<T>, BackendError> {
+fn run_native<T: ConvElem + StorageElement>(
+    op: &Op,
+    inputs: &[CpuInput<'_>],
+    k: &Kernel,
+) -> Result<Vec<T>, BackendError> {
     if inputs.len() != k.expected_inputs() {
         return Err(BackendError::invalid(op.name(), "wrong number of inputs"));
     }
-    let ins = inputs.iter().map(|i| input_slice::<T>(op, *i)).collect::<Result<Vec<_>, _>>()?;
+    let ins = inputs
+        .iter()
+        .map(|i| input_slice::<T>(op, *i))
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(k.run(&ins))
 }
 
 /// f16/bf16: widen every input to f32, compute, round the result once.
-fn run_widened<S: StorageElement>(op: &Op, inputs: &[CpuInput<'_>], k: &Kernel) -> Result<Vec<S>, BackendError> {
+fn run_widened<S: StorageElement>(
+    op: &Op,
+    inputs: &[CpuInput<'_>],
+    k: &Kernel,
+) -> Result<Vec<S>, BackendError> {
     if inputs.len() != k.expected_inputs() {
         return Err(BackendError::invalid(op.name(), "wrong number of inputs"));
     }
@@ -251,8 +324,16 @@ conv_elem!(f64, add_assign_f64, max_assign_f64);
 #[inline]
 pub(super) fn valid_range(off: isize, stride: usize, len: usize, count: usize) -> (usize, usize) {
     let s = stride as isize;
-    let lo = if off >= 0 { 0 } else { ((-off + s - 1) / s) as usize };
-    let hi = if off >= len as isize { 0 } else { ((len as isize - off + s - 1) / s) as usize };
+    let lo = if off >= 0 {
+        0
+    } else {
+        ((-off + s - 1) / s) as usize
+    };
+    let hi = if off >= len as isize {
+        0
+    } else {
+        ((len as isize - off + s - 1) / s) as usize
+    };
     let hi = hi.min(count);
     (lo.min(hi), hi)
 }
@@ -260,7 +341,12 @@ pub(super) fn valid_range(off: isize, stride: usize, len: usize, count: usize) -
 /// How many output rows one im2col tile holds: enough columns to keep
 /// gemm efficient, few enough that the tile stays in L2 between im2col
 /// writing it and gemm reading it.
-pub(super) fn tile_rows(col_rows: usize, row_len: usize, total_rows: usize, elem_size: usize) -> usize {
+pub(super) fn tile_rows(
+    col_rows: usize,
+    row_len: usize,
+    total_rows: usize,
+    elem_size: usize,
+) -> usize {
     const TILE_BYTES: usize = 512 << 10;
     let per_row = (col_rows * row_len * elem_size).max(1);
     (TILE_BYTES / per_row).clamp(1, total_rows.max(1))
