@@ -64,12 +64,7 @@ fn run(c: &Case) -> rustorch_core::Result<Tensor> {
             c.arg_i64("dilation") as usize,
             c.arg_i64("groups") as usize,
         ),
-        "conv_transpose2d" => x.conv_transpose2d(
-            w.unwrap(),
-            bias.as_ref(),
-            conv_params(c),
-            pair(c, "output_padding"),
-        ),
+        "conv_transpose2d" => x.conv_transpose2d(w.unwrap(), bias.as_ref(), conv_params(c), pair(c, "output_padding")),
         "max_pool2d" | "avg_pool2d" => {
             let p = Pool2dParams::new(pair(c, "kernel"))
                 .with_stride(pair(c, "stride"))
@@ -98,10 +93,7 @@ fn conv_and_pool_match_torch() {
 #[test]
 fn strided_inputs_stay_strided() {
     let cases = load("conv");
-    let c = cases
-        .iter()
-        .find(|c| c.name == "conv2d_nhwc_input")
-        .expect("case");
+    let c = cases.iter().find(|c| c.name == "conv2d_nhwc_input").expect("case");
     assert!(!apply_views(c.input(0), &c.args["views"]).is_contiguous());
 }
 
@@ -133,9 +125,7 @@ fn bad_shapes_are_errors() {
         "zero groups"
     );
     assert!(
-        t(&[1, 3, 5, 5])
-            .conv2d(&t(&[2, 3, 3, 3]), Some(&t(&[3])), p)
-            .is_err(),
+        t(&[1, 3, 5, 5]).conv2d(&t(&[2, 3, 3, 3]), Some(&t(&[3])), p).is_err(),
         "bias size"
     );
     assert!(
@@ -149,26 +139,16 @@ fn bad_shapes_are_errors() {
         "rank-3 input"
     );
     let half = Tensor::zeros([2, 3, 3, 3], DType::F16).unwrap();
-    assert!(
-        t(&[1, 3, 5, 5]).conv2d(&half, None, p).is_err(),
-        "mixed dtypes"
-    );
+    assert!(t(&[1, 3, 5, 5]).conv2d(&half, None, p).is_err(), "mixed dtypes");
     let ints = Tensor::zeros([1, 3, 5, 5], DType::I64).unwrap();
-    assert!(
-        ints.max_pool2d(Pool2dParams::new([2, 2])).is_err(),
-        "integer pooling"
-    );
+    assert!(ints.max_pool2d(Pool2dParams::new([2, 2])).is_err(), "integer pooling");
 
     assert!(
-        t(&[1, 3, 8])
-            .conv1d(&t(&[2, 4, 3]), None, 1, 0, 1, 1)
-            .is_err(),
+        t(&[1, 3, 8]).conv1d(&t(&[2, 4, 3]), None, 1, 0, 1, 1).is_err(),
         "conv1d channel mismatch"
     );
     assert!(
-        t(&[1, 3, 2])
-            .conv1d(&t(&[2, 3, 5]), None, 1, 0, 1, 1)
-            .is_err(),
+        t(&[1, 3, 2]).conv1d(&t(&[2, 3, 5]), None, 1, 0, 1, 1).is_err(),
         "conv1d kernel too long"
     );
 
@@ -193,9 +173,7 @@ fn bad_shapes_are_errors() {
     );
 
     assert!(
-        t(&[1, 2, 3, 3])
-            .max_pool2d(Pool2dParams::new([4, 4]))
-            .is_err(),
+        t(&[1, 2, 3, 3]).max_pool2d(Pool2dParams::new([4, 4])).is_err(),
         "window larger than input"
     );
     assert!(
@@ -215,14 +193,7 @@ fn bad_shapes_are_errors() {
 /// Direct (loop) convolution in f64, as the reference for sizes too large
 /// for fixtures: these take the tiled, multi-threaded paths.
 #[allow(clippy::too_many_arguments)]
-fn conv_ref(
-    x: &[f32],
-    xd: [usize; 4],
-    w: &[f32],
-    wd: [usize; 4],
-    p: Conv2dParams,
-    od: [usize; 4],
-) -> Vec<f64> {
+fn conv_ref(x: &[f32], xd: [usize; 4], w: &[f32], wd: [usize; 4], p: Conv2dParams, od: [usize; 4]) -> Vec<f64> {
     let [n, c, h, wi] = xd;
     let [o, cg, kh, kw] = wd;
     let og = o / p.groups;
@@ -236,16 +207,12 @@ fn conv_ref(
                     for ci in 0..cg {
                         for i in 0..kh {
                             for j in 0..kw {
-                                let iy = (y * p.stride[0] + i * p.dilation[0]) as isize
-                                    - p.padding[0] as isize;
-                                let ix = (xo * p.stride[1] + j * p.dilation[1]) as isize
-                                    - p.padding[1] as isize;
+                                let iy = (y * p.stride[0] + i * p.dilation[0]) as isize - p.padding[0] as isize;
+                                let ix = (xo * p.stride[1] + j * p.dilation[1]) as isize - p.padding[1] as isize;
                                 if iy < 0 || ix < 0 || iy >= h as isize || ix >= wi as isize {
                                     continue;
                                 }
-                                let xv = x
-                                    [((ni * c + g * cg + ci) * h + iy as usize) * wi + ix as usize]
-                                    as f64;
+                                let xv = x[((ni * c + g * cg + ci) * h + iy as usize) * wi + ix as usize] as f64;
                                 s += xv * w[((oi * cg + ci) * kh + i) * kw + j] as f64;
                             }
                         }
@@ -328,17 +295,13 @@ fn conv_transpose_is_the_adjoint_of_conv() {
         let r = Tensor::randn(y.dims().to_vec(), DType::F32, 6).unwrap();
         // output_padding recovers the input size where the stride dropped columns.
         let op = [0, 1].map(|i| {
-            let full = (y.dims()[2 + i] - 1) * p.stride[i] + p.dilation[i] * (wd[2 + i] - 1) + 1
-                - 2 * p.padding[i];
+            let full = (y.dims()[2 + i] - 1) * p.stride[i] + p.dilation[i] * (wd[2 + i] - 1) + 1 - 2 * p.padding[i];
             xd[2 + i] - full
         });
         let xt = r.conv_transpose2d(&w, None, p, op).unwrap();
         assert_eq!(xt.dims(), x.dims());
         let (l, rr) = (dot(&y, &r), dot(&x, &xt));
-        assert!(
-            (l - rr).abs() <= 1e-4 * l.abs().max(1.0),
-            "{xd:?}: {l} vs {rr}"
-        );
+        assert!((l - rr).abs() <= 1e-4 * l.abs().max(1.0), "{xd:?}: {l} vs {rr}");
     }
 }
 

@@ -32,10 +32,7 @@ fn apply_views(mut t: Tensor, spec: &Value) -> Tensor {
 
 fn operands(c: &Case) -> (Tensor, Tensor) {
     let views = &c.args["views"];
-    (
-        apply_views(c.input(0), &views[0]),
-        apply_views(c.input(1), &views[1]),
-    )
+    (apply_views(c.input(0), &views[0]), apply_views(c.input(1), &views[1]))
 }
 
 #[test]
@@ -60,16 +57,10 @@ fn views_are_really_strided() {
     // Guards the fixtures: the view cases must reach the kernel as strided
     // layouts, not as contiguous copies.
     let cases = load("linalg");
-    let c = cases
-        .iter()
-        .find(|c| c.name == "transposed_f32")
-        .expect("case");
+    let c = cases.iter().find(|c| c.name == "transposed_f32").expect("case");
     let (a, b) = operands(c);
     assert!(!a.is_contiguous() && !b.is_contiguous());
-    let c = cases
-        .iter()
-        .find(|c| c.name == "expanded_rhs_f32")
-        .expect("case");
+    let c = cases.iter().find(|c| c.name == "expanded_rhs_f32").expect("case");
     assert_eq!(operands(c).1.strides()[0], 0);
 }
 
@@ -78,20 +69,11 @@ fn bad_shapes_are_errors() {
     let t = |s: &[usize]| Tensor::zeros(s.to_vec(), DType::F32).unwrap();
     assert!(t(&[3, 4]).matmul(&t(&[5, 2])).is_err(), "inner mismatch");
     assert!(t(&[4]).matmul(&t(&[5])).is_err(), "dot length mismatch");
-    assert!(
-        t(&[2, 3, 4]).matmul(&t(&[3, 4, 5])).is_err(),
-        "batch mismatch"
-    );
-    assert!(
-        Tensor::scalar(1.0f32).matmul(&t(&[1, 1])).is_err(),
-        "0-D operand"
-    );
+    assert!(t(&[2, 3, 4]).matmul(&t(&[3, 4, 5])).is_err(), "batch mismatch");
+    assert!(Tensor::scalar(1.0f32).matmul(&t(&[1, 1])).is_err(), "0-D operand");
     assert!(t(&[2, 3, 4]).mm(&t(&[4, 5])).is_err(), "mm needs 2-D");
     assert!(t(&[2, 3, 4]).bmm(&t(&[4, 5])).is_err(), "bmm needs 3-D");
-    assert!(
-        t(&[2, 3, 4]).bmm(&t(&[1, 4, 5])).is_err(),
-        "bmm does not broadcast"
-    );
+    assert!(t(&[2, 3, 4]).bmm(&t(&[1, 4, 5])).is_err(), "bmm does not broadcast");
     let i = Tensor::zeros([2, 2], DType::I64).unwrap();
     assert!(i.matmul(&i).is_err(), "integer matmul");
     let h = Tensor::zeros([2, 2], DType::F16).unwrap();
@@ -101,15 +83,7 @@ fn bad_shapes_are_errors() {
 /// Reference product in f64 for sizes too large to store as fixtures:
 /// exercises the threaded paths (one large gemm, many small ones in
 /// parallel, and the folded-batch path).
-fn reference(
-    a: &[f32],
-    b: &[f32],
-    batch: usize,
-    m: usize,
-    k: usize,
-    n: usize,
-    b_shared: bool,
-) -> Vec<f64> {
+fn reference(a: &[f32], b: &[f32], batch: usize, m: usize, k: usize, n: usize, b_shared: bool) -> Vec<f64> {
     let mut out = vec![0.0; batch * m * n];
     for bi in 0..batch {
         let bo = if b_shared { 0 } else { bi * k * n };
@@ -140,15 +114,7 @@ fn large_products_match_reference() {
             Tensor::randn([batch, k, n], DType::F32, 8).unwrap()
         };
         let got = a.matmul(&b).unwrap().to_vec::<f32>().unwrap();
-        let want = reference(
-            &a.to_vec().unwrap(),
-            &b.to_vec().unwrap(),
-            batch,
-            m,
-            k,
-            n,
-            shared,
-        );
+        let want = reference(&a.to_vec().unwrap(), &b.to_vec().unwrap(), batch, m, k, n, shared);
         for (g, w) in got.iter().zip(&want) {
             assert!(
                 (*g as f64 - w).abs() <= 1e-4 * (1.0 + w.abs()),

@@ -99,16 +99,10 @@ pub(crate) unsafe fn gemm_raw<T: GemmElem>(
 
 pub fn execute(op: &Op, inputs: &[CpuInput<'_>], outputs: &[TensorMeta]) -> CpuResult {
     let (Some(&a), Some(&b), Some(out)) = (inputs.first(), inputs.get(1), outputs.first()) else {
-        return Err(BackendError::invalid(
-            op.name(),
-            "expects two inputs and one output",
-        ));
+        return Err(BackendError::invalid(op.name(), "expects two inputs and one output"));
     };
     if b.dtype() != a.dtype() {
-        return Err(BackendError::invalid(
-            op.name(),
-            "operands have different dtypes",
-        ));
+        return Err(BackendError::invalid(op.name(), "operands have different dtypes"));
     }
     match a.dtype() {
         DType::F32 => native::<f32>(op, a, b, out),
@@ -126,12 +120,7 @@ fn typed<'a, T: StorageElement>(op: &Op, i: CpuInput<'a>) -> Result<&'a [T], Bac
         .ok_or_else(|| unsupported_dtype(op, i.dtype()))
 }
 
-fn native<T: GemmElem + StorageElement>(
-    op: &Op,
-    a: CpuInput<'_>,
-    b: CpuInput<'_>,
-    out: &TensorMeta,
-) -> CpuResult {
+fn native<T: GemmElem + StorageElement>(op: &Op, a: CpuInput<'_>, b: CpuInput<'_>, out: &TensorMeta) -> CpuResult {
     let (ad, bd) = (typed::<T>(op, a)?, typed::<T>(op, b)?);
     Ok(vec![CpuStorage::from_vec(matmul_strided(
         op, ad, a.layout, bd, b.layout, out,
@@ -140,12 +129,7 @@ fn native<T: GemmElem + StorageElement>(
 
 /// f16/bf16: widen the storage range each operand touches to f32 (keeping
 /// its strides, so views stay views), multiply in f32, round once.
-fn via_f32<T: StorageElement>(
-    op: &Op,
-    a: CpuInput<'_>,
-    b: CpuInput<'_>,
-    out: &TensorMeta,
-) -> CpuResult {
+fn via_f32<T: StorageElement>(op: &Op, a: CpuInput<'_>, b: CpuInput<'_>, out: &TensorMeta) -> CpuResult {
     let (ad, bd) = (typed::<T>(op, a)?, typed::<T>(op, b)?);
     let (aw, la) = widen(ad, a.layout)?;
     let (bw, lb) = widen(bd, b.layout)?;
@@ -157,9 +141,9 @@ fn via_f32<T: StorageElement>(
 /// rebased onto that buffer.
 fn widen<T: WithDType>(data: &[T], layout: &Layout) -> Result<(Vec<f32>, Layout), BackendError> {
     let range = layout.offset()..layout.storage_extent().max(layout.offset());
-    let src = data.get(range).ok_or_else(|| {
-        BackendError::invalid("matmul", "layout reaches past the end of its storage")
-    })?;
+    let src = data
+        .get(range)
+        .ok_or_else(|| BackendError::invalid("matmul", "layout reaches past the end of its storage"))?;
     let v = if src.len() >= PAR_THRESHOLD {
         src.par_iter().map(|x| x.to_f32()).collect()
     } else {
@@ -253,10 +237,7 @@ fn matmul_strided<T: GemmElem>(
 ) -> Result<Vec<T>, BackendError> {
     let od = out.shape.dims();
     if la.rank() < 2 || lb.rank() < 2 || od.len() < 2 {
-        return Err(BackendError::invalid(
-            op.name(),
-            "operands must have rank >= 2",
-        ));
+        return Err(BackendError::invalid(op.name(), "operands must have rank >= 2"));
     }
     let (ra, rb) = (la.rank(), lb.rank());
     let (m, k, n) = (la.dims()[ra - 2], la.dims()[ra - 1], lb.dims()[rb - 1]);
@@ -305,19 +286,7 @@ fn matmul_strided<T: GemmElem>(
             };
             // SAFETY: the fold addresses exactly the rows of `a`'s layout,
             // and dst holds nb * m rows of n.
-            unsafe {
-                gemm_raw(
-                    nb * m,
-                    n,
-                    k,
-                    dst.as_mut_ptr(),
-                    n,
-                    false,
-                    lhs,
-                    rhs_at(lb.offset()),
-                    true,
-                )
-            };
+            unsafe { gemm_raw(nb * m, n, k, dst.as_mut_ptr(), n, false, lhs, rhs_at(lb.offset()), true) };
             return Ok(dst);
         }
     }
@@ -346,18 +315,12 @@ fn matmul_strided<T: GemmElem>(
     // pays off for small products, and for any size once the batch splits
     // evenly (or nearly so) over the threads.
     let even = nb.is_multiple_of(threads) || nb >= 4 * threads;
-    if nb > 1
-        && threads > 1
-        && nb * per >= GEMM_PAR_THRESHOLD
-        && (per < GEMM_PAR_THRESHOLD * 4 || even)
-    {
+    if nb > 1 && threads > 1 && nb * per >= GEMM_PAR_THRESHOLD && (per < GEMM_PAR_THRESHOLD * 4 || even) {
         dst.par_chunks_mut(m * n)
             .enumerate()
             .for_each(|(i, c)| run(i, c, false));
     } else {
-        dst.chunks_mut(m * n)
-            .enumerate()
-            .for_each(|(i, c)| run(i, c, true));
+        dst.chunks_mut(m * n).enumerate().for_each(|(i, c)| run(i, c, true));
     }
     Ok(dst)
 }

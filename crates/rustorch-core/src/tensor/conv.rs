@@ -17,12 +17,7 @@ impl Default for Conv2dParams {
 }
 
 impl Conv2dParams {
-    pub fn new(
-        stride: [usize; 2],
-        padding: [usize; 2],
-        dilation: [usize; 2],
-        groups: usize,
-    ) -> Self {
+    pub fn new(stride: [usize; 2], padding: [usize; 2], dilation: [usize; 2], groups: usize) -> Self {
         Conv2dParams {
             stride,
             padding,
@@ -92,12 +87,7 @@ impl Tensor {
 
     /// 2-D convolution: input [N, C, H, W], weight [O, C/groups, KH, KW],
     /// optional bias [O]; output [N, O, H_out, W_out].
-    pub fn conv2d(
-        &self,
-        weight: &Tensor,
-        bias: Option<&Tensor>,
-        params: Conv2dParams,
-    ) -> Result<Tensor> {
+    pub fn conv2d(&self, weight: &Tensor, bias: Option<&Tensor>, params: Conv2dParams) -> Result<Tensor> {
         let op = Op::Conv2d {
             params,
             has_bias: bias.is_some(),

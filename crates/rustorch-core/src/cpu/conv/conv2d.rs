@@ -46,19 +46,7 @@ pub(super) fn conv2d<T: ConvElem>(g: &Geom, x: &[T], w: &[T], bias: Option<&[T]>
                 cs: 1,
             };
             // SAFETY: lhs is og x r inside w, rhs cg x plane inside xg, dst og x plane.
-            unsafe {
-                gemm_raw(
-                    og,
-                    plane,
-                    cg,
-                    dst.as_mut_ptr(),
-                    plane,
-                    accumulate,
-                    lhs,
-                    rhs,
-                    parallel,
-                )
-            };
+            unsafe { gemm_raw(og, plane, cg, dst.as_mut_ptr(), plane, accumulate, lhs, rhs, parallel) };
             return;
         }
         let rows = if parallel {
@@ -139,10 +127,7 @@ fn im2col_row<T: ConvElem>(g: &Geom, xg: &[T], ri: usize, oh0: usize, oh1: usize
         if p.stride[1] == 1 {
             dst[lo..hi].copy_from_slice(&src[s0..s0 + (hi - lo)]);
         } else {
-            for (d, s) in dst[lo..hi]
-                .iter_mut()
-                .zip(src[s0..].iter().step_by(p.stride[1]))
-            {
+            for (d, s) in dst[lo..hi].iter_mut().zip(src[s0..].iter().step_by(p.stride[1])) {
                 *d = *s;
             }
         }

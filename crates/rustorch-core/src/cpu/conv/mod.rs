@@ -51,17 +51,13 @@ pub fn execute(op: &Op, inputs: &[CpuInput<'_>], outputs: &[TensorMeta]) -> CpuR
             let [o, _, kh, kw] = dims::<4>(op, inputs, 1)?;
             Kernel::Conv(Geom::conv(op, x, [o, kh, kw], *params, out, *has_bias)?)
         }
-        Op::ConvTranspose2d {
-            params, has_bias, ..
-        } => {
+        Op::ConvTranspose2d { params, has_bias, .. } => {
             let x = dims::<4>(op, inputs, 0)?;
             let [_, og, kh, kw] = dims::<4>(op, inputs, 1)?;
             let o = og * params.groups;
             Kernel::Transpose(Geom::conv(op, x, [o, kh, kw], *params, out, *has_bias)?)
         }
-        Op::MaxPool2d { params } => {
-            Kernel::MaxPool(PoolGeom::new(op, dims::<4>(op, inputs, 0)?, *params, out)?)
-        }
+        Op::MaxPool2d { params } => Kernel::MaxPool(PoolGeom::new(op, dims::<4>(op, inputs, 0)?, *params, out)?),
         Op::AvgPool2d {
             params,
             count_include_pad,
@@ -69,19 +65,11 @@ pub fn execute(op: &Op, inputs: &[CpuInput<'_>], outputs: &[TensorMeta]) -> CpuR
             PoolGeom::new(op, dims::<4>(op, inputs, 0)?, *params, out)?,
             *count_include_pad,
         ),
-        _ => {
-            return Err(BackendError::invalid(
-                op.name(),
-                "not a convolution or pooling op",
-            ))
-        }
+        _ => return Err(BackendError::invalid(op.name(), "not a convolution or pooling op")),
     };
     let dtype = inputs[0].dtype();
     if inputs.iter().any(|i| i.dtype() != dtype) {
-        return Err(BackendError::invalid(
-            op.name(),
-            "inputs have different dtypes",
-        ));
+        return Err(BackendError::invalid(op.name(), "inputs have different dtypes"));
     }
     Ok(vec![match dtype {
         DType::F32 => CpuStorage::from_vec(run_native::<f32>(op, inputs, &kernel)?),
@@ -92,11 +80,7 @@ pub fn execute(op: &Op, inputs: &[CpuInput<'_>], outputs: &[TensorMeta]) -> CpuR
     }])
 }
 
-fn dims<const R: usize>(
-    op: &Op,
-    inputs: &[CpuInput<'_>],
-    i: usize,
-) -> Result<[usize; R], BackendError> {
+fn dims<const R: usize>(op: &Op, inputs: &[CpuInput<'_>], i: usize) -> Result<[usize; R], BackendError> {
     inputs
         .get(i)
         .and_then(|x| <[usize; R]>::try_from(x.dims()).ok())
@@ -146,10 +130,7 @@ impl Geom {
             || p.stride.contains(&0)
             || p.dilation.contains(&0)
         {
-            return Err(BackendError::invalid(
-                op.name(),
-                "inconsistent convolution sizes",
-            ));
+            return Err(BackendError::invalid(op.name(), "inconsistent convolution sizes"));
         }
         Ok(Geom {
             n,
@@ -179,12 +160,7 @@ pub(super) struct PoolGeom {
 }
 
 impl PoolGeom {
-    fn new(
-        op: &Op,
-        [n, c, h, w]: [usize; 4],
-        p: Pool2dParams,
-        out: &TensorMeta,
-    ) -> Result<PoolGeom, BackendError> {
+    fn new(op: &Op, [n, c, h, w]: [usize; 4], p: Pool2dParams, out: &TensorMeta) -> Result<PoolGeom, BackendError> {
         let [on, oc, oh, ow] = <[usize; 4]>::try_from(out.shape.dims())
             .map_err(|_| BackendError::invalid(op.name(), "output must be [N, C, H, W]"))?;
         // Every window must hold at least one input element; inference
@@ -196,10 +172,7 @@ impl PoolGeom {
             && (oh == 0 || (oh - 1) * p.stride[0] < h + p.padding[0])
             && (ow == 0 || (ow - 1) * p.stride[1] < w + p.padding[1]);
         if !ok {
-            return Err(BackendError::invalid(
-                op.name(),
-                "inconsistent pooling sizes",
-            ));
+            return Err(BackendError::invalid(op.name(), "inconsistent pooling sizes"));
         }
         Ok(PoolGeom {
             planes: n * c,
@@ -254,11 +227,7 @@ fn run_native<T: ConvElem + StorageElement>(
 }
 
 /// f16/bf16: widen every input to f32, compute, round the result once.
-fn run_widened<S: StorageElement>(
-    op: &Op,
-    inputs: &[CpuInput<'_>],
-    k: &Kernel,
-) -> Result<Vec<S>, BackendError> {
+fn run_widened<S: StorageElement>(op: &Op, inputs: &[CpuInput<'_>], k: &Kernel) -> Result<Vec<S>, BackendError> {
     if inputs.len() != k.expected_inputs() {
         return Err(BackendError::invalid(op.name(), "wrong number of inputs"));
     }
@@ -324,11 +293,7 @@ conv_elem!(f64, add_assign_f64, max_assign_f64);
 #[inline]
 pub(super) fn valid_range(off: isize, stride: usize, len: usize, count: usize) -> (usize, usize) {
     let s = stride as isize;
-    let lo = if off >= 0 {
-        0
-    } else {
-        ((-off + s - 1) / s) as usize
-    };
+    let lo = if off >= 0 { 0 } else { ((-off + s - 1) / s) as usize };
     let hi = if off >= len as isize {
         0
     } else {
@@ -341,12 +306,7 @@ pub(super) fn valid_range(off: isize, stride: usize, len: usize, count: usize) -
 /// How many output rows one im2col tile holds: enough columns to keep
 /// gemm efficient, few enough that the tile stays in L2 between im2col
 /// writing it and gemm reading it.
-pub(super) fn tile_rows(
-    col_rows: usize,
-    row_len: usize,
-    total_rows: usize,
-    elem_size: usize,
-) -> usize {
+pub(super) fn tile_rows(col_rows: usize, row_len: usize, total_rows: usize, elem_size: usize) -> usize {
     const TILE_BYTES: usize = 512 << 10;
     let per_row = (col_rows * row_len * elem_size).max(1);
     (TILE_BYTES / per_row).clamp(1, total_rows.max(1))

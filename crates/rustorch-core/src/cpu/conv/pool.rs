@@ -24,12 +24,7 @@ fn per_plane<T: ConvElem>(g: &PoolGeom, x: &[T], f: impl Fn(&[T], &mut [T]) + Sy
 /// `f(dst_range, input_row, first_input_column)` for the output columns
 /// `lo..hi` whose tap lands inside the input.
 #[inline]
-fn for_each_tap<T>(
-    g: &PoolGeom,
-    src: &[T],
-    oh: usize,
-    mut f: impl FnMut(usize, usize, &[T], usize),
-) {
+fn for_each_tap<T>(g: &PoolGeom, src: &[T], oh: usize, mut f: impl FnMut(usize, usize, &[T], usize)) {
     let p = &g.p;
     for ki in 0..p.kernel[0] {
         let ih = (oh * p.stride[0] + ki) as isize - p.padding[0] as isize;
@@ -41,12 +36,7 @@ fn for_each_tap<T>(
             let off = kj as isize - p.padding[1] as isize;
             let (lo, hi) = valid_range(off, p.stride[1], g.w, g.ow);
             if lo < hi {
-                f(
-                    lo,
-                    hi,
-                    row,
-                    (lo as isize * p.stride[1] as isize + off) as usize,
-                );
+                f(lo, hi, row, (lo as isize * p.stride[1] as isize + off) as usize);
             }
         }
     }
@@ -57,13 +47,7 @@ fn for_each_tap<T>(
 /// branch-free loop (a compare-and-branch per element mispredicts on
 /// random data and costs several times more).
 #[inline]
-fn apply_strided<T: ConvElem>(
-    acc: &mut [T],
-    row: &[T],
-    s0: usize,
-    stride: usize,
-    f: fn(&mut [T], &[T]),
-) {
+fn apply_strided<T: ConvElem>(acc: &mut [T], row: &[T], s0: usize, stride: usize, f: fn(&mut [T], &[T])) {
     if stride == 1 {
         f(acc, &row[s0..s0 + acc.len()]);
         return;
@@ -95,14 +79,7 @@ pub(super) fn max_pool2d<T: ConvElem>(g: &PoolGeom, x: &[T]) -> Vec<T> {
 /// Window extents along one axis, as PyTorch counts them: with padding
 /// included the window is clipped only at the far edge of the padded
 /// input; without, it is clipped to the input itself.
-fn divisors(
-    len: usize,
-    k: usize,
-    stride: usize,
-    pad: usize,
-    out: usize,
-    count_pad: bool,
-) -> Vec<usize> {
+fn divisors(len: usize, k: usize, stride: usize, pad: usize, out: usize, count_pad: bool) -> Vec<usize> {
     (0..out)
         .map(|o| {
             let start = (o * stride) as isize - pad as isize;

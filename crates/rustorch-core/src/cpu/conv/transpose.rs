@@ -7,12 +7,7 @@ use rayon::prelude::*;
 
 /// x [n, c, h, w], w [c, o/groups, kh, kw], bias [o] -> [n, o, oh, ow],
 /// all contiguous.
-pub(super) fn conv_transpose2d<T: ConvElem>(
-    g: &Geom,
-    x: &[T],
-    w: &[T],
-    bias: Option<&[T]>,
-) -> Vec<T> {
+pub(super) fn conv_transpose2d<T: ConvElem>(g: &Geom, x: &[T], w: &[T], bias: Option<&[T]>) -> Vec<T> {
     let groups = g.p.groups;
     let (cg, og) = (g.c / groups, g.o / groups);
     let k = g.kh * g.kw;
@@ -57,29 +52,10 @@ pub(super) fn conv_transpose2d<T: ConvElem>(
             };
             // SAFETY: lhs is m x cg inside the group's weights, rhs is
             // cg x cols inside xg, col is m x cols.
-            unsafe {
-                gemm_raw(
-                    m,
-                    cols,
-                    cg,
-                    col.as_mut_ptr(),
-                    cols,
-                    false,
-                    lhs,
-                    rhs,
-                    parallel,
-                )
-            };
+            unsafe { gemm_raw(m, cols, cg, col.as_mut_ptr(), cols, false, lhs, rhs, parallel) };
             let scatter = |(oi, plane_out): (usize, &mut [T])| {
                 for ri in oi * k..(oi + 1) * k {
-                    col2im_row(
-                        g,
-                        &col[ri * cols..(ri + 1) * cols],
-                        ri % k,
-                        ih0,
-                        ih1,
-                        plane_out,
-                    );
+                    col2im_row(g, &col[ri * cols..(ri + 1) * cols], ri % k, ih0, ih1, plane_out);
                 }
             };
             if parallel && m * cols >= crate::cpu::copy::PAR_THRESHOLD {
@@ -105,14 +81,7 @@ pub(super) fn conv_transpose2d<T: ConvElem>(
 
 /// Adds one column row (kernel tap `tap` = (i, j) of one output channel,
 /// input rows `ih0..ih1`) into that channel's output plane.
-fn col2im_row<T: ConvElem>(
-    g: &Geom,
-    src: &[T],
-    tap: usize,
-    ih0: usize,
-    ih1: usize,
-    plane_out: &mut [T],
-) {
+fn col2im_row<T: ConvElem>(g: &Geom, src: &[T], tap: usize, ih0: usize, ih1: usize, plane_out: &mut [T]) {
     let p = &g.p;
     let (ki, kj) = (tap / g.kw, tap % g.kw);
     let off = (kj * p.dilation[1]) as isize - p.padding[1] as isize;
