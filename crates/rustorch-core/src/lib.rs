@@ -10,6 +10,7 @@ pub mod error;
 pub mod executor;
 pub mod layout;
 pub mod op;
+pub mod quant;
 pub mod rng;
 pub mod shape;
 pub mod tensor;
