@@ -28,7 +28,9 @@ fn matmul(c: &mut Criterion) {
     let a = Tensor::randn([n, n], DType::F16, 1).unwrap();
     let b = Tensor::randn([n, n], DType::F16, 2).unwrap();
     g.throughput(Throughput::Elements((2 * n * n * n) as u64));
-    g.bench_with_input(BenchmarkId::from_parameter(n), &n, |bch, _| bch.iter(|| black_box(a.matmul(&b).unwrap())));
+    g.bench_with_input(BenchmarkId::from_parameter(n), &n, |bch, _| {
+        bch.iter(|| black_box(a.matmul(&b).unwrap()))
+    });
     g.finish();
 }
 
@@ -73,11 +75,18 @@ fn conv(c: &mut Criterion) {
     // A ResNet-50 stage-1 3x3 layer at batch 8.
     let x = Tensor::randn([8, 64, 56, 56], DType::F32, 8).unwrap();
     let w = Tensor::randn([64, 64, 3, 3], DType::F32, 9).unwrap();
-    let p = Conv2dParams { stride: [1, 1], padding: [1, 1], dilation: [1, 1], groups: 1 };
+    let p = Conv2dParams {
+        stride: [1, 1],
+        padding: [1, 1],
+        dilation: [1, 1],
+        groups: 1,
+    };
     let mut g = c.benchmark_group("conv2d_f32");
     g.sample_size(10).measurement_time(Duration::from_secs(4));
     g.throughput(Throughput::Elements((2 * 8 * 64 * 56 * 56 * 64 * 9) as u64));
-    g.bench_function("resnet_8x64x56x56_k3", |bch| bch.iter(|| black_box(x.conv2d(&w, None, p).unwrap())));
+    g.bench_function("resnet_8x64x56x56_k3", |bch| {
+        bch.iter(|| black_box(x.conv2d(&w, None, p).unwrap()))
+    });
     g.finish();
 }
 

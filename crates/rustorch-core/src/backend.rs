@@ -66,12 +66,7 @@ pub trait Backend: Send + Sync {
     /// Runs a validated op. `outputs` are the shapes and dtypes
     /// `op::infer_outputs` computed; the backend returns one contiguous
     /// buffer per output, in order.
-    fn execute(
-        &self,
-        op: &Op,
-        inputs: &[TensorRef<'_>],
-        outputs: &[TensorMeta],
-    ) -> Result<Vec<Buffer>, BackendError>;
+    fn execute(&self, op: &Op, inputs: &[TensorRef<'_>], outputs: &[TensorMeta]) -> Result<Vec<Buffer>, BackendError>;
 
     /// Waits for queued work to finish.
     fn synchronize(&self) -> Result<(), BackendError> {

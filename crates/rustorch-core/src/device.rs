@@ -90,7 +90,18 @@ pub fn cpu_features() -> Vec<String> {
                 $( if std::arch::is_x86_feature_detected!($name) { f.push($name.to_string()); } )*
             };
         }
-        probe!("sse4.2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512vnni", "avx512bf16");
+        probe!(
+            "sse4.2",
+            "avx",
+            "avx2",
+            "fma",
+            "f16c",
+            "avx512f",
+            "avx512bw",
+            "avx512vl",
+            "avx512vnni",
+            "avx512bf16"
+        );
     }
     #[cfg(target_arch = "aarch64")]
     {

@@ -122,9 +122,7 @@ impl fmt::Display for DType {
 ///
 /// Every kernel that is generic over element types goes through this trait,
 /// so the conversions are written once.
-pub trait WithDType:
-    Copy + Clone + Send + Sync + fmt::Debug + PartialEq + Default + 'static
-{
+pub trait WithDType: Copy + Clone + Send + Sync + fmt::Debug + PartialEq + Default + 'static {
     const DTYPE: DType;
     fn from_f64(v: f64) -> Self;
     /// The value as f64; complex numbers give their real part.

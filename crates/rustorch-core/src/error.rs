@@ -12,16 +12,9 @@ use crate::shape::Shape;
 #[derive(Debug, Clone, thiserror::Error, PartialEq)]
 pub enum BackendError {
     #[error("{device} does not support {op}: {reason}")]
-    Unsupported {
-        device: Device,
-        op: String,
-        reason: String,
-    },
+    Unsupported { device: Device, op: String, reason: String },
     #[error("{device} is out of memory (asked for {requested_bytes} bytes)")]
-    OutOfMemory {
-        device: Device,
-        requested_bytes: usize,
-    },
+    OutOfMemory { device: Device, requested_bytes: usize },
     #[error("{device} failed: {message}")]
     Device { device: Device, message: String },
     #[error("invalid input to {op}: {message}")]
@@ -117,11 +110,7 @@ impl Error {
 }
 
 fn fmt_list<T: std::fmt::Display>(items: &[T]) -> String {
-    items
-        .iter()
-        .map(|d| d.to_string())
-        .collect::<Vec<_>>()
-        .join(", ")
+    items.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
 }
 
 fn fmt_shapes(shapes: &[Shape]) -> String {

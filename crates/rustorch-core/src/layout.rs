@@ -23,11 +23,7 @@ impl Layout {
     pub fn contiguous_with_offset(shape: impl Into<Shape>, offset: usize) -> Self {
         let shape = shape.into();
         let strides = shape.contiguous_strides();
-        Layout {
-            shape,
-            strides,
-            offset,
-        }
+        Layout { shape, strides, offset }
     }
 
     /// A layout from explicit parts. The caller guarantees it stays inside
@@ -39,11 +35,7 @@ impl Layout {
                 format!("{} strides for a shape of rank {}", strides.len(), shape.rank()),
             ));
         }
-        Ok(Layout {
-            shape,
-            strides,
-            offset,
-        })
+        Ok(Layout { shape, strides, offset })
     }
 
     pub fn shape(&self) -> &Shape {
@@ -65,19 +57,21 @@ impl Layout {
         self.shape.numel()
     }
 
-    /// Largest storage index this layout touches plus one (0 when empty).
+    /// Largest storage index this layout touches plus one (the offset when
+    /// empty). Saturates at `usize::MAX`, so a layout built from absurd parts
+    /// reads as reaching past any storage instead of wrapping around and
+    /// passing a bounds check.
     pub fn storage_extent(&self) -> usize {
         if self.numel() == 0 {
             return self.offset;
         }
-        self.offset
-            + self
-                .dims()
-                .iter()
-                .zip(&self.strides)
-                .map(|(&d, &s)| (d - 1) * s)
-                .sum::<usize>()
-            + 1
+        self.dims()
+            .iter()
+            .zip(&self.strides)
+            .fold(self.offset, |acc, (&d, &s)| {
+                acc.saturating_add((d - 1).saturating_mul(s))
+            })
+            .saturating_add(1)
     }
 
     /// Row-major contiguous (the offset may be anything).
@@ -94,8 +88,7 @@ impl Layout {
 
     /// The contiguous element range when the layout is contiguous.
     pub fn contiguous_range(&self) -> Option<std::ops::Range<usize>> {
-        self.is_contiguous()
-            .then(|| self.offset..self.offset + self.numel())
+        self.is_contiguous().then(|| self.offset..self.offset + self.numel())
     }
 
     pub fn transpose(&self, op: &str, d0: isize, d1: isize) -> Result<Layout> {
@@ -127,7 +120,10 @@ impl Layout {
         for &p in perm {
             let d = normalize_dim(op, p, rank)?;
             if seen[d] {
-                return Err(Error::invalid(op, format!("permutation {perm:?} repeats dimension {d}")));
+                return Err(Error::invalid(
+                    op,
+                    format!("permutation {perm:?} repeats dimension {d}"),
+                ));
             }
             seen[d] = true;
             dims.push(self.dims()[d]);
@@ -146,7 +142,10 @@ impl Layout {
         if start.checked_add(len).is_none_or(|end| end > size) {
             return Err(Error::shape(
                 op,
-                format!("range {start}..{} is outside dimension {d} of size {size}", start.saturating_add(len)),
+                format!(
+                    "range {start}..{} is outside dimension {d} of size {size}",
+                    start.saturating_add(len)
+                ),
                 &[&self.shape],
             ));
         }
@@ -155,7 +154,13 @@ impl Layout {
         Ok(Layout {
             shape: Shape::new(dims),
             strides: self.strides.clone(),
-            offset: if len == 0 { self.offset } else { self.offset + start * self.strides[d] },
+            // An empty view reads nothing: moving its offset could put it
+            // past the end of the storage (another dim may be 0).
+            offset: if len == 0 || self.numel() == 0 {
+                self.offset
+            } else {
+                self.offset.saturating_add(start.saturating_mul(self.strides[d]))
+            },
         })
     }
 
@@ -163,7 +168,13 @@ impl Layout {
         let d = normalize_dim(op, dim, self.rank() + 1)?;
         let mut dims = self.dims().to_vec();
         let mut strides = self.strides.clone();
-        let stride = if d < self.rank() { self.strides[d] * self.dims()[d] } else { 1 };
+        // Any stride is right for a size-1 dim; this one keeps the layout
+        // contiguous when it was.
+        let stride = if d < self.rank() {
+            self.strides[d].saturating_mul(self.dims()[d])
+        } else {
+            1
+        };
         dims.insert(d, 1);
         strides.insert(d, stride);
         Ok(Layout {
@@ -193,17 +204,18 @@ impl Layout {
     pub fn broadcast_as(&self, op: &str, target: &Shape) -> Result<Layout> {
         let rank = target.rank();
         if rank < self.rank() {
-            return Err(Error::shape(op, "cannot broadcast to a lower rank", &[&self.shape, target]));
+            return Err(Error::shape(
+                op,
+                "cannot broadcast to a lower rank",
+                &[&self.shape, target],
+            ));
         }
         let extra = rank - self.rank();
         let mut strides = vec![0; rank];
-        for i in 0..rank {
-            if i < extra {
-                continue;
-            }
+        for (i, stride) in strides.iter_mut().enumerate().skip(extra) {
             let (src_d, src_s) = (self.dims()[i - extra], self.strides[i - extra]);
             let t = target.dims()[i];
-            strides[i] = if src_d == t {
+            *stride = if src_d == t {
                 src_s
             } else if src_d == 1 {
                 0
@@ -223,9 +235,13 @@ impl Layout {
     }
 
     /// A view with a new shape when the data allows one without a copy;
-    /// `None` when a copy is needed. Sizes must already match.
+    /// `None` when a copy is needed or the element counts differ.
     pub fn reshape_view(&self, target: &Shape) -> Option<Layout> {
-        if self.is_contiguous() {
+        if target.numel() != self.numel() {
+            return None;
+        }
+        // No element is ever read, so any strides do (as PyTorch's `view`).
+        if self.is_contiguous() || self.numel() == 0 {
             return Some(Layout::contiguous_with_offset(target.clone(), self.offset));
         }
         // Non-contiguous: merge groups of source dims that are themselves
@@ -275,14 +291,14 @@ impl Layout {
                 }
             }
             for k in s_start..si - 1 {
-                if src[k].1 != src[k + 1].1 * src[k + 1].0 {
+                if src[k + 1].1.checked_mul(src[k + 1].0) != Some(src[k].1) {
                     return None;
                 }
             }
             let mut stride = src[si - 1].1;
             for k in (t_start..ti).rev() {
                 new_strides[k] = stride;
-                stride *= tdims[k];
+                stride = stride.saturating_mul(tdims[k]);
             }
         }
         if si != src.len() {
@@ -304,7 +320,10 @@ impl Layout {
     /// run length shared by all runs. Kernels copy or map run by run.
     pub fn blocks(&self) -> StridedBlocks<'_> {
         if let Some(r) = self.contiguous_range() {
-            return StridedBlocks::Single { start: r.start, len: r.end - r.start };
+            return StridedBlocks::Single {
+                start: r.start,
+                len: r.end - r.start,
+            };
         }
         // Fold the innermost contiguous dims into one run.
         let mut run = 1usize;

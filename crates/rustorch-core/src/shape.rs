@@ -27,6 +27,11 @@ impl Shape {
         self.0.iter().product()
     }
 
+    /// The element count, or `None` when it does not fit in a `usize`.
+    pub fn checked_numel(&self) -> Option<usize> {
+        self.0.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
+    }
+
     /// Row-major strides of a contiguous tensor of this shape, in elements.
     pub fn contiguous_strides(&self) -> Vec<usize> {
         let mut strides = vec![0; self.0.len()];
@@ -52,10 +57,10 @@ impl Shape {
     pub fn broadcast(op: &str, a: &Shape, b: &Shape) -> Result<Shape> {
         let rank = a.rank().max(b.rank());
         let mut out = vec![0; rank];
-        for i in 0..rank {
+        for (i, o) in out.iter_mut().enumerate() {
             let da = dim_from_end(a, rank - 1 - i);
             let db = dim_from_end(b, rank - 1 - i);
-            out[i] = match (da, db) {
+            *o = match (da, db) {
                 (x, y) if x == y => x,
                 (1, y) => y,
                 (x, 1) => x,

@@ -10,7 +10,10 @@ use std::sync::Arc;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // An executor with tracing on; every backend compiled in and present
     // is registered ahead of the CPU (this build: the CPU only).
-    let config = ExecutorConfig { trace: true, ..ExecutorConfig::from_env()? };
+    let config = ExecutorConfig {
+        trace: true,
+        ..ExecutorConfig::from_env()?
+    };
     let exec = Arc::new(Executor::with_backends(config, Vec::new())?);
     println!("devices, best first: {:?}\n", exec.devices());
 
@@ -18,7 +21,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (t, d, heads) = (6usize, 32usize, 4usize);
     let hd = d / heads;
     let x = Tensor::randn([1, t, d], DType::F32, 42)?.with_executor(&exec)?;
-    let wq = Tensor::randn([d, d], DType::F32, 1)?.with_executor(&exec)?.mul_scalar(0.2)?;
+    let wq = Tensor::randn([d, d], DType::F32, 1)?
+        .with_executor(&exec)?
+        .mul_scalar(0.2)?;
     let norm_w = Tensor::ones([d], DType::F32)?.with_executor(&exec)?;
 
     let h = x.rms_norm(Some(&norm_w), 1e-5)?;
@@ -31,7 +36,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let probs = out.softmax(-1)?;
     let (top, idx) = probs.topk(3, -1, true)?;
-    println!("output shape {:?}, row sums {:?}", out.dims(), probs.sum(&[-1], false)?.to_vec::<f32>()?);
+    println!(
+        "output shape {:?}, row sums {:?}",
+        out.dims(),
+        probs.sum(&[-1], false)?.to_vec::<f32>()?
+    );
     println!("top-3 feature per position: {:?}", idx.to_vec::<i64>()?);
     println!("their probabilities: {:?}\n", top.to_vec::<f32>()?);
 

@@ -1,11 +1,30 @@
-//! Placeholder until the kernels land: every op here reports itself as
-//! unsupported, so the executor returns a clear error.
+//! Attention building blocks: rotary position embeddings and scaled
+//! dot-product attention.
 
-use super::{CpuInput, CpuResult};
-use crate::device::Device;
+mod rope;
+mod sdpa;
+
+use super::{unsupported_dtype, CpuInput, CpuResult, CpuStorage};
+use crate::dtype::DType;
 use crate::error::BackendError;
 use crate::op::{Op, TensorMeta};
+use half::{bf16, f16};
 
-pub fn execute(op: &Op, _inputs: &[CpuInput<'_>], _outputs: &[TensorMeta]) -> CpuResult {
-    Err(BackendError::unsupported(Device::Cpu, op.name(), "not implemented yet"))
+pub fn execute(op: &Op, inputs: &[CpuInput<'_>], _outputs: &[TensorMeta]) -> CpuResult {
+    match inputs[0].dtype() {
+        DType::F32 => run::<f32>(op, inputs),
+        DType::F64 => run::<f64>(op, inputs),
+        DType::F16 => run::<f16>(op, inputs),
+        DType::BF16 => run::<bf16>(op, inputs),
+        d => Err(unsupported_dtype(op, d)),
+    }
+}
+
+fn run<T: super::norm::float::FloatElem>(op: &Op, inputs: &[CpuInput<'_>]) -> CpuResult {
+    let out = match *op {
+        Op::Rope { layout } => rope::rope::<T>(op, inputs, layout)?,
+        Op::Sdpa { mask, scale } => sdpa::sdpa::<T>(op, inputs, mask, scale)?,
+        _ => return Err(BackendError::invalid(op.name(), "not an attention op")),
+    };
+    Ok(vec![CpuStorage::from_vec(out)])
 }

@@ -18,7 +18,9 @@ pub fn execute(op: &Op, inputs: &[CpuInput<'_>], outputs: &[TensorMeta]) -> CpuR
     match op {
         Op::Copy => {
             let i = inputs[0];
-            Ok(vec![with_cpu_storage!(i.storage, v, T => CpuStorage::from_vec(gather(v, i.layout)))])
+            Ok(vec![
+                with_cpu_storage!(i.storage, v, T => CpuStorage::from_vec(gather(v, i.layout))),
+            ])
         }
         Op::Cast { to } => Ok(vec![cast(inputs[0], *to)]),
         Op::Cat { dim } => cat(op, inputs, *dim, &outputs[0]),
@@ -107,12 +109,12 @@ trait CastFrom: WithDType {
     fn to_f32_value(self) -> f32 {
         self.to_f32()
     }
-    /// Direct rounding to f16 (not through f32, which could round twice).
+    /// Through f32, as PyTorch converts every type to half precision.
     fn to_f16(self) -> f16 {
-        f16::from_f64(self.to_f64_value())
+        f16::from_f32(self.to_f32_value())
     }
     fn to_bf16(self) -> bf16 {
-        bf16::from_f64(self.to_f64_value())
+        bf16::from_f32(self.to_f32_value())
     }
     fn to_c64(self) -> C64 {
         C64::new(self.to_f32_value(), 0.0)

@@ -55,8 +55,13 @@ impl CpuBackend {
     /// needs CPU results without going through an executor.
     pub fn run(op: &Op, inputs: &[CpuInput<'_>], outputs: &[TensorMeta]) -> CpuResult {
         for i in inputs {
-            if i.layout.numel() > 0 && i.layout.storage_extent() > i.storage.len() {
-                return Err(BackendError::invalid(op.name(), "layout reaches past the end of its storage"));
+            // For an empty layout the extent is its offset, which must still
+            // be inside the storage for the kernels' slicing.
+            if i.layout.storage_extent() > i.storage.len() {
+                return Err(BackendError::invalid(
+                    op.name(),
+                    "layout reaches past the end of its storage",
+                ));
             }
         }
         match op {
@@ -86,9 +91,9 @@ impl CpuBackend {
 }
 
 fn as_cpu<'a>(op: &Op, b: &'a dyn DeviceBuffer) -> Result<&'a CpuStorage, BackendError> {
-    b.as_any().downcast_ref::<CpuStorage>().ok_or_else(|| {
-        BackendError::invalid(op.name(), format!("input lives on {}, not on the cpu", b.device()))
-    })
+    b.as_any()
+        .downcast_ref::<CpuStorage>()
+        .ok_or_else(|| BackendError::invalid(op.name(), format!("input lives on {}, not on the cpu", b.device())))
 }
 
 impl Backend for CpuBackend {
@@ -125,7 +130,12 @@ impl Backend for CpuBackend {
     fn execute(&self, op: &Op, inputs: &[TensorRef<'_>], outputs: &[TensorMeta]) -> Result<Vec<Buffer>, BackendError> {
         let cpu_inputs = inputs
             .iter()
-            .map(|t| Ok(CpuInput { storage: as_cpu(op, t.buffer)?, layout: t.layout }))
+            .map(|t| {
+                Ok(CpuInput {
+                    storage: as_cpu(op, t.buffer)?,
+                    layout: t.layout,
+                })
+            })
             .collect::<Result<Vec<_>, BackendError>>()?;
         let out = Self::run(op, &cpu_inputs, outputs)?;
         Ok(out.into_iter().map(|s| Arc::new(s) as Buffer).collect())

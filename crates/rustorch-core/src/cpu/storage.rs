@@ -25,15 +25,51 @@ pub enum CpuStorage {
 macro_rules! with_cpu_storage {
     ($s:expr, $v:ident, $T:ident => $body:expr) => {
         match $s {
-            $crate::cpu::CpuStorage::Bool($v) => { #[allow(unused)] type $T = bool; $body }
-            $crate::cpu::CpuStorage::U8($v) => { #[allow(unused)] type $T = u8; $body }
-            $crate::cpu::CpuStorage::I32($v) => { #[allow(unused)] type $T = i32; $body }
-            $crate::cpu::CpuStorage::I64($v) => { #[allow(unused)] type $T = i64; $body }
-            $crate::cpu::CpuStorage::F16($v) => { #[allow(unused)] type $T = half::f16; $body }
-            $crate::cpu::CpuStorage::BF16($v) => { #[allow(unused)] type $T = half::bf16; $body }
-            $crate::cpu::CpuStorage::F32($v) => { #[allow(unused)] type $T = f32; $body }
-            $crate::cpu::CpuStorage::F64($v) => { #[allow(unused)] type $T = f64; $body }
-            $crate::cpu::CpuStorage::C64($v) => { #[allow(unused)] type $T = $crate::dtype::C64; $body }
+            $crate::cpu::CpuStorage::Bool($v) => {
+                #[allow(unused)]
+                type $T = bool;
+                $body
+            }
+            $crate::cpu::CpuStorage::U8($v) => {
+                #[allow(unused)]
+                type $T = u8;
+                $body
+            }
+            $crate::cpu::CpuStorage::I32($v) => {
+                #[allow(unused)]
+                type $T = i32;
+                $body
+            }
+            $crate::cpu::CpuStorage::I64($v) => {
+                #[allow(unused)]
+                type $T = i64;
+                $body
+            }
+            $crate::cpu::CpuStorage::F16($v) => {
+                #[allow(unused)]
+                type $T = half::f16;
+                $body
+            }
+            $crate::cpu::CpuStorage::BF16($v) => {
+                #[allow(unused)]
+                type $T = half::bf16;
+                $body
+            }
+            $crate::cpu::CpuStorage::F32($v) => {
+                #[allow(unused)]
+                type $T = f32;
+                $body
+            }
+            $crate::cpu::CpuStorage::F64($v) => {
+                #[allow(unused)]
+                type $T = f64;
+                $body
+            }
+            $crate::cpu::CpuStorage::C64($v) => {
+                #[allow(unused)]
+                type $T = $crate::dtype::C64;
+                $body
+            }
         }
     };
 }
@@ -43,15 +79,51 @@ macro_rules! with_cpu_storage {
 macro_rules! with_dtype {
     ($d:expr, $T:ident => $body:expr) => {
         match $d {
-            $crate::dtype::DType::Bool => { #[allow(unused)] type $T = bool; $body }
-            $crate::dtype::DType::U8 => { #[allow(unused)] type $T = u8; $body }
-            $crate::dtype::DType::I32 => { #[allow(unused)] type $T = i32; $body }
-            $crate::dtype::DType::I64 => { #[allow(unused)] type $T = i64; $body }
-            $crate::dtype::DType::F16 => { #[allow(unused)] type $T = half::f16; $body }
-            $crate::dtype::DType::BF16 => { #[allow(unused)] type $T = half::bf16; $body }
-            $crate::dtype::DType::F32 => { #[allow(unused)] type $T = f32; $body }
-            $crate::dtype::DType::F64 => { #[allow(unused)] type $T = f64; $body }
-            $crate::dtype::DType::C64 => { #[allow(unused)] type $T = $crate::dtype::C64; $body }
+            $crate::dtype::DType::Bool => {
+                #[allow(unused)]
+                type $T = bool;
+                $body
+            }
+            $crate::dtype::DType::U8 => {
+                #[allow(unused)]
+                type $T = u8;
+                $body
+            }
+            $crate::dtype::DType::I32 => {
+                #[allow(unused)]
+                type $T = i32;
+                $body
+            }
+            $crate::dtype::DType::I64 => {
+                #[allow(unused)]
+                type $T = i64;
+                $body
+            }
+            $crate::dtype::DType::F16 => {
+                #[allow(unused)]
+                type $T = half::f16;
+                $body
+            }
+            $crate::dtype::DType::BF16 => {
+                #[allow(unused)]
+                type $T = half::bf16;
+                $body
+            }
+            $crate::dtype::DType::F32 => {
+                #[allow(unused)]
+                type $T = f32;
+                $body
+            }
+            $crate::dtype::DType::F64 => {
+                #[allow(unused)]
+                type $T = f64;
+                $body
+            }
+            $crate::dtype::DType::C64 => {
+                #[allow(unused)]
+                type $T = $crate::dtype::C64;
+                $body
+            }
         }
     };
 }

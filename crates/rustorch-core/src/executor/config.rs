@@ -61,7 +61,10 @@ impl ExecutorConfig {
         c.print_trace = trace;
         if let Some(v) = get("RUSTORCH_MIN_OFFLOAD") {
             c.min_offload_elems = v.trim().parse().map_err(|_| {
-                Error::invalid("RUSTORCH_MIN_OFFLOAD", format!("expected a number of elements, got {v:?}"))
+                Error::invalid(
+                    "RUSTORCH_MIN_OFFLOAD",
+                    format!("expected a number of elements, got {v:?}"),
+                )
             })?;
         }
         Ok(c)

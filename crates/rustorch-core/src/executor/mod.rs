@@ -104,14 +104,25 @@ impl Executor {
     /// Adds a backend ahead of the CPU (after those registered before it).
     pub fn register(&mut self, backend: Arc<dyn Backend>) -> Result<()> {
         let dev = backend.device();
-        if self.backends.iter().chain(self.disabled.iter().map(|(b, _)| b)).any(|b| b.device() == dev) {
-            return Err(Error::invalid("register", format!("a backend for {dev} is already registered")));
+        if self
+            .backends
+            .iter()
+            .chain(self.disabled.iter().map(|(b, _)| b))
+            .any(|b| b.device() == dev)
+        {
+            return Err(Error::invalid(
+                "register",
+                format!("a backend for {dev} is already registered"),
+            ));
         }
         if dev.is_cpu() {
             return Err(Error::invalid("register", "the CPU backend is built in"));
         }
         if self.config.disable_gpu {
-            self.disabled.push((backend, "disabled by RUSTORCH_DISABLE_GPU / ExecutorConfig::disable_gpu".into()));
+            self.disabled.push((
+                backend,
+                "disabled by RUSTORCH_DISABLE_GPU / ExecutorConfig::disable_gpu".into(),
+            ));
             return Ok(());
         }
         let cpu_pos = self.backends.len() - 1;
@@ -126,7 +137,11 @@ impl Executor {
                     Some((_, why)) => why.clone(),
                     None => format!(
                         "no backend for it is compiled in or present (available: {})",
-                        self.devices().iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
+                        self.devices()
+                            .iter()
+                            .map(|d| d.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     ),
                 };
                 return Err(Error::DeviceNotAvailable { device: d, reason });
@@ -192,7 +207,14 @@ impl Executor {
         }
         ev.seq = self.seq.fetch_add(1, Ordering::Relaxed);
         if self.config.print_trace {
-            eprint!("{}", format_table(std::slice::from_ref(&ev)).lines().nth(2).map(|l| format!("[rustorch trace] {l}\n")).unwrap_or_default());
+            eprint!(
+                "{}",
+                format_table(std::slice::from_ref(&ev))
+                    .lines()
+                    .nth(2)
+                    .map(|l| format!("[rustorch trace] {l}\n"))
+                    .unwrap_or_default()
+            );
         }
         if let Ok(mut e) = self.events.lock() {
             e.push(ev);
@@ -202,7 +224,11 @@ impl Executor {
     /// Copies host data onto a device.
     pub fn upload(&self, host: &crate::cpu::CpuStorage, device: Device) -> Result<Buffer> {
         let b = self.backend_or_err(device)?;
-        b.upload(host).map_err(|e| Error::Backend { op: "upload".into(), device, source: e })
+        b.upload(host).map_err(|e| Error::Backend {
+            op: "upload".into(),
+            device,
+            source: e,
+        })
     }
 
     /// Copies a buffer back to host memory.
@@ -212,7 +238,11 @@ impl Executor {
         }
         let device = buffer.device();
         let b = self.backend_or_err(device)?;
-        b.download(buffer.as_ref()).map_err(|e| Error::Backend { op: "download".into(), device, source: e })
+        b.download(buffer.as_ref()).map_err(|e| Error::Backend {
+            op: "download".into(),
+            device,
+            source: e,
+        })
     }
 
     /// Moves a buffer to another device (a no-op when it is already there).
@@ -248,9 +278,10 @@ impl Executor {
         let outputs = infer_outputs(op, &metas)?;
         let candidates = self.candidates(op, &metas, inputs, &outputs);
         let mut attempts: Vec<(Device, BackendError)> = Vec::new();
+        // Counts copies made for failed attempts too: they cost the same.
+        let mut bytes_moved = 0usize;
         for cand in candidates {
             let device = cand.backend.device();
-            let mut bytes_moved = 0usize;
             let mut local: Vec<Buffer> = Vec::with_capacity(inputs.len());
             let mut moved_ok = true;
             for i in inputs {
@@ -276,19 +307,19 @@ impl Executor {
             let refs: Vec<TensorRef<'_>> = local
                 .iter()
                 .zip(inputs)
-                .map(|(b, i)| TensorRef { buffer: b.as_ref(), layout: &i.layout })
+                .map(|(b, i)| TensorRef {
+                    buffer: b.as_ref(),
+                    layout: &i.layout,
+                })
                 .collect();
             let start = Instant::now();
             match cand.backend.execute(op, &refs, &outputs) {
                 Ok(bufs) => {
-                    if bufs.len() != outputs.len() {
-                        attempts.push((
-                            device,
-                            BackendError::Device {
-                                device,
-                                message: format!("returned {} outputs, expected {}", bufs.len(), outputs.len()),
-                            },
-                        ));
+                    // A backend's bad output would only fail later, far from
+                    // its cause (a short buffer panics when read): treat it
+                    // as a device error here, and fall back.
+                    if let Some(message) = bad_outputs(device, &bufs, &outputs) {
+                        attempts.push((device, BackendError::Device { device, message }));
                         continue;
                     }
                     if self.config.trace {
@@ -296,7 +327,11 @@ impl Executor {
                             seq: 0,
                             op: op.name(),
                             input_shapes: metas.iter().map(|m| m.shape.clone()).collect(),
-                            dtype: metas.first().or(outputs.first()).map(|m| m.dtype.to_string()).unwrap_or_default(),
+                            dtype: metas
+                                .first()
+                                .or(outputs.first())
+                                .map(|m| m.dtype.to_string())
+                                .unwrap_or_default(),
                             device,
                             reason: cand.reason,
                             fallbacks: attempts.iter().map(|(d, e)| (*d, e.to_string())).collect(),
@@ -307,10 +342,19 @@ impl Executor {
                     return Ok(bufs.into_iter().zip(outputs).collect());
                 }
                 Err(e) if e.allows_fallback() => attempts.push((device, e)),
-                Err(e) => return Err(Error::Backend { op: op.name(), device, source: e }),
+                Err(e) => {
+                    return Err(Error::Backend {
+                        op: op.name(),
+                        device,
+                        source: e,
+                    })
+                }
             }
         }
-        Err(Error::NoDeviceCouldRun { op: op.name(), attempts })
+        Err(Error::NoDeviceCouldRun {
+            op: op.name(),
+            attempts,
+        })
     }
 
     /// Copies a buffer to the device of `target`, through host memory.
@@ -335,7 +379,10 @@ impl Executor {
         let mut out: Vec<Candidate> = Vec::new();
         let push = |b: &Arc<dyn Backend>, reason: String, out: &mut Vec<Candidate>| {
             if !out.iter().any(|c| c.backend.device() == b.device()) {
-                out.push(Candidate { backend: b.clone(), reason });
+                out.push(Candidate {
+                    backend: b.clone(),
+                    reason,
+                });
             }
         };
         let supported = |b: &Arc<dyn Backend>| b.supports(op, metas);
@@ -380,15 +427,39 @@ impl Executor {
                 }
                 continue;
             }
+            // A device after another candidate only runs when that one failed.
+            let which = if out.is_empty() { "first" } else { "next" };
             let reason = if !tracing {
                 String::new()
             } else if skipped.is_empty() {
-                "first capable in chain".to_string()
+                format!("{which} capable in chain")
             } else {
-                format!("first capable in chain ({})", skipped.join(", "))
+                format!("{which} capable in chain ({})", skipped.join(", "))
             };
             push(b, reason, &mut out);
         }
         out
     }
+}
+
+/// Why `bufs` cannot be the outputs `want` of an op run on `device`, if so.
+fn bad_outputs(device: Device, bufs: &[Buffer], want: &[TensorMeta]) -> Option<String> {
+    if bufs.len() != want.len() {
+        return Some(format!("returned {} outputs, expected {}", bufs.len(), want.len()));
+    }
+    bufs.iter().zip(want).enumerate().find_map(|(i, (b, m))| {
+        if b.device() != device {
+            Some(format!("returned output {i} on {}", b.device()))
+        } else if b.dtype() != m.dtype || b.len() != m.shape.numel() {
+            Some(format!(
+                "returned output {i} as {} elements of {}, expected {} of {}",
+                b.len(),
+                b.dtype(),
+                m.shape.numel(),
+                m.dtype
+            ))
+        } else {
+            None
+        }
+    })
 }

@@ -28,21 +28,31 @@ pub struct TraceEvent {
 
 /// Formats events as an aligned table.
 pub fn format_table(events: &[TraceEvent]) -> String {
-    let header = ["#", "op", "inputs", "dtype", "device", "reason", "fallback", "moved", "time"];
+    let header = [
+        "#", "op", "inputs", "dtype", "device", "reason", "fallback", "moved", "time",
+    ];
     let rows: Vec<[String; 9]> = events
         .iter()
         .map(|e| {
             [
                 e.seq.to_string(),
                 e.op.clone(),
-                e.input_shapes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(" "),
+                e.input_shapes
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect::<Vec<_>>()
+                    .join(" "),
                 e.dtype.clone(),
                 e.device.to_string(),
                 e.reason.clone(),
                 if e.fallbacks.is_empty() {
                     "-".into()
                 } else {
-                    e.fallbacks.iter().map(|(d, why)| format!("{d} failed: {why}")).collect::<Vec<_>>().join("; ")
+                    e.fallbacks
+                        .iter()
+                        .map(|(d, why)| format!("{d}: {why}"))
+                        .collect::<Vec<_>>()
+                        .join("; ")
                 },
                 format_bytes(e.bytes_moved),
                 format!("{:.1?}", e.elapsed),

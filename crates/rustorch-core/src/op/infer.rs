@@ -10,7 +10,10 @@ use crate::shape::Shape;
 
 fn expect_inputs(op: &Op, inputs: &[TensorMeta], n: usize) -> Result<()> {
     if inputs.len() != n {
-        return Err(Error::invalid(op.name(), format!("expected {n} inputs, got {}", inputs.len())));
+        return Err(Error::invalid(
+            op.name(),
+            format!("expected {n} inputs, got {}", inputs.len()),
+        ));
     }
     Ok(())
 }
@@ -36,14 +39,22 @@ fn need_float(op: &Op, dtype: DType) -> Result<()> {
 
 fn need_index(op: &Op, m: &TensorMeta) -> Result<()> {
     if !matches!(m.dtype, DType::I64 | DType::I32 | DType::U8) {
-        return Err(Error::dtype(op.name(), "index must be an integer tensor (i64, i32 or u8)", &[m.dtype]));
+        return Err(Error::dtype(
+            op.name(),
+            "index must be an integer tensor (i64, i32 or u8)",
+            &[m.dtype],
+        ));
     }
     Ok(())
 }
 
 fn need_rank(op: &Op, m: &TensorMeta, rank: usize, what: &str) -> Result<()> {
     if m.shape.rank() != rank {
-        return Err(Error::shape(op.name(), format!("{what} must have rank {rank}"), &[&m.shape]));
+        return Err(Error::shape(
+            op.name(),
+            format!("{what} must have rank {rank}"),
+            &[&m.shape],
+        ));
     }
     Ok(())
 }
@@ -117,7 +128,10 @@ pub fn infer_outputs(op: &Op, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> 
             if d.is_complex() && !matches!(c, super::CmpOp::Eq | super::CmpOp::Ne) {
                 return Err(Error::dtype(name, "complex numbers are not ordered", &[d]));
             }
-            one(Shape::broadcast(&name, &inputs[0].shape, &inputs[1].shape)?, DType::Bool)
+            one(
+                Shape::broadcast(&name, &inputs[0].shape, &inputs[1].shape)?,
+                DType::Bool,
+            )
         }
         Op::Where => {
             expect_inputs(op, inputs, 3)?;
@@ -179,9 +193,7 @@ pub fn infer_outputs(op: &Op, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> 
                 }
             }
             let reduces_empty = dims.iter().any(|&d| m.shape.dims()[d] == 0);
-            if reduces_empty
-                && matches!(r, ReduceOp::Max | ReduceOp::Min | ReduceOp::ArgMax | ReduceOp::ArgMin)
-            {
+            if reduces_empty && matches!(r, ReduceOp::Max | ReduceOp::Min | ReduceOp::ArgMax | ReduceOp::ArgMin) {
                 return Err(Error::shape(name, "cannot reduce an empty dimension", &[&m.shape]));
             }
             one(shape, dtype)
@@ -217,7 +229,10 @@ pub fn infer_outputs(op: &Op, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> 
             }
             let mut s = m.shape.dims().to_vec();
             s[*dim] = *k;
-            Ok(vec![TensorMeta::new(s.clone(), m.dtype), TensorMeta::new(s, DType::I64)])
+            Ok(vec![
+                TensorMeta::new(s.clone(), m.dtype),
+                TensorMeta::new(s, DType::I64),
+            ])
         }
         Op::Sort { dim, .. } => {
             expect_inputs(op, inputs, 1)?;
@@ -241,7 +256,11 @@ pub fn infer_outputs(op: &Op, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> 
             let (m, k) = (a.dims()[a.rank() - 2], a.dims()[a.rank() - 1]);
             let (k2, n) = (b.dims()[b.rank() - 2], b.dims()[b.rank() - 1]);
             if k != k2 {
-                return Err(Error::shape(name, format!("inner dimensions differ ({k} vs {k2})"), &[a, b]));
+                return Err(Error::shape(
+                    name,
+                    format!("inner dimensions differ ({k} vs {k2})"),
+                    &[a, b],
+                ));
             }
             let batch = Shape::broadcast(
                 &name,
@@ -275,13 +294,20 @@ pub fn infer_outputs(op: &Op, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> 
             need_dim(op, dst, *dim)?;
             need_index(op, idx)?;
             if dst.dtype != src.dtype {
-                return Err(Error::dtype(name, "destination and source dtypes differ", &[dst.dtype, src.dtype]));
+                return Err(Error::dtype(
+                    name,
+                    "destination and source dtypes differ",
+                    &[dst.dtype, src.dtype],
+                ));
             }
             check_index_shape(op, dst, idx, *dim)?;
-            if idx.shape.rank() != src.shape.rank()
-                || idx.shape.dims().iter().zip(src.shape.dims()).any(|(i, s)| i > s)
+            if idx.shape.rank() != src.shape.rank() || idx.shape.dims().iter().zip(src.shape.dims()).any(|(i, s)| i > s)
             {
-                return Err(Error::shape(name, "index must not be larger than source", &[&idx.shape, &src.shape]));
+                return Err(Error::shape(
+                    name,
+                    "index must not be larger than source",
+                    &[&idx.shape, &src.shape],
+                ));
             }
             one(&dst.shape, dst.dtype)
         }
@@ -303,7 +329,12 @@ pub fn infer_outputs(op: &Op, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> 
             let mut total = 0;
             for m in inputs {
                 let ok = m.shape.rank() == first.rank()
-                    && m.shape.dims().iter().zip(first.dims()).enumerate().all(|(i, (a, b))| i == *dim || a == b);
+                    && m.shape
+                        .dims()
+                        .iter()
+                        .zip(first.dims())
+                        .enumerate()
+                        .all(|(i, (a, b))| i == *dim || a == b);
                 if !ok {
                     return Err(Error::shape(
                         name,
@@ -317,18 +348,31 @@ pub fn infer_outputs(op: &Op, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> 
             s[*dim] = total;
             one(s, d)
         }
-        Op::LayerNorm { normalized_dims, has_weight, has_bias, .. } => {
+        Op::LayerNorm {
+            normalized_dims,
+            has_weight,
+            has_bias,
+            ..
+        } => {
             let n = 1 + *has_weight as usize + *has_bias as usize;
             expect_inputs(op, inputs, n)?;
             let x = &inputs[0];
             need_float(op, x.dtype)?;
             if *normalized_dims == 0 || *normalized_dims > x.shape.rank() {
-                return Err(Error::shape(name, format!("cannot normalize the last {normalized_dims} dims"), &[&x.shape]));
+                return Err(Error::shape(
+                    name,
+                    format!("cannot normalize the last {normalized_dims} dims"),
+                    &[&x.shape],
+                ));
             }
             let norm_shape = Shape::from(&x.shape.dims()[x.shape.rank() - normalized_dims..]);
             for p in &inputs[1..] {
                 if p.shape != norm_shape {
-                    return Err(Error::shape(name, "weight and bias must have the normalized shape", &[&x.shape, &p.shape]));
+                    return Err(Error::shape(
+                        name,
+                        "weight and bias must have the normalized shape",
+                        &[&x.shape, &p.shape],
+                    ));
                 }
             }
             same_dtype(op, inputs)?;
@@ -344,13 +388,19 @@ pub fn infer_outputs(op: &Op, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> 
             if *has_weight {
                 let last = *x.shape.dims().last().unwrap_or(&0);
                 if inputs[1].shape.dims() != [last] {
-                    return Err(Error::shape(name, "weight must be 1-D with the last dim's size", &[&x.shape, &inputs[1].shape]));
+                    return Err(Error::shape(
+                        name,
+                        "weight must be 1-D with the last dim's size",
+                        &[&x.shape, &inputs[1].shape],
+                    ));
                 }
             }
             same_dtype(op, inputs)?;
             one(&x.shape, x.dtype)
         }
-        Op::BatchNorm { has_weight, has_bias, .. } => {
+        Op::BatchNorm {
+            has_weight, has_bias, ..
+        } => {
             expect_inputs(op, inputs, 3 + *has_weight as usize + *has_bias as usize)?;
             let x = &inputs[0];
             need_float(op, x.dtype)?;
@@ -360,7 +410,11 @@ pub fn infer_outputs(op: &Op, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> 
             let c = x.shape.dims()[1];
             for p in &inputs[1..] {
                 if p.shape.dims() != [c] {
-                    return Err(Error::shape(name, "statistics and affine parameters must be [C]", &[&x.shape, &p.shape]));
+                    return Err(Error::shape(
+                        name,
+                        "statistics and affine parameters must be [C]",
+                        &[&x.shape, &p.shape],
+                    ));
                 }
             }
             same_dtype(op, inputs)?;
@@ -372,13 +426,21 @@ pub fn infer_outputs(op: &Op, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> 
             need_float(op, x.dtype)?;
             same_dtype(op, inputs)?;
             if x.shape.rank() < 2 || cos.shape.rank() != 2 || cos.shape != sin.shape {
-                return Err(Error::shape(name, "expects x [.., T, D], cos and sin [T, R/2]", &[&x.shape, &cos.shape, &sin.shape]));
+                return Err(Error::shape(
+                    name,
+                    "expects x [.., T, D], cos and sin [T, R/2]",
+                    &[&x.shape, &cos.shape, &sin.shape],
+                ));
             }
             let r = x.shape.rank();
             let (t, d) = (x.shape.dims()[r - 2], x.shape.dims()[r - 1]);
             let (ct, half) = (cos.shape.dims()[0], cos.shape.dims()[1]);
             if ct != t || 2 * half > d || half == 0 {
-                return Err(Error::shape(name, "cos/sin must be [T, R/2] with R <= D", &[&x.shape, &cos.shape]));
+                return Err(Error::shape(
+                    name,
+                    "cos/sin must be [T, R/2] with R <= D",
+                    &[&x.shape, &cos.shape],
+                ));
             }
             one(&x.shape, x.dtype)
         }
@@ -396,7 +458,7 @@ pub fn infer_outputs(op: &Op, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> 
                 || kd[0] != vd[0]
                 || kd[1] != vd[1]
                 || kd[1] == 0
-                || qd[1] % kd[1] != 0
+                || !qd[1].is_multiple_of(kd[1])
                 || qd[3] != kd[3]
                 || kd[2] != vd[2];
             if bad {
@@ -409,17 +471,31 @@ pub fn infer_outputs(op: &Op, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> 
             if n == 4 {
                 let m = &inputs[3];
                 if m.dtype != DType::Bool && m.dtype != q.dtype {
-                    return Err(Error::dtype(name, "mask must be bool or the query's dtype", &[m.dtype, q.dtype]));
+                    return Err(Error::dtype(
+                        name,
+                        "mask must be bool or the query's dtype",
+                        &[m.dtype, q.dtype],
+                    ));
                 }
                 let target = Shape::from([qd[0], qd[1], qd[2], kd[2]]);
                 let b = Shape::broadcast(&name, &m.shape, &target)?;
                 if b != target {
-                    return Err(Error::shape(name, "mask must broadcast to [B, Hq, Tq, Tk]", &[&m.shape, &target]));
+                    return Err(Error::shape(
+                        name,
+                        "mask must broadcast to [B, Hq, Tq, Tk]",
+                        &[&m.shape, &target],
+                    ));
                 }
             }
             one([qd[0], qd[1], qd[2], vd[3]], q.dtype)
         }
-        Op::Conv1d { stride, padding, dilation, groups, has_bias } => {
+        Op::Conv1d {
+            stride,
+            padding,
+            dilation,
+            groups,
+            has_bias,
+        } => {
             expect_inputs(op, inputs, 2 + *has_bias as usize)?;
             let (x, w) = (&inputs[0], &inputs[1]);
             need_float(op, x.dtype)?;
@@ -449,7 +525,11 @@ pub fn infer_outputs(op: &Op, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> 
             let ow = conv_out(op, xd[3], wd[3], p.stride[1], p.padding[1], p.dilation[1], &shapes)?;
             one([xd[0], wd[0], oh, ow], x.dtype)
         }
-        Op::ConvTranspose2d { params: p, output_padding, has_bias } => {
+        Op::ConvTranspose2d {
+            params: p,
+            output_padding,
+            has_bias,
+        } => {
             expect_inputs(op, inputs, 2 + *has_bias as usize)?;
             let (x, w) = (&inputs[0], &inputs[1]);
             need_float(op, x.dtype)?;
@@ -458,7 +538,7 @@ pub fn infer_outputs(op: &Op, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> 
             need_rank(op, w, 4, "weight")?;
             let (xd, wd) = (x.shape.dims(), w.shape.dims());
             let g = p.groups;
-            if g == 0 || xd[1] != wd[0] || wd[0] % g != 0 {
+            if g == 0 || xd[1] != wd[0] || !wd[0].is_multiple_of(g) {
                 return Err(Error::shape(
                     name,
                     format!("weight must be [C_in, C_out/groups, KH, KW] with C_in divisible by groups = {g}"),
@@ -473,9 +553,15 @@ pub fn infer_outputs(op: &Op, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> 
                     return Err(Error::invalid(name, "stride and dilation must be positive"));
                 }
                 if output_padding[i] >= p.stride[i].max(p.dilation[i]) {
-                    return Err(Error::invalid(name, "output_padding must be smaller than stride or dilation"));
+                    return Err(Error::invalid(
+                        name,
+                        "output_padding must be smaller than stride or dilation",
+                    ));
                 }
-                let full = (xd[2 + i].max(1) - 1) * p.stride[i] + p.dilation[i] * (wd[2 + i].max(1) - 1) + 1 + output_padding[i];
+                let full = (xd[2 + i].max(1) - 1) * p.stride[i]
+                    + p.dilation[i] * (wd[2 + i].max(1) - 1)
+                    + 1
+                    + output_padding[i];
                 if xd[2 + i] == 0 || wd[2 + i] == 0 || full <= 2 * p.padding[i] {
                     return Err(Error::shape(name, "output would be empty", &[&x.shape, &w.shape]));
                 }
@@ -523,10 +609,12 @@ fn check_index_shape(op: &Op, src: &TensorMeta, idx: &TensorMeta, dim: usize) ->
 }
 
 fn check_groups(op: &Op, c: usize, o: usize, cg: usize, groups: usize, shapes: &[&Shape]) -> Result<()> {
-    if groups == 0 || c % groups != 0 || o % groups != 0 || cg * groups != c {
+    if groups == 0 || !c.is_multiple_of(groups) || !o.is_multiple_of(groups) || cg * groups != c {
         return Err(Error::shape(
             op.name(),
-            format!("channels ({c} in, {o} out) must divide into groups = {groups}, weight must have C_in/groups channels"),
+            format!(
+                "channels ({c} in, {o} out) must divide into groups = {groups}, weight must have C_in/groups channels"
+            ),
             shapes,
         ));
     }
@@ -535,14 +623,21 @@ fn check_groups(op: &Op, c: usize, o: usize, cg: usize, groups: usize, shapes: &
 
 fn check_bias(op: &Op, inputs: &[TensorMeta], has_bias: bool, o: usize) -> Result<()> {
     if has_bias && inputs[2].shape.dims() != [o] {
-        return Err(Error::shape(op.name(), format!("bias must be [{o}]"), &[&inputs[2].shape]));
+        return Err(Error::shape(
+            op.name(),
+            format!("bias must be [{o}]"),
+            &[&inputs[2].shape],
+        ));
     }
     Ok(())
 }
 
 fn conv_out(op: &Op, len: usize, k: usize, stride: usize, pad: usize, dil: usize, shapes: &[&Shape]) -> Result<usize> {
     if stride == 0 || dil == 0 || k == 0 {
-        return Err(Error::invalid(op.name(), "kernel size, stride and dilation must be positive"));
+        return Err(Error::invalid(
+            op.name(),
+            "kernel size, stride and dilation must be positive",
+        ));
     }
     let span = dil * (k - 1) + 1;
     let padded = len + 2 * pad;

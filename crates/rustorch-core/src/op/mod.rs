@@ -151,8 +151,12 @@ pub enum ReduceOp {
     /// Index of the minimum; exactly one reduced dim. Output i64.
     ArgMin,
     /// Variance with `correction` subtracted from the count (1 = unbiased).
-    Var { correction: u32 },
-    Std { correction: u32 },
+    Var {
+        correction: u32,
+    },
+    Std {
+        correction: u32,
+    },
 }
 
 impl ReduceOp {
@@ -217,60 +221,125 @@ pub struct Pool2dParams {
 pub enum Op {
     /// Strided input to contiguous output, same dtype.
     Copy,
-    Cast { to: DType },
+    Cast {
+        to: DType,
+    },
     Unary(UnaryOp),
     /// Clamp to `[min, max]`; either bound may be absent.
-    Clamp { min: Option<f64>, max: Option<f64> },
+    Clamp {
+        min: Option<f64>,
+        max: Option<f64>,
+    },
     /// Two same-dtype inputs, broadcast together.
     Binary(BinaryOp),
     /// Two same-dtype inputs, broadcast together; bool output.
     Compare(CmpOp),
     /// Inputs: condition (bool), a, b (same dtype); all broadcast.
     Where,
-    Reduce { op: ReduceOp, dims: Vec<usize>, keepdim: bool },
-    Softmax { dim: usize },
-    LogSoftmax { dim: usize },
-    Cumsum { dim: usize },
+    Reduce {
+        op: ReduceOp,
+        dims: Vec<usize>,
+        keepdim: bool,
+    },
+    Softmax {
+        dim: usize,
+    },
+    LogSoftmax {
+        dim: usize,
+    },
+    Cumsum {
+        dim: usize,
+    },
     /// Two outputs: values and i64 indices.
-    TopK { k: usize, dim: usize, largest: bool },
+    TopK {
+        k: usize,
+        dim: usize,
+        largest: bool,
+    },
     /// Stable sort; two outputs: values and i64 indices.
-    Sort { dim: usize, descending: bool },
+    Sort {
+        dim: usize,
+        descending: bool,
+    },
     /// [.., m, k] x [.., k, n] with broadcast batch dims; both at least 2-D.
     MatMul,
     /// Inputs: source, 1-D integer index.
-    IndexSelect { dim: usize },
+    IndexSelect {
+        dim: usize,
+    },
     /// Inputs: source, integer index of the source's rank.
-    Gather { dim: usize },
+    Gather {
+        dim: usize,
+    },
     /// Inputs: destination, integer index, source. Output: destination with
     /// source values added at the indexed positions.
-    ScatterAdd { dim: usize },
+    ScatterAdd {
+        dim: usize,
+    },
     /// Inputs: weight [vocab, dim], integer ids of any shape.
     Embedding,
     /// Any number of inputs of one dtype, equal but for `dim`.
-    Cat { dim: usize },
+    Cat {
+        dim: usize,
+    },
     /// Normalizes over the last `normalized_dims` dims. Inputs: x, then
     /// weight and bias when present.
-    LayerNorm { eps: f64, normalized_dims: usize, has_weight: bool, has_bias: bool },
+    LayerNorm {
+        eps: f64,
+        normalized_dims: usize,
+        has_weight: bool,
+        has_bias: bool,
+    },
     /// Over the last dim. Inputs: x, then weight when present.
-    RmsNorm { eps: f64, has_weight: bool },
+    RmsNorm {
+        eps: f64,
+        has_weight: bool,
+    },
     /// Inference batch norm over dim 1. Inputs: x, running_mean,
     /// running_var, then weight and bias when present.
-    BatchNorm { eps: f64, has_weight: bool, has_bias: bool },
+    BatchNorm {
+        eps: f64,
+        has_weight: bool,
+        has_bias: bool,
+    },
     /// Inputs: x [.., T, D], cos [T, R/2], sin [T, R/2]. The first R
     /// features rotate; the rest pass through.
-    Rope { layout: RopeLayout },
+    Rope {
+        layout: RopeLayout,
+    },
     /// Inputs: q [B, Hq, Tq, D], k [B, Hkv, Tk, D], v [B, Hkv, Tk, Dv], then
     /// the mask for `AttnMask::Explicit`. Hq must be a multiple of Hkv
     /// (grouped-query attention). Scale defaults to 1/sqrt(D).
-    Sdpa { mask: AttnMask, scale: Option<f64> },
+    Sdpa {
+        mask: AttnMask,
+        scale: Option<f64>,
+    },
     /// Inputs: x [N, C, L], w [O, C/groups, K], then bias [O] when present.
-    Conv1d { stride: usize, padding: usize, dilation: usize, groups: usize, has_bias: bool },
+    Conv1d {
+        stride: usize,
+        padding: usize,
+        dilation: usize,
+        groups: usize,
+        has_bias: bool,
+    },
     /// Inputs: x [N, C, H, W], w [O, C/groups, KH, KW], then bias [O].
-    Conv2d { params: Conv2dParams, has_bias: bool },
+    Conv2d {
+        params: Conv2dParams,
+        has_bias: bool,
+    },
     /// Inputs: x [N, C, H, W], w [C, O/groups, KH, KW], then bias [O].
-    ConvTranspose2d { params: Conv2dParams, output_padding: [usize; 2], has_bias: bool },
-    MaxPool2d { params: Pool2dParams },
-    AvgPool2d { params: Pool2dParams, count_include_pad: bool },
+    ConvTranspose2d {
+        params: Conv2dParams,
+        output_padding: [usize; 2],
+        has_bias: bool,
+    },
+    MaxPool2d {
+        params: Pool2dParams,
+    },
+    AvgPool2d {
+        params: Pool2dParams,
+        count_include_pad: bool,
+    },
 }
 
 impl Op {
@@ -295,9 +364,7 @@ impl Op {
             | Op::TopK { .. }
             | Op::Sort { .. } => OpClass::Reduction,
             Op::MatMul => OpClass::LinearAlgebra,
-            Op::IndexSelect { .. } | Op::Gather { .. } | Op::ScatterAdd { .. } | Op::Embedding => {
-                OpClass::Indexing
-            }
+            Op::IndexSelect { .. } | Op::Gather { .. } | Op::ScatterAdd { .. } | Op::Embedding => OpClass::Indexing,
             Op::LayerNorm { .. } | Op::RmsNorm { .. } | Op::BatchNorm { .. } => OpClass::Normalization,
             Op::Rope { .. } | Op::Sdpa { .. } => OpClass::Attention,
             Op::Conv1d { .. }
@@ -333,8 +400,12 @@ impl Op {
             Op::LayerNorm { .. } => "layer_norm".into(),
             Op::RmsNorm { .. } => "rms_norm".into(),
             Op::BatchNorm { .. } => "batch_norm".into(),
-            Op::Rope { layout: RopeLayout::NeoX } => "rope_neox".into(),
-            Op::Rope { layout: RopeLayout::Interleaved } => "rope_interleaved".into(),
+            Op::Rope {
+                layout: RopeLayout::NeoX,
+            } => "rope_neox".into(),
+            Op::Rope {
+                layout: RopeLayout::Interleaved,
+            } => "rope_interleaved".into(),
             Op::Sdpa { .. } => "sdpa".into(),
             Op::Conv1d { .. } => "conv1d".into(),
             Op::Conv2d { .. } => "conv2d".into(),

@@ -27,11 +27,19 @@ impl Tensor {
         if shape.numel() != storage.len() {
             return Err(Error::shape(
                 "from_vec",
-                format!("{} elements do not fill a tensor of {} elements", storage.len(), shape.numel()),
+                format!(
+                    "{} elements do not fill a tensor of {} elements",
+                    storage.len(),
+                    shape.numel()
+                ),
                 &[&shape],
             ));
         }
-        Ok(Tensor::from_parts(Arc::new(storage), Layout::contiguous(shape), exec.clone()))
+        Ok(Tensor::from_parts(
+            Arc::new(storage),
+            Layout::contiguous(shape),
+            exec.clone(),
+        ))
     }
 
     pub fn from_vec<T: StorageElement>(data: Vec<T>, shape: impl Into<Shape>) -> Result<Tensor> {
@@ -59,12 +67,16 @@ impl Tensor {
                 reason: "the target executor has no backend for this tensor's device".into(),
             });
         }
-        Ok(Tensor::from_parts(self.buffer.clone(), self.layout.clone(), exec.clone()))
+        Ok(Tensor::from_parts(
+            self.buffer.clone(),
+            self.layout.clone(),
+            exec.clone(),
+        ))
     }
 
     pub fn full(shape: impl Into<Shape>, value: impl Into<Scalar>, dtype: DType) -> Result<Tensor> {
         let shape = shape.into();
-        let n = shape.numel();
+        let n = checked_numel("full", &shape, dtype)?;
         let storage = match value.into() {
             Scalar::Complex(re, im) if dtype == DType::C64 => CpuStorage::C64(vec![C64::new(re, im); n]),
             Scalar::Int(i) if dtype == DType::I64 => CpuStorage::I64(vec![i; n]),
@@ -75,7 +87,8 @@ impl Tensor {
 
     pub fn zeros(shape: impl Into<Shape>, dtype: DType) -> Result<Tensor> {
         let shape = shape.into();
-        Self::from_storage(CpuStorage::zeros(dtype, shape.numel()), shape)
+        let n = checked_numel("zeros", &shape, dtype)?;
+        Self::from_storage(CpuStorage::zeros(dtype, n), shape)
     }
 
     pub fn ones(shape: impl Into<Shape>, dtype: DType) -> Result<Tensor> {
@@ -103,7 +116,10 @@ impl Tensor {
     /// Values `start, start + step, ...` below `end` (above, for a negative step).
     pub fn arange(start: f64, end: f64, step: f64, dtype: DType) -> Result<Tensor> {
         if step == 0.0 || !step.is_finite() || !start.is_finite() || !end.is_finite() {
-            return Err(Error::invalid("arange", format!("bad range {start}..{end} step {step}")));
+            return Err(Error::invalid(
+                "arange",
+                format!("bad range {start}..{end} step {step}"),
+            ));
         }
         let n = ((end - start) / step).ceil();
         if n > (usize::MAX >> 4) as f64 {
@@ -117,10 +133,14 @@ impl Tensor {
     /// `steps` values evenly spaced from `start` to `end` inclusive, computed
     /// from both ends as PyTorch does so the last value is exactly `end`.
     pub fn linspace(start: f64, end: f64, steps: usize, dtype: DType) -> Result<Tensor> {
-        let step = if steps > 1 { (end - start) / (steps - 1) as f64 } else { 0.0 };
+        let step = if steps > 1 {
+            (end - start) / (steps - 1) as f64
+        } else {
+            0.0
+        };
         let half = steps / 2;
         let it = (0..steps).map(|i| {
-            if i < half {
+            if i < half || steps == 1 {
                 start + step * i as f64
             } else {
                 end - step * (steps - 1 - i) as f64
@@ -131,6 +151,7 @@ impl Tensor {
 
     /// The n x n identity matrix.
     pub fn eye(n: usize, dtype: DType) -> Result<Tensor> {
+        checked_numel("eye", &Shape::from([n, n]), dtype)?;
         let it = (0..n * n).map(|i| if i / n == i % n { 1.0 } else { 0.0 });
         Self::from_storage(CpuStorage::from_f64_iter(dtype, it), Shape::from([n, n]))
     }
@@ -139,6 +160,7 @@ impl Tensor {
     pub fn rand(shape: impl Into<Shape>, dtype: DType, seed: u64) -> Result<Tensor> {
         let shape = shape.into();
         need_float("rand", dtype)?;
+        checked_numel("rand", &shape, dtype)?;
         let mut rng = Rng::new(seed);
         let it = (0..shape.numel()).map(|_| rng.uniform());
         Self::from_storage(CpuStorage::from_f64_iter(dtype, it), shape)
@@ -148,7 +170,7 @@ impl Tensor {
     pub fn randn(shape: impl Into<Shape>, dtype: DType, seed: u64) -> Result<Tensor> {
         let shape = shape.into();
         need_float("randn", dtype)?;
-        let n = shape.numel();
+        let n = checked_numel("randn", &shape, dtype)?;
         let mut rng = Rng::new(seed);
         let mut vals = Vec::with_capacity(n + 1);
         while vals.len() < n {
@@ -164,6 +186,18 @@ impl Tensor {
     pub fn zeros_on(shape: impl Into<Shape>, dtype: DType, device: Device) -> Result<Tensor> {
         Tensor::zeros(shape, dtype)?.to_device(device)
     }
+}
+
+/// The element count of a shape to allocate, or an error when the byte
+/// size would overflow (the allocation itself then fails loudly on its own).
+fn checked_numel(op: &str, shape: &Shape, dtype: DType) -> Result<usize> {
+    shape
+        .checked_numel()
+        .filter(|n| {
+            n.checked_mul(dtype.size_in_bytes())
+                .is_some_and(|b| b <= isize::MAX as usize)
+        })
+        .ok_or_else(|| Error::shape(op, "the tensor would have more bytes than memory can address", &[shape]))
 }
 
 fn need_float(op: &str, dtype: DType) -> Result<()> {

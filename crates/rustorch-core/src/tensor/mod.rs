@@ -4,6 +4,7 @@
 //! creation, views, elementwise math, reductions, linear algebra, indexing,
 //! and neural-network ops.
 
+mod conv;
 mod create;
 mod elementwise;
 mod index;
@@ -11,7 +12,6 @@ mod linalg;
 mod nn;
 mod reduce;
 mod view;
-mod conv;
 
 use crate::backend::Buffer;
 use crate::cpu::{CpuStorage, StorageElement};
@@ -40,7 +40,11 @@ impl Tensor {
 
     /// A tensor with the same storage and executor but another layout.
     pub(crate) fn with_layout(&self, layout: Layout) -> Tensor {
-        Tensor { buffer: self.buffer.clone(), layout, exec: self.exec.clone() }
+        Tensor {
+            buffer: self.buffer.clone(),
+            layout,
+            exec: self.exec.clone(),
+        }
     }
 
     pub fn shape(&self) -> &Shape {
@@ -83,7 +87,10 @@ impl Tensor {
     }
 
     pub(crate) fn operand(&self) -> Operand {
-        Operand { buffer: self.buffer.clone(), layout: self.layout.clone() }
+        Operand {
+            buffer: self.buffer.clone(),
+            layout: self.layout.clone(),
+        }
     }
 
     /// Runs an op through this tensor's executor.
@@ -99,7 +106,8 @@ impl Tensor {
     /// Runs a single-output op.
     pub(crate) fn run1(&self, op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
         let mut v = self.run_op(op, inputs)?;
-        v.pop().ok_or_else(|| Error::invalid(op.name(), "op produced no output"))
+        v.pop()
+            .ok_or_else(|| Error::invalid(op.name(), "op produced no output"))
     }
 
     /// The elements, row-major, as host storage.
@@ -118,7 +126,11 @@ impl Tensor {
         if T::DTYPE != self.dtype() {
             return Err(Error::dtype(
                 "to_vec",
-                format!("asked for {} elements from a {} tensor (use to_dtype first)", T::DTYPE, self.dtype()),
+                format!(
+                    "asked for {} elements from a {} tensor (use to_dtype first)",
+                    T::DTYPE,
+                    self.dtype()
+                ),
                 &[T::DTYPE, self.dtype()],
             ));
         }

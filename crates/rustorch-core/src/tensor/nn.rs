@@ -1,1 +1,153 @@
-//! Tensor methods for this op family land here with their CPU kernels.
+//! Neural-network ops: normalization, rotary embeddings and attention.
+
+use super::Tensor;
+use crate::cpu::CpuStorage;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::op::{AttnMask, Op, RopeLayout};
+
+impl Tensor {
+    /// Layer normalization over the last `normalized_dims` dims, as
+    /// `torch.nn.functional.layer_norm(x, x.shape[-normalized_dims:], ...)`:
+    /// `(x - mean) / sqrt(var + eps) * weight + bias`, with the biased
+    /// variance. `weight` and `bias` have the normalized shape.
+    pub fn layer_norm(
+        &self,
+        normalized_dims: usize,
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        eps: f64,
+    ) -> Result<Tensor> {
+        let op = Op::LayerNorm {
+            eps,
+            normalized_dims,
+            has_weight: weight.is_some(),
+            has_bias: bias.is_some(),
+        };
+        let mut inputs = vec![self];
+        inputs.extend(weight);
+        inputs.extend(bias);
+        self.run1(&op, &inputs)
+    }
+
+    /// RMS normalization over the last dim, as
+    /// `torch.nn.functional.rms_norm(x, x.shape[-1:], weight, eps)`:
+    /// `x / sqrt(mean(x^2) + eps) * weight`.
+    pub fn rms_norm(&self, weight: Option<&Tensor>, eps: f64) -> Result<Tensor> {
+        let op = Op::RmsNorm {
+            eps,
+            has_weight: weight.is_some(),
+        };
+        let mut inputs = vec![self];
+        inputs.extend(weight);
+        self.run1(&op, &inputs)
+    }
+
+    /// Inference-mode batch normalization over dim 1 of an [N, C, ...]
+    /// tensor, with running statistics, as
+    /// `torch.nn.functional.batch_norm(x, mean, var, weight, bias, training=False, eps=eps)`.
+    pub fn batch_norm(
+        &self,
+        running_mean: &Tensor,
+        running_var: &Tensor,
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        eps: f64,
+    ) -> Result<Tensor> {
+        let op = Op::BatchNorm {
+            eps,
+            has_weight: weight.is_some(),
+            has_bias: bias.is_some(),
+        };
+        let mut inputs = vec![self, running_mean, running_var];
+        inputs.extend(weight);
+        inputs.extend(bias);
+        self.run1(&op, &inputs)
+    }
+
+    /// Rotary position embedding of `x` [.., T, D] with tables `cos` and
+    /// `sin` [T, R/2] (from `rope_cos_sin`): the first R features are
+    /// rotated pairwise, the rest pass through. `RopeLayout::NeoX` pairs
+    /// feature i with i + R/2 (Hugging Face Llama's `rotate_half`);
+    /// `RopeLayout::Interleaved` pairs 2i with 2i + 1 (Meta's Llama, GGML's
+    /// normal mode).
+    pub fn rope(&self, cos: &Tensor, sin: &Tensor, layout: RopeLayout) -> Result<Tensor> {
+        self.run1(&Op::Rope { layout }, &[self, cos, sin])
+    }
+
+    /// Cos and sin tables [positions.len(), rot_dims / 2] for `rope`: entry
+    /// (t, i) is the cos / sin of `positions[t] * theta^(-2i / rot_dims)`.
+    /// Frequencies, angles and their cos / sin are computed in f64 and
+    /// rounded once to `dtype`, so tables stay exact to the last bit of
+    /// `dtype` at large positions (Hugging Face computes the angles in f32,
+    /// which drifts by about position * 2^-24 radians).
+    pub fn rope_cos_sin(positions: &[usize], rot_dims: usize, theta: f64, dtype: DType) -> Result<(Tensor, Tensor)> {
+        if rot_dims == 0 || !rot_dims.is_multiple_of(2) {
+            return Err(Error::invalid(
+                "rope_cos_sin",
+                format!("rot_dims must be even and positive, got {rot_dims}"),
+            ));
+        }
+        if !(theta.is_finite() && theta > 0.0) {
+            return Err(Error::invalid(
+                "rope_cos_sin",
+                format!("theta must be positive and finite, got {theta}"),
+            ));
+        }
+        if !dtype.is_float() {
+            return Err(Error::dtype("rope_cos_sin", "tables need a floating dtype", &[dtype]));
+        }
+        let half = rot_dims / 2;
+        let freqs: Vec<f64> = (0..half)
+            .map(|i| theta.powf(-((2 * i) as f64) / rot_dims as f64))
+            .collect();
+        let angles = || positions.iter().flat_map(|&p| freqs.iter().map(move |f| p as f64 * f));
+        let shape = [positions.len(), half];
+        let cos = CpuStorage::from_f64_iter(dtype, angles().map(f64::cos));
+        let sin = CpuStorage::from_f64_iter(dtype, angles().map(f64::sin));
+        Ok((Tensor::from_storage(cos, shape)?, Tensor::from_storage(sin, shape)?))
+    }
+
+    /// `rope_cos_sin` for positions `0..seq_len`.
+    pub fn rope_cos_sin_seq(seq_len: usize, rot_dims: usize, theta: f64, dtype: DType) -> Result<(Tensor, Tensor)> {
+        let positions: Vec<usize> = (0..seq_len).collect();
+        Tensor::rope_cos_sin(&positions, rot_dims, theta, dtype)
+    }
+
+    /// `softmax(q k^T * scale + mask) v`, as
+    /// `torch.nn.functional.scaled_dot_product_attention`, for q
+    /// [B, Hq, Tq, D], k [B, Hkv, Tk, D], v [B, Hkv, Tk, Dv]. Hq may be a
+    /// multiple of Hkv (grouped-query attention, torch's `enable_gqa=True`):
+    /// query head h uses key/value head h / (Hq / Hkv). `scale` defaults to
+    /// 1 / sqrt(D).
+    ///
+    /// Masks: `AttnMask::Causal` is torch's `is_causal=True` (query i sees
+    /// keys 0..=i); `AttnMask::CausalFromEnd` aligns the causal mask to the
+    /// last key (query i sees keys 0..=i + Tk - Tq), as decoding with a KV
+    /// cache needs; `AttnMask::Explicit` takes `explicit_mask`, a bool
+    /// keep-mask or an additive float mask of q's dtype, broadcastable to
+    /// [B, Hq, Tq, Tk]. A query row that sees no key gives zeros, as
+    /// PyTorch does on the CPU.
+    pub fn scaled_dot_product_attention(
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        mask: AttnMask,
+        explicit_mask: Option<&Tensor>,
+        scale: Option<f64>,
+    ) -> Result<Tensor> {
+        let op = Op::Sdpa { mask, scale };
+        match (mask, explicit_mask) {
+            (AttnMask::Explicit, Some(m)) => q.run1(&op, &[q, k, v, m]),
+            (AttnMask::Explicit, None) => Err(Error::invalid(
+                "sdpa",
+                "AttnMask::Explicit needs an explicit_mask tensor",
+            )),
+            (_, Some(_)) => Err(Error::invalid(
+                "sdpa",
+                format!("an explicit_mask tensor was given with mask mode {mask:?}; use AttnMask::Explicit"),
+            )),
+            (_, None) => q.run1(&op, &[q, k, v]),
+        }
+    }
+}

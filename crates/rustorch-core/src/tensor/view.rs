@@ -28,20 +28,27 @@ impl Tensor {
     pub fn view(&self, shape: impl Into<Shape>) -> Result<Tensor> {
         let shape = shape.into();
         self.check_numel("view", &shape)?;
-        self.layout.reshape_view(&shape).map(|l| self.with_layout(l)).ok_or_else(|| {
-            Error::shape(
-                "view",
-                "this layout cannot be viewed in the new shape without a copy; use reshape",
-                &[self.shape(), &shape],
-            )
-        })
+        self.layout
+            .reshape_view(&shape)
+            .map(|l| self.with_layout(l))
+            .ok_or_else(|| {
+                Error::shape(
+                    "view",
+                    "this layout cannot be viewed in the new shape without a copy; use reshape",
+                    &[self.shape(), &shape],
+                )
+            })
     }
 
     fn check_numel(&self, op: &str, shape: &Shape) -> Result<()> {
         if shape.numel() != self.numel() {
             return Err(Error::shape(
                 op,
-                format!("{} elements cannot take a shape of {} elements", self.numel(), shape.numel()),
+                format!(
+                    "{} elements cannot take a shape of {} elements",
+                    self.numel(),
+                    shape.numel()
+                ),
                 &[self.shape(), shape],
             ));
         }
@@ -56,7 +63,10 @@ impl Tensor {
         let s = normalize_dim("flatten", start, self.rank())?;
         let e = normalize_dim("flatten", end, self.rank())?;
         if s > e {
-            return Err(Error::invalid("flatten", format!("start dim {start} comes after end dim {end}")));
+            return Err(Error::invalid(
+                "flatten",
+                format!("start dim {start} comes after end dim {end}"),
+            ));
         }
         let d = self.dims();
         let mut out: Vec<usize> = d[..s].to_vec();
@@ -74,7 +84,11 @@ impl Tensor {
         match self.rank() {
             0 | 1 => Ok(self.clone()),
             2 => self.transpose(0, 1),
-            _ => Err(Error::shape("t", "expects a tensor of rank <= 2; use transpose", &[self.shape()])),
+            _ => Err(Error::shape(
+                "t",
+                "expects a tensor of rank <= 2; use transpose",
+                &[self.shape()],
+            )),
         }
     }
 
@@ -102,7 +116,11 @@ impl Tensor {
         let mut dims = narrowed.dims().to_vec();
         let mut strides = narrowed.strides().to_vec();
         dims[d] = n;
-        strides[d] *= step;
+        // With fewer than two elements the stride is never used, and
+        // multiplying by a huge step could overflow.
+        if n > 1 {
+            strides[d] *= step;
+        }
         Ok(self.with_layout(Layout::from_parts(Shape::new(dims), strides, narrowed.offset())?))
     }
 
@@ -128,9 +146,10 @@ impl Tensor {
 
     /// PyTorch's `expand`: like `broadcast_as`, with -1 keeping a size.
     pub fn expand(&self, dims: &[isize]) -> Result<Tensor> {
-        let extra = dims.len().checked_sub(self.rank()).ok_or_else(|| {
-            Error::shape("expand", "cannot expand to fewer dimensions", &[self.shape()])
-        })?;
+        let extra = dims
+            .len()
+            .checked_sub(self.rank())
+            .ok_or_else(|| Error::shape("expand", "cannot expand to fewer dimensions", &[self.shape()]))?;
         let mut target = Vec::with_capacity(dims.len());
         for (i, &d) in dims.iter().enumerate() {
             target.push(match d {
@@ -149,6 +168,10 @@ impl Tensor {
         }
         let d = normalize_dim("split", dim, self.rank())?;
         let total = self.dims()[d];
+        if total == 0 {
+            // PyTorch returns the empty tensor as the one piece.
+            return Ok(vec![self.clone()]);
+        }
         let mut out = Vec::new();
         let mut start = 0;
         while start < total {
@@ -186,7 +209,15 @@ impl Tensor {
             return Err(Error::invalid("chunk", "number of chunks must be positive"));
         }
         let size = self.size(dim)?;
-        self.split(size.div_ceil(chunks).max(1), dim)
+        if size == 0 {
+            // PyTorch returns `chunks` empty pieces here.
+            let mut out = Vec::new();
+            out.try_reserve_exact(chunks)
+                .map_err(|_| Error::invalid("chunk", format!("cannot hold {chunks} chunks")))?;
+            out.resize(chunks, self.clone());
+            return Ok(out);
+        }
+        self.split(size.div_ceil(chunks), dim)
     }
 }
 
@@ -205,7 +236,7 @@ fn infer_shape(from: &Shape, dims: &[isize]) -> Result<Shape> {
     }
     let mut out: Vec<usize> = dims.iter().map(|&d| d.max(0) as usize).collect();
     if let Some(i) = infer_at {
-        if known == 0 || numel % known != 0 {
+        if known == 0 || !numel.is_multiple_of(known) {
             return Err(Error::shape("reshape", format!("cannot infer -1 in {dims:?}"), &[from]));
         }
         out[i] = numel / known;

@@ -29,16 +29,24 @@ impl Case {
     }
 
     pub fn arg_f64(&self, key: &str) -> f64 {
-        self.args[key].as_f64().unwrap_or_else(|| panic!("{}: missing numeric arg {key}", self.name))
+        self.args[key]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{}: missing numeric arg {key}", self.name))
     }
     pub fn arg_i64(&self, key: &str) -> i64 {
-        self.args[key].as_i64().unwrap_or_else(|| panic!("{}: missing integer arg {key}", self.name))
+        self.args[key]
+            .as_i64()
+            .unwrap_or_else(|| panic!("{}: missing integer arg {key}", self.name))
     }
     pub fn arg_bool(&self, key: &str) -> bool {
-        self.args[key].as_bool().unwrap_or_else(|| panic!("{}: missing bool arg {key}", self.name))
+        self.args[key]
+            .as_bool()
+            .unwrap_or_else(|| panic!("{}: missing bool arg {key}", self.name))
     }
     pub fn arg_str(&self, key: &str) -> &str {
-        self.args[key].as_str().unwrap_or_else(|| panic!("{}: missing string arg {key}", self.name))
+        self.args[key]
+            .as_str()
+            .unwrap_or_else(|| panic!("{}: missing string arg {key}", self.name))
     }
     pub fn arg_vec_i64(&self, key: &str) -> Vec<i64> {
         self.args[key]
@@ -69,7 +77,12 @@ fn num(v: &Value) -> f64 {
 
 fn parse_tensor(v: &Value) -> FixtureTensor {
     let dtype = DType::parse(v["dtype"].as_str().expect("dtype")).expect("known dtype");
-    let shape = v["shape"].as_array().expect("shape").iter().map(|d| d.as_u64().unwrap() as usize).collect();
+    let shape = v["shape"]
+        .as_array()
+        .expect("shape")
+        .iter()
+        .map(|d| d.as_u64().unwrap() as usize)
+        .collect();
     let data = v["data"].as_array().expect("data").iter().map(num).collect();
     FixtureTensor { dtype, shape, data }
 }
@@ -77,7 +90,12 @@ fn parse_tensor(v: &Value) -> FixtureTensor {
 impl FixtureTensor {
     pub fn to_tensor(&self) -> Tensor {
         let storage = if self.dtype == DType::C64 {
-            CpuStorage::C64(self.data.chunks(2).map(|c| C64::new(c[0] as f32, c[1] as f32)).collect())
+            CpuStorage::C64(
+                self.data
+                    .chunks(2)
+                    .map(|c| C64::new(c[0] as f32, c[1] as f32))
+                    .collect(),
+            )
         } else if self.dtype == DType::I64 {
             // i64 values beyond 2^53 do not appear in fixtures.
             CpuStorage::I64(self.data.iter().map(|&x| x as i64).collect())
@@ -100,8 +118,18 @@ pub fn load(family: &str) -> Vec<Case> {
         .map(|c| Case {
             name: c["name"].as_str().expect("name").to_string(),
             args: c["args"].clone(),
-            inputs: c["inputs"].as_array().expect("inputs").iter().map(parse_tensor).collect(),
-            outputs: c["outputs"].as_array().expect("outputs").iter().map(parse_tensor).collect(),
+            inputs: c["inputs"]
+                .as_array()
+                .expect("inputs")
+                .iter()
+                .map(parse_tensor)
+                .collect(),
+            outputs: c["outputs"]
+                .as_array()
+                .expect("outputs")
+                .iter()
+                .map(parse_tensor)
+                .collect(),
         })
         .collect()
 }
@@ -124,15 +152,24 @@ impl Tol {
     pub fn for_dtype(d: DType) -> Tol {
         match d {
             DType::Bool | DType::U8 | DType::I32 | DType::I64 => Tol { atol: 0.0, rtol: 0.0 },
-            DType::F64 => Tol { atol: 1e-10, rtol: 1e-10 },
+            DType::F64 => Tol {
+                atol: 1e-10,
+                rtol: 1e-10,
+            },
             DType::F32 | DType::C64 => Tol { atol: 1e-5, rtol: 1e-5 },
             DType::F16 => Tol { atol: 1e-3, rtol: 2e-3 },
-            DType::BF16 => Tol { atol: 8e-3, rtol: 1.6e-2 },
+            DType::BF16 => Tol {
+                atol: 8e-3,
+                rtol: 1.6e-2,
+            },
         }
     }
 
     pub fn scaled(self, k: f64) -> Tol {
-        Tol { atol: self.atol * k, rtol: self.rtol * k }
+        Tol {
+            atol: self.atol * k,
+            rtol: self.rtol * k,
+        }
     }
 }
 
@@ -141,7 +178,11 @@ pub fn assert_close(case: &str, got: &Tensor, want: &FixtureTensor, tol: Tol) {
     assert_eq!(got.dtype(), want.dtype, "{case}: dtype");
     assert_eq!(got.dims(), want.shape.as_slice(), "{case}: shape");
     let got_v: Vec<f64> = if got.dtype() == DType::C64 {
-        got.to_vec::<C64>().unwrap().iter().flat_map(|c| [c.re as f64, c.im as f64]).collect()
+        got.to_vec::<C64>()
+            .unwrap()
+            .iter()
+            .flat_map(|c| [c.re as f64, c.im as f64])
+            .collect()
     } else {
         got.to_f64_vec().unwrap()
     };

@@ -1,0 +1,5 @@
+//! Quantized GGML block formats.
+
+mod qtype;
+
+pub use qtype::QType;

@@ -1,0 +1,935 @@
+//! The hybrid executor's routing, fallback and trace, proven with a second
+//! backend defined here.
+//!
+//! `RestrictedBackend` is a real second device (`Device::Plugin(0)`): it owns
+//! its buffers (`PluginBuffer`), so data only reaches it through `upload` and
+//! only comes back through `download`. It computes with the CPU kernels, which
+//! makes its results comparable with the CPU's bit for bit, and it can be told
+//! to refuse ops or dtypes, to run out of memory after some work, to fail on
+//! an op, to reject an op's input, or to be lost altogether.
+
+use rustorch_core::backend::{Backend, Buffer, DeviceBuffer, TensorRef};
+use rustorch_core::cpu::{CpuBackend, CpuInput, CpuStorage};
+use rustorch_core::device::DeviceCapability;
+use rustorch_core::executor::{format_table, DeviceReport, Operand};
+use rustorch_core::{
+    BackendError, DType, Device, Error, Executor, ExecutorConfig, Layout, Op, OpClass, Tensor, TensorMeta,
+};
+use std::any::Any;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+const PLUGIN: Device = Device::Plugin(0);
+
+/// Memory on the plugin device. The executor cannot read it as host memory:
+/// it is not a `CpuStorage`, so every move goes through the backend.
+#[derive(Debug)]
+struct PluginBuffer {
+    device: Device,
+    data: CpuStorage,
+}
+
+impl DeviceBuffer for PluginBuffer {
+    fn device(&self) -> Device {
+        self.device
+    }
+    fn dtype(&self) -> DType {
+        self.data.dtype()
+    }
+    fn len(&self) -> usize {
+        self.data.len()
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+#[derive(Default)]
+struct RestrictedBackend {
+    device: Option<Device>,
+    /// Op names (`Op::name`) that `supports` says no to.
+    refused_ops: HashSet<String>,
+    /// Dtypes (of any input, or a cast's target) that `supports` says no to.
+    refused_dtypes: HashSet<DType>,
+    /// Uploads plus executions that succeed before every further one reports
+    /// `OutOfMemory`.
+    oom_after: Option<usize>,
+    /// Op names whose execution reports `BackendError::Device`.
+    failing_ops: HashSet<String>,
+    /// Op names whose execution reports `BackendError::InvalidInput`.
+    rejecting_ops: HashSet<String>,
+    /// Op names whose outputs come back one element short (a buggy kernel).
+    short_output_ops: HashSet<String>,
+    /// Op names whose outputs come back in host memory, not on the device.
+    host_output_ops: HashSet<String>,
+    /// Once set, every execution and download reports a device error.
+    lost: AtomicBool,
+    uploads: AtomicUsize,
+    downloads: AtomicUsize,
+    executes: AtomicUsize,
+    /// Uploads and executions attempted, counted against `oom_after`.
+    work: AtomicUsize,
+}
+
+impl RestrictedBackend {
+    fn new() -> Self {
+        RestrictedBackend::default()
+    }
+    fn on(mut self, device: Device) -> Self {
+        self.device = Some(device);
+        self
+    }
+    fn refuse_op(mut self, name: &str) -> Self {
+        self.refused_ops.insert(name.to_string());
+        self
+    }
+    fn refuse_dtype(mut self, d: DType) -> Self {
+        self.refused_dtypes.insert(d);
+        self
+    }
+    fn oom_after(mut self, n: usize) -> Self {
+        self.oom_after = Some(n);
+        self
+    }
+    fn fail_op(mut self, name: &str) -> Self {
+        self.failing_ops.insert(name.to_string());
+        self
+    }
+    fn reject_op(mut self, name: &str) -> Self {
+        self.rejecting_ops.insert(name.to_string());
+        self
+    }
+    fn short_output(mut self, name: &str) -> Self {
+        self.short_output_ops.insert(name.to_string());
+        self
+    }
+    fn host_output(mut self, name: &str) -> Self {
+        self.host_output_ops.insert(name.to_string());
+        self
+    }
+    fn lose(&self) {
+        self.lost.store(true, Ordering::SeqCst);
+    }
+    fn uploads(&self) -> usize {
+        self.uploads.load(Ordering::SeqCst)
+    }
+    fn downloads(&self) -> usize {
+        self.downloads.load(Ordering::SeqCst)
+    }
+    fn executes(&self) -> usize {
+        self.executes.load(Ordering::SeqCst)
+    }
+
+    /// Counts one unit of work, failing once the memory budget is spent.
+    fn spend(&self, bytes: usize) -> Result<(), BackendError> {
+        let done = self.work.fetch_add(1, Ordering::SeqCst);
+        match self.oom_after {
+            Some(n) if done >= n => Err(BackendError::OutOfMemory {
+                device: self.device(),
+                requested_bytes: bytes,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    fn check_alive(&self) -> Result<(), BackendError> {
+        if self.lost.load(Ordering::SeqCst) {
+            return Err(BackendError::Device {
+                device: self.device(),
+                message: "device lost".into(),
+            });
+        }
+        Ok(())
+    }
+
+    fn own<'a>(&self, op: &Op, b: &'a dyn DeviceBuffer) -> Result<&'a CpuStorage, BackendError> {
+        match b.as_any().downcast_ref::<PluginBuffer>() {
+            Some(p) if p.device == self.device() => Ok(&p.data),
+            _ => Err(BackendError::invalid(
+                op.name(),
+                format!("input lives on {}, not on {}", b.device(), self.device()),
+            )),
+        }
+    }
+}
+
+impl Backend for RestrictedBackend {
+    fn device(&self) -> Device {
+        self.device.unwrap_or(PLUGIN)
+    }
+
+    fn capability(&self) -> DeviceCapability {
+        DeviceCapability {
+            name: "restricted test device".into(),
+            dtypes: DType::ALL
+                .iter()
+                .copied()
+                .filter(|d| !self.refused_dtypes.contains(d))
+                .collect(),
+            op_classes: vec![OpClass::DataMovement],
+            total_memory: Some(1 << 20),
+            free_memory: None,
+            features: vec!["computes with the CPU kernels".into()],
+        }
+    }
+
+    fn supports(&self, op: &Op, inputs: &[TensorMeta]) -> bool {
+        let cast_target = match op {
+            Op::Cast { to } => Some(*to),
+            _ => None,
+        };
+        !self.refused_ops.contains(&op.name())
+            && !inputs
+                .iter()
+                .map(|m| m.dtype)
+                .chain(cast_target)
+                .any(|d| self.refused_dtypes.contains(&d))
+    }
+
+    fn upload(&self, host: &CpuStorage) -> Result<Buffer, BackendError> {
+        self.spend(host.len() * host.dtype().size_in_bytes())?;
+        self.uploads.fetch_add(1, Ordering::SeqCst);
+        Ok(Arc::new(PluginBuffer {
+            device: self.device(),
+            data: host.clone(),
+        }))
+    }
+
+    fn download(&self, buffer: &dyn DeviceBuffer) -> Result<CpuStorage, BackendError> {
+        self.check_alive()?;
+        let data = self.own(&Op::Copy, buffer)?;
+        self.downloads.fetch_add(1, Ordering::SeqCst);
+        Ok(data.clone())
+    }
+
+    fn execute(&self, op: &Op, inputs: &[TensorRef<'_>], outputs: &[TensorMeta]) -> Result<Vec<Buffer>, BackendError> {
+        self.check_alive()?;
+        let name = op.name();
+        if self.failing_ops.contains(&name) {
+            return Err(BackendError::Device {
+                device: self.device(),
+                message: format!("kernel {name} faulted"),
+            });
+        }
+        if self.rejecting_ops.contains(&name) {
+            return Err(BackendError::invalid(name, "rejected by the restricted device"));
+        }
+        self.spend(outputs.iter().map(|m| m.size_in_bytes()).sum())?;
+        let ins = inputs
+            .iter()
+            .map(|t| {
+                Ok(CpuInput {
+                    storage: self.own(op, t.buffer)?,
+                    layout: t.layout,
+                })
+            })
+            .collect::<Result<Vec<_>, BackendError>>()?;
+        let mut out = CpuBackend::run(op, &ins, outputs)?;
+        self.executes.fetch_add(1, Ordering::SeqCst);
+        if self.short_output_ops.contains(&name) {
+            out = out.iter().map(shorten).collect();
+        }
+        if self.host_output_ops.contains(&name) {
+            return Ok(out.into_iter().map(|data| Arc::new(data) as Buffer).collect());
+        }
+        Ok(out
+            .into_iter()
+            .map(|data| {
+                Arc::new(PluginBuffer {
+                    device: self.device(),
+                    data,
+                }) as Buffer
+            })
+            .collect())
+    }
+}
+
+/// The storage without its last element.
+fn shorten(s: &CpuStorage) -> CpuStorage {
+    let v = s.to_f64_vec();
+    CpuStorage::from_f64_iter(s.dtype(), v[..v.len().saturating_sub(1)].iter().copied())
+}
+
+fn traced(min_offload_elems: usize) -> ExecutorConfig {
+    ExecutorConfig {
+        trace: true,
+        min_offload_elems,
+        ..ExecutorConfig::default()
+    }
+}
+
+/// An executor with `plugin` ahead of the CPU, and a handle to inspect it.
+fn exec_with(config: ExecutorConfig, plugin: RestrictedBackend) -> (Arc<Executor>, Arc<RestrictedBackend>) {
+    let plugin = Arc::new(plugin);
+    let exec = Executor::with_backends(config, vec![plugin.clone() as Arc<dyn Backend>]).expect("executor");
+    (Arc::new(exec), plugin)
+}
+
+fn arange_f32(exec: &Arc<Executor>, shape: &[usize]) -> Tensor {
+    let n: usize = shape.iter().product();
+    let v: Vec<f32> = (0..n).map(|i| i as f32 * 0.5 - 3.0).collect();
+    Tensor::from_storage_in(exec, CpuStorage::from_vec(v), shape).expect("tensor")
+}
+
+fn operand(t: &Tensor) -> Operand {
+    Operand {
+        buffer: t.buffer().clone(),
+        layout: t.layout().clone(),
+    }
+}
+
+/// Runs `Op::Cat` through the executor and returns the output's buffer.
+fn cat(exec: &Executor, dim: usize, parts: &[&Tensor]) -> Result<Buffer, Error> {
+    let ops: Vec<Operand> = parts.iter().map(|t| operand(t)).collect();
+    let mut out = exec.execute(&Op::Cat { dim }, &ops)?;
+    assert_eq!(out.len(), 1);
+    Ok(out.remove(0).0)
+}
+
+fn last_event(exec: &Executor) -> rustorch_core::TraceEvent {
+    exec.trace().pop().expect("a trace event")
+}
+
+#[test]
+fn supported_ops_run_on_the_plugin() {
+    let (exec, plugin) = exec_with(traced(0), RestrictedBackend::new());
+    assert_eq!(exec.devices(), vec![PLUGIN, Device::Cpu]);
+    let x = arange_f32(&exec, &[3, 4]).transpose(0, 1).unwrap();
+    let y = x.contiguous().unwrap();
+    assert_eq!(y.device(), PLUGIN);
+    // The input moved up once, and nothing came back yet.
+    assert_eq!((plugin.uploads(), plugin.executes(), plugin.downloads()), (1, 1, 0));
+
+    let ev = last_event(&exec);
+    assert_eq!(ev.op, "copy");
+    assert_eq!(ev.device, PLUGIN);
+    assert_eq!(ev.reason, "first capable in chain");
+    assert!(ev.fallbacks.is_empty());
+    assert_eq!(ev.bytes_moved, 12 * 4);
+    assert_eq!(ev.input_shapes, vec![rustorch_core::Shape::from([4, 3])]);
+    assert_eq!(ev.dtype, "f32");
+
+    // Reading the result downloads it from the plugin.
+    let v = y.to_vec::<f32>().unwrap();
+    assert_eq!(plugin.downloads(), 1);
+    let expected: Vec<f32> = (0..4)
+        .flat_map(|j| (0..3).map(move |i| (i * 4 + j) as f32 * 0.5 - 3.0))
+        .collect();
+    assert_eq!(v, expected);
+}
+
+#[test]
+fn refused_ops_and_dtypes_fall_back_to_the_cpu() {
+    let (exec, plugin) = exec_with(
+        traced(0),
+        RestrictedBackend::new().refuse_op("copy").refuse_dtype(DType::F16),
+    );
+    let x = arange_f32(&exec, &[2, 3]).transpose(0, 1).unwrap();
+
+    let y = x.contiguous().unwrap();
+    assert_eq!(y.device(), Device::Cpu);
+    let ev = last_event(&exec);
+    assert_eq!(ev.device, Device::Cpu);
+    assert_eq!(ev.reason, "first capable in chain (plugin:0 lacks it)");
+    // A refusal is not a failed attempt: nothing was tried, nothing moved.
+    assert!(ev.fallbacks.is_empty());
+    assert_eq!(ev.bytes_moved, 0);
+    assert_eq!(plugin.uploads() + plugin.executes(), 0);
+
+    // The plugin has no f16: casting to it stays on the CPU ...
+    let h = x.to_dtype(DType::F16).unwrap();
+    assert_eq!(h.device(), Device::Cpu);
+    assert_eq!(last_event(&exec).reason, "first capable in chain (plugin:0 lacks it)");
+    // ... and so does anything reading f16, while other casts go to the plugin.
+    let back = h.to_dtype(DType::F32).unwrap();
+    assert_eq!(back.device(), Device::Cpu);
+    let i = x.to_dtype(DType::I32).unwrap();
+    assert_eq!(i.device(), PLUGIN);
+    assert_eq!(i.to_vec::<i32>().unwrap(), vec![-3, -1, -2, -1, -2, 0]);
+    assert_eq!(back.to_vec::<f32>().unwrap(), x.to_vec::<f32>().unwrap());
+}
+
+#[test]
+fn out_of_memory_on_execute_falls_back_with_the_attempt_recorded() {
+    // One unit of work: the input upload succeeds, the execution runs out.
+    let (exec, plugin) = exec_with(traced(0), RestrictedBackend::new().oom_after(1));
+    let x = arange_f32(&exec, &[4, 2]).transpose(0, 1).unwrap();
+    let y = x.contiguous().unwrap();
+    assert_eq!(y.device(), Device::Cpu);
+    assert_eq!((plugin.uploads(), plugin.executes()), (1, 0));
+
+    let ev = last_event(&exec);
+    assert_eq!(ev.device, Device::Cpu);
+    assert_eq!(ev.reason, "next capable in chain");
+    assert_eq!(ev.fallbacks.len(), 1);
+    assert_eq!(ev.fallbacks[0].0, PLUGIN);
+    assert!(ev.fallbacks[0].1.contains("out of memory"), "{:?}", ev.fallbacks);
+    // The upload made for the failed attempt counts as moved.
+    assert_eq!(ev.bytes_moved, 8 * 4);
+    assert_eq!(
+        y.to_vec::<f32>().unwrap(),
+        vec![-3.0, -2.0, -1.0, 0.0, -2.5, -1.5, -0.5, 0.5]
+    );
+}
+
+#[test]
+fn out_of_memory_on_upload_falls_back_with_the_attempt_recorded() {
+    let (exec, plugin) = exec_with(traced(0), RestrictedBackend::new().oom_after(0));
+    let x = arange_f32(&exec, &[3, 3]);
+    let y = x.to_dtype(DType::F64).unwrap();
+    assert_eq!(y.device(), Device::Cpu);
+    assert_eq!(plugin.uploads(), 0);
+    let ev = last_event(&exec);
+    assert_eq!(ev.op, "cast_to_f64");
+    assert_eq!(ev.fallbacks.len(), 1);
+    assert_eq!(ev.fallbacks[0].0, PLUGIN);
+    assert!(
+        ev.fallbacks[0].1.contains("out of memory (asked for 36 bytes)"),
+        "{:?}",
+        ev.fallbacks
+    );
+    // The failed upload moved nothing.
+    assert_eq!(ev.bytes_moved, 0);
+
+    // An explicit transfer has no fallback: it reports the error.
+    match x.to_device(PLUGIN) {
+        Err(Error::Backend {
+            device,
+            source: BackendError::OutOfMemory { .. },
+            ..
+        }) => assert_eq!(device, PLUGIN),
+        other => panic!("expected an out-of-memory error, got {other:?}"),
+    }
+}
+
+#[test]
+fn device_errors_fall_back_and_inputs_come_back_from_the_plugin() {
+    let (exec, plugin) = exec_with(traced(0), RestrictedBackend::new().fail_op("copy"));
+    let x = arange_f32(&exec, &[2, 5]).to_device(PLUGIN).unwrap();
+    assert_eq!(x.device(), PLUGIN);
+    let xt = x.transpose(0, 1).unwrap();
+    let y = xt.contiguous().unwrap();
+    assert_eq!(y.device(), Device::Cpu);
+
+    let ev = last_event(&exec);
+    assert_eq!(ev.device, Device::Cpu);
+    assert_eq!(ev.reason, "next capable in chain");
+    assert_eq!(
+        ev.fallbacks,
+        vec![(PLUGIN, "plugin:0 failed: kernel copy faulted".to_string())]
+    );
+    // The CPU had to fetch the input from the plugin.
+    assert_eq!(ev.bytes_moved, 10 * 4);
+    assert_eq!(plugin.downloads(), 1);
+    // Ops the plugin does not fail on still run there.
+    assert_eq!(xt.to_dtype(DType::F64).unwrap().device(), PLUGIN);
+    assert_eq!(
+        y.to_vec::<f32>().unwrap(),
+        arange_f32(&exec, &[2, 5])
+            .transpose(0, 1)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap()
+    );
+}
+
+#[test]
+fn malformed_outputs_fall_back() {
+    let plugin = RestrictedBackend::new().short_output("copy").host_output("cast_to_f64");
+    let (exec, plugin) = exec_with(traced(0), plugin);
+    let x = arange_f32(&exec, &[2, 3]).transpose(0, 1).unwrap();
+    let y = x.contiguous().unwrap();
+    assert_eq!(y.device(), Device::Cpu);
+    let ev = last_event(&exec);
+    assert_eq!(
+        ev.fallbacks,
+        vec![(
+            PLUGIN,
+            "plugin:0 failed: returned output 0 as 5 elements of f32, expected 6 of f32".to_string()
+        )]
+    );
+    assert_eq!(y.to_vec::<f32>().unwrap(), vec![-3.0, -1.5, -2.5, -1.0, -2.0, -0.5]);
+
+    let z = x.to_dtype(DType::F64).unwrap();
+    assert_eq!(z.device(), Device::Cpu);
+    assert_eq!(
+        last_event(&exec).fallbacks,
+        vec![(PLUGIN, "plugin:0 failed: returned output 0 on cpu".to_string())]
+    );
+    assert_eq!(plugin.executes(), 2);
+}
+
+#[test]
+fn invalid_input_does_not_fall_back() {
+    let (exec, plugin) = exec_with(traced(0), RestrictedBackend::new().reject_op("copy"));
+    let x = arange_f32(&exec, &[3, 2]).transpose(0, 1).unwrap();
+    match x.contiguous() {
+        Err(Error::Backend {
+            op,
+            device,
+            source: BackendError::InvalidInput { .. },
+        }) => {
+            assert_eq!(op, "copy");
+            assert_eq!(device, PLUGIN);
+        }
+        other => panic!("expected the plugin's InvalidInput, got {other:?}"),
+    }
+    // No device ran it, so there is no event for it.
+    assert!(exec.trace().iter().all(|e| e.op != "copy"));
+    assert_eq!(plugin.executes(), 0);
+}
+
+#[test]
+fn a_layout_past_its_storage_is_invalid_on_every_device() {
+    // The CPU kernels check layouts against storage and call a bad one the
+    // caller's fault; the executor must return that, not try elsewhere.
+    let (exec, _plugin) = exec_with(traced(0), RestrictedBackend::new());
+    let buf: Buffer = Arc::new(CpuStorage::from_vec(vec![1.0f32; 4]));
+    let bad = Operand {
+        buffer: buf,
+        layout: Layout::contiguous_with_offset([2, 2], 1),
+    };
+    match exec.execute(&Op::Copy, &[bad]) {
+        Err(Error::Backend {
+            device,
+            source: BackendError::InvalidInput { .. },
+            ..
+        }) => assert_eq!(device, PLUGIN),
+        other => panic!("expected InvalidInput, got {other:?}"),
+    }
+    // An empty layout reads nothing, but its offset must still lie inside
+    // the storage the kernels slice.
+    let buf: Buffer = Arc::new(CpuStorage::from_vec(vec![1.0f32; 4]));
+    let empty = Operand {
+        buffer: buf,
+        layout: Layout::contiguous_with_offset([0, 2], 5),
+    };
+    assert!(matches!(
+        exec.execute(&Op::Copy, &[empty]),
+        Err(Error::Backend {
+            source: BackendError::InvalidInput { .. },
+            ..
+        })
+    ));
+    let cpu_only = Executor::new(traced(0));
+    let buf: Buffer = Arc::new(CpuStorage::from_vec(vec![1.0f32; 4]));
+    let bad = Operand {
+        buffer: buf,
+        layout: Layout::contiguous_with_offset([2, 2], 1),
+    };
+    assert!(matches!(
+        cpu_only.execute(&Op::Copy, &[bad]),
+        Err(Error::Backend {
+            device: Device::Cpu,
+            source: BackendError::InvalidInput { .. },
+            ..
+        })
+    ));
+}
+
+#[test]
+fn resident_inputs_keep_ops_on_their_device_and_moves_are_counted() {
+    // A large offload threshold: only residency can put ops on the plugin.
+    let (exec, plugin) = exec_with(traced(1 << 20), RestrictedBackend::new());
+    let a = arange_f32(&exec, &[2, 3]).to_device(PLUGIN).unwrap();
+    let ev = last_event(&exec);
+    assert_eq!(ev.op, "to_device");
+    assert_eq!(ev.reason, "explicit transfer from cpu");
+    assert_eq!(ev.bytes_moved, 24);
+
+    let c = a.copy().unwrap();
+    assert_eq!(c.device(), PLUGIN);
+    let ev = last_event(&exec);
+    assert_eq!(ev.reason, "inputs already there");
+    assert_eq!(ev.bytes_moved, 0);
+    assert_eq!(plugin.uploads(), 1, "a resident input is not uploaded again");
+
+    // Mixed inputs: the plugin holds more bytes, so the CPU part moves up.
+    let b = arange_f32(&exec, &[1, 3]);
+    let out = cat(&exec, 0, &[&a, &b]).unwrap();
+    assert_eq!(out.device(), PLUGIN);
+    let ev = last_event(&exec);
+    assert_eq!(ev.reason, "inputs already there");
+    assert_eq!(ev.bytes_moved, 3 * 4);
+    assert_eq!(plugin.uploads(), 2);
+    let host = exec.download(&out).unwrap();
+    assert_eq!(
+        host.as_slice::<f32>().unwrap(),
+        &[-3.0, -2.5, -2.0, -1.5, -1.0, -0.5, -3.0, -2.5, -2.0]
+    );
+
+    // Even when the CPU holds more bytes, the accelerator already holding
+    // data wins (host memory is never "resident"), and the CPU part moves.
+    let big = arange_f32(&exec, &[5, 3]);
+    let out = cat(&exec, 0, &[&a, &big]).unwrap();
+    assert_eq!(out.device(), PLUGIN);
+    assert_eq!(last_event(&exec).bytes_moved, 15 * 4);
+}
+
+#[test]
+fn small_ops_stay_on_the_cpu() {
+    let (exec, plugin) = exec_with(traced(100), RestrictedBackend::new());
+    let small = arange_f32(&exec, &[3, 3]).transpose(0, 1).unwrap();
+    assert_eq!(small.contiguous().unwrap().device(), Device::Cpu);
+    let ev = last_event(&exec);
+    assert_eq!(ev.reason, "first capable in chain (plugin:0: below offload size)");
+    assert_eq!(plugin.uploads(), 0);
+
+    // At the threshold the plugin wins.
+    let big = arange_f32(&exec, &[10, 10]).transpose(0, 1).unwrap();
+    assert_eq!(big.contiguous().unwrap().device(), PLUGIN);
+    assert_eq!(last_event(&exec).reason, "first capable in chain");
+    assert_eq!(last_event(&exec).bytes_moved, 400);
+}
+
+#[test]
+fn the_preferred_device_goes_first() {
+    // Preferred plugin: even a tiny op goes there.
+    let cfg = ExecutorConfig {
+        preferred_device: Some(PLUGIN),
+        ..traced(1 << 20)
+    };
+    let (exec, _plugin) = exec_with(cfg, RestrictedBackend::new());
+    let x = arange_f32(&exec, &[2, 2]).transpose(0, 1).unwrap();
+    assert_eq!(x.contiguous().unwrap().device(), PLUGIN);
+    assert_eq!(last_event(&exec).reason, "preferred device");
+
+    // Preferred CPU: data on the plugin comes down for it.
+    let cfg = ExecutorConfig {
+        preferred_device: Some(Device::Cpu),
+        ..traced(0)
+    };
+    let (exec, plugin) = exec_with(cfg, RestrictedBackend::new());
+    let x = arange_f32(&exec, &[2, 2])
+        .to_device(PLUGIN)
+        .unwrap()
+        .transpose(0, 1)
+        .unwrap();
+    let y = x.contiguous().unwrap();
+    assert_eq!(y.device(), Device::Cpu);
+    let ev = last_event(&exec);
+    assert_eq!(ev.reason, "preferred device");
+    assert_eq!(ev.bytes_moved, 16);
+    assert_eq!(plugin.downloads(), 1);
+
+    // A preferred device that cannot run the op is passed over.
+    let cfg = ExecutorConfig {
+        preferred_device: Some(PLUGIN),
+        ..traced(0)
+    };
+    let (exec, _plugin) = exec_with(cfg, RestrictedBackend::new().refuse_op("copy"));
+    let x = arange_f32(&exec, &[2, 2]).transpose(0, 1).unwrap();
+    assert_eq!(x.contiguous().unwrap().device(), Device::Cpu);
+    assert_eq!(last_event(&exec).reason, "first capable in chain (plugin:0 lacks it)");
+}
+
+#[test]
+fn chain_order_and_skipping_a_refusing_device() {
+    let first = Arc::new(RestrictedBackend::new().refuse_op("copy"));
+    let second = Arc::new(RestrictedBackend::new().on(Device::Plugin(1)));
+    let exec = Executor::with_backends(
+        traced(0),
+        vec![first.clone() as Arc<dyn Backend>, second.clone() as Arc<dyn Backend>],
+    )
+    .unwrap();
+    assert_eq!(exec.devices(), vec![Device::Plugin(0), Device::Plugin(1), Device::Cpu]);
+    let exec = Arc::new(exec);
+    let x = arange_f32(&exec, &[2, 3]).transpose(0, 1).unwrap();
+    let y = x.contiguous().unwrap();
+    assert_eq!(y.device(), Device::Plugin(1));
+    assert_eq!(last_event(&exec).reason, "first capable in chain (plugin:0 lacks it)");
+    assert_eq!(x.to_dtype(DType::I64).unwrap().device(), Device::Plugin(0));
+
+    // Moving a tensor between two accelerators goes through the host.
+    let z = y.to_device(Device::Plugin(0)).unwrap();
+    assert_eq!(z.device(), Device::Plugin(0));
+    assert_eq!((second.downloads(), first.uploads()), (1, 2));
+    assert_eq!(z.to_vec::<f32>().unwrap(), y.to_vec::<f32>().unwrap());
+}
+
+#[test]
+fn registration_rules() {
+    let mut exec = Executor::new(ExecutorConfig::default());
+    exec.register(Arc::new(RestrictedBackend::new())).unwrap();
+    assert!(matches!(
+        exec.register(Arc::new(RestrictedBackend::new())),
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert!(matches!(
+        exec.register(Arc::new(CpuBackend::new())),
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert_eq!(exec.devices(), vec![PLUGIN, Device::Cpu]);
+}
+
+#[test]
+fn disable_gpu_keeps_the_plugin_out() {
+    let cfg = ExecutorConfig {
+        disable_gpu: true,
+        ..traced(0)
+    };
+    let (exec, plugin) = exec_with(cfg, RestrictedBackend::new());
+    assert_eq!(exec.devices(), vec![Device::Cpu]);
+    let reports: Vec<DeviceReport> = exec.device_reports();
+    assert_eq!(reports.len(), 2);
+    assert_eq!(reports[0].device, Device::Cpu);
+    assert!(reports[0].disabled.is_none());
+    assert_eq!(reports[1].device, PLUGIN);
+    assert_eq!(reports[1].capability.name, "restricted test device");
+    assert!(reports[1]
+        .disabled
+        .as_deref()
+        .unwrap_or("")
+        .contains("RUSTORCH_DISABLE_GPU"));
+
+    let x = arange_f32(&exec, &[100, 100]).transpose(0, 1).unwrap();
+    assert_eq!(x.contiguous().unwrap().device(), Device::Cpu);
+    assert_eq!(plugin.uploads(), 0);
+    assert!(matches!(
+        x.to_device(PLUGIN),
+        Err(Error::DeviceNotAvailable { device: PLUGIN, .. })
+    ));
+
+    // Asking for the disabled device says why it is not there.
+    let cfg = ExecutorConfig {
+        disable_gpu: true,
+        preferred_device: Some(PLUGIN),
+        ..traced(0)
+    };
+    match Executor::with_backends(cfg, vec![Arc::new(RestrictedBackend::new())]) {
+        Err(Error::DeviceNotAvailable { device, reason }) => {
+            assert_eq!(device, PLUGIN);
+            assert!(reason.contains("RUSTORCH_DISABLE_GPU"), "{reason}");
+        }
+        other => panic!("expected DeviceNotAvailable, got {other:?}"),
+    }
+}
+
+#[test]
+fn an_unregistered_preferred_device_is_an_error() {
+    let cfg = ExecutorConfig {
+        preferred_device: Some(Device::Cuda(0)),
+        ..traced(0)
+    };
+    match Executor::with_backends(cfg, vec![Arc::new(RestrictedBackend::new())]) {
+        Err(Error::DeviceNotAvailable { device, reason }) => {
+            assert_eq!(device, Device::Cuda(0));
+            assert!(reason.contains("plugin:0") && reason.contains("cpu"), "{reason}");
+        }
+        other => panic!("expected DeviceNotAvailable, got {other:?}"),
+    }
+    let cfg = ExecutorConfig {
+        preferred_device: Some(Device::Plugin(3)),
+        ..traced(0)
+    };
+    assert!(matches!(
+        Executor::with_backends(cfg, vec![]),
+        Err(Error::DeviceNotAvailable { .. })
+    ));
+}
+
+/// The same ops on the plugin and on a CPU-only executor give identical bits.
+#[test]
+fn plugin_results_equal_cpu_results_exactly() {
+    let (pexec, _plugin) = exec_with(traced(0), RestrictedBackend::new());
+    let cexec = Arc::new(Executor::new(traced(0)));
+    let run = |exec: &Arc<Executor>| -> Vec<(DType, Vec<f64>, Device)> {
+        let v: Vec<f32> = (0..60).map(|i| ((i * 37 % 61) as f32 - 30.0) * 0.173).collect();
+        let x = Tensor::from_storage_in(exec, CpuStorage::from_vec(v), [3, 4, 5]).unwrap();
+        let view = x.permute(&[2, 0, 1]).unwrap().narrow(1, 1, 2).unwrap();
+        let mut out = Vec::new();
+        let c = view.contiguous().unwrap();
+        out.push((c.dtype(), c.to_f64_vec().unwrap(), c.device()));
+        for d in [
+            DType::F16,
+            DType::BF16,
+            DType::F64,
+            DType::I32,
+            DType::I64,
+            DType::U8,
+            DType::Bool,
+            DType::C64,
+        ] {
+            let t = view.to_dtype(d).unwrap();
+            out.push((t.dtype(), t.to_f64_vec().unwrap(), t.device()));
+        }
+        let other = x.narrow(0, 0, 1).unwrap();
+        let buf = cat(exec, 0, &[&x, &other, &x.narrow(0, 2, 1).unwrap()]).unwrap();
+        out.push((buf.dtype(), exec.download(&buf).unwrap().to_f64_vec(), buf.device()));
+        out
+    };
+    let on_plugin = run(&pexec);
+    let on_cpu = run(&cexec);
+    assert_eq!(on_plugin.len(), on_cpu.len());
+    for ((pd, pv, pdev), (cd, cv, cdev)) in on_plugin.iter().zip(&on_cpu) {
+        assert_eq!((*pdev, *cdev), (PLUGIN, Device::Cpu));
+        assert_eq!(pd, cd);
+        // Bit equality (NaN cannot appear in these inputs).
+        assert_eq!(
+            pv.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            cv.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+        );
+    }
+    assert!(pexec
+        .trace()
+        .iter()
+        .filter(|e| e.op != "to_device")
+        .all(|e| e.device == PLUGIN));
+}
+
+#[test]
+fn trace_table_shows_op_device_reason_and_fallback() {
+    let (exec, _plugin) = exec_with(traced(0), RestrictedBackend::new().fail_op("copy").refuse_op("cat"));
+    let x = arange_f32(&exec, &[2, 3]).transpose(0, 1).unwrap();
+    x.contiguous().unwrap();
+    x.to_dtype(DType::F64).unwrap();
+    cat(&exec, 1, &[&x, &x]).unwrap();
+    let table = exec.trace_table();
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 2 + 3, "{table}");
+    let header: Vec<&str> = lines[0].split('|').map(str::trim).collect();
+    assert_eq!(
+        header,
+        ["#", "op", "inputs", "dtype", "device", "reason", "fallback", "moved", "time"]
+    );
+    let cell = |row: usize, col: usize| lines[row].split('|').nth(col).map(str::trim).unwrap_or("").to_string();
+    assert_eq!(cell(2, 1), "copy");
+    assert_eq!(cell(2, 2), "[3, 2]");
+    assert_eq!(cell(2, 4), "cpu");
+    // The CPU ran it because the plugin, first in the chain, failed.
+    assert_eq!(cell(2, 5), "next capable in chain");
+    assert_eq!(cell(2, 6), "plugin:0: plugin:0 failed: kernel copy faulted");
+    // The upload for the failed attempt is a real copy and counts.
+    assert_eq!(cell(2, 7), "24 B");
+    assert_eq!(cell(3, 1), "cast_to_f64");
+    assert_eq!(cell(3, 4), "plugin:0");
+    assert_eq!(cell(3, 6), "-");
+    assert_eq!(cell(4, 1), "cat");
+    assert_eq!(cell(4, 2), "[3, 2] [3, 2]");
+    assert_eq!(cell(4, 4), "cpu");
+    assert_eq!(cell(4, 5), "first capable in chain (plugin:0 lacks it)");
+    // Sequence numbers count up.
+    assert_eq!([cell(2, 0), cell(3, 0), cell(4, 0)], ["0", "1", "2"]);
+    assert_eq!(format_table(&exec.trace()), table);
+
+    exec.clear_trace();
+    assert!(exec.trace().is_empty());
+    assert_eq!(exec.trace_table().lines().count(), 2);
+}
+
+#[test]
+fn no_trace_unless_asked() {
+    let (exec, _plugin) = exec_with(
+        ExecutorConfig {
+            min_offload_elems: 0,
+            ..ExecutorConfig::default()
+        },
+        RestrictedBackend::new(),
+    );
+    let x = arange_f32(&exec, &[2, 3]).transpose(0, 1).unwrap();
+    assert_eq!(x.contiguous().unwrap().device(), PLUGIN);
+    assert!(exec.trace().is_empty());
+}
+
+#[test]
+fn no_device_could_run_lists_every_attempt() {
+    // The data lives on the plugin, which then dies: the plugin's own attempt
+    // fails, and the CPU cannot get the input down from it either.
+    let (exec, plugin) = exec_with(traced(0), RestrictedBackend::new());
+    let x = arange_f32(&exec, &[2, 3]).to_device(PLUGIN).unwrap();
+    plugin.lose();
+    match x.transpose(0, 1).unwrap().contiguous() {
+        Err(Error::NoDeviceCouldRun { op, attempts }) => {
+            assert_eq!(op, "copy");
+            let devices: Vec<Device> = attempts.iter().map(|(d, _)| *d).collect();
+            assert_eq!(devices, vec![PLUGIN, Device::Cpu]);
+            for (_, e) in &attempts {
+                assert_eq!(
+                    e,
+                    &BackendError::Device {
+                        device: PLUGIN,
+                        message: "device lost".into()
+                    }
+                );
+            }
+            let msg = Error::NoDeviceCouldRun { op, attempts }.to_string();
+            assert!(msg.contains("[plugin:0: plugin:0 failed: device lost]"), "{msg}");
+            assert!(msg.contains("[cpu: plugin:0 failed: device lost]"), "{msg}");
+        }
+        other => panic!("expected NoDeviceCouldRun, got {other:?}"),
+    }
+    // Reading it back is an explicit download, which reports the error as is.
+    assert!(matches!(x.to_vec::<f32>(), Err(Error::Backend { device: PLUGIN, .. })));
+}
+
+#[test]
+fn config_from_vars() {
+    let vars = |pairs: &'static [(&'static str, &'static str)]| {
+        move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+    };
+    let c = ExecutorConfig::from_vars(vars(&[])).unwrap();
+    assert_eq!(c, ExecutorConfig::default());
+
+    let c = ExecutorConfig::from_vars(vars(&[
+        ("RUSTORCH_DEVICE", "Plugin:0"),
+        ("RUSTORCH_TRACE", " yes "),
+        ("RUSTORCH_MIN_OFFLOAD", "17"),
+        ("RUSTORCH_DISABLE_GPU", "0"),
+    ]))
+    .unwrap();
+    assert_eq!(c.preferred_device, Some(PLUGIN));
+    assert!(c.trace && c.print_trace && !c.disable_gpu);
+    assert_eq!(c.min_offload_elems, 17);
+
+    for (name, value, preferred) in [
+        ("RUSTORCH_DEVICE", "cpu", Some(Device::Cpu)),
+        ("RUSTORCH_DEVICE", "cuda", Some(Device::Cuda(0))),
+        ("RUSTORCH_DEVICE", "metal:2", Some(Device::Metal(2))),
+        ("RUSTORCH_DEVICE", "wgpu:1", Some(Device::Vulkan(1))),
+        ("RUSTORCH_DEVICE", "opencl", Some(Device::OpenCl(0))),
+        ("RUSTORCH_DEVICE", "auto", None),
+        ("RUSTORCH_DEVICE", "", None),
+    ] {
+        let pairs = [(name, value)];
+        let c = ExecutorConfig::from_vars(|k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())).unwrap();
+        assert_eq!(c.preferred_device, preferred, "{value}");
+    }
+    for (name, value) in [
+        ("RUSTORCH_DEVICE", "tpu"),
+        ("RUSTORCH_DEVICE", "cuda:x"),
+        ("RUSTORCH_DEVICE", "cuda:"),
+        ("RUSTORCH_DISABLE_GPU", "2"),
+        ("RUSTORCH_TRACE", "maybe"),
+        ("RUSTORCH_MIN_OFFLOAD", "-1"),
+        ("RUSTORCH_MIN_OFFLOAD", "lots"),
+    ] {
+        let pairs = [(name, value)];
+        match ExecutorConfig::from_vars(|k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())) {
+            Err(Error::InvalidArgument { op, .. }) => assert_eq!(op, name),
+            other => panic!("{name}={value:?} should be rejected, got {other:?}"),
+        }
+    }
+
+    // A configuration read from variables drives a real executor.
+    let c = ExecutorConfig::from_vars(vars(&[("RUSTORCH_DISABLE_GPU", "true")])).unwrap();
+    let exec = Executor::with_backends(c, vec![Arc::new(RestrictedBackend::new())]).unwrap();
+    assert_eq!(exec.devices(), vec![Device::Cpu]);
+}
+
+#[test]
+fn the_global_executor_works() {
+    let g = Executor::global();
+    assert!(Arc::ptr_eq(&g, &Executor::global()));
+    assert_eq!(g.devices().last(), Some(&Device::Cpu));
+    assert!(g
+        .device_reports()
+        .iter()
+        .any(|r| r.device == Device::Cpu && r.disabled.is_none()));
+    let t = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], [2, 2]).unwrap();
+    assert!(Arc::ptr_eq(t.executor(), &g));
+    assert_eq!(
+        t.t().unwrap().contiguous().unwrap().to_vec::<f32>().unwrap(),
+        vec![1.0, 3.0, 2.0, 4.0]
+    );
+}

@@ -1,0 +1,336 @@
+//! layer_norm, rms_norm, batch_norm, rope and scaled dot-product attention
+//! against PyTorch (tests/fixtures/torch/nn.json, from
+//! tools/torch_fixtures/nn.py), plus error cases and the parallel paths.
+
+mod common;
+
+use common::{assert_close, load, Case, Tol};
+use rustorch_core::op::{AttnMask, RopeLayout};
+use rustorch_core::{DType, Error, Tensor};
+use serde_json::Value;
+
+/// Applies the fixture's view list (see apply_view in index.py) to a tensor.
+fn apply_view(case: &str, mut t: Tensor, views: &Value) -> Tensor {
+    let Some(list) = views.as_array() else { return t };
+    let int = |v: &Value| v.as_i64().unwrap_or_else(|| panic!("{case}: bad view arg {v}"));
+    let ints = |v: &Value| {
+        v.as_array()
+            .expect("list")
+            .iter()
+            .map(|x| int(x) as isize)
+            .collect::<Vec<_>>()
+    };
+    for v in list {
+        t = match v[0].as_str().expect("view kind") {
+            "t" => t.transpose(int(&v[1]) as isize, int(&v[2]) as isize),
+            "narrow" => t.narrow(int(&v[1]) as isize, int(&v[2]) as usize, int(&v[3]) as usize),
+            "expand" => t.expand(&ints(&v[1])),
+            "permute" => t.permute(&ints(&v[1])),
+            k => panic!("{case}: unknown view {k}"),
+        }
+        .unwrap_or_else(|e| panic!("{case}: view {v}: {e}"));
+    }
+    assert!(
+        list.is_empty() || !t.is_contiguous(),
+        "{case}: the view should be non-contiguous"
+    );
+    t
+}
+
+fn inputs(case: &Case) -> Vec<Tensor> {
+    (0..case.inputs.len())
+        .map(|i| apply_view(&case.name, case.input(i), &case.args["views"][i.to_string()]))
+        .collect()
+}
+
+fn run_case(case: &Case) -> Vec<Tensor> {
+    let x = inputs(case);
+    let flag = |k: &str| case.args[k].as_bool().unwrap_or(false);
+    let eps = || case.arg_f64("eps");
+    let fail = |e: Error| -> ! { panic!("{}: {e}", case.name) };
+    match case.arg_str("op") {
+        "layer_norm" => {
+            let mut rest = x[1..].iter();
+            let w = if flag("w") { rest.next() } else { None };
+            let b = if flag("b") { rest.next() } else { None };
+            vec![x[0]
+                .layer_norm(case.arg_i64("k") as usize, w, b, eps())
+                .unwrap_or_else(|e| fail(e))]
+        }
+        "rms_norm" => {
+            let w = if flag("w") { x.get(1) } else { None };
+            vec![x[0].rms_norm(w, eps()).unwrap_or_else(|e| fail(e))]
+        }
+        "batch_norm" => {
+            let mut rest = x[3..].iter();
+            let w = if flag("w") { rest.next() } else { None };
+            let b = if flag("b") { rest.next() } else { None };
+            vec![x[0].batch_norm(&x[1], &x[2], w, b, eps()).unwrap_or_else(|e| fail(e))]
+        }
+        "rope" => {
+            let layout = match case.arg_str("layout") {
+                "neox" => RopeLayout::NeoX,
+                "interleaved" => RopeLayout::Interleaved,
+                l => panic!("{}: layout {l}", case.name),
+            };
+            vec![x[0].rope(&x[1], &x[2], layout).unwrap_or_else(|e| fail(e))]
+        }
+        "rope_cos_sin" => {
+            let dtype = DType::parse(case.arg_str("dtype")).expect("dtype");
+            let (r, theta) = (case.arg_i64("rot_dims") as usize, case.arg_f64("theta"));
+            let (c, s) = if case.has_arg("seq_len") {
+                Tensor::rope_cos_sin_seq(case.arg_i64("seq_len") as usize, r, theta, dtype)
+            } else {
+                let pos: Vec<usize> = case.arg_vec_i64("positions").iter().map(|&p| p as usize).collect();
+                Tensor::rope_cos_sin(&pos, r, theta, dtype)
+            }
+            .unwrap_or_else(|e| fail(e));
+            vec![c, s]
+        }
+        "sdpa" => {
+            let mask = match case.arg_str("mask") {
+                "none" => AttnMask::None,
+                "causal" => AttnMask::Causal,
+                "causal_from_end" => AttnMask::CausalFromEnd,
+                "bool" | "float" => AttnMask::Explicit,
+                m => panic!("{}: mask {m}", case.name),
+            };
+            let scale = case.has_arg("scale").then(|| case.arg_f64("scale"));
+            vec![
+                Tensor::scaled_dot_product_attention(&x[0], &x[1], &x[2], mask, x.get(3), scale)
+                    .unwrap_or_else(|e| fail(e)),
+            ]
+        }
+        o => panic!("{}: unknown op {o}", case.name),
+    }
+}
+
+#[test]
+fn nn_ops_match_torch() {
+    let cases = load("nn");
+    let mut seen = std::collections::BTreeMap::new();
+    for case in &cases {
+        let got = run_case(case);
+        assert_eq!(got.len(), case.outputs.len(), "{}: outputs", case.name);
+        for (g, want) in got.iter().zip(&case.outputs) {
+            assert_close(&case.name, g, want, Tol::for_dtype(want.dtype));
+        }
+        *seen.entry(case.arg_str("op").to_string()).or_insert(0) += 1;
+    }
+    assert_eq!(seen.len(), 6, "{seen:?}");
+    assert!(cases.len() > 100);
+}
+
+#[test]
+fn fully_masked_rows_are_zero() {
+    // PyTorch 2.15 on the CPU returns zeros for a query that sees no key.
+    let case = load("nn")
+        .into_iter()
+        .find(|c| c.name == "sdpa_f32_bool")
+        .expect("case");
+    let out = run_case(&case).remove(0);
+    let v = out.to_vec::<f32>().unwrap();
+    // Mask [Tq=3, Tk=7] with row 0 all false; output [2, 2, 3, 4].
+    for bh in 0..4 {
+        assert!(v[bh * 12..bh * 12 + 4].iter().all(|&x| x == 0.0), "row 0 of head {bh}");
+        assert!(v[bh * 12 + 4..bh * 12 + 12].iter().any(|&x| x != 0.0));
+    }
+}
+
+fn rows_in_pieces(x: &Tensor, piece: usize, f: impl Fn(&Tensor) -> Tensor) -> Tensor {
+    let parts: Vec<Tensor> = x.split(piece, 0).unwrap().iter().map(f).collect();
+    Tensor::cat(&parts.iter().collect::<Vec<_>>(), 0).unwrap()
+}
+
+/// Large inputs take the parallel path; small pieces of them the serial
+/// one. Both must give the same bits.
+#[test]
+fn parallel_norms_match_serial() {
+    for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
+        let x = Tensor::randn([320, 257], dtype, 11).unwrap();
+        let w = Tensor::randn([257], dtype, 12).unwrap();
+        let b = Tensor::randn([257], dtype, 13).unwrap();
+        let big = x.rms_norm(Some(&w), 1e-6).unwrap();
+        let small = rows_in_pieces(&x, 16, |p| p.rms_norm(Some(&w), 1e-6).unwrap());
+        assert_eq!(
+            big.to_f64_vec().unwrap(),
+            small.to_f64_vec().unwrap(),
+            "rms_norm {dtype}"
+        );
+        let big = x.layer_norm(1, Some(&w), Some(&b), 1e-5).unwrap();
+        let small = rows_in_pieces(&x, 16, |p| p.layer_norm(1, Some(&w), Some(&b), 1e-5).unwrap());
+        assert_eq!(
+            big.to_f64_vec().unwrap(),
+            small.to_f64_vec().unwrap(),
+            "layer_norm {dtype}"
+        );
+        let xb = x.reshape([20, 16, 257]).unwrap();
+        let (m, v) = (
+            Tensor::randn([16], dtype, 14).unwrap(),
+            Tensor::rand([16], dtype, 15).unwrap(),
+        );
+        let big = xb.batch_norm(&m, &v, None, None, 1e-3).unwrap();
+        let small = rows_in_pieces(&xb, 1, |p| p.batch_norm(&m, &v, None, None, 1e-3).unwrap());
+        assert_eq!(
+            big.to_f64_vec().unwrap(),
+            small.to_f64_vec().unwrap(),
+            "batch_norm {dtype}"
+        );
+    }
+}
+
+/// Plain f64 attention, straight from the definition.
+#[allow(clippy::too_many_arguments)]
+fn naive_sdpa(q: &[f64], k: &[f64], v: &[f64], dims: [usize; 7], mask: AttnMask, scale: f64) -> Vec<f64> {
+    let [b, hq, hkv, tq, tk, d, dv] = dims;
+    let mut out = vec![0.0; b * hq * tq * dv];
+    for bi in 0..b {
+        for h in 0..hq {
+            let g = h / (hq / hkv);
+            for i in 0..tq {
+                let visible = |j: usize| match mask {
+                    AttnMask::Causal => j <= i,
+                    AttnMask::CausalFromEnd => j + tq <= i + tk,
+                    _ => true,
+                };
+                let qr = &q[((bi * hq + h) * tq + i) * d..][..d];
+                let scores: Vec<Option<f64>> = (0..tk)
+                    .map(|j| {
+                        let kr = &k[((bi * hkv + g) * tk + j) * d..][..d];
+                        visible(j).then(|| qr.iter().zip(kr).map(|(a, b)| a * b).sum::<f64>() * scale)
+                    })
+                    .collect();
+                let m = scores.iter().flatten().fold(f64::NEG_INFINITY, |a, &b| a.max(b));
+                if m == f64::NEG_INFINITY {
+                    continue;
+                }
+                let p: Vec<f64> = scores.iter().map(|s| s.map_or(0.0, |s| (s - m).exp())).collect();
+                let l: f64 = p.iter().sum();
+                let o = &mut out[((bi * hq + h) * tq + i) * dv..][..dv];
+                for (j, pj) in p.iter().enumerate() {
+                    let vr = &v[((bi * hkv + g) * tk + j) * dv..][..dv];
+                    for (x, y) in o.iter_mut().zip(vr) {
+                        *x += pj / l * y;
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Big enough for the parallel path, checked against `naive_sdpa`.
+#[test]
+fn large_attention_matches_definition() {
+    let dims = [2, 8, 2, 40, 96, 64, 48];
+    let [b, hq, hkv, tq, tk, d, dv] = dims;
+    let q = Tensor::randn([b, hq, tq, d], DType::F32, 1).unwrap();
+    let k = Tensor::randn([b, hkv, tk, d], DType::F32, 2).unwrap();
+    let v = Tensor::randn([b, hkv, tk, dv], DType::F32, 3).unwrap();
+    let (qv, kv, vv) = (
+        q.to_f64_vec().unwrap(),
+        k.to_f64_vec().unwrap(),
+        v.to_f64_vec().unwrap(),
+    );
+    for mask in [AttnMask::None, AttnMask::Causal, AttnMask::CausalFromEnd] {
+        let got = Tensor::scaled_dot_product_attention(&q, &k, &v, mask, None, None).unwrap();
+        assert_eq!(got.dims(), &[b, hq, tq, dv]);
+        let want = naive_sdpa(&qv, &kv, &vv, dims, mask, 1.0 / (d as f64).sqrt());
+        for (i, (g, w)) in got.to_f64_vec().unwrap().iter().zip(&want).enumerate() {
+            assert!(
+                (g - w).abs() <= 1e-5 + 1e-5 * w.abs(),
+                "{mask:?} element {i}: {g} vs {w}"
+            );
+        }
+    }
+    // The same through an explicit bool mask equal to the from-end causal one.
+    let keep: Vec<bool> = (0..tq * tk).map(|e| e % tk + tq <= e / tk + tk).collect();
+    let m = Tensor::from_vec(keep, [tq, tk]).unwrap();
+    let a = Tensor::scaled_dot_product_attention(&q, &k, &v, AttnMask::Explicit, Some(&m), None).unwrap();
+    let c = Tensor::scaled_dot_product_attention(&q, &k, &v, AttnMask::CausalFromEnd, None, None).unwrap();
+    // Not bit-identical: masked keys still take part in the (vectorized)
+    // maximum and sum with weight 0, which regroups the additions.
+    for (x, y) in a.to_vec::<f32>().unwrap().iter().zip(c.to_vec::<f32>().unwrap()) {
+        assert!((x - y).abs() <= 1e-6 + 1e-6 * y.abs(), "{x} vs {y}");
+    }
+}
+
+fn is_invalid_argument(r: rustorch_core::Result<Tensor>) -> bool {
+    matches!(r, Err(Error::InvalidArgument { .. }))
+}
+
+#[test]
+fn invalid_inputs_are_errors() {
+    let x = Tensor::randn([4, 8], DType::F32, 1).unwrap();
+    let w7 = Tensor::randn([7], DType::F32, 2).unwrap();
+    let w8 = Tensor::randn([8], DType::F32, 2).unwrap();
+    assert!(x.rms_norm(Some(&w7), 1e-6).is_err(), "rms weight length");
+    assert!(
+        x.rms_norm(Some(&w8.to_dtype(DType::F64).unwrap()), 1e-6).is_err(),
+        "rms weight dtype"
+    );
+    assert!(x.layer_norm(1, Some(&w7), None, 1e-5).is_err(), "layer weight shape");
+    assert!(x.layer_norm(3, None, None, 1e-5).is_err(), "too many normalized dims");
+    assert!(x.layer_norm(0, None, None, 1e-5).is_err(), "zero normalized dims");
+    assert!(
+        x.layer_norm(2, Some(&w8), None, 1e-5).is_err(),
+        "weight not of the normalized shape"
+    );
+    let xi = Tensor::zeros([4, 8], DType::I64).unwrap();
+    assert!(xi.rms_norm(None, 1e-6).is_err(), "integer input");
+    let c4 = Tensor::ones([4], DType::F32).unwrap();
+    assert!(
+        x.batch_norm(&c4, &c4, None, None, 1e-5).is_err(),
+        "batch stats of the wrong size"
+    );
+    // rope: tables of the wrong length or too wide.
+    let (c, s) = Tensor::rope_cos_sin_seq(3, 8, 1e4, DType::F32).unwrap();
+    assert!(x.rope(&c, &s, RopeLayout::NeoX).is_err(), "T mismatch");
+    let (c, s) = Tensor::rope_cos_sin_seq(4, 10, 1e4, DType::F32).unwrap();
+    assert!(x.rope(&c, &s, RopeLayout::Interleaved).is_err(), "R > D");
+    assert!(Tensor::rope_cos_sin_seq(4, 7, 1e4, DType::F32).is_err(), "odd rot_dims");
+    assert!(
+        Tensor::rope_cos_sin_seq(4, 8, -1.0, DType::F32).is_err(),
+        "negative theta"
+    );
+    assert!(
+        Tensor::rope_cos_sin_seq(4, 8, 1e4, DType::I32).is_err(),
+        "integer tables"
+    );
+    // sdpa: mask mode and tensor must agree; heads must group.
+    let q = Tensor::randn([1, 4, 3, 8], DType::F32, 3).unwrap();
+    let k = Tensor::randn([1, 2, 5, 8], DType::F32, 4).unwrap();
+    let m = Tensor::ones([3, 5], DType::Bool).unwrap();
+    assert!(is_invalid_argument(Tensor::scaled_dot_product_attention(
+        &q,
+        &k,
+        &k,
+        AttnMask::Explicit,
+        None,
+        None
+    )));
+    assert!(is_invalid_argument(Tensor::scaled_dot_product_attention(
+        &q,
+        &k,
+        &k,
+        AttnMask::Causal,
+        Some(&m),
+        None
+    )));
+    assert!(Tensor::scaled_dot_product_attention(&q, &k, &k, AttnMask::Explicit, Some(&m), None).is_ok());
+    let k3 = Tensor::randn([1, 3, 5, 8], DType::F32, 5).unwrap();
+    assert!(
+        Tensor::scaled_dot_product_attention(&q, &k3, &k3, AttnMask::None, None, None).is_err(),
+        "4 heads over 3"
+    );
+    let bad = Tensor::ones([3, 4], DType::Bool).unwrap();
+    assert!(
+        Tensor::scaled_dot_product_attention(&q, &k, &k, AttnMask::Explicit, Some(&bad), None).is_err(),
+        "mask shape"
+    );
+    let m64 = Tensor::ones([3, 5], DType::F64).unwrap();
+    assert!(
+        Tensor::scaled_dot_product_attention(&q, &k, &k, AttnMask::Explicit, Some(&m64), None).is_err(),
+        "mask dtype"
+    );
+}
