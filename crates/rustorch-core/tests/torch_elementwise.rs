@@ -22,7 +22,12 @@ fn input(c: &Case, i: usize) -> Tensor {
             "t" => x.transpose(n(1) as isize, n(2) as isize),
             "narrow" => x.narrow(n(1) as isize, n(2) as usize, n(3) as usize),
             "expand" => {
-                let dims: Vec<isize> = v[1].as_array().unwrap().iter().map(|d| d.as_i64().unwrap() as isize).collect();
+                let dims: Vec<isize> = v[1]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|d| d.as_i64().unwrap() as isize)
+                    .collect();
                 x.expand(&dims)
             }
             "step" => {
@@ -120,7 +125,10 @@ fn with_scalar(x: &Tensor, s: Scalar, op: &str) -> Result<Tensor> {
 fn raw_op(op: &Op, inputs: &[&Tensor]) -> std::result::Result<Tensor, String> {
     let storages: Vec<CpuStorage> = inputs.iter().map(|t| t.to_cpu_storage().unwrap()).collect();
     let layouts: Vec<Layout> = inputs.iter().map(|t| Layout::contiguous(t.shape().clone())).collect();
-    let metas: Vec<TensorMeta> = inputs.iter().map(|t| TensorMeta::new(t.shape().clone(), t.dtype())).collect();
+    let metas: Vec<TensorMeta> = inputs
+        .iter()
+        .map(|t| TensorMeta::new(t.shape().clone(), t.dtype()))
+        .collect();
     let outs = infer_outputs(op, &metas).map_err(|e| e.to_string())?;
     let cpu: Vec<CpuInput<'_>> = storages
         .iter()
@@ -197,7 +205,13 @@ fn integer_errors_follow_pytorch() {
     assert_eq!(q.dtype(), DType::F32);
     assert_eq!(q.to_vec::<f32>().unwrap(), vec![7.0, f32::INFINITY, -3.5]);
     // A NaN bound cannot clamp integers.
-    let r = raw_op(&Op::Clamp { min: Some(f64::NAN), max: None }, &[&num]);
+    let r = raw_op(
+        &Op::Clamp {
+            min: Some(f64::NAN),
+            max: None,
+        },
+        &[&num],
+    );
     assert!(r.unwrap_err().contains("NaN"));
 }
 
@@ -205,10 +219,22 @@ fn integer_errors_follow_pytorch() {
 fn operators_on_references() {
     let a = f32s(&[1.0, 2.0, 3.0, 4.0], &[2, 2]);
     let b = f32s(&[10.0, 20.0], &[2]);
-    assert_eq!((&a + &b).unwrap().to_vec::<f32>().unwrap(), vec![11.0, 22.0, 13.0, 24.0]);
-    assert_eq!((&a - &b).unwrap().to_vec::<f32>().unwrap(), vec![-9.0, -18.0, -7.0, -16.0]);
-    assert_eq!((&a * &b).unwrap().to_vec::<f32>().unwrap(), vec![10.0, 40.0, 30.0, 80.0]);
-    assert_eq!((&b / &a).unwrap().to_vec::<f32>().unwrap(), vec![10.0, 10.0, 10.0 / 3.0, 5.0]);
+    assert_eq!(
+        (&a + &b).unwrap().to_vec::<f32>().unwrap(),
+        vec![11.0, 22.0, 13.0, 24.0]
+    );
+    assert_eq!(
+        (&a - &b).unwrap().to_vec::<f32>().unwrap(),
+        vec![-9.0, -18.0, -7.0, -16.0]
+    );
+    assert_eq!(
+        (&a * &b).unwrap().to_vec::<f32>().unwrap(),
+        vec![10.0, 40.0, 30.0, 80.0]
+    );
+    assert_eq!(
+        (&b / &a).unwrap().to_vec::<f32>().unwrap(),
+        vec![10.0, 10.0, 10.0 / 3.0, 5.0]
+    );
     assert_eq!((-&a).unwrap().to_vec::<f32>().unwrap(), vec![-1.0, -2.0, -3.0, -4.0]);
     assert_eq!((&a * 0.5).unwrap().to_vec::<f32>().unwrap(), vec![0.5, 1.0, 1.5, 2.0]);
     assert_eq!((&a + 1.0).unwrap().to_vec::<f32>().unwrap(), vec![2.0, 3.0, 4.0, 5.0]);
@@ -267,8 +293,13 @@ fn layouts_agree_on_large_inputs() {
     let (rows, cols) = (517, 129);
     let a = f32s(&spread(rows * cols, 4.0, 3), &[rows, cols]);
     let b = f32s(&spread(cols, 4.0, 4), &[cols]);
-    let want = a.add(&b.broadcast_as([rows, cols]).unwrap().contiguous().unwrap()).unwrap();
-    assert_eq!(a.add(&b).unwrap().to_vec::<f32>().unwrap(), want.to_vec::<f32>().unwrap());
+    let want = a
+        .add(&b.broadcast_as([rows, cols]).unwrap().contiguous().unwrap())
+        .unwrap();
+    assert_eq!(
+        a.add(&b).unwrap().to_vec::<f32>().unwrap(),
+        want.to_vec::<f32>().unwrap()
+    );
     let at = f32s(&spread(rows * cols, 4.0, 5), &[cols, rows]).t().unwrap();
     let want = at.contiguous().unwrap().mul(&a).unwrap().to_vec::<f32>().unwrap();
     assert_eq!(at.mul(&a).unwrap().to_vec::<f32>().unwrap(), want);
@@ -280,7 +311,10 @@ fn layouts_agree_on_large_inputs() {
     assert_eq!(h.silu().unwrap().to_vec::<half::f16>().unwrap(), want);
     let c = a.gt_scalar(0.0).unwrap();
     let w = Tensor::where_cond(&c, &a, &at).unwrap().to_vec::<f32>().unwrap();
-    let (av, tv) = (a.to_vec::<f32>().unwrap(), at.contiguous().unwrap().to_vec::<f32>().unwrap());
+    let (av, tv) = (
+        a.to_vec::<f32>().unwrap(),
+        at.contiguous().unwrap().to_vec::<f32>().unwrap(),
+    );
     for i in 0..rows * cols {
         assert_eq!(w[i], if av[i] > 0.0 { av[i] } else { tv[i] });
     }
