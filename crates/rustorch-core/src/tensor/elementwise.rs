@@ -82,7 +82,7 @@ impl Tensor {
             return Err(Error::invalid("clamp", "at least one of min and max must be given"));
         }
         let whole = |b: Option<f64>| b.is_none_or(|v| v.fract() == 0.0 || v.is_infinite());
-        let x = if (self.dtype().is_int() || self.dtype() == DType::Bool) && !(whole(min) && whole(max)) {
+        let x = if self.dtype().is_int() && !(whole(min) && whole(max)) {
             self.to_dtype(DType::F32)?
         } else {
             self.clone()

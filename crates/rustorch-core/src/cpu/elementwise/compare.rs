@@ -148,7 +148,7 @@ fn run_where<T: StorageElement>(op: &Op, plan: &Plan<3>, inputs: &[CpuInput<'_>]
         .as_slice::<bool>()
         .ok_or_else(|| unsupported_dtype(op, inputs[0].dtype()))?;
     let (a, b) = (slice(1)?, slice(2)?);
-    let v = fill_chunks(plan.numel(), |start, out| {
+    let v = fill_chunks(plan.numel(), plan.granule(), |start, out| {
         simd_run(WhereTask {
             plan,
             cond,

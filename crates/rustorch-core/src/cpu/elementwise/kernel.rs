@@ -152,37 +152,58 @@ impl<T: Copy + Default + Send + Sync, U: Copy, K: Map1<T, U>> Row1<T, U> for Pla
     }
 }
 
-impl<T: Copy + Send + Sync, U: Copy, K: Map2<T, U>> Row2<T, U> for Plain<K> {
+/// A binary row whose inputs are slices or single values (no strides).
+#[inline(always)]
+fn row2_dense<T: Copy, U: Copy, K: Map2<T, U>>(k: K, a: Src<'_, T>, b: Src<'_, T>, out: &mut [MaybeUninit<U>]) {
+    match (a, b) {
+        (Src::Slice(x), Src::Slice(y)) => {
+            for ((o, &p), &q) in out.iter_mut().zip(x).zip(y) {
+                o.write(k.f(p, q));
+            }
+        }
+        (Src::Slice(x), Src::Scalar(q)) => {
+            for (o, &p) in out.iter_mut().zip(x) {
+                o.write(k.f(p, q));
+            }
+        }
+        (Src::Scalar(p), Src::Slice(y)) => {
+            for (o, &q) in out.iter_mut().zip(y) {
+                o.write(k.f(p, q));
+            }
+        }
+        _ => {
+            for (i, o) in out.iter_mut().enumerate() {
+                o.write(k.f(a.get(i), b.get(i)));
+            }
+        }
+    }
+}
+
+impl<T: Copy + Default + Send + Sync, U: Copy, K: Map2<T, U>> Row2<T, U> for Plain<K> {
     #[inline(always)]
     fn row(self, a: Src<'_, T>, b: Src<'_, T>, out: &mut [MaybeUninit<U>]) {
-        let k = self.0;
-        match (a, b) {
-            (Src::Slice(x), Src::Slice(y)) => {
-                for ((o, &p), &q) in out.iter_mut().zip(x).zip(y) {
-                    o.write(k.f(p, q));
-                }
+        let strided = |s: &Src<'_, T>| matches!(s, Src::Strided { .. });
+        if !strided(&a) && !strided(&b) {
+            return row2_dense(self.0, a, b, out);
+        }
+        // Gather strided operands a block at a time, then run the dense
+        // (vectorized) loop on the blocks.
+        let mut ab = [T::default(); BLOCK];
+        let mut bb = [T::default(); BLOCK];
+        let mut i = 0;
+        for o in out.chunks_mut(BLOCK) {
+            let n = o.len();
+            let (pa, pb) = (a.sub(i, n), b.sub(i, n));
+            if strided(&pa) {
+                pa.read(&mut ab[..n]);
             }
-            (Src::Slice(x), Src::Scalar(q)) => {
-                for (o, &p) in out.iter_mut().zip(x) {
-                    o.write(k.f(p, q));
-                }
+            if strided(&pb) {
+                pb.read(&mut bb[..n]);
             }
-            (Src::Scalar(p), Src::Slice(y)) => {
-                for (o, &q) in out.iter_mut().zip(y) {
-                    o.write(k.f(p, q));
-                }
-            }
-            (Src::Scalar(p), Src::Scalar(q)) => {
-                let v = k.f(p, q);
-                for o in out.iter_mut() {
-                    o.write(v);
-                }
-            }
-            _ => {
-                for (i, o) in out.iter_mut().enumerate() {
-                    o.write(k.f(a.get(i), b.get(i)));
-                }
-            }
+            let xa = if strided(&pa) { Src::Slice(&ab[..n]) } else { pa };
+            let xb = if strided(&pb) { Src::Slice(&bb[..n]) } else { pb };
+            row2_dense(self.0, xa, xb, o);
+            i += n;
         }
     }
 }
@@ -330,19 +351,28 @@ impl<H: Half, K: Map2<f32, bool>> Row2<H, bool> for ViaF32<K> {
     }
 }
 
-/// Splits `n` outputs into chunks, fills each with `work(start, chunk)` (in
-/// parallel above `PAR_THRESHOLD`), and returns the vector. `work` must write
-/// every element of its chunk.
-pub(super) fn fill_chunks<U: Send>(n: usize, work: impl Fn(usize, &mut [MaybeUninit<U>]) + Sync) -> Vec<U> {
+/// Splits `n` outputs into chunks whose starts are multiples of `granule`,
+/// fills each with `work(start, chunk)` (in parallel above `PAR_THRESHOLD`),
+/// and returns the vector. `work` must write every element of its chunk.
+pub(super) fn fill_chunks<U: Send>(
+    n: usize,
+    granule: usize,
+    work: impl Fn(usize, &mut [MaybeUninit<U>]) + Sync,
+) -> Vec<U> {
     let mut out: Vec<U> = Vec::with_capacity(n);
     let spare = &mut out.spare_capacity_mut()[..n];
-    if n < PAR_THRESHOLD || rayon::current_num_threads() == 1 {
+    let threads = rayon::current_num_threads();
+    if n < PAR_THRESHOLD || threads == 1 {
         work(0, spare);
     } else {
         // A few chunks per thread balances uneven progress; multiples of
         // 1024 keep chunk boundaries aligned for the vector loops.
-        let per = n.div_ceil(4 * rayon::current_num_threads().max(1));
-        let chunk = per.div_ceil(1024).max(8) * 1024;
+        let per = n.div_ceil(4 * threads);
+        let chunk = if granule > 1 {
+            per.div_ceil(granule).max(1) * granule
+        } else {
+            per.div_ceil(1024).max(8) * 1024
+        };
         spare
             .par_chunks_mut(chunk)
             .enumerate()
@@ -400,7 +430,7 @@ impl<T: Copy, U, R: Row2<T, U>> SimdTask for Task2<'_, T, U, R> {
 
 /// Runs a one-input row function over a whole plan.
 pub(super) fn map1<T: Copy + Sync, U: Send, R: Row1<T, U>>(plan: &Plan<1>, x: &[T], row: R) -> Vec<U> {
-    fill_chunks(plan.numel(), |start, out| {
+    fill_chunks(plan.numel(), plan.granule(), |start, out| {
         simd_run(Task1 {
             plan,
             x,
@@ -413,7 +443,7 @@ pub(super) fn map1<T: Copy + Sync, U: Send, R: Row1<T, U>>(plan: &Plan<1>, x: &[
 
 /// Runs a two-input row function over a whole plan.
 pub(super) fn map2<T: Copy + Sync, U: Send, R: Row2<T, U>>(plan: &Plan<2>, a: &[T], b: &[T], row: R) -> Vec<U> {
-    fill_chunks(plan.numel(), |start, out| {
+    fill_chunks(plan.numel(), plan.granule(), |start, out| {
         simd_run(Task2 {
             plan,
             a,

@@ -6,6 +6,11 @@
 //! `[N, D] + [D]` op stays `[N, D]` with rows of D; a 0-d operand becomes a
 //! stride-0 row. Kernels then see rows whose inputs are slices, single
 //! values or (rarely) strided runs, and pick a loop for each.
+//!
+//! When an input runs across the output's rows (a transposed operand: large
+//! stride along the output's last dim, small along the one before), rows
+//! are walked in TILE x TILE tiles, so each cache line of that input is
+//! read once while it is in cache instead of once per element.
 
 use crate::error::BackendError;
 use crate::layout::Layout;
@@ -18,7 +23,12 @@ pub(super) struct Plan<const N: usize> {
     strides: [Vec<usize>; N],
     offsets: [usize; N],
     numel: usize,
+    /// Walk the last two dims in tiles (see the module docs).
+    tiled: bool,
 }
+
+/// Tile side, in elements, for the tiled walk.
+const TILE: usize = 32;
 
 /// One run of the innermost dim: `len` output elements starting at output
 /// index `out` (relative to the chunk), input `k` starting at storage index
@@ -72,11 +82,20 @@ impl<const N: usize> Plan<N> {
                 s.push(0);
             }
         }
+        let rank = dims.len();
+        let tiled = rank >= 2
+            && dims[rank - 1] > 1
+            && dims[rank - 2] > 1
+            && (0..N).any(|k| {
+                let (row, col) = (strides[k][rank - 2], strides[k][rank - 1]);
+                col >= 2 && row < col
+            });
         Ok(Plan {
             dims,
             strides,
             offsets,
             numel: out.numel(),
+            tiled,
         })
     }
 
@@ -94,8 +113,32 @@ impl<const N: usize> Plan<N> {
         self.strides[k].iter().all(|&s| s == 0)
     }
 
-    /// The rows covering output elements `start..end`.
-    pub fn rows(&self, start: usize, end: usize) -> Rows<'_, N> {
+    /// Chunk boundaries for parallel work must be multiples of this (whole
+    /// tile bands when tiled, so that a chunk walks whole tiles).
+    pub fn granule(&self) -> usize {
+        if !self.tiled {
+            return 1;
+        }
+        let rank = self.dims.len();
+        let (r, c) = (self.dims[rank - 2], self.dims[rank - 1]);
+        if rank > 2 {
+            r * c
+        } else {
+            TILE * c
+        }
+    }
+
+    /// The rows covering output elements `start..end`; `start` must be a
+    /// multiple of `granule()`, and `end` too unless it is `numel()`.
+    pub fn rows(&self, start: usize, end: usize) -> RowIter<'_, N> {
+        if self.tiled {
+            RowIter::Tiled(self.tile_rows(start, end))
+        } else {
+            RowIter::Linear(self.linear_rows(start, end))
+        }
+    }
+
+    fn linear_rows(&self, start: usize, end: usize) -> Rows<'_, N> {
         let rank = self.dims.len();
         let mut idx = vec![0usize; rank];
         let mut rem = start.min(self.numel);
@@ -116,6 +159,121 @@ impl<const N: usize> Plan<N> {
             start,
             end: end.min(self.numel),
         }
+    }
+
+    fn tile_rows(&self, start: usize, end: usize) -> TileRows<'_, N> {
+        let rank = self.dims.len();
+        let (r, c) = (self.dims[rank - 2], self.dims[rank - 1]);
+        let panel = r * c;
+        let mut outer = vec![0usize; rank - 2];
+        let mut rem = start.min(self.numel) / panel;
+        for d in (0..rank - 2).rev() {
+            outer[d] = rem % self.dims[d];
+            rem /= self.dims[d];
+        }
+        let base = std::array::from_fn(|k| {
+            self.offsets[k] + (0..rank - 2).map(|d| outer[d] * self.strides[k][d]).sum::<usize>()
+        });
+        let r0 = (start % panel) / c;
+        TileRows {
+            plan: self,
+            outer,
+            base,
+            r0,
+            r: r0,
+            c0: 0,
+            pos: start,
+            start,
+            end: end.min(self.numel),
+        }
+    }
+}
+
+/// Rows of either walk.
+pub(super) enum RowIter<'a, const N: usize> {
+    Linear(Rows<'a, N>),
+    Tiled(TileRows<'a, N>),
+}
+
+impl<const N: usize> Iterator for RowIter<'_, N> {
+    type Item = Row<N>;
+
+    #[inline(always)]
+    fn next(&mut self) -> Option<Row<N>> {
+        match self {
+            RowIter::Linear(r) => r.next(),
+            RowIter::Tiled(t) => t.next(),
+        }
+    }
+}
+
+/// The tiled walk: for each band of TILE rows (of the last-but-one dim), for
+/// each TILE-wide column block, the band's rows in that block.
+pub(super) struct TileRows<'a, const N: usize> {
+    plan: &'a Plan<N>,
+    /// Index over the dims before the last two, and their offsets.
+    outer: Vec<usize>,
+    base: [usize; N],
+    /// First row of the current band, current row, first column of the block.
+    r0: usize,
+    r: usize,
+    c0: usize,
+    /// Output index of the band's first element.
+    pos: usize,
+    start: usize,
+    end: usize,
+}
+
+impl<const N: usize> Iterator for TileRows<'_, N> {
+    type Item = Row<N>;
+
+    #[inline(always)]
+    fn next(&mut self) -> Option<Row<N>> {
+        if self.pos >= self.end {
+            return None;
+        }
+        let plan = self.plan;
+        let rank = plan.dims.len();
+        let (rows, cols) = (plan.dims[rank - 2], plan.dims[rank - 1]);
+        let len = TILE.min(cols - self.c0);
+        let offs = std::array::from_fn(|k| {
+            self.base[k] + self.r * plan.strides[k][rank - 2] + self.c0 * plan.strides[k][rank - 1]
+        });
+        let row = Row {
+            offs,
+            len,
+            out: self.pos + (self.r - self.r0) * cols + self.c0 - self.start,
+        };
+        let band = TILE.min(rows - self.r0);
+        self.r += 1;
+        if self.r == self.r0 + band {
+            self.r = self.r0;
+            self.c0 += TILE;
+            if self.c0 >= cols {
+                self.c0 = 0;
+                self.pos += band * cols;
+                self.r0 += band;
+                if self.r0 >= rows {
+                    self.r0 = 0;
+                    // Carry into the outer dims.
+                    for d in (0..rank - 2).rev() {
+                        self.outer[d] += 1;
+                        for k in 0..N {
+                            self.base[k] += plan.strides[k][d];
+                        }
+                        if self.outer[d] < plan.dims[d] {
+                            break;
+                        }
+                        for k in 0..N {
+                            self.base[k] -= plan.dims[d] * plan.strides[k][d];
+                        }
+                        self.outer[d] = 0;
+                    }
+                }
+                self.r = self.r0;
+            }
+        }
+        Some(row)
     }
 }
 
@@ -210,6 +368,63 @@ mod tests {
         let p = Plan::new(&Op::Copy, &Shape::from([2, 3]), [&t, &n]).unwrap();
         assert_eq!(p.inner_strides(), [2, 1]);
         assert_eq!(rows(&p, 0, 6), vec![([0, 1], 3, 0), ([1, 6], 3, 3)]);
+    }
+
+    /// Walks `out` in chunks of `granule` multiples and checks that every
+    /// element is produced once, reading the right storage index of each
+    /// input (from its broadcast layout).
+    fn check_walk<const N: usize>(out: &Shape, layouts: [&Layout; N], chunk_granules: usize) -> bool {
+        let p = Plan::new(&Op::Copy, out, layouts).unwrap();
+        let full: Vec<Layout> = layouts.iter().map(|l| l.broadcast_as("t", out).unwrap()).collect();
+        let inner = p.inner_strides();
+        let n = out.numel();
+        let step = p.granule() * chunk_granules;
+        let mut seen = vec![false; n];
+        let mut start = 0;
+        while start < n {
+            let end = (start + step).min(n);
+            for r in p.rows(start, end) {
+                for j in 0..r.len {
+                    let o = start + r.out + j;
+                    assert!(o < end && !seen[o], "output {o} twice or outside its chunk");
+                    seen[o] = true;
+                    // Row-major multi-index of o.
+                    let mut rem = o;
+                    let mut idx = vec![0; out.rank()];
+                    for d in (0..out.rank()).rev() {
+                        idx[d] = rem % out.dims()[d];
+                        rem /= out.dims()[d];
+                    }
+                    for k in 0..N {
+                        let want =
+                            full[k].offset() + idx.iter().zip(full[k].strides()).map(|(i, s)| i * s).sum::<usize>();
+                        assert_eq!(r.offs[k] + j * inner[k], want, "input {k} at output {o}");
+                    }
+                }
+            }
+            start = end;
+        }
+        assert!(seen.iter().all(|&s| s), "some outputs were not produced");
+        p.tiled
+    }
+
+    #[test]
+    fn tiled_walk_covers_transposed_inputs() {
+        // 2-D: a transposed operand against a contiguous one, sizes that are
+        // no multiple of the tile.
+        let t = Layout::contiguous([45, 70]).transpose("t", 0, 1).unwrap();
+        let c = Layout::contiguous([70, 45]);
+        for g in [1, 2, 5] {
+            assert!(check_walk(&Shape::from([70, 45]), [&t, &c], g));
+        }
+        // 3-D with a broadcast operand, and a batch of transposed matrices.
+        let t3 = Layout::contiguous([3, 37, 50]).transpose("t", 1, 2).unwrap();
+        let row = Layout::contiguous([37]);
+        for g in [1, 2] {
+            assert!(check_walk(&Shape::from([3, 50, 37]), [&t3, &row], g));
+        }
+        // Contiguous and row-broadcast walks stay linear.
+        assert!(!check_walk(&Shape::from([70, 45]), [&c, &Layout::contiguous([45])], 3));
     }
 
     #[test]
