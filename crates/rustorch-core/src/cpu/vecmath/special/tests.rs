@@ -153,7 +153,8 @@ fn trig_accuracy() {
 #[test]
 fn inplace_wrappers_match_scalar() {
     let xs: Vec<f32> = (0..1000).map(|i| i as f32 * 0.013 - 6.0).collect();
-    let cases: [(fn(&mut [f32]), fn(f32) -> f32); 6] = [
+    type Pair = (fn(&mut [f32]), fn(f32) -> f32);
+    let cases: [Pair; 6] = [
         (tanh_inplace, tanh_f32),
         (sigmoid_inplace, sigmoid_f32),
         (silu_inplace, silu_f32),
