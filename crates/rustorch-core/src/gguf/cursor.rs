@@ -87,7 +87,8 @@ impl<'a> Cursor<'a> {
 
     /// Reads a count of items each at least `min_item` bytes long and checks
     /// that the rest of the file could hold them. The result is safe to
-    /// pre-allocate for.
+    /// pre-allocate for. `what` names the count within `site` (empty when
+    /// the site is the count itself).
     pub(crate) fn count(&mut self, min_item: u64, what: &str, site: Site<'_>) -> Result<usize> {
         let at = self.pos();
         let n = self.u64(site)?;
@@ -95,7 +96,7 @@ impl<'a> Cursor<'a> {
         match n.checked_mul(min_item) {
             Some(need) if need <= avail => Ok(n as usize),
             _ => Err(GgufError::LengthTooLarge {
-                what: format!("{what} in {site}"),
+                what: if what.is_empty() { site.to_string() } else { format!("{what} in {site}") },
                 offset: at,
                 value: n,
                 available: avail,

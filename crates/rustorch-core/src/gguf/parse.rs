@@ -37,6 +37,8 @@ pub(crate) struct Parsed {
     pub metadata: Metadata,
     pub tensors: Vec<TensorInfo>,
     pub tensor_index: HashMap<String, usize>,
+    /// Bytes of header, metadata and tensor infos (before the padding).
+    pub header_len: u64,
     /// Absolute offset of the data section (may equal or pass the end of
     /// the file when every tensor is empty).
     pub data_offset: u64,
@@ -58,8 +60,8 @@ pub(crate) fn parse(buf: &[u8]) -> Result<Parsed> {
         }
         return Err(GgufError::UnsupportedVersion { version });
     }
-    let n_tensors = c.count(MIN_TENSOR_INFO_BYTES, "count", Site::Header("tensor count"))?;
-    let n_kv = c.count(MIN_KV_BYTES, "count", Site::Header("metadata entry count"))?;
+    let n_tensors = c.count(MIN_TENSOR_INFO_BYTES, "", Site::Header("tensor count"))?;
+    let n_kv = c.count(MIN_KV_BYTES, "", Site::Header("metadata entry count"))?;
 
     let mut metadata = Metadata::with_capacity(n_kv);
     let mut alignment = DEFAULT_ALIGNMENT;
@@ -97,7 +99,8 @@ pub(crate) fn parse(buf: &[u8]) -> Result<Parsed> {
     // The data section starts at the next multiple of the alignment. The
     // position is at most the file length and the alignment at most 2^31,
     // so this cannot overflow a u64.
-    let data_offset = c.pos().div_ceil(alignment) * alignment;
+    let header_len = c.pos();
+    let data_offset = header_len.div_ceil(alignment) * alignment;
     check_tensor_ranges(&tensors, data_offset, alignment, buf.len() as u64)?;
     Ok(Parsed {
         version,
@@ -105,6 +108,7 @@ pub(crate) fn parse(buf: &[u8]) -> Result<Parsed> {
         metadata,
         tensors,
         tensor_index,
+        header_len,
         data_offset,
     })
 }

@@ -95,6 +95,12 @@ impl Gguf {
         self.parsed.alignment
     }
 
+    /// Bytes taken by the header, metadata and tensor infos, before the
+    /// padding that precedes the data section.
+    pub fn header_len(&self) -> u64 {
+        self.parsed.header_len
+    }
+
     /// Absolute file offset of the data section.
     pub fn data_offset(&self) -> u64 {
         self.parsed.data_offset
