@@ -142,7 +142,7 @@ def valid_files(rng):
     f.kv_add("test.i32", VT.INT32, -2_000_000_000)
     f.kv_add("test.u64", VT.UINT64, 2**63 + 5)
     f.kv_add("test.i64", VT.INT64, -(2**62) - 7)
-    f.kv_add("test.f32", VT.FLOAT32, 3.14159)
+    f.kv_add("test.f32", VT.FLOAT32, 1.2345)
     f.kv_add("test.f32_neg_zero", VT.FLOAT32, -0.0)
     f.kv_add("test.f32_inf", VT.FLOAT32, float("inf"))
     f.kv_add("test.f64", VT.FLOAT64, 2.718281828459045)

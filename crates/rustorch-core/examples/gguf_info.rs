@@ -61,7 +61,10 @@ fn print_file(path: &str, g: &Gguf, all: bool) {
     let total: usize = tensors.iter().map(|t| t.n_bytes()).sum();
     println!("\ntensors ({}, {} bytes of data):", tensors.len(), total);
     let width = tensors.iter().map(|t| t.name().len()).max().unwrap_or(4).max(4);
-    println!("  {:<width$}  {:<7} {:<24} {:>12} {:>12}", "name", "type", "dims", "bytes", "offset");
+    println!(
+        "  {:<width$}  {:<7} {:<24} {:>12} {:>12}",
+        "name", "type", "dims", "bytes", "offset"
+    );
     for t in tensors {
         let dims = t.dims().iter().map(u64::to_string).collect::<Vec<_>>().join(" x ");
         println!(

@@ -97,7 +97,10 @@ fn every_truncation_of_a_valid_file_is_an_error() {
                 Ok(_) => panic!("{name} cut at {cut} (of {needed} needed) parsed"),
                 Err(e) if cut < needed => {
                     let msg = e.to_string();
-                    assert!(msg.contains("offset") || msg.contains("bytes"), "{name} cut at {cut}: {msg}");
+                    assert!(
+                        msg.contains("offset") || msg.contains("bytes"),
+                        "{name} cut at {cut}: {msg}"
+                    );
                 }
                 Err(e) => panic!("{name} cut at {cut} (needs {needed}) failed: {e}"),
             }

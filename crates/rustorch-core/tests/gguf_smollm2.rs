@@ -39,7 +39,10 @@ fn smollm2_metadata_and_tensor_table() {
         *types.entry(t.qtype()).or_insert(0) += 1;
         assert_eq!(g.tensor_data(t.name()).unwrap().len(), t.n_bytes());
     }
-    assert_eq!(types, BTreeMap::from([(QType::F32, 61), (QType::Q4_1, 210), (QType::Q8_0, 1)]));
+    assert_eq!(
+        types,
+        BTreeMap::from([(QType::F32, 61), (QType::Q4_1, 210), (QType::Q8_0, 1)])
+    );
 
     let emb = g.tensor_info("token_embd.weight").unwrap();
     assert_eq!(emb.qtype(), QType::Q8_0);
@@ -68,7 +71,11 @@ impl Write for Compare<'_> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         let end = self.at + buf.len();
         assert!(end <= self.want.len(), "rewrite is longer than the original");
-        assert!(self.want[self.at..end] == *buf, "rewrite differs in bytes {}..{end}", self.at);
+        assert!(
+            self.want[self.at..end] == *buf,
+            "rewrite differs in bytes {}..{end}",
+            self.at
+        );
         self.at = end;
         Ok(buf.len())
     }
@@ -85,9 +92,13 @@ fn smollm2_rewrites_byte_for_byte() {
         w.add_metadata(k, v.clone()).unwrap();
     }
     for t in g.tensors() {
-        w.add_tensor_bytes(t.name(), t.qtype(), &t.shape(), g.data_of(t)).unwrap();
+        w.add_tensor_bytes(t.name(), t.qtype(), &t.shape(), g.data_of(t))
+            .unwrap();
     }
-    let mut cmp = Compare { want: g.as_bytes(), at: 0 };
+    let mut cmp = Compare {
+        want: g.as_bytes(),
+        at: 0,
+    };
     let n = w.write_to(&mut cmp).unwrap();
     assert_eq!(n as usize, g.as_bytes().len());
 }

@@ -96,7 +96,11 @@ impl<'a> Cursor<'a> {
         match n.checked_mul(min_item) {
             Some(need) if need <= avail => Ok(n as usize),
             _ => Err(GgufError::LengthTooLarge {
-                what: if what.is_empty() { site.to_string() } else { format!("{what} in {site}") },
+                what: if what.is_empty() {
+                    site.to_string()
+                } else {
+                    format!("{what} in {site}")
+                },
                 offset: at,
                 value: n,
                 available: avail,
