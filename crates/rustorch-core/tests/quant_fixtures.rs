@@ -31,8 +31,13 @@ fn assert_bits_eq(name: &str, got: &[f32], want: &[f32]) {
     assert_eq!(got.len(), want.len(), "{name}: length");
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         let same = g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan());
-        assert!(same, "{name}: element {i} (block {}): got {g:e} ({:#010x}), want {w:e} ({:#010x})",
-            i / 32, g.to_bits(), w.to_bits());
+        assert!(
+            same,
+            "{name}: element {i} (block {}): got {g:e} ({:#010x}), want {w:e} ({:#010x})",
+            i / 32,
+            g.to_bits(),
+            w.to_bits()
+        );
     }
 }
 
@@ -103,7 +108,12 @@ fn quantize_matches_reference_byte_for_byte() {
         assert_eq!(got.len(), want.len(), "{name}");
         let bs = t.type_size();
         for (i, (g, w)) in got.chunks(bs).zip(want.chunks(bs)).enumerate() {
-            assert_eq!(g, w, "{name}: block {i} differs (input {:?})", &x[i * t.block_size()..][..t.block_size().min(8)]);
+            assert_eq!(
+                g,
+                w,
+                "{name}: block {i} differs (input {:?})",
+                &x[i * t.block_size()..][..t.block_size().min(8)]
+            );
         }
         checked += 1;
     }

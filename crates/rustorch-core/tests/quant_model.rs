@@ -35,7 +35,10 @@ fn smollm2_rows_match_gguf() {
     for t in tensors {
         let name = t["name"].as_str().expect("name");
         let qtype = QType::parse(t["qtype"].as_str().expect("qtype")).expect("known type");
-        let (rows, row_len) = (t["rows"].as_u64().expect("rows") as usize, t["row_len"].as_u64().expect("len") as usize);
+        let (rows, row_len) = (
+            t["rows"].as_u64().expect("rows") as usize,
+            t["row_len"].as_u64().expect("len") as usize,
+        );
         let q = QTensor::new(qtype, vec![rows, row_len], hex(&t["bytes"])).expect(name);
         let got = q.dequantize().expect(name).to_vec::<f32>().expect(name);
         assert_bits_eq(name, &got, &f32s(&hex(&t["values"])));
@@ -54,9 +57,17 @@ fn smollm2_whole_tensors_match_gguf() {
     let mut checked = 0;
     for entry in std::fs::read_dir(dir).expect("run tools/gen_quant_fixtures.py --model first") {
         let path = entry.expect("entry").path();
-        let file = path.file_name().and_then(|s| s.to_str()).unwrap_or_default().to_string();
-        let Some(stem) = file.strip_suffix(".bin") else { continue };
-        let Some((name, ty)) = stem.rsplit_once('.') else { continue };
+        let file = path
+            .file_name()
+            .and_then(|s| s.to_str())
+            .unwrap_or_default()
+            .to_string();
+        let Some(stem) = file.strip_suffix(".bin") else {
+            continue;
+        };
+        let Some((name, ty)) = stem.rsplit_once('.') else {
+            continue;
+        };
         let qtype = QType::parse(ty).expect("type");
         let bytes = std::fs::read(&path).expect("bin");
         let want = f32s(&std::fs::read(dir.join(format!("{name}.f32"))).expect("f32"));

@@ -116,7 +116,10 @@ fn requantizing_dequantized_values_is_stable() {
         let first = rel_rmse(&y, &x);
         let drift = rel_rmse(&y2, &y);
         report += &format!("{t}: first {first:.5}, drift {drift:.6}\n");
-        assert!(drift <= 0.25 * first, "{t}: requantizing moved values by {drift} (first error {first})");
+        assert!(
+            drift <= 0.25 * first,
+            "{t}: requantizing moved values by {drift} (first error {first})"
+        );
         // A third pass must not drift further away.
         let y3 = quant::dequantize(t, &quant::quantize(t, &y2).expect("q"), x.len()).expect("dq");
         assert!(rel_rmse(&y3, &y) <= 0.35 * first, "{t}: drift grows");
@@ -130,7 +133,9 @@ fn legacy_types_reproduce_their_own_grid_exactly() {
     // the grid: the reference quantizers must give them back unchanged.
     let mut rng = Rng(3);
     let d = 0.125f32;
-    let mut x: Vec<f32> = (0..256).map(|_| ((rng.uniform() * 16.0) as i32 - 8) as f32 * d).collect();
+    let mut x: Vec<f32> = (0..256)
+        .map(|_| ((rng.uniform() * 16.0) as i32 - 8) as f32 * d)
+        .collect();
     for b in x.chunks_mut(32) {
         b[5] = -8.0 * d; // the largest magnitude is negative, as Q4_0 needs
     }
@@ -139,7 +144,9 @@ fn legacy_types_reproduce_their_own_grid_exactly() {
         assert_eq!(y, x, "{t}");
     }
     // Q8: d = amax / 127, so amax = 127 * 2^-3 gives d = 2^-3 exactly.
-    let mut x: Vec<f32> = (0..256).map(|_| ((rng.uniform() * 255.0) as i32 - 127) as f32 * d).collect();
+    let mut x: Vec<f32> = (0..256)
+        .map(|_| ((rng.uniform() * 255.0) as i32 - 127) as f32 * d)
+        .collect();
     for b in x.chunks_mut(32) {
         b[7] = 127.0 * d;
     }
@@ -164,7 +171,11 @@ fn q8_activation_blocks_carry_their_sums() {
         assert!(b.qs.iter().all(|&v| v >= -127), "Q8_K quants stay in [-127, 127]");
     }
     let q = quant::quantize(QType::Q8_1, &x).expect("q8_1");
-    for (b, x) in cast_blocks::<BlockQ8_1>(&q).expect("whole blocks").iter().zip(x.chunks(32)) {
+    for (b, x) in cast_blocks::<BlockQ8_1>(&q)
+        .expect("whole blocks")
+        .iter()
+        .zip(x.chunks(32))
+    {
         // s uses the f32 scale, before its rounding to f16.
         let d = x.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
         let sum: i32 = b.qs.iter().map(|&v| v as i32).sum();
@@ -182,7 +193,11 @@ fn zero_and_constant_blocks() {
         assert!(y.iter().all(|&v| v == 0.0), "{t}: zeros must stay zeros");
         let c = vec![0.5f32; n];
         let y = quant::dequantize(t, &quant::quantize(t, &c).expect("q"), n).expect("dq");
-        assert!(y.iter().all(|&v| (v - 0.5).abs() < 0.02), "{t}: a constant 0.5 came back as {:?}", &y[..4]);
+        assert!(
+            y.iter().all(|&v| (v - 0.5).abs() < 0.02),
+            "{t}: a constant 0.5 came back as {:?}",
+            &y[..4]
+        );
     }
 }
 
@@ -210,20 +225,42 @@ fn size_errors_name_the_type_and_sizes() {
     let e = quant::dequantize(QType::Q4K, &[0u8; 143], 256).expect_err("short");
     assert_eq!(
         e,
-        QuantError::ByteLength { qtype: QType::Q4K, elements: 256, expected: 144, actual: 143 }
+        QuantError::ByteLength {
+            qtype: QType::Q4K,
+            elements: 256,
+            expected: 144,
+            actual: 143
+        }
     );
     assert!(e.to_string().contains("Q4_K") && e.to_string().contains("144"), "{e}");
     let e = quant::dequantize(QType::Q4_0, &[0u8; 18], 31).expect_err("partial block");
-    assert!(matches!(e, QuantError::NotWholeBlocks { qtype: QType::Q4_0, elements: 31 }));
+    assert!(matches!(
+        e,
+        QuantError::NotWholeBlocks {
+            qtype: QType::Q4_0,
+            elements: 31
+        }
+    ));
     let mut out = vec![0f32; 64];
     assert!(quant::dequantize_into(QType::Q8_0, &[0u8; 34], &mut out).is_err());
     assert!(quant::quantize(QType::Q6K, &[0.0; 255]).is_err());
     let e = quant::dequantize(QType::IQ2XXS, &[0u8; 66], 256).expect_err("unsupported");
-    assert!(matches!(e, QuantError::Unsupported { qtype: QType::IQ2XXS, .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            QuantError::Unsupported {
+                qtype: QType::IQ2XXS,
+                ..
+            }
+        ),
+        "{e}"
+    );
     assert!(quant::quantize(QType::I8, &[1.0]).is_err());
     // A huge element count is rejected before anything is allocated.
     assert!(quant::dequantize(QType::Q4_0, &[], usize::MAX / 2 + 1).is_err());
-    assert!(quant::dequantize(QType::F32, &[], 0).map(|v| v.is_empty()).unwrap_or(false));
+    assert!(quant::dequantize(QType::F32, &[], 0)
+        .map(|v| v.is_empty())
+        .unwrap_or(false));
 }
 
 #[test]
@@ -247,6 +284,10 @@ fn qtensor_checks_shapes_and_dequantizes_to_a_tensor() {
     // From a tensor, and the error conversion into the crate's Error.
     let from = QTensor::from_tensor(&t, QType::Q8_0).expect("from_tensor");
     assert_eq!(from.shape().dims(), &[3, 512]);
-    let e: rustorch_core::Error = QuantError::Unsupported { qtype: QType::IQ1S, what: "dequantize" }.into();
+    let e: rustorch_core::Error = QuantError::Unsupported {
+        qtype: QType::IQ1S,
+        what: "dequantize",
+    }
+    .into();
     assert!(e.to_string().contains("IQ1_S"), "{e}");
 }

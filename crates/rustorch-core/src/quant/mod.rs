@@ -82,7 +82,10 @@ pub fn quantize(qtype: QType, data: &[f32]) -> Result<Vec<u8>, QuantError> {
         elements: data.len(),
     })?;
     if !can_quantize(qtype) {
-        return Err(QuantError::Unsupported { qtype, what: "quantize" });
+        return Err(QuantError::Unsupported {
+            qtype,
+            what: "quantize",
+        });
     }
     let mut out = vec![0u8; size];
     quantize_into(qtype, data, &mut out)?;

@@ -34,7 +34,9 @@ pub fn dequantize_into(qtype: QType, bytes: &[u8], out: &mut [f32]) -> Result<()
         QType::F32 => plain(bytes, out, |b: [u8; 4]| f32::from_le_bytes(b)),
         QType::F16 => plain(bytes, out, f16_to_f32),
         // bf16 is the top half of an f32.
-        QType::BF16 => plain(bytes, out, |b: [u8; 2]| f32::from_bits((u16::from_le_bytes(b) as u32) << 16)),
+        QType::BF16 => plain(bytes, out, |b: [u8; 2]| {
+            f32::from_bits((u16::from_le_bytes(b) as u32) << 16)
+        }),
         QType::Q4_0 => blocks::<32, BlockQ4_0>(bytes, out),
         QType::Q4_1 => blocks::<32, BlockQ4_1>(bytes, out),
         QType::Q5_0 => blocks::<32, BlockQ5_0>(bytes, out),
@@ -49,7 +51,12 @@ pub fn dequantize_into(qtype: QType, bytes: &[u8], out: &mut [f32]) -> Result<()
         QType::Q8K => blocks::<QK_K, BlockQ8K>(bytes, out),
         QType::IQ4NL => blocks::<32, BlockIQ4NL>(bytes, out),
         QType::IQ4XS => blocks::<QK_K, BlockIQ4XS>(bytes, out),
-        _ => return Err(QuantError::Unsupported { qtype, what: "dequantize" }),
+        _ => {
+            return Err(QuantError::Unsupported {
+                qtype,
+                what: "dequantize",
+            })
+        }
     }
     Ok(())
 }

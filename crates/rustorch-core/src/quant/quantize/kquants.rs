@@ -2,6 +2,10 @@
 //! `quantize_row_{q2,q3,q4,q5,q6,q8}_K_ref`), written with the same float
 //! operations in the same order as the C code.
 
+// The loops index several parallel arrays by group, as the C code does;
+// keeping its shape makes the two easy to compare line by line.
+#![allow(clippy::needless_range_loop)]
+
 use super::search::{make_q3_quants, make_qkx2_quants, make_qx_quants, nearest_int, signed_max, GROUP_MAX_EPS};
 use crate::quant::blocks::*;
 
@@ -29,8 +33,17 @@ impl Quantize<QK_K> for BlockQ2K {
         for j in 0..16 {
             let xs = &x[16 * j..16 * j + 16];
             let weights: [f32; 16] = std::array::from_fn(|i| xs[i].abs());
-            let (scale, min) =
-                make_qkx2_quants(3, xs, &weights, &mut l[16 * j..16 * j + 16], &mut aux, -0.5, 0.1, 15, true);
+            let (scale, min) = make_qkx2_quants(
+                3,
+                xs,
+                &weights,
+                &mut l[16 * j..16 * j + 16],
+                &mut aux,
+                -0.5,
+                0.1,
+                15,
+                true,
+            );
             scales[j] = scale;
             mins[j] = min;
             if scale > max_scale {

@@ -96,7 +96,11 @@ impl Quantize<32> for BlockQ5_0 {
         let id = inverse(d);
         let q: [u8; 32] = std::array::from_fn(|j| ((x[j] * id + 16.5) as i8).min(31) as u8);
         let (qs, qh) = pack_q5(&q);
-        BlockQ5_0 { d: f32_to_f16(d), qh, qs }
+        BlockQ5_0 {
+            d: f32_to_f16(d),
+            qh,
+            qs,
+        }
     }
 }
 

@@ -48,7 +48,12 @@ pub fn quantize_into(qtype: QType, data: &[f32], out: &mut [u8]) -> Result<(), Q
         QType::Q8K => blocks::<QK_K, BlockQ8K>(data, out),
         QType::IQ4NL => blocks::<32, BlockIQ4NL>(data, out),
         QType::IQ4XS => blocks::<QK_K, BlockIQ4XS>(data, out),
-        _ => return Err(QuantError::Unsupported { qtype, what: "quantize" }),
+        _ => {
+            return Err(QuantError::Unsupported {
+                qtype,
+                what: "quantize",
+            })
+        }
     }
     Ok(())
 }

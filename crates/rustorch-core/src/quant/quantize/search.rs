@@ -238,7 +238,15 @@ mod tests {
 
     #[test]
     fn nearest_int_rounds_half_to_even() {
-        for (x, want) in [(0.5, 0), (1.5, 2), (2.5, 2), (-0.5, 0), (-1.5, -2), (3.49, 3), (-7.6, -8)] {
+        for (x, want) in [
+            (0.5, 0),
+            (1.5, 2),
+            (2.5, 2),
+            (-0.5, 0),
+            (-1.5, -2),
+            (3.49, 3),
+            (-7.6, -8),
+        ] {
             assert_eq!(nearest_int(x), want, "{x}");
         }
     }
@@ -246,7 +254,9 @@ mod tests {
     #[test]
     fn best_index_picks_the_nearest_level() {
         let v = crate::quant::blocks::KVALUES_IQ4NL;
-        for x in [-300.0, -127.0, -115.6, -115.4, -9.0, -4.5, 0.0, 1.0, 100.0, 101.0, 500.0f32] {
+        for x in [
+            -300.0, -127.0, -115.6, -115.4, -9.0, -4.5, 0.0, 1.0, 100.0, 101.0, 500.0f32,
+        ] {
             let got = best_index_int8(&v, x);
             let best = (0..16)
                 .min_by(|&a, &b| {
