@@ -289,8 +289,9 @@ def gen_type(name, seed):
         if name == "F32":
             data = x.view(np.uint8)
         elif name == "F16":
-            data = np.concatenate([x.astype(np.float16), rng.integers(0, 0x7C00, 100).astype(np.uint16).view(np.float16),
-                                   (rng.integers(0, 0x7C00, 100) | 0x8000).astype(np.uint16).view(np.float16)]).view(np.uint8)
+            nans = np.array([0x7C01, 0xFC01, 0x7E00, 0x7D55, 0xFFFF, 0x7C00, 0xFC00, 0x0001, 0x83FF, 0x0400], np.uint16)
+            data = np.concatenate([x.astype(np.float16).view(np.uint16), nans, rng.integers(0, 0x7C00, 100).astype(np.uint16),
+                                   (rng.integers(0, 0x7C00, 100) | 0x8000).astype(np.uint16)]).view(np.uint8)
         else:
             data = np.concatenate([gq.quantize(x, T.BF16).view(np.uint16), rng.integers(0, 0x10000, 200).astype(np.uint16)]).view(np.uint8)
     else:
