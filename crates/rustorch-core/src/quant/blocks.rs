@@ -241,7 +241,10 @@ mod tests {
             let got = f16_bits_to_f32(h);
             if want.is_nan() {
                 // Same sign and payload, without forcing the quiet bit.
-                assert_eq!(got.to_bits(), ((h as u32 & 0x8000) << 16) | 0x7f80_0000 | ((h as u32 & 0x3ff) << 13));
+                assert_eq!(
+                    got.to_bits(),
+                    ((h as u32 & 0x8000) << 16) | 0x7f80_0000 | ((h as u32 & 0x3ff) << 13)
+                );
             } else {
                 assert_eq!(got.to_bits(), want.to_bits(), "{h:#06x}");
             }
