@@ -29,6 +29,12 @@ vendored in llama-cpp-python 0.3.36 (its sdist: vendor/llama.cpp/ggml):
   gcc -shared -o libggmlquants.so ggml-quants.o stubs.o -lm
 
 (-ffp-contract=off and no -march: the reference build uses no FMA.)
+One fix from current llama.cpp must be applied to that version first: in
+quantize_row_iq4_nl_impl, an all-zero group must clear its levels
+(`memset(Lb, 0, block_size);` before `continue`), otherwise IQ4_NL/IQ4_XS
+blocks of zeros get uninitialized bytes. (That version's best_index_int8
+compares rounded differences where current llama.cpp, and RusTorch, compare
+2x with exact level sums; they agreed on every fixture input.)
 
 Random bytes give meaningless but valid blocks, except that f16 (and Q8_K's
 f32) scale fields get random finite values so that every output is finite.
