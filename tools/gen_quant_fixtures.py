@@ -29,6 +29,12 @@ vendored in llama-cpp-python 0.3.36 (its sdist: vendor/llama.cpp/ggml):
   gcc -shared -o libggmlquants.so ggml-quants.o stubs.o -lm
 
 (-ffp-contract=off and no -march: the reference build uses no FMA.)
+One fix from current llama.cpp must be applied to that version first: in
+quantize_row_iq4_nl_impl, an all-zero group must clear its levels
+(`memset(Lb, 0, block_size);` before `continue`), otherwise IQ4_NL/IQ4_XS
+blocks of zeros get uninitialized bytes. (That version's best_index_int8
+compares rounded differences where current llama.cpp, and RusTorch, compare
+2x with exact level sums; they agreed on every fixture input.)
 
 Random bytes give meaningless but valid blocks, except that f16 (and Q8_K's
 f32) scale fields get random finite values so that every output is finite.
@@ -289,8 +295,9 @@ def gen_type(name, seed):
         if name == "F32":
             data = x.view(np.uint8)
         elif name == "F16":
-            data = np.concatenate([x.astype(np.float16), rng.integers(0, 0x7C00, 100).astype(np.uint16).view(np.float16),
-                                   (rng.integers(0, 0x7C00, 100) | 0x8000).astype(np.uint16).view(np.float16)]).view(np.uint8)
+            nans = np.array([0x7C01, 0xFC01, 0x7E00, 0x7D55, 0xFFFF, 0x7C00, 0xFC00, 0x0001, 0x83FF, 0x0400], np.uint16)
+            data = np.concatenate([x.astype(np.float16).view(np.uint16), nans, rng.integers(0, 0x7C00, 100).astype(np.uint16),
+                                   (rng.integers(0, 0x7C00, 100) | 0x8000).astype(np.uint16)]).view(np.uint8)
         else:
             data = np.concatenate([gq.quantize(x, T.BF16).view(np.uint16), rng.integers(0, 0x10000, 200).astype(np.uint16)]).view(np.uint8)
     else:

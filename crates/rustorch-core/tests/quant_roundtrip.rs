@@ -291,3 +291,17 @@ fn qtensor_checks_shapes_and_dequantizes_to_a_tensor() {
     .into();
     assert!(e.to_string().contains("IQ1_S"), "{e}");
 }
+
+#[test]
+fn all_zero_blocks_follow_llama_cpp_signs() {
+    // An all-zero block keeps d = 0.0 / -8 = -0.0 in llama.cpp whatever the
+    // sign of its zeros; the `gguf` package takes the sign of the first
+    // element instead (its only known difference from llama.cpp). RusTorch
+    // follows llama.cpp, which made the files it reads.
+    let mut x = [0f32; 32];
+    x[0] = -0.0;
+    for t in [QType::Q4_0, QType::Q5_0] {
+        let q = quant::quantize(t, &x).expect("quantize");
+        assert_eq!(&q[..2], &[0x00, 0x80], "{t}");
+    }
+}

@@ -64,9 +64,24 @@ pub fn blocks_as_bytes<B: Block>(blocks: &[B]) -> &[u8] {
     unsafe { std::slice::from_raw_parts(blocks.as_ptr().cast::<u8>(), std::mem::size_of_val(blocks)) }
 }
 
+/// Exact f16 to f32, branch-free so that slices of it vectorize. NaN
+/// payloads are kept as they are (as numpy does; `half` sets the quiet
+/// bit).
 #[inline]
 pub fn f16_to_f32(b: [u8; 2]) -> f32 {
-    f16::from_bits(u16::from_le_bytes(b)).to_f32()
+    f16_bits_to_f32(u16::from_le_bytes(b))
+}
+
+#[inline]
+pub fn f16_bits_to_f32(h: u16) -> f32 {
+    let h = h as u32;
+    let sign = (h & 0x8000) << 16;
+    let em = h & 0x7fff;
+    // Exponent and mantissa moved into f32 position are the value times
+    // 2^-112 (subnormal halves included); the product is exact.
+    let finite = (f32::from_bits(em << 13) * f32::from_bits(0x7780_0000)).to_bits();
+    let special = 0x7f80_0000 | ((em & 0x3ff) << 13);
+    f32::from_bits(sign | if em >= 0x7c00 { special } else { finite })
 }
 
 /// Round to nearest even, as GGML_FP32_TO_FP16 and numpy's astype(float16).
@@ -218,6 +233,23 @@ pub fn q3k_scales(s: &[u8; 12]) -> [i8; 16] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn f16_conversion_is_exact_for_every_value() {
+        for h in 0..=u16::MAX {
+            let want = f16::from_bits(h).to_f32();
+            let got = f16_bits_to_f32(h);
+            if want.is_nan() {
+                // Same sign and payload, without forcing the quiet bit.
+                assert_eq!(
+                    got.to_bits(),
+                    ((h as u32 & 0x8000) << 16) | 0x7f80_0000 | ((h as u32 & 0x3ff) << 13)
+                );
+            } else {
+                assert_eq!(got.to_bits(), want.to_bits(), "{h:#06x}");
+            }
+        }
+    }
 
     #[test]
     fn casts_check_lengths() {
