@@ -362,6 +362,10 @@ def malformed_files():
     case("offset_overflow", file([ARCH], [ti("w", [4], QT.F32, 2**64 - 32)], F32_4), "TensorOutOfBounds")
     past_end = file([ARCH], [ti("w", [4096], QT.F32, 0)], F32_4)
     case("size_past_end", past_end, "TensorOutOfBounds", f"file, which has {len(past_end)} bytes")
+    # Found by the fuzzer (a legal file whose data section starts 1 GiB past
+    # its end): with a tensor in it, that tensor is out of bounds.
+    case("huge_alignment", header(1, 1) + kv("general.alignment", VT.UINT32, u32(2**30))
+         + ti("w", [4], QT.F32, 0) + F32_4, "TensorOutOfBounds", "bytes 1073741824..1073741840")
     case("no_data_section", header(1, 1) + ARCH + ti("w", [4], QT.F32, 0), "TensorOutOfBounds")
     case("overlap_same_offset", file([ARCH], [ti("a", [8], QT.F32, 0), ti("b", [8], QT.F32, 0)],
                                      b"\0" * 64), "OverlappingTensors", "\"a\"", "\"b\"")
