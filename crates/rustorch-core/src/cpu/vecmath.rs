@@ -8,6 +8,9 @@
 
 use std::sync::OnceLock;
 
+mod special;
+pub use special::*;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum SimdLevel {
     Scalar,
@@ -63,6 +66,41 @@ macro_rules! simd_dispatch {
     };
 }
 
+/// Work to run under the widest SIMD level, for code that is generic over
+/// element types or kernels (which `simd_dispatch!` cannot express).
+///
+/// `run` must be `#[inline(always)]`, and so must everything its hot loops
+/// call, so that the whole body is compiled into each `#[target_feature]`
+/// copy made by `simd_run`. Closures are avoided on purpose: a closure body is
+/// a separate function that LLVM may leave un-inlined and thus unvectorized.
+pub trait SimdTask {
+    type Output;
+    fn run(self) -> Self::Output;
+}
+
+/// Runs a task compiled for the widest SIMD level this CPU supports.
+#[inline]
+pub fn simd_run<T: SimdTask>(task: T) -> T::Output {
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+        unsafe fn avx512<T: SimdTask>(t: T) -> T::Output {
+            t.run()
+        }
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn avx2<T: SimdTask>(t: T) -> T::Output {
+            t.run()
+        }
+        match simd_level() {
+            // SAFETY: the CPU was checked for these features.
+            SimdLevel::Avx512 => return unsafe { avx512(task) },
+            SimdLevel::Avx2 => return unsafe { avx2(task) },
+            SimdLevel::Scalar => {}
+        }
+    }
+    task.run()
+}
+
 /// e^x for f32, accurate to about 2 ulp over the whole range, written
 /// without branches so it vectorizes (Cephes' range reduction and
 /// polynomial). Overflows to inf above ~88.72, underflows to 0 below ~-103.9.
@@ -83,7 +121,10 @@ pub fn exp_f32(x: f32) -> f32 {
     p = p.mul_add(r, 5e-1);
     let y = p.mul_add(r2, r) + 1.0;
     // 2^n split in two factors so n down to -150 and up to 128 stay exact.
-    let n = n as i32;
+    // n is a whole number in [-150, 128] (or NaN, whose result is replaced
+    // below): adding 1.5 * 2^23 puts it in the low mantissa bits, a bit
+    // cast that vectorizes where the saturating `n as i32` would not.
+    let n = ((n + 12_582_912.0).to_bits() as i32).wrapping_sub(0x4b40_0000);
     let n1 = n / 2;
     let n2 = n - n1;
     let s1 = f32::from_bits(((n1 + 127) as u32) << 23);
