@@ -282,8 +282,8 @@ def malformed_files():
     good = file([ARCH], [ti("w", [4], QT.F32, 0)], F32_4)
     case("empty", b"", "Truncated", "magic at offset 0")
     case("magic_only", b"GGUF", "Truncated", "version at offset 4")
-    case("bad_magic", b"GGML" + good[4:], "BadMagic", "47 47 55 46")
-    case("bad_magic_short", b"PK", "BadMagic")
+    case("bad_magic", b"GGML" + good[4:], "BadMagic", "starts with bytes 47 47 4d 4c")
+    case("bad_magic_short", b"PK", "BadMagic", "starts with bytes 50 4b,")
     case("version1", file([ARCH], version=1), "UnsupportedVersion", "version 1", "obsolete")
     case("version4", file([ARCH], version=4), "UnsupportedVersion", "version 4")
     case("version_huge", file([ARCH], version=0xDEADBEEF), "UnsupportedVersion")
@@ -362,6 +362,18 @@ def malformed_files():
     case("offset_overflow", file([ARCH], [ti("w", [4], QT.F32, 2**64 - 32)], F32_4), "TensorOutOfBounds")
     past_end = file([ARCH], [ti("w", [4096], QT.F32, 0)], F32_4)
     case("size_past_end", past_end, "TensorOutOfBounds", f"file, which has {len(past_end)} bytes")
+    # Found by the fuzzer: a 0 among the dims made the element count 0, but
+    # the other dims multiplied in row-major order overflowed in Shape.
+    case("fuzz_zero_dim_overflow", bytes.fromhex(
+        "47475546030000000100000000000000000000000000000000000000000000000400000000000000000000000100"
+        "000000000000000000000000006009000400000000000000000000000000000000000000010000000004000000"
+        "000000000000000000000000610000"), "ElementCountOverflow", "tensor \"\"")
+    case("zero_dim_with_huge_dims", file([ARCH], [ti("w", [0, 2**40, 2**40], QT.F32, 0)]),
+         "ElementCountOverflow", "[0, 1099511627776, 1099511627776]")
+    # Found by the fuzzer (a legal file whose data section starts 1 GiB past
+    # its end): with a tensor in it, that tensor is out of bounds.
+    case("huge_alignment", header(1, 1) + kv("general.alignment", VT.UINT32, u32(2**30))
+         + ti("w", [4], QT.F32, 0) + F32_4, "TensorOutOfBounds", "bytes 1073741824..1073741840")
     case("no_data_section", header(1, 1) + ARCH + ti("w", [4], QT.F32, 0), "TensorOutOfBounds")
     case("overlap_same_offset", file([ARCH], [ti("a", [8], QT.F32, 0), ti("b", [8], QT.F32, 0)],
                                      b"\0" * 64), "OverlappingTensors", "\"a\"", "\"b\"")

@@ -32,7 +32,12 @@ fuzz_target!(|data: &[u8]| {
         w.add_tensor_bytes(t.name(), t.qtype(), &t.shape(), bytes)
             .expect("a parsed tensor is writable");
     }
-    // What was read writes back and reads again to the same content.
+    // What was read writes back and reads again to the same content. A
+    // huge alignment (up to 2^31) legitimately writes that much padding, so
+    // the rewrite is skipped there to stay within the fuzzer's memory limit.
+    if g.alignment() > 1 << 16 {
+        return;
+    }
     let again = Gguf::from_vec(w.to_bytes()).expect("rewritten file parses");
     assert_eq!(again.metadata().len(), g.metadata().len());
     assert_eq!(again.tensors().len(), g.tensors().len());

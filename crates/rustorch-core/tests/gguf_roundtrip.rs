@@ -328,3 +328,26 @@ fn summaries_cut_long_arrays() {
     assert_eq!(nested.summary(2), "[[1, 2, ... (4 items)], []]");
     assert_eq!(Value::F32(1.0).to_string(), "1.0");
 }
+
+/// From the fuzzer: a 64-byte file with `general.alignment` = 2^30 and no
+/// tensors is legal; its data section starts past its end. Writing it back
+/// pads the header to the alignment, as llama.cpp does.
+#[test]
+fn huge_alignment_without_tensors() {
+    let mut bytes = b"GGUF".to_vec();
+    bytes.extend_from_slice(&3u32.to_le_bytes());
+    bytes.extend_from_slice(&0u64.to_le_bytes());
+    bytes.extend_from_slice(&1u64.to_le_bytes());
+    bytes.extend_from_slice(&17u64.to_le_bytes());
+    bytes.extend_from_slice(b"general.alignment");
+    bytes.extend_from_slice(&4u32.to_le_bytes());
+    bytes.extend_from_slice(&(1u32 << 30).to_le_bytes());
+    let g = Gguf::from_bytes(&bytes).unwrap();
+    assert_eq!(g.alignment(), 1 << 30);
+    assert_eq!(g.data_offset(), 1 << 30);
+    assert_eq!(g.header_len(), bytes.len() as u64);
+    let mut w = GgufWriter::new();
+    w.add_metadata("general.alignment", 1u32 << 30).unwrap();
+    let n = w.write_to(std::io::sink()).unwrap();
+    assert_eq!(n, 1 << 30);
+}

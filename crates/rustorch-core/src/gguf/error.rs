@@ -18,7 +18,7 @@ pub enum GgufError {
         #[source]
         source: std::io::Error,
     },
-    #[error("not a GGUF file: the first 4 bytes are {found:02x?}, expected \"GGUF\" (47 47 55 46)")]
+    #[error("not a GGUF file: it starts with bytes {}, expected \"GGUF\" (47 47 55 46)", fmt_hex(.found))]
     BadMagic { found: Vec<u8> },
     #[error("unsupported GGUF version {version} at offset 4 (this reader handles versions 2 and 3{})",
         if *.version == 1 { "; version 1 used 32-bit counts and is obsolete" } else { "" })]
@@ -136,6 +136,10 @@ pub enum GgufError {
     InvalidTensor { name: String, message: String },
     #[error(transparent)]
     Tensor(#[from] crate::error::Error),
+}
+
+fn fmt_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(" ")
 }
 
 fn fmt_at(offset: &Option<u64>) -> String {

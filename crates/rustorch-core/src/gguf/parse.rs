@@ -248,21 +248,27 @@ fn read_tensor_info(c: &mut Cursor<'_>, i: u64) -> Result<TensorInfo> {
     })
 }
 
-/// The byte size of a tensor, checking that GGML could hold it: the element
-/// count fits an `i64` (GGML's `ne` type) and a `usize`, and rows are whole
-/// blocks.
+/// The byte size of a tensor, checking that GGML could hold it: the product
+/// of its dims (zeros left out) fits an `i64` (GGML's `ne` type) and a
+/// `usize`, and rows are whole blocks.
 pub(crate) fn tensor_bytes(name: &str, dims: &[u64], qtype: QType, offset: Option<u64>) -> Result<usize> {
     let overflow = || GgufError::ElementCountOverflow {
         name: name.to_string(),
         dims: dims.to_vec(),
         offset,
     };
-    let numel = dims
+    // The product of the non-zero dims must fit, not just the element
+    // count: with a 0 among them the count is 0 whatever the others are,
+    // but `Shape` and GGML multiply dims in other orders (and into byte
+    // strides), where huge ones would overflow first. Found by the fuzzer.
+    let nonzero = dims
         .iter()
+        .filter(|&&d| d != 0)
         .try_fold(1u64, |acc, &d| acc.checked_mul(d))
         .filter(|&n| n <= i64::MAX as u64)
         .ok_or_else(overflow)?;
-    let numel = usize::try_from(numel).map_err(|_| overflow())?;
+    usize::try_from(nonzero).map_err(|_| overflow())?;
+    let numel = if dims.contains(&0) { 0 } else { nonzero as usize };
     let block = qtype.block_size();
     let row = dims.first().copied().unwrap_or(1);
     if !row.is_multiple_of(block as u64) {
