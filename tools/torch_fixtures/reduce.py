@@ -156,6 +156,12 @@ def reductions():
     out.append(mk("mean_f32_narrowed_dim0", sample(torch.float32, 6, 9), op="mean", dims=[0], keepdim=False, views=[["narrow", 0, 1, 4], ["t", 0, 1]]))
     out.append(mk("sum_f32_expanded", sample(torch.float32, 1, 5), op="sum", dims=[0], keepdim=False, views=[["expand", [4, 5]]]))
     out.append(mk("min_i32_transposed", sample(torch.int32, 3, 4, 5), op="min", dims=[1, 2], keepdim=True, views=[["t", 1, 2]]))
+    # Permuted views of contiguous data are reduced in memory order; results
+    # whose kept dims come out in another order get reordered.
+    out.append(mk("var_f32_permuted_4d", sample(torch.float32, 2, 3, 4, 5), op="var", dims=[1, 3], keepdim=True,
+                  correction=1, views=[["t", 0, 3], ["t", 1, 2]]))
+    out.append(mk("max_i64_permuted_4d", sample(torch.int64, 2, 3, 4, 5), op="max", dims=[2], keepdim=False,
+                  views=[["t", 0, 3], ["t", 1, 2]]))
     out.append(mk("sum_f32_size1_dim", sample(torch.float32, 3, 1, 4), op="sum", dims=[1], keepdim=False))
     out.append(mk("mean_f32_size1_keep", sample(torch.float32, 3, 1, 4), op="mean", dims=[1, 2], keepdim=True))
     out.append(mk("var_f32_single_elem", sample(torch.float32, 3, 1), op="var", dims=[1], keepdim=False, correction=1))
@@ -203,6 +209,8 @@ def args():
     out.append(mk("argmax_f32_ties_dim0", ties, op="argmax", dim=0, keepdim=False))
     out.append(mk("argmax_f32_transposed", sample(torch.float32, 4, 6), op="argmax", dim=1, keepdim=False, views=[["t", 0, 1]]))
     out.append(mk("argmin_i64_transposed", randint(0, 4, 5, 6), op="argmin", dim=0, keepdim=True, views=[["t", 0, 1]]))
+    out.append(mk("argmax_f32_permuted", sample(torch.float32, 3, 4, 5), op="argmax", dim=1, keepdim=True, views=[["t", 0, 2]]))
+    out.append(mk("argmin_bf16_permuted", sample(torch.bfloat16, 3, 4, 5), op="argmin", dim=-1, keepdim=False, views=[["t", 0, 1]]))
     out.append(mk("argmax_f32_size1", sample(torch.float32, 3, 1), op="argmax", dim=1, keepdim=False))
     out.append(mk("argmax_f32_scalar", torch.tensor(1.5), op="argmax", dim=0, keepdim=False))
     return out

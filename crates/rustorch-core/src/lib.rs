@@ -8,6 +8,7 @@ pub mod device;
 pub mod dtype;
 pub mod error;
 pub mod executor;
+pub mod gguf;
 pub mod layout;
 pub mod op;
 pub mod quant;

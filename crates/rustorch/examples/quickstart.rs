@@ -28,7 +28,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let h = x.rms_norm(Some(&norm_w), 1e-5)?;
     let q = h.matmul(&wq)?.reshape([1, t, heads, hd])?.transpose(1, 2)?; // [1, H, T, hd]
-    let (cos, sin) = Tensor::rope_cos_sin(t, hd, 10000.0, DType::F32)?;
+    let (cos, sin) = Tensor::rope_cos_sin_seq(t, hd, 10000.0, DType::F32)?;
     let (cos, sin) = (cos.with_executor(&exec)?, sin.with_executor(&exec)?);
     let q = q.rope(&cos, &sin, RopeLayout::NeoX)?;
     let att = Tensor::scaled_dot_product_attention(&q, &q, &q, AttnMask::Causal, None, None)?;

@@ -120,7 +120,7 @@ impl QType {
     }
 
     /// Elements per block.
-    pub fn block_size(self) -> usize {
+    pub const fn block_size(self) -> usize {
         match self {
             QType::F32 | QType::F16 | QType::BF16 | QType::F64 => 1,
             QType::I8 | QType::I16 | QType::I32 | QType::I64 => 1,
@@ -131,7 +131,7 @@ impl QType {
     }
 
     /// Bytes per block.
-    pub fn type_size(self) -> usize {
+    pub const fn type_size(self) -> usize {
         match self {
             QType::F32 | QType::I32 => 4,
             QType::F16 | QType::BF16 | QType::I16 => 2,

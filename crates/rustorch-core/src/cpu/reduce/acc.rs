@@ -7,7 +7,6 @@
 //! the end (`Acc::into_storage`).
 
 use super::simd;
-use crate::cpu::vecmath::{max_f32, sum_f32};
 use crate::cpu::{CpuStorage, StorageElement};
 use crate::dtype::DType;
 use half::{bf16, f16, slice::HalfFloatSliceExt};
@@ -131,8 +130,8 @@ macro_rules! float_acc {
 
 float_acc!(
     f32,
-    sum_f32,
-    max_f32,
+    simd::sum_f32,
+    simd::max_f32,
     simd::min_f32,
     simd::prod_f32,
     simd::sq_dev_f32,

@@ -9,8 +9,8 @@
 //! stay within a few ulp of PyTorch's cascade sums even for long rows.
 
 use super::acc::{Acc, Elem};
-use super::{chunk_size, Geom};
-use crate::cpu::copy::{gather, input_slice, PAR_THRESHOLD};
+use super::{chunk_size, Geom, PAR_REDUCE};
+use crate::cpu::copy::{gather, input_slice};
 use crate::cpu::{unsupported_dtype, CpuInput, CpuResult, CpuStorage};
 use crate::dtype::{DType, C64};
 use crate::error::BackendError;
@@ -23,12 +23,12 @@ use std::ops::Range;
 
 /// Elements reduced by one lane-accumulator kernel call; longer rows are
 /// summed pairwise over blocks of this size.
-const BLOCK: usize = 256;
+const BLOCK: usize = 1024;
 /// Rows an outer reduction adds one after the other before switching to
 /// pairwise addition of partial results.
 const OUTER_BLOCK: usize = 128;
 /// A row at least this long is split over threads when there are few rows.
-const PAR_ROW: usize = 1 << 16;
+const PAR_ROW: usize = PAR_REDUCE;
 
 pub(super) fn reduce(op: &Op, r: ReduceOp, dims: &[usize], input: CpuInput<'_>, out: &TensorMeta) -> CpuResult {
     match input.dtype() {
@@ -64,13 +64,15 @@ struct Part<A> {
 }
 
 fn reduce_typed<T: Elem>(op: &Op, r: ReduceOp, dims: &[usize], input: CpuInput<'_>, out: &TensorMeta) -> CpuResult {
-    let src = input_slice::<T>(op, input)?;
-    if src.is_empty() {
+    if input.layout.numel() == 0 {
         return empty_reduction(op, r, out);
     }
-    let (data, g) = arrange(op, src, input.dims(), dims)?;
+    let src = physical::<T>(op, input, dims)?;
+    let (data, g) = arrange(op, src.data, &src.shape, &src.dims)?;
     let n = g.len;
+    let kept = &src.kept;
     let store = |v: Vec<T::A>| {
+        let v = to_logical(op, v, kept, input.dims())?;
         T::A::into_storage(v, out.dtype)
             .map(|s| vec![s])
             .ok_or_else(|| unsupported_dtype(op, out.dtype))
@@ -89,7 +91,8 @@ fn reduce_typed<T: Elem>(op: &Op, r: ReduceOp, dims: &[usize], input: CpuInput<'
                 Kind::ArgMin
             };
             let p = pass::<T>(kind, &data, g, &[]);
-            Ok(vec![CpuStorage::I64(p.idx.into_iter().map(|i| i as i64).collect())])
+            let idx = p.idx.into_iter().map(|i| i as i64).collect();
+            Ok(vec![CpuStorage::I64(to_logical(op, idx, kept, input.dims())?)])
         }
         ReduceOp::Var { correction } | ReduceOp::Std { correction } => {
             let mu = means(pass::<T>(Kind::Sum, &data, g, &[]).vals);
@@ -109,6 +112,79 @@ fn reduce_typed<T: Elem>(op: &Op, r: ReduceOp, dims: &[usize], input: CpuInput<'
             )
         }
     }
+}
+
+/// The input's elements in memory order, with the reduced dims numbered
+/// for that order.
+struct Physical<'a, T: Clone> {
+    data: Cow<'a, [T]>,
+    shape: Vec<usize>,
+    /// Reduced dims, as positions in `shape`.
+    dims: Vec<usize>,
+    /// The kept dims (logical numbers) in the order results come out.
+    kept: Vec<usize>,
+}
+
+/// A contiguous input as is; a permuted view of contiguous data (a
+/// transpose, say) as that data with its dims renumbered, so no copy is
+/// made and results come out in memory order (`to_logical` fixes that
+/// up, on the small output). Anything else is gathered.
+fn physical<'a, T: Elem>(op: &Op, input: CpuInput<'a>, dims: &[usize]) -> Result<Physical<'a, T>, BackendError> {
+    let layout = input.layout;
+    let logical_kept = || (0..layout.rank()).filter(|d| !dims.contains(d)).collect();
+    if !layout.is_contiguous() {
+        let storage = input
+            .storage
+            .as_slice::<T>()
+            .ok_or_else(|| unsupported_dtype(op, input.dtype()))?;
+        let mut perm: Vec<usize> = (0..layout.rank()).collect();
+        perm.sort_by_key(|&d| std::cmp::Reverse(layout.strides()[d]));
+        let shape: Vec<usize> = perm.iter().map(|&d| layout.dims()[d]).collect();
+        let strides = perm.iter().map(|&d| layout.strides()[d]).collect();
+        let sorted = Layout::from_parts(shape.clone().into(), strides, layout.offset())
+            .map_err(|e| BackendError::invalid(op.name(), e.to_string()))?;
+        if let Some(range) = sorted.contiguous_range() {
+            if let Some(data) = storage.get(range) {
+                return Ok(Physical {
+                    data: Cow::Borrowed(data),
+                    shape,
+                    dims: (0..perm.len()).filter(|&p| dims.contains(&perm[p])).collect(),
+                    kept: perm.into_iter().filter(|d| !dims.contains(d)).collect(),
+                });
+            }
+        }
+    }
+    Ok(Physical {
+        data: input_slice::<T>(op, input)?,
+        shape: layout.dims().to_vec(),
+        dims: dims.to_vec(),
+        kept: logical_kept(),
+    })
+}
+
+/// Reorders results that came out with the kept dims in the order `kept`
+/// into the logical (ascending) order.
+fn to_logical<V: Copy + Send + Sync>(
+    op: &Op,
+    v: Vec<V>,
+    kept: &[usize],
+    in_dims: &[usize],
+) -> Result<Vec<V>, BackendError> {
+    if kept.windows(2).all(|w| w[0] < w[1]) {
+        return Ok(v);
+    }
+    let sizes: Vec<usize> = kept.iter().map(|&d| in_dims[d]).collect();
+    let mut logical = kept.to_vec();
+    logical.sort_unstable();
+    let perm: Vec<isize> = logical
+        .iter()
+        .filter_map(|d| kept.iter().position(|k| k == d))
+        .map(|p| p as isize)
+        .collect();
+    let layout = Layout::contiguous(sizes)
+        .permute(&op.name(), &perm)
+        .map_err(|e| BackendError::invalid(op.name(), e.to_string()))?;
+    Ok(gather(&v, &layout))
 }
 
 /// Reductions of zero elements: PyTorch's identities (0 for sum, 1 for
@@ -191,9 +267,9 @@ fn rows_pass<T: Elem>(kind: Kind, data: &[T], len: usize, means: &[T::A]) -> Par
             .enumerate()
             .map(|(r, row)| row_par::<T>(kind, row, mean(r)))
             .collect()
-    } else if data.len() >= PAR_THRESHOLD {
+    } else if data.len() >= PAR_REDUCE {
         data.par_chunks(len)
-            .with_min_len((PAR_THRESHOLD / 8 / len).max(1))
+            .with_min_len((PAR_REDUCE / 8 / len).max(1))
             .enumerate()
             .map_init(Vec::new, |buf, (r, row)| row_reduce::<T>(kind, row, 0, mean(r), buf))
             .collect()
@@ -286,7 +362,7 @@ struct Task {
 /// ranges, and over row ranges when those are too few for the threads.
 fn outer_pass<T: Elem>(kind: Kind, data: &[T], g: Geom, means: &[T::A]) -> Part<T::A> {
     let threads = rayon::current_num_threads();
-    let parallel = data.len() >= PAR_THRESHOLD;
+    let parallel = data.len() >= PAR_REDUCE;
     let (col_chunk, row_chunk) = if parallel {
         let per_block = (2 * threads).div_ceil(g.outer);
         let cols = g.inner.div_ceil(per_block).max(64).min(g.inner);

@@ -69,6 +69,15 @@ impl Geom {
     }
 }
 
+/// Element counts from which kernels split work over threads. Waking
+/// rayon's sleeping workers costs microseconds, so cheap per-element work
+/// (sums, maxima: tens of elements per nanosecond) needs many more elements
+/// to gain from threads than exp-heavy softmax or sorting does.
+pub(super) const PAR_REDUCE: usize = 1 << 18;
+pub(super) const PAR_SOFTMAX: usize = 1 << 16;
+pub(super) const PAR_SCAN: usize = 1 << 16;
+pub(super) const PAR_SORT: usize = 1 << 14;
+
 /// A vector of `n` elements filled in place by `fill(first, chunk)` for
 /// consecutive chunks of `chunk` elements (the last may be shorter), in
 /// parallel when `parallel`. Outputs are written once instead of being

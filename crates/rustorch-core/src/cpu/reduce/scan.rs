@@ -4,8 +4,8 @@
 //! in f64, f16 and bf16 in f32, complex64 in complex128, and integers and
 //! bools in wrapping i64 (their output is i64).
 
-use super::{chunk_size, Geom};
-use crate::cpu::copy::{input_slice, PAR_THRESHOLD};
+use super::{chunk_size, Geom, PAR_SCAN};
+use crate::cpu::copy::input_slice;
 use crate::cpu::{unsupported_dtype, CpuInput, CpuResult, CpuStorage, StorageElement};
 use crate::dtype::{DType, C64};
 use crate::op::{Op, TensorMeta};
@@ -83,8 +83,8 @@ where
             }
         }
     };
-    if x.len() >= PAR_THRESHOLD && g.outer > 1 {
-        let chunk = chunk_size(g.outer, (PAR_THRESHOLD / 4 / block).max(1)) * block;
+    if x.len() >= PAR_SCAN && g.outer > 1 {
+        let chunk = chunk_size(g.outer, (PAR_SCAN / 4 / block).max(1)) * block;
         x.par_chunks(chunk).zip(out.par_chunks_mut(chunk)).for_each(work);
     } else {
         work((&x[..], &mut out[..]));

@@ -10,10 +10,9 @@
 //! f16 and bf16 compute in f32 and round once.
 
 use super::acc::Elem;
-use super::simd::{exp_f32, f32_to_bf16, f32_to_f16, max_f64, max_rows_f32};
-use super::{chunk_size, fill_chunks, Geom};
-use crate::cpu::copy::{input_slice, PAR_THRESHOLD};
-use crate::cpu::vecmath::max_f32;
+use super::simd::{exp_f32, f32_to_bf16, f32_to_f16, max_f32, max_f64, max_rows_f32};
+use super::{chunk_size, fill_chunks, Geom, PAR_SOFTMAX};
+use crate::cpu::copy::input_slice;
 use crate::cpu::{unsupported_dtype, CpuInput, CpuResult, CpuStorage, StorageElement};
 use crate::dtype::DType;
 use crate::op::Op;
@@ -40,8 +39,8 @@ fn run<T: SoftmaxElem>(op: &Op, input: CpuInput<'_>, g: Geom, log: bool) -> CpuR
     }
     let block = g.len * g.inner;
     let out = if g.inner == 1 {
-        let rows_per_task = chunk_size(g.outer, (PAR_THRESHOLD / 4 / g.len).max(1));
-        fill_chunks(n, rows_per_task * g.len, n >= PAR_THRESHOLD, |start, os| {
+        let rows_per_task = chunk_size(g.outer, (PAR_SOFTMAX / 4 / g.len).max(1));
+        fill_chunks(n, rows_per_task * g.len, n >= PAR_SOFTMAX, |start, os| {
             let mut scratch = Scratch::default();
             let xs = &x[start..start + os.len()];
             for (xr, or) in xs.chunks(g.len).zip(os.chunks_mut(g.len)) {
@@ -49,7 +48,7 @@ fn run<T: SoftmaxElem>(op: &Op, input: CpuInput<'_>, g: Geom, log: bool) -> CpuR
             }
         })
     } else {
-        fill_chunks(n, block, n >= PAR_THRESHOLD && g.outer > 1, |start, os| {
+        fill_chunks(n, block, n >= PAR_SOFTMAX && g.outer > 1, |start, os| {
             let mut scratch = Scratch::default();
             T::block(&x[start..start + os.len()], os, g.len, g.inner, log, &mut scratch);
         })

@@ -1,0 +1,310 @@
+//! Reference quantizers of the K-quant super-blocks (llama.cpp's
+//! `quantize_row_{q2,q3,q4,q5,q6,q8}_K_ref`), written with the same float
+//! operations in the same order as the C code.
+
+// The loops index several parallel arrays by group, as the C code does;
+// keeping its shape makes the two easy to compare line by line.
+#![allow(clippy::needless_range_loop)]
+
+use super::search::{make_q3_quants, make_qkx2_quants, make_qx_quants, nearest_int, signed_max, GROUP_MAX_EPS};
+use crate::quant::blocks::*;
+
+/// Packs 2-bit values: element 128h + 32s + l goes to bits 2s of
+/// qs[32h + l].
+fn pack_2bit(l: &[u8; QK_K]) -> [u8; 64] {
+    let mut qs = [0u8; 64];
+    for h in 0..2 {
+        for i in 0..32 {
+            let j = 128 * h + i;
+            qs[32 * h + i] = l[j] | (l[j + 32] << 2) | (l[j + 64] << 4) | (l[j + 96] << 6);
+        }
+    }
+    qs
+}
+
+impl Quantize<QK_K> for BlockQ2K {
+    fn quantize(x: &[f32; QK_K]) -> Self {
+        const Q4SCALE: f32 = 15.0;
+        let mut l = [0u8; QK_K];
+        let mut aux = [0u8; 16];
+        let mut scales = [0f32; 16];
+        let mut mins = [0f32; 16];
+        let (mut max_scale, mut max_min) = (0f32, 0f32);
+        for j in 0..16 {
+            let xs = &x[16 * j..16 * j + 16];
+            let weights: [f32; 16] = std::array::from_fn(|i| xs[i].abs());
+            let (scale, min) = make_qkx2_quants(
+                3,
+                xs,
+                &weights,
+                &mut l[16 * j..16 * j + 16],
+                &mut aux,
+                -0.5,
+                0.1,
+                15,
+                true,
+            );
+            scales[j] = scale;
+            mins[j] = min;
+            if scale > max_scale {
+                max_scale = scale;
+            }
+            if min > max_min {
+                max_min = min;
+            }
+        }
+        let mut y = BlockQ2K::default();
+        if max_scale > 0.0 {
+            let iscale = Q4SCALE / max_scale;
+            for j in 0..16 {
+                y.scales[j] = nearest_int(iscale * scales[j]) as u8;
+            }
+            y.d = f32_to_f16(max_scale / Q4SCALE);
+        }
+        if max_min > 0.0 {
+            let iscale = Q4SCALE / max_min;
+            for j in 0..16 {
+                y.scales[j] |= (nearest_int(iscale * mins[j]) << 4) as u8;
+            }
+            y.dmin = f32_to_f16(max_min / Q4SCALE);
+        }
+        // Requantize against the rounded scales.
+        let (d_all, m_all) = (f16_to_f32(y.d), f16_to_f32(y.dmin));
+        for j in 0..16 {
+            let d = d_all * (y.scales[j] & 0xF) as f32;
+            if d == 0.0 {
+                continue;
+            }
+            let dm = m_all * (y.scales[j] >> 4) as f32;
+            for i in 16 * j..16 * j + 16 {
+                l[i] = nearest_int((x[i] + dm) / d).clamp(0, 3) as u8;
+            }
+        }
+        y.qs = pack_2bit(&l);
+        y
+    }
+}
+
+impl Quantize<QK_K> for BlockQ3K {
+    fn quantize(x: &[f32; QK_K]) -> Self {
+        let mut l = [0u8; QK_K];
+        let mut scales = [0f32; 16];
+        let (mut max_scale, mut amax) = (0f32, 0f32);
+        for j in 0..16 {
+            let (xs, ls) = (sub16(x, j), sub16_mut(&mut l, j));
+            scales[j] = make_q3_quants(4, xs, ls);
+            let scale = scales[j].abs();
+            if scale > amax {
+                amax = scale;
+                max_scale = scales[j];
+            }
+        }
+        let mut y = BlockQ3K::default();
+        if max_scale != 0.0 {
+            let iscale = -32.0 / max_scale;
+            for j in 0..16 {
+                let q = (nearest_int(iscale * scales[j]) as i8).clamp(-32, 31) + 32;
+                let q = q as u8;
+                if j < 8 {
+                    y.scales[j] = q & 0xF;
+                } else {
+                    y.scales[j - 8] |= (q & 0xF) << 4;
+                }
+                y.scales[j % 4 + 8] |= (q >> 4) << (2 * (j / 4));
+            }
+            y.d = f32_to_f16(1.0 / iscale);
+        }
+        let d_all = f16_to_f32(y.d);
+        let sc = q3k_scales(&y.scales);
+        for j in 0..16 {
+            let d = d_all * sc[j] as f32;
+            if d == 0.0 {
+                continue;
+            }
+            for i in 16 * j..16 * j + 16 {
+                l[i] = (nearest_int(x[i] / d).clamp(-4, 3) + 4) as u8;
+            }
+        }
+        // High bit of element j into bit j / 32 of hmask[j % 32].
+        for (j, q) in l.iter_mut().enumerate() {
+            if *q > 3 {
+                y.hmask[j % 32] |= 1 << (j / 32);
+                *q -= 4;
+            }
+        }
+        y.qs = pack_2bit(&l);
+        y
+    }
+}
+
+fn sub16(x: &[f32; QK_K], j: usize) -> &[f32; 16] {
+    let (chunks, _) = x.as_chunks::<16>();
+    &chunks[j]
+}
+
+fn sub16_mut(l: &mut [u8; QK_K], j: usize) -> &mut [u8; 16] {
+    let (chunks, _) = l.as_chunks_mut::<16>();
+    &mut chunks[j]
+}
+
+/// Scales and mins of the 8 groups of 32 of a Q4_K/Q5_K block, with
+/// weights `sqrt(mean(x^2)) + |x|` and the given search parameters.
+fn groups_of_32(x: &[f32; QK_K], nmax: i32, rmin: f32, nstep: i32, l: &mut [u8; QK_K]) -> ([f32; 8], [f32; 8]) {
+    let mut scales = [0f32; 8];
+    let mut mins = [0f32; 8];
+    let mut aux = [0u8; 32];
+    for j in 0..8 {
+        let xs = &x[32 * j..32 * j + 32];
+        let sum_x2 = xs.iter().fold(0f32, |s, &v| s + v * v);
+        let av_x = (sum_x2 / 32.0).sqrt();
+        let weights: [f32; 32] = std::array::from_fn(|i| av_x + xs[i].abs());
+        let ls = &mut l[32 * j..32 * j + 32];
+        (scales[j], mins[j]) = make_qkx2_quants(nmax, xs, &weights, ls, &mut aux, rmin, 0.1, nstep, false);
+    }
+    (scales, mins)
+}
+
+/// Quantizes the 8 scales and mins to 6 bits, packs them as
+/// `scale_min_k4` reads them, and requantizes the values against the
+/// rounded scales. Returns (d, dmin, packed scales).
+fn pack_scales_k4(
+    x: &[f32; QK_K],
+    scales: &[f32; 8],
+    mins: &[f32; 8],
+    nmax: i32,
+    l: &mut [u8; QK_K],
+) -> ([u8; 2], [u8; 2], [u8; 12]) {
+    let max_scale = scales.iter().fold(0f32, |m, &s| if s > m { s } else { m });
+    let max_min = mins.iter().fold(0f32, |m, &s| if s > m { s } else { m });
+    let inv_scale = if max_scale > 0.0 { 63.0 / max_scale } else { 0.0 };
+    let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
+    let mut s = [0u8; 12];
+    for j in 0..8 {
+        let ls = (nearest_int(inv_scale * scales[j]) as u8).min(63);
+        let lm = (nearest_int(inv_min * mins[j]) as u8).min(63);
+        if j < 4 {
+            s[j] = ls;
+            s[j + 4] = lm;
+        } else {
+            s[j + 4] = (ls & 0xF) | ((lm & 0xF) << 4);
+            s[j - 4] |= (ls >> 4) << 6;
+            s[j] |= (lm >> 4) << 6;
+        }
+    }
+    let d = f32_to_f16(max_scale / 63.0);
+    let dmin = f32_to_f16(max_min / 63.0);
+    let (d_all, m_all) = (f16_to_f32(d), f16_to_f32(dmin));
+    for j in 0..8 {
+        let (sc, m) = scale_min_k4(j, &s);
+        let d = d_all * sc as f32;
+        if d == 0.0 {
+            continue;
+        }
+        let dm = m_all * m as f32;
+        for i in 32 * j..32 * j + 32 {
+            l[i] = nearest_int((x[i] + dm) / d).clamp(0, nmax) as u8;
+        }
+    }
+    (d, dmin, s)
+}
+
+impl Quantize<QK_K> for BlockQ4K {
+    fn quantize(x: &[f32; QK_K]) -> Self {
+        let mut l = [0u8; QK_K];
+        let (scales, mins) = groups_of_32(x, 15, -1.0, 20, &mut l);
+        let (d, dmin, scales) = pack_scales_k4(x, &scales, &mins, 15, &mut l);
+        let mut qs = [0u8; 128];
+        for c in 0..4 {
+            for i in 0..32 {
+                qs[32 * c + i] = l[64 * c + i] | (l[64 * c + 32 + i] << 4);
+            }
+        }
+        BlockQ4K { d, dmin, scales, qs }
+    }
+}
+
+impl Quantize<QK_K> for BlockQ5K {
+    fn quantize(x: &[f32; QK_K]) -> Self {
+        let mut l = [0u8; QK_K];
+        let (scales, mins) = groups_of_32(x, 31, -0.5, 15, &mut l);
+        let (d, dmin, scales) = pack_scales_k4(x, &scales, &mins, 31, &mut l);
+        let mut qs = [0u8; 128];
+        let mut qh = [0u8; 32];
+        for c in 0..4 {
+            for i in 0..32 {
+                let (l1, l2) = (l[64 * c + i], l[64 * c + 32 + i]);
+                qh[i] |= ((l1 >> 4) << (2 * c)) | ((l2 >> 4) << (2 * c + 1));
+                qs[32 * c + i] = (l1 & 0xF) | ((l2 & 0xF) << 4);
+            }
+        }
+        BlockQ5K {
+            d,
+            dmin,
+            scales,
+            qh,
+            qs,
+        }
+    }
+}
+
+impl Quantize<QK_K> for BlockQ6K {
+    fn quantize(x: &[f32; QK_K]) -> Self {
+        let mut l = [0u8; QK_K];
+        let mut scales = [0f32; 16];
+        for (ib, s) in scales.iter_mut().enumerate() {
+            *s = make_qx_quants(32, &x[16 * ib..16 * ib + 16], &mut l[16 * ib..16 * ib + 16]);
+        }
+        let (max_scale, max_abs_scale) = signed_max(&scales);
+        let mut y = BlockQ6K::default();
+        if max_abs_scale < GROUP_MAX_EPS {
+            return y;
+        }
+        let iscale = -128.0 / max_scale;
+        y.d = f32_to_f16(1.0 / iscale);
+        for (o, &s) in y.scales.iter_mut().zip(&scales) {
+            *o = nearest_int(iscale * s).min(127) as i8;
+        }
+        let d_all = f16_to_f32(y.d);
+        for j in 0..16 {
+            let d = d_all * y.scales[j] as f32;
+            if d == 0.0 {
+                continue;
+            }
+            for i in 16 * j..16 * j + 16 {
+                l[i] = (nearest_int(x[i] / d).clamp(-32, 31) + 32) as u8;
+            }
+        }
+        for h in 0..2 {
+            let (ql, qh) = (&mut y.ql[64 * h..64 * h + 64], &mut y.qh[32 * h..32 * h + 32]);
+            for i in 0..32 {
+                let j = 128 * h + i;
+                let (q1, q2, q3, q4) = (l[j], l[j + 32], l[j + 64], l[j + 96]);
+                ql[i] = (q1 & 0xF) | ((q3 & 0xF) << 4);
+                ql[i + 32] = (q2 & 0xF) | ((q4 & 0xF) << 4);
+                qh[i] = (q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6);
+            }
+        }
+        y
+    }
+}
+
+impl Quantize<QK_K> for BlockQ8K {
+    fn quantize(x: &[f32; QK_K]) -> Self {
+        let (max, amax) = signed_max(x);
+        let mut y = BlockQ8K::default();
+        if amax == 0.0 {
+            return y;
+        }
+        // -127 rather than -128 keeps every quant in [-127, 127].
+        let iscale = -127.0 / max;
+        for (q, &v) in y.qs.iter_mut().zip(x) {
+            *q = nearest_int(iscale * v).min(127) as i8;
+        }
+        for (g, qs) in y.qs.chunks_exact(16).enumerate() {
+            let sum: i32 = qs.iter().map(|&q| q as i32).sum();
+            y.bsums[g] = (sum as i16).to_le_bytes();
+        }
+        y.d = (1.0 / iscale).to_le_bytes();
+        y
+    }
+}
