@@ -299,36 +299,38 @@ def sorts():
 
 
 def large():
-    """Inputs big enough for the parallel and blocked paths, rebuilt from
-    a formula on both sides (values are multiples of 1/16: f32 sums of
-    them are exact, so any difference is a bug, not rounding)."""
+    """Inputs big enough for the parallel and blocked paths (above the
+    kernels' thresholds: 2^18 elements for reductions, 2^16 for softmax
+    and cumsum, 2^14 for sorts), rebuilt from a formula on both sides.
+    Values are multiples of 1/16, so f32 sums of them are exact and any
+    difference is a bug, not rounding."""
     out = []
 
     def spec(shape, dtype="float32", mul=37, mod=101, off=50, div=16):
         return {"shape": shape, "dtype": dtype, "mul": mul, "mod": mod, "off": off, "div": div}
 
-    out.append(mk_gen("large_sum_all_f32", spec([200003]), op="sum", dims=[], keepdim=False))
-    out.append(mk_gen("large_max_all_f32", spec([200003]), op="max", dims=[], keepdim=False))
-    out.append(mk_gen("large_argmin_f32", spec([1, 150001]), op="argmin", dim=1, keepdim=False))
-    out.append(mk_gen("large_argmax_dim0_f32", spec([3001, 40]), op="argmax", dim=0, keepdim=False))
-    out.append(mk_gen("large_sum_rows_f32", spec([64, 2051]), op="sum", dims=[1], keepdim=False))
-    out.append(mk_gen("large_sum_dim0_f32", spec([4099, 33]), op="sum", dims=[0], keepdim=True))
+    out.append(mk_gen("large_sum_all_f32", spec([300007]), op="sum", dims=[], keepdim=False))
+    out.append(mk_gen("large_max_all_f32", spec([300007]), op="max", dims=[], keepdim=False))
+    out.append(mk_gen("large_argmin_f32", spec([1, 300001]), op="argmin", dim=1, keepdim=False))
+    out.append(mk_gen("large_argmax_dim0_f32", spec([8001, 40]), op="argmax", dim=0, keepdim=False))
+    out.append(mk_gen("large_sum_rows_f32", spec([160, 2051]), op="sum", dims=[1], keepdim=False))
+    out.append(mk_gen("large_sum_dim0_f32", spec([8200, 33]), op="sum", dims=[0], keepdim=True))
     out.append(mk_gen("large_sum_dim0_wide_f32", spec([300, 1030]), op="sum", dims=[0], keepdim=False))
-    out.append(mk_gen("large_mean_mid_f32", spec([8, 513, 17]), op="mean", dims=[1], keepdim=False))
-    out.append(mk_gen("large_min_dim0_f16", spec([2000, 40], "float16"), op="min", dims=[0], keepdim=False))
-    out.append(mk_gen("large_sum_all_bf16", spec([120000], "bfloat16"), op="sum", dims=[], keepdim=False))
-    out.append(mk_gen("large_var_rows_f64", spec([3, 70000], "float64"), op="var", dims=[1], keepdim=False, correction=1))
-    out.append(mk_gen("large_std_dim0_f32", spec([5000, 20]), op="std", dims=[0], keepdim=False, correction=1))
-    out.append(mk_gen("large_sum_all_i32", spec([100000], "int32", div=1), op="sum", dims=[], keepdim=False))
-    out.append(mk_gen("large_max_dim0_i64", spec([2000, 30], "int64", div=1), op="max", dims=[0], keepdim=False))
-    out.append(mk_gen("large_sum_gathered_f32", spec([40, 30, 50]), op="sum", dims=[0, 2], keepdim=False))
+    out.append(mk_gen("large_mean_mid_f32", spec([8, 513, 70]), op="mean", dims=[1], keepdim=False))
+    out.append(mk_gen("large_min_dim0_f16", spec([7000, 40], "float16"), op="min", dims=[0], keepdim=False))
+    out.append(mk_gen("large_sum_all_bf16", spec([300000], "bfloat16"), op="sum", dims=[], keepdim=False))
+    out.append(mk_gen("large_var_rows_f64", spec([3, 100000], "float64"), op="var", dims=[1], keepdim=False, correction=1))
+    out.append(mk_gen("large_std_dim0_f32", spec([14000, 20]), op="std", dims=[0], keepdim=False, correction=1))
+    out.append(mk_gen("large_sum_all_i32", spec([300000], "int32", div=1), op="sum", dims=[], keepdim=False))
+    out.append(mk_gen("large_max_dim0_i64", spec([9000, 30], "int64", div=1), op="max", dims=[0], keepdim=False))
+    out.append(mk_gen("large_sum_gathered_f32", spec([80, 40, 90]), op="sum", dims=[0, 2], keepdim=False))
     out.append(mk_gen("large_softmax_rows_f32", spec([64, 1031]), sample=97, op="softmax", dim=-1))
     out.append(mk_gen("large_log_softmax_rows_f32", spec([64, 1031]), sample=97, op="log_softmax", dim=-1))
     out.append(mk_gen("large_softmax_rows_f16", spec([48, 1000], "float16"), sample=97, op="softmax", dim=-1))
     out.append(mk_gen("large_softmax_dim0_f32", spec([700, 60]), sample=97, op="softmax", dim=0))
     out.append(mk_gen("large_softmax_mid_bf16", spec([6, 300, 40], "bfloat16"), sample=97, op="softmax", dim=1))
-    out.append(mk_gen("large_cumsum_rows_f32", spec([40, 1000]), sample=97, op="cumsum", dim=1))
-    out.append(mk_gen("large_cumsum_dim0_i64", spec([1000, 40], "int64", div=1), sample=97, op="cumsum", dim=0))
+    out.append(mk_gen("large_cumsum_rows_f32", spec([80, 1000]), sample=97, op="cumsum", dim=1))
+    out.append(mk_gen("large_cumsum_dim0_i64", spec([1000, 80], "int64", div=1), sample=97, op="cumsum", dim=0))
     out.append(mk_gen("large_sort_rows_f32", spec([40, 1000]), sample=97, op="sort", dim=1, descending=True))
     out.append(mk_gen("large_sort_dim0_i32", spec([1000, 40], "int32", div=1), sample=97, op="sort", dim=0, descending=False))
     # mod 4093 with mul 1237 (coprime) gives distinct values per row.

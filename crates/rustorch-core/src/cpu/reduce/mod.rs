@@ -2,14 +2,18 @@
 //! min, prod, argmax/argmin, var/std (`basic`), softmax and log-softmax
 //! (`softmax`), cumsum (`scan`), sort and top-k (`sort`).
 //!
-//! Every kernel first reads its input as contiguous row-major data, then
-//! views it as `[outer, len, inner]` around the dimension(s) it works on:
+//! Every kernel reads its input as contiguous row-major data (reductions
+//! also read permuted views, such as transposes, in place) and views it as
+//! `[outer, len, inner]` around the dimension(s) it works on:
 //! `inner == 1` means each output comes from a contiguous run (rows), and
 //! `inner > 1` means the reduced dimension is outer in memory, so kernels
 //! combine whole `inner`-wide rows at a time (vectorized across columns).
 
 mod acc;
 mod basic;
+mod outer;
+mod plan;
+mod rows;
 mod scan;
 mod simd;
 mod softmax;
