@@ -11,6 +11,7 @@
 
 pub mod blocks;
 mod dequant;
+pub mod matmul;
 mod qtype;
 mod quantize;
 mod tensor;
@@ -34,6 +35,8 @@ pub enum QuantError {
     },
     #[error("{qtype}: {what} is not supported for this type")]
     Unsupported { qtype: QType, what: &'static str },
+    #[error("{op}: {detail}")]
+    Mismatch { op: &'static str, detail: String },
     #[error("{qtype}: shape {shape:?} needs its last dimension to be a multiple of the block size {}", .qtype.block_size())]
     Shape { qtype: QType, shape: Vec<usize> },
 }
@@ -42,6 +45,7 @@ impl From<QuantError> for crate::Error {
     fn from(e: QuantError) -> Self {
         let op = match &e {
             QuantError::Unsupported { what, .. } => *what,
+            QuantError::Mismatch { op, .. } => *op,
             _ => "quant",
         };
         crate::Error::invalid(op, e.to_string())

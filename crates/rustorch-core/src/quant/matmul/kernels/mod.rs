@@ -1,0 +1,38 @@
+//! Dot products of one weight row with one activation row, per weight type
+//! and instruction-set level.
+//!
+//! A kernel takes the bytes of one weight row (whole blocks of the weight
+//! type) and the bytes of one activation row in the type's dot type
+//! (`super::vec_dot_type`) covering the same number of values, and returns
+//! their dot product. Each family module answers `kernel(qtype, isa)` for
+//! the exact level it implements; `find` falls back to the next lower
+//! level, down to the scalar kernel that every type has.
+
+use super::Isa;
+use crate::quant::QType;
+
+mod float;
+mod kquants;
+mod legacy;
+
+/// # Safety
+/// The CPU must support the kernel's instruction-set level, and `w` and `a`
+/// must be matching rows: `w` whole blocks of the weight type, `a` the same
+/// number of values in the dot type. The driver checks both before calling.
+pub(crate) type DotFn = unsafe fn(w: &[u8], a: &[u8]) -> f32;
+
+/// The best kernel for `qtype` at or below `isa`, with its level.
+pub(crate) fn find(qtype: QType, isa: Isa) -> Option<(Isa, DotFn)> {
+    Isa::ALL
+        .into_iter()
+        .rev()
+        .filter(|&level| level <= isa)
+        .find_map(|level| exact(qtype, level).map(|k| (level, k)))
+}
+
+/// The kernel implemented at exactly this level, if any.
+pub(crate) fn exact(qtype: QType, isa: Isa) -> Option<DotFn> {
+    float::kernel(qtype, isa)
+        .or_else(|| legacy::kernel(qtype, isa))
+        .or_else(|| kquants::kernel(qtype, isa))
+}

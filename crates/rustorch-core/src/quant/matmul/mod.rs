@@ -1,0 +1,225 @@
+//! Quantized matrix products, as llama.cpp's CPU backend computes them.
+//!
+//! Weights stay in their GGML type. Each activation row is quantized once
+//! to the weight type's *dot type* (`vec_dot_type`: Q8_0, Q8_1 or Q8_K for
+//! the quantized types; F32, F16 or BF16 for the float ones), and every
+//! output is an integer dot product of a weight row with an activation row,
+//! scaled per block. Kernels exist per weight type and instruction-set
+//! level (`Isa`: scalar, AVX2, AVX-512 VNNI), chosen at run time; work is
+//! split over weight rows with rayon.
+//!
+//! Layout: weights are `rows x cols` (GGML `ne[0] = cols`, as a `Linear`
+//! layer's `[out_features, in_features]`), activations `m x cols`, and the
+//! result `m x rows`: `out[i][j] = sum_k x[i][k] * w[j][k]`.
+
+mod activations;
+mod isa;
+mod kernels;
+
+pub use activations::QuantizedRows;
+pub use isa::Isa;
+
+use super::{QTensor, QType, QuantError};
+use rayon::prelude::*;
+
+/// The type activations are quantized to for a product with weights of
+/// type `w` (llama.cpp's `vec_dot_type`); `None` for types without a
+/// matmul kernel. Q8_1 and Q8_K weights, which llama.cpp's CPU backend
+/// cannot multiply, pair with Q8_0 and Q8_K.
+pub fn vec_dot_type(w: QType) -> Option<QType> {
+    use QType::*;
+    Some(match w {
+        F32 => F32,
+        F16 => F16,
+        BF16 => BF16,
+        Q4_0 | Q5_0 | Q8_0 | Q8_1 | IQ4NL => Q8_0,
+        Q4_1 | Q5_1 => Q8_1,
+        Q2K | Q3K | Q4K | Q5K | Q6K | Q8K | IQ4XS => Q8K,
+        _ => return None,
+    })
+}
+
+/// Whether `qmatmul` has a kernel for weights of this type.
+pub fn can_matmul(w: QType) -> bool {
+    vec_dot_type(w).is_some() && kernels::find(w, Isa::Scalar).is_some()
+}
+
+/// The instruction-set level `qmatmul` would use for weights of type `w`
+/// on this CPU (below `Isa::detected()` where no wider kernel exists).
+pub fn kernel_isa(w: QType) -> Option<Isa> {
+    kernels::find(w, Isa::detected()).map(|(isa, _)| isa)
+}
+
+/// A borrowed `rows x cols` weight matrix in a GGML type (for instance a
+/// tensor inside a memory-mapped GGUF file).
+#[derive(Clone, Copy, Debug)]
+pub struct QMatRef<'a> {
+    qtype: QType,
+    rows: usize,
+    cols: usize,
+    row_bytes: usize,
+    bytes: &'a [u8],
+}
+
+impl<'a> QMatRef<'a> {
+    /// Checks that `bytes` is exactly `rows` rows of `cols` values in `qtype`.
+    pub fn new(qtype: QType, rows: usize, cols: usize, bytes: &'a [u8]) -> Result<Self, QuantError> {
+        let row_bytes = qtype
+            .bytes_for(cols)
+            .ok_or(QuantError::NotWholeBlocks { qtype, elements: cols })?;
+        let expected = row_bytes.checked_mul(rows).ok_or_else(|| QuantError::Mismatch {
+            op: "qmatmul",
+            detail: format!("{rows} x {cols} {qtype} weights overflow the address space"),
+        })?;
+        if bytes.len() != expected {
+            return Err(QuantError::ByteLength {
+                qtype,
+                elements: rows * cols,
+                expected,
+                actual: bytes.len(),
+            });
+        }
+        Ok(QMatRef {
+            qtype,
+            rows,
+            cols,
+            row_bytes,
+            bytes,
+        })
+    }
+
+    pub fn qtype(&self) -> QType {
+        self.qtype
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+
+    fn row(&self, j: usize) -> &'a [u8] {
+        &self.bytes[j * self.row_bytes..(j + 1) * self.row_bytes]
+    }
+}
+
+impl QTensor {
+    /// This tensor as a matrix: the last dimension is `cols`, all the
+    /// others are flattened into `rows`.
+    pub fn as_matrix(&self) -> Result<QMatRef<'_>, QuantError> {
+        let dims = self.shape().dims();
+        let cols = dims.last().copied().unwrap_or(1);
+        let rows = dims[..dims.len().saturating_sub(1)].iter().product();
+        QMatRef::new(self.qtype(), rows, cols, self.bytes())
+    }
+}
+
+/// `x @ w^T` for `m = x.len() / w.cols()` activation rows, with the widest
+/// kernels this CPU supports. Returns the `m x w.rows()` result.
+pub fn qmatmul(w: &QMatRef<'_>, x: &[f32]) -> Result<Vec<f32>, QuantError> {
+    qmatmul_isa(Isa::detected(), w, x)
+}
+
+/// `qmatmul` with kernels no wider than `isa` (which this CPU must
+/// support); for tests and benchmarks that compare levels.
+pub fn qmatmul_isa(isa: Isa, w: &QMatRef<'_>, x: &[f32]) -> Result<Vec<f32>, QuantError> {
+    let dot = vec_dot_type(w.qtype).ok_or(QuantError::Unsupported {
+        qtype: w.qtype,
+        what: "matmul",
+    })?;
+    let act = QuantizedRows::quantize(dot, x, w.cols)?;
+    let mut out = vec![0f32; act.rows() * w.rows];
+    qmatmul_quantized_into(isa, w, &act, &mut out)?;
+    Ok(out)
+}
+
+/// The product with activations quantized beforehand (one activation can
+/// feed several weight matrices, as the Q, K and V projections do), into
+/// `out` (`act.rows() x w.rows()`, row-major).
+pub fn qmatmul_quantized_into(
+    isa: Isa,
+    w: &QMatRef<'_>,
+    act: &QuantizedRows,
+    out: &mut [f32],
+) -> Result<(), QuantError> {
+    let mismatch = |detail: String| QuantError::Mismatch { op: "qmatmul", detail };
+    if !isa.is_available() {
+        return Err(mismatch(format!("this CPU cannot run {isa} kernels")));
+    }
+    let want = vec_dot_type(w.qtype);
+    if want != Some(act.dot_type()) {
+        return Err(mismatch(format!(
+            "{} weights need {} activations, got {}",
+            w.qtype,
+            want.map_or("no".into(), |t| t.to_string()),
+            act.dot_type()
+        )));
+    }
+    if act.cols() != w.cols {
+        return Err(mismatch(format!(
+            "activations have {} columns, weights {}",
+            act.cols(),
+            w.cols
+        )));
+    }
+    let (m, n) = (act.rows(), w.rows);
+    if out.len() != m * n {
+        return Err(mismatch(format!("output holds {} values, needs {m} x {n}", out.len())));
+    }
+    let (_, dot) = kernels::find(w.qtype, isa).ok_or(QuantError::Unsupported {
+        qtype: w.qtype,
+        what: "matmul",
+    })?;
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    let call = |j: usize, i: usize| {
+        // SAFETY: `isa` is available on this CPU (checked above, and `find`
+        // only returns kernels at or below it), and the rows match: both
+        // cover `cols` values, in the weight type and its dot type.
+        unsafe { dot(w.row(j), act.row(i)) }
+    };
+
+    // Weight rows are split into chunks that each task streams once; with
+    // several activation rows, a chunk small enough to stay in cache is
+    // reused for all of them.
+    let threads = rayon::current_num_threads().max(1);
+    let chunk = (n / (threads * 8)).clamp(1, 64);
+    if m == 1 {
+        out.par_chunks_mut(chunk).enumerate().for_each(|(c, o)| {
+            for (jj, v) in o.iter_mut().enumerate() {
+                *v = call(c * chunk + jj, 0);
+            }
+        });
+        return Ok(());
+    }
+    let chunk = chunk.min(16);
+    let tiles: Vec<Vec<f32>> = (0..n.div_ceil(chunk))
+        .into_par_iter()
+        .map(|c| {
+            let j0 = c * chunk;
+            let j1 = (j0 + chunk).min(n);
+            let mut tile = Vec::with_capacity(m * (j1 - j0));
+            for i in 0..m {
+                for j in j0..j1 {
+                    tile.push(call(j, i));
+                }
+            }
+            tile
+        })
+        .collect();
+    for (c, tile) in tiles.iter().enumerate() {
+        let j0 = c * chunk;
+        let width = tile.len() / m;
+        for i in 0..m {
+            out[i * n + j0..i * n + j0 + width].copy_from_slice(&tile[i * width..(i + 1) * width]);
+        }
+    }
+    Ok(())
+}
