@@ -18,6 +18,7 @@ bin="$cache/build/bin"
 tools=(test-backend-ops llama-quantize llama-perplexity llama-bench llama-tokenize)
 
 have_all=1
+grep -qs RUSTORCH_LLAMACPP_THREADS "$cache/src/tests/test-backend-ops.cpp" || have_all=0
 for t in "${tools[@]}"; do [ -x "$bin/$t" ] || have_all=0; done
 if [ "$have_all" = 1 ]; then
     echo "$bin"
@@ -33,6 +34,14 @@ if [ ! -d "$cache/src" ]; then
     tar xzf "$cache"/dl/llama_cpp_python-"$version".tar.gz -C "$cache"
     mv "$cache/llama_cpp_python-$version/vendor/llama.cpp" "$cache/src"
     rm -rf "$cache/llama_cpp_python-$version" "$cache/dl"
+fi
+# The one source change: test-backend-ops runs the CPU backend with half the
+# hardware threads (1 on a 2-core machine); let RUSTORCH_LLAMACPP_THREADS set
+# the count so that benchmarks compare both libraries at the same threads.
+tbo="$cache/src/tests/test-backend-ops.cpp"
+if ! grep -q RUSTORCH_LLAMACPP_THREADS "$tbo"; then
+    sed -i 's|ggml_backend_set_n_threads_fn(backend.get(), std::max<int>(1, N_THREADS/2));|ggml_backend_set_n_threads_fn(backend.get(), getenv("RUSTORCH_LLAMACPP_THREADS") ? atoi(getenv("RUSTORCH_LLAMACPP_THREADS")) : std::max<int>(1, N_THREADS/2));|' "$tbo"
+    grep -q RUSTORCH_LLAMACPP_THREADS "$tbo" || { echo "could not patch the thread count in $tbo" >&2; exit 1; }
 fi
 command -v cmake >/dev/null || python3 -m pip install --quiet cmake >&2
 

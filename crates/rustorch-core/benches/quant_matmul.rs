@@ -1,0 +1,117 @@
+//! Quantized matvec and matmul for every weight type, plus this machine's
+//! memory read bandwidth. bench/compare_llamacpp_quant.py runs these and
+//! llama.cpp's test-backend-ops on the same shapes in one run and prints
+//! GB/s of weights streamed for both.
+//!
+//! Ids: `qmatvec/<TYPE>_<rows>x<cols>` (one activation row),
+//! `qmatmul/<TYPE>_<rows>x<cols>x<batch>` and `membw/read_1GiB`. Weights
+//! are `rows x cols` (`rows` outputs, `cols` inputs). Each run includes
+//! quantizing the activations, as llama.cpp's MUL_MAT does.
+//! Filter with criterion's usual argument: `-- qmatvec/Q4_K_`.
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use rayon::prelude::*;
+use rustorch_core::quant::matmul::{self, QMatRef};
+use rustorch_core::quant::{QTensor, QType};
+use std::hint::black_box;
+use std::time::Duration;
+
+pub const TYPES: [QType; 17] = [
+    QType::F32,
+    QType::F16,
+    QType::BF16,
+    QType::Q4_0,
+    QType::Q4_1,
+    QType::Q5_0,
+    QType::Q5_1,
+    QType::Q8_0,
+    QType::Q8_1,
+    QType::Q2K,
+    QType::Q3K,
+    QType::Q4K,
+    QType::Q5K,
+    QType::Q6K,
+    QType::Q8K,
+    QType::IQ4NL,
+    QType::IQ4XS,
+];
+
+/// Deterministic values in [-1, 1).
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+/// `rows x cols` weights: 64 quantized rows repeated (speed does not
+/// depend on the values, and quantizing 16M values per type is slow).
+fn weights(qtype: QType, rows: usize, cols: usize) -> Vec<u8> {
+    let tile = QTensor::quantize(qtype, [64, cols], &values(64 * cols, 7)).expect("quantize");
+    let mut bytes = Vec::with_capacity(tile.bytes().len() * rows.div_ceil(64));
+    while bytes.len() < tile.bytes().len() / 64 * rows {
+        bytes.extend_from_slice(tile.bytes());
+    }
+    bytes.truncate(tile.bytes().len() / 64 * rows);
+    bytes
+}
+
+fn bench_shape(c: &mut Criterion, group: &str, rows: usize, cols: usize, batch: usize) {
+    let mut g = c.benchmark_group(group);
+    g.sample_size(10)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    let x = values(batch * cols, 11);
+    for qtype in TYPES {
+        if !matmul::can_matmul(qtype) {
+            eprintln!("{group}/{qtype}: no kernel, skipped");
+            continue;
+        }
+        let bytes = weights(qtype, rows, cols);
+        let w = QMatRef::new(qtype, rows, cols, &bytes).expect("weights");
+        g.throughput(Throughput::Bytes(bytes.len() as u64));
+        let id = if batch == 1 {
+            format!("{qtype}_{rows}x{cols}")
+        } else {
+            format!("{qtype}_{rows}x{cols}x{batch}")
+        };
+        g.bench_function(id, |b| b.iter(|| black_box(matmul::qmatmul(&w, &x).expect("qmatmul"))));
+    }
+    g.finish();
+}
+
+fn qmatvec(c: &mut Criterion) {
+    bench_shape(c, "qmatvec", 4096, 4096, 1);
+    bench_shape(c, "qmatvec", 5632, 2048, 1);
+}
+
+fn qmatmul(c: &mut Criterion) {
+    bench_shape(c, "qmatmul", 4096, 4096, 512);
+}
+
+/// Read bandwidth: a 1 GiB buffer (far past the caches) summed by all
+/// threads, as a matvec streams its weights.
+fn membw(c: &mut Criterion) {
+    let words: Vec<u64> = (0..(1usize << 27)).map(|i| i as u64).collect();
+    let mut g = c.benchmark_group("membw");
+    g.sample_size(10).measurement_time(Duration::from_secs(4));
+    g.throughput(Throughput::Bytes((words.len() * 8) as u64));
+    g.bench_function("read_1GiB", |b| {
+        b.iter(|| {
+            let s: u64 = words
+                .par_chunks(1 << 16)
+                .map(|ch| ch.iter().fold(0u64, |a, v| a.wrapping_add(*v)))
+                .reduce(|| 0, u64::wrapping_add);
+            black_box(s)
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, membw, qmatvec, qmatmul);
+criterion_main!(benches);
