@@ -18,7 +18,7 @@ bin="$cache/build/bin"
 tools=(test-backend-ops llama-quantize llama-perplexity llama-bench llama-tokenize)
 
 have_all=1
-grep -qs RUSTORCH_LLAMACPP_THREADS "$cache/src/tests/test-backend-ops.cpp" || have_all=0
+grep -qs RUSTORCH_LLAMACPP_THREADS "$bin/test-backend-ops" || have_all=0
 for t in "${tools[@]}"; do [ -x "$bin/$t" ] || have_all=0; done
 if [ "$have_all" = 1 ]; then
     echo "$bin"
