@@ -102,7 +102,11 @@ unsafe fn dot_avx2(w: &[u8], a: &[u8]) -> f32 {
             sumi2 = _mm256_add_epi32(_mm256_madd_epi16(p16_2, _mm256_set1_epi16(ls[ib + 1] as i16)), sumi2);
         }
         let d = f16_to_f32(x.d) * y.scale();
-        accum = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_add_epi32(sumi1, sumi2)), accum);
+        accum = _mm256_fmadd_ps(
+            _mm256_set1_ps(d),
+            _mm256_cvtepi32_ps(_mm256_add_epi32(sumi1, sumi2)),
+            accum,
+        );
     }
     super::hsum_float_8(accum)
 }

@@ -40,7 +40,11 @@ unsafe fn dot_scalar(w: &[u8], a: &[u8]) -> f32 {
             let (h, s, half) = (g / 8, (g % 8) / 2, g % 2);
             let qs = &x.qs[32 * h + 16 * half..32 * h + 16 * half + 16];
             let q8 = &y.qs[16 * g..16 * g + 16];
-            let isuml: i32 = qs.iter().zip(q8).map(|(&q, &v)| v as i32 * ((q >> (2 * s)) & 3) as i32).sum();
+            let isuml: i32 = qs
+                .iter()
+                .zip(q8)
+                .map(|(&q, &v)| v as i32 * ((q >> (2 * s)) & 3) as i32)
+                .sum();
             isum += (x.scales[g] & 0xF) as i32 * isuml;
         }
         sumf += dall * isum as f32 - dmin * summs as f32;
@@ -76,7 +80,10 @@ unsafe fn dot_avx2(w: &[u8], a: &[u8]) -> f32 {
         let all_scales = _mm256_cvtepi8_epi16(scales8);
         let l_scales = _mm256_castsi256_si128(all_scales);
         let h_scales = _mm256_extracti128_si256::<1>(all_scales);
-        let scales = [_mm256_set_m128i(l_scales, l_scales), _mm256_set_m128i(h_scales, h_scales)];
+        let scales = [
+            _mm256_set_m128i(l_scales, l_scales),
+            _mm256_set_m128i(h_scales, h_scales),
+        ];
         let mut sumi = _mm256_setzero_si256();
         for j in 0..2 {
             let q2bits = unsafe { _mm256_loadu_si256(x.qs.as_ptr().add(32 * j).cast()) };

@@ -79,7 +79,10 @@ unsafe fn dot_avx2(w: &[u8], a: &[u8]) -> f32 {
         let all_scales = _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(sc.as_ptr().cast()) });
         let l_scales = _mm256_castsi256_si128(all_scales);
         let h_scales = _mm256_extracti128_si256::<1>(all_scales);
-        let scales = [_mm256_set_m128i(l_scales, l_scales), _mm256_set_m128i(h_scales, h_scales)];
+        let scales = [
+            _mm256_set_m128i(l_scales, l_scales),
+            _mm256_set_m128i(h_scales, h_scales),
+        ];
         let hbits = unsafe { _mm256_loadu_si256(x.hmask.as_ptr().cast()) };
         let mut sumi = _mm256_setzero_si256();
         for j in 0..2 {

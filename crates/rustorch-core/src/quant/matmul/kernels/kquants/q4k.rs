@@ -138,7 +138,7 @@ unsafe fn dot_avx512(w: &[u8], a: &[u8]) -> f32 {
         let mut sumi = _mm512_setzero_si512();
         for (j, idx) in IDX.iter().enumerate() {
             let chunk = unsafe { _mm512_broadcast_i64x4(_mm256_loadu_si256(x.qs.as_ptr().add(32 * j).cast())) };
-            let q4 = _mm512_and_si512(_mm512_mask_srli_epi16::<4>(chunk, 0xFFFF_0000, chunk, ), m4);
+            let q4 = _mm512_and_si512(_mm512_mask_srli_epi16::<4>(chunk, 0xFFFF_0000, chunk), m4);
             let q8 = unsafe { _mm512_loadu_si512(y.qs.as_ptr().add(64 * j).cast()) };
             let dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q4, q8);
             sumi = _mm512_dpwssd_epi32(sumi, dot, permute(sc32, idx));

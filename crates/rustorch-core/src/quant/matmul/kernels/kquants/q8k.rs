@@ -55,7 +55,10 @@ unsafe fn dot_avx2(w: &[u8], a: &[u8]) -> f32 {
                     _mm_loadu_si128(y.qs.as_ptr().add(16 * k).cast()),
                 )
             };
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_cvtepi8_epi16(p), _mm256_cvtepi8_epi16(q)));
+            sumi = _mm256_add_epi32(
+                sumi,
+                _mm256_madd_epi16(_mm256_cvtepi8_epi16(p), _mm256_cvtepi8_epi16(q)),
+            );
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(x.scale() * y.scale()), _mm256_cvtepi32_ps(sumi), acc);
     }

@@ -7,7 +7,15 @@ use crate::quant::matmul::{qmatmul_isa, Isa, QMatRef, QuantizedRows};
 use crate::quant::{dequantize, quantize, QType};
 
 /// The types whose kernels are implemented at every level.
-const TYPES: [QType; 7] = [QType::Q4K, QType::Q6K, QType::Q5K, QType::Q8K, QType::Q3K, QType::Q2K, QType::IQ4XS];
+const TYPES: [QType; 7] = [
+    QType::Q4K,
+    QType::Q6K,
+    QType::Q5K,
+    QType::Q8K,
+    QType::Q3K,
+    QType::Q2K,
+    QType::IQ4XS,
+];
 
 /// Row lengths: one block, two, and a typical hidden size.
 const LENGTHS: [usize; 3] = [256, 512, 4096];
@@ -87,7 +95,8 @@ fn weight_rows(qtype: QType, n: usize, rng: &mut Rng) -> Vec<(String, Vec<u8>)> 
 
     let mut mixed = vec![0u8; blocks * size];
     for b in mixed.chunks_exact_mut(size) {
-        b.iter_mut().for_each(|v| *v = [0x00, 0xFF, 0x7F, 0x80][rng.byte() as usize % 4]);
+        b.iter_mut()
+            .for_each(|v| *v = [0x00, 0xFF, 0x7F, 0x80][rng.byte() as usize % 4]);
         set_scales(qtype, b, rng, 1.0);
     }
     rows.push(("extreme bytes".into(), mixed));
@@ -152,7 +161,12 @@ fn reference(qtype: QType, w: &[u8], a: &[u8]) -> (f64, f64) {
     };
     let m = parts
         .iter()
-        .map(|p| p.iter().zip(&av).map(|(&x, &y)| (x as f64 * y as f64).abs()).sum::<f64>())
+        .map(|p| {
+            p.iter()
+                .zip(&av)
+                .map(|(&x, &y)| (x as f64 * y as f64).abs())
+                .sum::<f64>()
+        })
         .sum();
     (dot, m)
 }
