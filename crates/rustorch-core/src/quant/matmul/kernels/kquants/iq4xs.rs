@@ -6,6 +6,9 @@
 //! nibble `g % 2` of `scales_l[g / 2]` plus bits `2g..2g+2` of `scales_h`
 //! as bits 4-5.
 
+// Group and chunk indices address several arrays with different strides.
+#![allow(clippy::needless_range_loop)]
+
 use crate::quant::blocks::{cast_blocks, f16_to_f32, BlockIQ4XS, BlockQ8K, KVALUES_IQ4NL};
 use crate::quant::matmul::kernels::DotFn;
 use crate::quant::matmul::Isa;

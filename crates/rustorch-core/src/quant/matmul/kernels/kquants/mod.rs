@@ -92,6 +92,13 @@ fn q3k_scales(packed: &[u8; 12]) -> [i8; 16] {
     out
 }
 
+/// The `pshufb` control word (as an i16 to broadcast) that copies i16
+/// element `e` of each 128-bit lane to every element.
+#[inline(always)]
+fn word(e: usize) -> i16 {
+    (((2 * e + 1) << 8) | (2 * e)) as i16
+}
+
 /// Sum of the 8 lanes as llama.cpp's `hsum_float_8`: high half plus low
 /// half, then pairs, then the last two.
 #[cfg(target_arch = "x86_64")]

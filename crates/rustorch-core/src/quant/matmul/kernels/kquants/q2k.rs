@@ -4,6 +4,9 @@
 //! Block layout: half `h` (128 values) takes 32 bytes of `qs`; value
 //! `128h + 32s + l` is bits `2s..2s+2` of `qs[32h + l]`.
 
+// Group and chunk indices address several arrays with different strides.
+#![allow(clippy::needless_range_loop)]
+
 use crate::quant::blocks::{cast_blocks, f16_to_f32, BlockQ2K, BlockQ8K};
 use crate::quant::matmul::kernels::DotFn;
 use crate::quant::matmul::Isa;
@@ -92,8 +95,8 @@ unsafe fn dot_avx2(w: &[u8], a: &[u8]) -> f32 {
                 let q2 = _mm256_and_si256(_mm256_srl_epi16(q2bits, _mm_cvtsi32_si128(2 * k as i32)), m3);
                 let q8 = unsafe { _mm256_loadu_si256(y.qs.as_ptr().add(128 * j + 32 * k).cast()) };
                 let pick = _mm256_set_m128i(
-                    _mm_set1_epi16(((4 * k + 3) << 8 | (4 * k + 2)) as i16),
-                    _mm_set1_epi16(((4 * k + 1) << 8 | 4 * k) as i16),
+                    _mm_set1_epi16(super::word(2 * k + 1)),
+                    _mm_set1_epi16(super::word(2 * k)),
                 );
                 p[k] = _mm256_madd_epi16(_mm256_shuffle_epi8(scales[j], pick), _mm256_maddubs_epi16(q2, q8));
             }

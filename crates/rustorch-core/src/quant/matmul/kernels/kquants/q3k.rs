@@ -5,6 +5,9 @@
 //! `128h + 32s + l` is bits `2s..2s+2` of `qs[32h + l]`, minus 4 unless bit
 //! `4h + s` of `hmask[l]` is set.
 
+// Group and chunk indices address several arrays with different strides.
+#![allow(clippy::needless_range_loop)]
+
 use super::q3k_scales;
 use crate::quant::blocks::{cast_blocks, f16_to_f32, BlockQ3K, BlockQ8K};
 use crate::quant::matmul::kernels::DotFn;
@@ -101,8 +104,8 @@ unsafe fn dot_avx2(w: &[u8], a: &[u8]) -> f32 {
                 let p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(q3l, q8), _mm256_maddubs_epi16(q3h, q8));
                 // i16 elements 2k (lower lane) and 2k + 1 (upper lane).
                 let pick = _mm256_set_m128i(
-                    _mm_set1_epi16(((4 * k + 3) << 8 | (4 * k + 2)) as i16),
-                    _mm_set1_epi16(((4 * k + 1) << 8 | 4 * k) as i16),
+                    _mm_set1_epi16(super::word(2 * k + 1)),
+                    _mm_set1_epi16(super::word(2 * k)),
                 );
                 p[k] = _mm256_madd_epi16(_mm256_shuffle_epi8(scales[j], pick), p16);
             }

@@ -3,6 +3,9 @@
 //! Block layout: 32-byte chunk `c` of `qs` holds group `2c` in its low
 //! nibbles and group `2c + 1` in its high nibbles.
 
+// Group and chunk indices address several arrays with different strides.
+#![allow(clippy::needless_range_loop)]
+
 use super::k4_scales_mins;
 use crate::quant::blocks::{cast_blocks, f16_to_f32, BlockQ4K, BlockQ8K};
 use crate::quant::matmul::kernels::DotFn;
@@ -86,8 +89,8 @@ unsafe fn dot_avx2(w: &[u8], a: &[u8]) -> f32 {
         let mut sumi = _mm256_setzero_si256();
         for j in 0..4 {
             // Broadcast i16 element 2j (and 2j + 1) of `scales`.
-            let scale_l = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(((4 * j + 1) << 8 | 4 * j) as i16));
-            let scale_h = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(((4 * j + 3) << 8 | (4 * j + 2)) as i16));
+            let scale_l = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(super::word(2 * j)));
+            let scale_h = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(super::word(2 * j + 1)));
             let q4bits = unsafe { _mm256_loadu_si256(x.qs.as_ptr().add(32 * j).cast()) };
             let q4l = _mm256_and_si256(q4bits, m4);
             let q4h = _mm256_and_si256(_mm256_srli_epi16::<4>(q4bits), m4);

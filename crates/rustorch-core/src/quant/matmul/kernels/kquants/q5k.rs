@@ -4,6 +4,9 @@
 //! holds group `2c` in its low nibbles, `2c + 1` in its high nibbles); the
 //! fifth bit of value `32 * g + l` is bit `g` of `qh[l]`.
 
+// Group and chunk indices address several arrays with different strides.
+#![allow(clippy::needless_range_loop)]
+
 use super::k4_scales_mins;
 use crate::quant::blocks::{cast_blocks, f16_to_f32, BlockQ5K, BlockQ8K};
 use crate::quant::matmul::kernels::DotFn;
@@ -89,8 +92,8 @@ unsafe fn dot_avx2(w: &[u8], a: &[u8]) -> f32 {
         let hbits = unsafe { _mm256_loadu_si256(x.qh.as_ptr().cast()) };
         let mut sumi = _mm256_setzero_si256();
         for j in 0..4 {
-            let scale_0 = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(((4 * j + 1) << 8 | 4 * j) as i16));
-            let scale_1 = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(((4 * j + 3) << 8 | (4 * j + 2)) as i16));
+            let scale_0 = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(super::word(2 * j)));
+            let scale_1 = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(super::word(2 * j + 1)));
             let q5bits = unsafe { _mm256_loadu_si256(x.qs.as_ptr().add(32 * j).cast()) };
             // Bit 2j (then 2j + 1) of each qh byte, moved to bit 4.
             let bit0 = _mm_cvtsi32_si128(2 * j as i32);
