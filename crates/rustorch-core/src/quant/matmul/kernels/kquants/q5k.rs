@@ -1,0 +1,173 @@
+//! Q5_K weights (8 groups of 32: `d * sc * q - dmin * m`, q in 5 bits).
+//!
+//! Block layout: as Q4_K for the low four bits (32-byte chunk `c` of `qs`
+//! holds group `2c` in its low nibbles, `2c + 1` in its high nibbles); the
+//! fifth bit of value `32 * g + l` is bit `g` of `qh[l]`.
+
+// Group and chunk indices address several arrays with different strides.
+#![allow(clippy::needless_range_loop)]
+
+use super::k4_scales_mins;
+use crate::quant::blocks::{cast_blocks, f16_to_f32, BlockQ5K, BlockQ8K};
+use crate::quant::matmul::kernels::DotFn;
+use crate::quant::matmul::Isa;
+
+pub(super) fn kernel(isa: Isa) -> Option<DotFn> {
+    match isa {
+        Isa::Scalar => Some(dot_scalar),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => Some(dot_avx2),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vnni => Some(dot_avx512),
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => None,
+    }
+}
+
+fn blocks<'a>(w: &'a [u8], a: &'a [u8]) -> Option<(&'a [BlockQ5K], &'a [BlockQ8K])> {
+    Some((cast_blocks(w)?, cast_blocks(a)?))
+}
+
+/// llama.cpp's `ggml_vec_dot_q5_K_q8_K_generic`: as Q4_K, with the fifth
+/// bit adding 16 to each quant.
+unsafe fn dot_scalar(w: &[u8], a: &[u8]) -> f32 {
+    let Some((w, a)) = blocks(w, a) else {
+        return f32::NAN;
+    };
+    let mut sums = [0f32; 8];
+    let mut sumf = 0f32;
+    for (x, y) in w.iter().zip(a) {
+        let sm = k4_scales_mins(&x.scales);
+        let mut aux32 = [0i32; 8];
+        for g in 0..8 {
+            let scale = sm[g] as i32;
+            let chunk = &x.qs[32 * (g / 2)..32 * (g / 2) + 32];
+            let shift = 4 * (g % 2);
+            let q8 = &y.qs[32 * g..32 * g + 32];
+            for (l, (&q, &v)) in chunk.iter().zip(q8).enumerate() {
+                let q5 = ((q >> shift) & 0xF) as i32 + 16 * ((x.qh[l] >> g) & 1) as i32;
+                aux32[l % 8] += scale * (q5 * v as i32);
+            }
+        }
+        let sumi: i32 = (0..16).map(|j| y.bsum(j) as i32 * sm[8 + j / 2] as i32).sum();
+        let d = f16_to_f32(x.d) * y.scale();
+        for (s, &v) in sums.iter_mut().zip(&aux32) {
+            *s += d * v as f32;
+        }
+        let dmin = f16_to_f32(x.dmin) * y.scale();
+        sumf -= dmin * sumi as f32;
+    }
+    sums.iter().fold(sumf, |acc, &s| acc + s)
+}
+
+/// llama.cpp's AVX2 `ggml_vec_dot_q5_K_q8_K`: Q4_K's structure with the
+/// fifth bit added as 16; the min terms summed in a scalar f32.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_avx2(w: &[u8], a: &[u8]) -> f32 {
+    use std::arch::x86_64::*;
+    let Some((w, a)) = blocks(w, a) else {
+        return f32::NAN;
+    };
+    let m4 = _mm256_set1_epi8(0xF);
+    let mone = _mm256_set1_epi8(1);
+    let mzero = _mm_setzero_si128();
+    let mut acc = _mm256_setzero_ps();
+    let mut summs = 0f32;
+    for (x, y) in w.iter().zip(a) {
+        let d = y.scale() * f16_to_f32(x.d);
+        let dmin = -y.scale() * f16_to_f32(x.dmin);
+        let sm = k4_scales_mins(&x.scales);
+        // SAFETY (all loads below): each pointer is to a field of a block
+        // with at least as many bytes as the load reads; unaligned loads.
+        let mins_and_scales = _mm256_cvtepu8_epi16(unsafe { _mm_loadu_si128(sm.as_ptr().cast()) });
+        let q8sums = unsafe { _mm256_loadu_si256(y.bsums.as_ptr().cast()) };
+        let q8s = _mm_hadd_epi16(_mm256_castsi256_si128(q8sums), _mm256_extracti128_si256::<1>(q8sums));
+        let prod = _mm_madd_epi16(_mm256_extracti128_si256::<1>(mins_and_scales), q8s);
+        let hsum = _mm_hadd_epi32(_mm_hadd_epi32(prod, mzero), mzero);
+        summs += dmin * _mm_cvtsi128_si32(hsum) as f32;
+
+        let sc128 = _mm256_castsi256_si128(mins_and_scales);
+        let scales = _mm256_set_m128i(sc128, sc128);
+        let hbits = unsafe { _mm256_loadu_si256(x.qh.as_ptr().cast()) };
+        let mut sumi = _mm256_setzero_si256();
+        for j in 0..4 {
+            let scale_0 = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(super::word(2 * j)));
+            let scale_1 = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(super::word(2 * j + 1)));
+            let q5bits = unsafe { _mm256_loadu_si256(x.qs.as_ptr().add(32 * j).cast()) };
+            // Bit 2j (then 2j + 1) of each qh byte, moved to bit 4.
+            let bit0 = _mm_cvtsi32_si128(2 * j as i32);
+            let bit1 = _mm_cvtsi32_si128(2 * j as i32 + 1);
+            let h0 = _mm256_and_si256(hbits, _mm256_sll_epi16(mone, bit0));
+            let h1 = _mm256_and_si256(hbits, _mm256_sll_epi16(mone, bit1));
+            let q5_0 = _mm256_add_epi8(
+                _mm256_and_si256(q5bits, m4),
+                _mm256_slli_epi16::<4>(_mm256_srl_epi16(h0, bit0)),
+            );
+            let q5_1 = _mm256_add_epi8(
+                _mm256_and_si256(_mm256_srli_epi16::<4>(q5bits), m4),
+                _mm256_slli_epi16::<4>(_mm256_srl_epi16(h1, bit1)),
+            );
+            let q8_0 = unsafe { _mm256_loadu_si256(y.qs.as_ptr().add(64 * j).cast()) };
+            let q8_1 = unsafe { _mm256_loadu_si256(y.qs.as_ptr().add(64 * j + 32).cast()) };
+            let p16_0 = _mm256_madd_epi16(scale_0, _mm256_maddubs_epi16(q5_0, q8_0));
+            let p16_1 = _mm256_madd_epi16(scale_1, _mm256_maddubs_epi16(q5_1, q8_1));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p16_0, p16_1));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    super::hsum_float_8(acc) + summs
+}
+
+/// AVX-512 VNNI: Q4_K's kernel with the fifth bit added to the quants
+/// under a byte mask (`vptestmb` + masked add; at most 4 * 31 * 128 per
+/// lane, inside i16).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn dot_avx512(w: &[u8], a: &[u8]) -> f32 {
+    use super::avx512::{permute, spread};
+    use std::arch::x86_64::*;
+    const IDX: [[i32; 16]; 4] = [spread(0, 8), spread(2, 8), spread(4, 8), spread(6, 8)];
+    let Some((w, a)) = blocks(w, a) else {
+        return f32::NAN;
+    };
+    let m4 = _mm512_set1_epi8(0xF);
+    let m16 = _mm512_set1_epi8(16);
+    // Bit 2j of qh for the lower half (group 2j), bit 2j + 1 for the upper.
+    let bits: [__m512i; 4] = std::array::from_fn(|j| {
+        _mm512_inserti64x4::<1>(
+            _mm512_set1_epi8(1 << (2 * j)),
+            _mm256_set1_epi8((1u8 << (2 * j + 1)) as i8),
+        )
+    });
+    let mut acc = _mm512_setzero_ps();
+    let mut acc_m = _mm_setzero_ps();
+    for (x, y) in w.iter().zip(a) {
+        let d = y.scale() * f16_to_f32(x.d);
+        let dmin = -y.scale() * f16_to_f32(x.dmin);
+        let sm = k4_scales_mins(&x.scales);
+        // SAFETY (all loads below): each pointer is to a field of a block
+        // with at least as many bytes as the load reads; unaligned loads.
+        let sm128 = unsafe { _mm_loadu_si128(sm.as_ptr().cast()) };
+        let mins = _mm256_extracti128_si256::<1>(_mm256_cvtepu8_epi16(sm128));
+        let q8sums = unsafe { _mm256_loadu_si256(y.bsums.as_ptr().cast()) };
+        let q8s = _mm_hadd_epi16(_mm256_castsi256_si128(q8sums), _mm256_extracti128_si256::<1>(q8sums));
+        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(_mm_madd_epi16(mins, q8s)), acc_m);
+
+        let sc32 = _mm512_cvtepu8_epi32(sm128);
+        let qh = unsafe { _mm512_broadcast_i64x4(_mm256_loadu_si256(x.qh.as_ptr().cast())) };
+        let mut sumi = _mm512_setzero_si512();
+        for (j, idx) in IDX.iter().enumerate() {
+            let chunk = unsafe { _mm512_broadcast_i64x4(_mm256_loadu_si256(x.qs.as_ptr().add(32 * j).cast())) };
+            let q4 = _mm512_and_si512(_mm512_mask_srli_epi16::<4>(chunk, 0xFFFF_0000, chunk), m4);
+            let q5 = _mm512_mask_add_epi8(q4, _mm512_test_epi8_mask(qh, bits[j]), q4, m16);
+            let q8 = unsafe { _mm512_loadu_si512(y.qs.as_ptr().add(64 * j).cast()) };
+            let dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q5, q8);
+            sumi = _mm512_dpwssd_epi32(sumi, dot, permute(sc32, idx));
+        }
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
+    }
+    acc_m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
+    acc_m = _mm_add_ss(acc_m, _mm_movehdup_ps(acc_m));
+    _mm512_reduce_add_ps(acc) + _mm_cvtss_f32(acc_m)
+}
