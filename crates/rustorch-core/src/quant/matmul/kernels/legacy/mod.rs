@@ -1,0 +1,151 @@
+//! 32-value block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, IQ4_NL)
+//! against Q8_0 or Q8_1 activations.
+//!
+//! Q4_0, Q5_0, Q8_0, Q8_1 and IQ4_NL weights pair with Q8_0 activations;
+//! Q4_1 and Q5_1 with Q8_1, whose `s = d * sum(q)` turns the weight's
+//! offset `m` into one product per block (`m_w * s_a`). Q8_1 weights
+//! (not a llama.cpp matmul type) ignore their own `s`.
+//!
+//! Every level computes, per block, an exact integer dot product of the
+//! weight quants with the activation quants and scales it by
+//! `d_w * d_a` in f32. `scalar` follows llama.cpp's generic
+//! `ggml_vec_dot_*` float operations exactly; the SIMD levels keep the
+//! integer parts exact but sum the scaled partial products in another
+//! order (as llama.cpp's x86 kernels do).
+
+use super::DotFn;
+use crate::quant::matmul::Isa;
+use crate::quant::QType;
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+mod scalar;
+#[cfg(test)]
+mod tests;
+#[cfg(target_arch = "x86_64")]
+mod vnni;
+
+pub(super) fn kernel(qtype: QType, isa: Isa) -> Option<DotFn> {
+    use QType::*;
+    let k: DotFn = match isa {
+        Isa::Scalar => match qtype {
+            Q4_0 => scalar::dot_q4_0,
+            Q4_1 => scalar::dot_q4_1,
+            Q5_0 => scalar::dot_q5_0,
+            Q5_1 => scalar::dot_q5_1,
+            Q8_0 => scalar::dot_q8_0,
+            Q8_1 => scalar::dot_q8_1,
+            IQ4NL => scalar::dot_iq4_nl,
+            _ => return None,
+        },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => match qtype {
+            Q4_0 => avx2::dot::<W4_0>,
+            Q4_1 => avx2::dot::<W4_1>,
+            Q5_0 => avx2::dot::<W5_0>,
+            Q5_1 => avx2::dot::<W5_1>,
+            Q8_0 => avx2::dot::<W8_0>,
+            Q8_1 => avx2::dot::<W8_1>,
+            IQ4NL => avx2::dot::<WIq4Nl>,
+            _ => return None,
+        },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vnni => match qtype {
+            Q4_0 => vnni::dot::<W4_0>,
+            Q4_1 => vnni::dot::<W4_1>,
+            Q5_0 => vnni::dot::<W5_0>,
+            Q5_1 => vnni::dot::<W5_1>,
+            Q8_0 => vnni::dot::<W8_0>,
+            Q8_1 => vnni::dot::<W8_1>,
+            IQ4NL => vnni::dot::<WIq4Nl>,
+            _ => return None,
+        },
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => return None,
+    };
+    Some(k)
+}
+
+/// Where a weight type keeps its fields, and which activation type it
+/// meets; the SIMD drivers read blocks through raw pointers with these
+/// offsets (the block structs in `blocks.rs` have the same layout).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(super) trait Layout {
+    /// Bytes per weight block.
+    const W_BYTES: usize;
+    /// Whether the weight has an offset `m` (at byte 2) and so meets Q8_1
+    /// activations (34 + 2 bytes, `s` at byte 2, quants at byte 4);
+    /// otherwise the activations are Q8_0 (quants at byte 2).
+    const MIN: bool;
+    const A_BYTES: usize = if Self::MIN { 36 } else { 34 };
+    const A_QS: usize = if Self::MIN { 4 } else { 2 };
+}
+
+/// Marker types for the weight types, implemented by each SIMD level.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(super) struct W4_0;
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(super) struct W4_1;
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(super) struct W5_0;
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(super) struct W5_1;
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(super) struct W8_0;
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(super) struct W8_1;
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(super) struct WIq4Nl;
+
+impl Layout for W4_0 {
+    const W_BYTES: usize = 18;
+    const MIN: bool = false;
+}
+impl Layout for W4_1 {
+    const W_BYTES: usize = 20;
+    const MIN: bool = true;
+}
+impl Layout for W5_0 {
+    const W_BYTES: usize = 22;
+    const MIN: bool = false;
+}
+impl Layout for W5_1 {
+    const W_BYTES: usize = 24;
+    const MIN: bool = true;
+}
+impl Layout for W8_0 {
+    const W_BYTES: usize = 34;
+    const MIN: bool = false;
+}
+impl Layout for W8_1 {
+    const W_BYTES: usize = 36;
+    const MIN: bool = false;
+}
+impl Layout for WIq4Nl {
+    const W_BYTES: usize = 18;
+    const MIN: bool = false;
+}
+
+// The offsets above must agree with the block structs.
+const _: () = {
+    use crate::quant::blocks::*;
+    use std::mem::size_of;
+    assert!(size_of::<BlockQ4_0>() == W4_0::W_BYTES);
+    assert!(size_of::<BlockQ4_1>() == W4_1::W_BYTES);
+    assert!(size_of::<BlockQ5_0>() == W5_0::W_BYTES);
+    assert!(size_of::<BlockQ5_1>() == W5_1::W_BYTES);
+    assert!(size_of::<BlockQ8_0>() == W8_0::W_BYTES);
+    assert!(size_of::<BlockQ8_1>() == W8_1::W_BYTES);
+    assert!(size_of::<BlockIQ4NL>() == WIq4Nl::W_BYTES);
+    assert!(size_of::<BlockQ8_0>() == 34 && size_of::<BlockQ8_1>() == 36);
+};
+
+/// The number of blocks in a weight row if `a` is the matching activation
+/// row; `None` otherwise (the driver never passes such rows, so kernels
+/// answer NaN instead of reading out of bounds).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+#[inline(always)]
+fn blocks<T: Layout>(w: &[u8], a: &[u8]) -> Option<usize> {
+    let nb = w.len() / T::W_BYTES;
+    (w.len() % T::W_BYTES == 0 && a.len() == nb * T::A_BYTES).then_some(nb)
+}
