@@ -105,10 +105,12 @@ impl Problem {
     }
 }
 
-/// For the `_1` types the activation block carries s = d * sum(q) rounded
-/// to f16, which the kernels use for the weight-minimum term m_w * s_a:
-/// that rounding (relative 2^-11) is an error the exact-operand reference
-/// does not have. Returns its bound per (activation row, weight row).
+/// For the `_1` types the activation block carries s = d * sum(q), which the
+/// kernels use for the weight-minimum term m_w * s_a. It is computed from
+/// the f32 scale (the dequantized activations use the f16 one: relative
+/// 2^-11) and then rounded to f16 (another 2^-11): an error of up to 2^-10
+/// relative that the exact-operand reference does not have. Returns its
+/// bound per (activation row, weight row).
 fn s_rounding_bound(p: &Problem, act: &QuantizedRows, i: usize, j: usize) -> f64 {
     let row_bytes = p.qtype.bytes_for(p.cols).unwrap();
     let wrow = &p.w.bytes()[j * row_bytes..(j + 1) * row_bytes];
@@ -128,7 +130,7 @@ fn s_rounding_bound(p: &Problem, act: &QuantizedRows, i: usize, j: usize) -> f64
     let a = cast_blocks::<BlockQ8_1>(act.row(i)).unwrap();
     mins.iter()
         .zip(a)
-        .map(|(m, b)| (*m as f64 * f16_to_f32(b.s) as f64).abs() * 2f64.powi(-11) * 1.01)
+        .map(|(m, b)| (*m as f64 * f16_to_f32(b.s) as f64).abs() * 2f64.powi(-10) * 1.01)
         .sum()
 }
 
