@@ -107,7 +107,14 @@ fn main() {
                     budget,
                 );
                 let gbs = bytes.len() as f64 / secs / 1e9;
-                println!("{:<7} {:<11} {:>4} {:>10.3} {:>9.2}", qtype.to_string(), isa.name(), m, secs * 1e3, gbs);
+                println!(
+                    "{:<7} {:<11} {:>4} {:>10.3} {:>9.2}",
+                    qtype.to_string(),
+                    isa.name(),
+                    m,
+                    secs * 1e3,
+                    gbs
+                );
             }
         }
     }

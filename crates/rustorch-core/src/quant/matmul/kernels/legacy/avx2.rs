@@ -7,7 +7,7 @@
 //! with scalar loads (which run beside the vector pipes) and converted by
 //! one `vcvtph2ps`. Two accumulators hide the FMA latency.
 
-use super::{blocks, Layout, W4_0, W4_1, W5_0, W5_1, W8_0, W8_1, WIq4Nl};
+use super::{blocks, Layout, WIq4Nl, W4_0, W4_1, W5_0, W5_1, W8_0, W8_1};
 use crate::quant::blocks::{f16_to_f32, KVALUES_IQ4NL};
 use std::arch::x86_64::*;
 
@@ -32,7 +32,10 @@ pub(super) unsafe fn u16_at(p: *const u8) -> u64 {
 #[inline(always)]
 pub(super) unsafe fn pack4(p: *const u8, stride: usize) -> i64 {
     // SAFETY: the caller guarantees four blocks of `stride` bytes at `p`.
-    unsafe { (u16_at(p) | u16_at(p.add(stride)) << 16 | u16_at(p.add(2 * stride)) << 32 | u16_at(p.add(3 * stride)) << 48) as i64 }
+    unsafe {
+        (u16_at(p) | u16_at(p.add(stride)) << 16 | u16_at(p.add(2 * stride)) << 32 | u16_at(p.add(3 * stride)) << 48)
+            as i64
+    }
 }
 
 /// `f16(w[k]) * f16(a[k])` for four blocks: the f16 at byte 0 of each of

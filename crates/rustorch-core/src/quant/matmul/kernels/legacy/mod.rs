@@ -147,5 +147,5 @@ const _: () = {
 #[inline(always)]
 fn blocks<T: Layout>(w: &[u8], a: &[u8]) -> Option<usize> {
     let nb = w.len() / T::W_BYTES;
-    (w.len() % T::W_BYTES == 0 && a.len() == nb * T::A_BYTES).then_some(nb)
+    (w.len().is_multiple_of(T::W_BYTES) && a.len() == nb * T::A_BYTES).then_some(nb)
 }

@@ -190,7 +190,9 @@ fn bounds(qtype: QType, w: &[u8], a: &[u8]) -> (f64, f64) {
             let sum: i32 = qa.iter().sum();
             let abs_sum: f64 = qa.iter().map(|q| q.abs() as f64).sum();
             mag += m.abs() * (s.abs() + da.abs() * abs_sum);
-            s_err += m.abs() * ((2f64.powi(-10) + 2f64.powi(-19)) * (da * sum as f64).abs() + 2f64.powi(-24) * (1.0 + sum.abs() as f64));
+            s_err += m.abs()
+                * ((2f64.powi(-10) + 2f64.powi(-19)) * (da * sum as f64).abs()
+                    + 2f64.powi(-24) * (1.0 + sum.abs() as f64));
         }
     }
     (mag, s_err)
@@ -239,7 +241,10 @@ fn every_type_has_every_level() {
 #[test]
 fn simd_matches_scalar() {
     let mut rng = Rng(1);
-    let levels: Vec<Isa> = Isa::ALL.into_iter().filter(|i| *i != Isa::Scalar && i.is_available()).collect();
+    let levels: Vec<Isa> = Isa::ALL
+        .into_iter()
+        .filter(|i| *i != Isa::Scalar && i.is_available())
+        .collect();
     for qtype in TYPES {
         let dot = vec_dot_type(qtype).unwrap();
         for n in LENGTHS {
@@ -253,7 +258,10 @@ fn simd_matches_scalar() {
                     for &isa in &levels {
                         let got = call(qtype, isa, &w, &a);
                         let err = (got as f64 - want as f64).abs();
-                        assert!(err <= tol, "{qtype} {isa} n={n}: {got} vs scalar {want} (err {err:e}, tol {tol:e})");
+                        assert!(
+                            err <= tol,
+                            "{qtype} {isa} n={n}: {got} vs scalar {want} (err {err:e}, tol {tol:e})"
+                        );
                     }
                 }
             }
@@ -289,7 +297,11 @@ fn integer_sums_are_exact() {
                 .zip(a.chunks_exact(dot.type_size()))
                 .map(|(wb, ab)| {
                     let qa = &ab[dot.type_size() - 32..];
-                    weight_ints(qtype, wb).iter().zip(qa).map(|(&x, &y)| x as i64 * y as i8 as i64).sum::<i64>()
+                    weight_ints(qtype, wb)
+                        .iter()
+                        .zip(qa)
+                        .map(|(&x, &y)| x as i64 * y as i8 as i64)
+                        .sum::<i64>()
                 })
                 .sum();
             for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
@@ -314,7 +326,10 @@ fn scalar_matches_dequantized_f64() {
                     // Kernel rounding plus the dequantized weights' own
                     // rounding (Q4_1/Q5_1: d * q + m, u each, within mag).
                     let tol = gamma(n / 32 + 32, mag) + s_err;
-                    assert!((got - want).abs() <= tol, "{qtype} n={n}: {got} vs {want} (tol {tol:e})");
+                    assert!(
+                        (got - want).abs() <= tol,
+                        "{qtype} n={n}: {got} vs {want} (tol {tol:e})"
+                    );
                 }
             }
         }
@@ -355,13 +370,20 @@ fn qmatmul_matches_reference() {
                         let wr = &wbytes[j * row_bytes..(j + 1) * row_bytes];
                         let got = out[i * rows + j];
                         if isa == Isa::Scalar {
-                            assert_eq!(got, call(qtype, Isa::Scalar, wr, act.row(i)), "{qtype} m={m} ({i}, {j})");
+                            assert_eq!(
+                                got,
+                                call(qtype, Isa::Scalar, wr, act.row(i)),
+                                "{qtype} m={m} ({i}, {j})"
+                            );
                         }
                         let want = dequant_dot(qtype, wr, act.row(i), cols);
                         let (mag, s_err) = bounds(qtype, wr, act.row(i));
                         let tol = gamma(cols / 32 + 32, mag) + s_err;
                         let err = (got as f64 - want).abs();
-                        assert!(err <= tol, "{qtype} {isa} m={m} ({i}, {j}): {got} vs {want} (tol {tol:e})");
+                        assert!(
+                            err <= tol,
+                            "{qtype} {isa} m={m} ({i}, {j}): {got} vs {want} (tol {tol:e})"
+                        );
                     }
                 }
             }

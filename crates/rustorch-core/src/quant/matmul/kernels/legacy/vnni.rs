@@ -10,7 +10,7 @@
 //! Blocks left over (fewer than eight) go through the AVX2 block code.
 
 use super::avx2::{hsum128, pack4, u16_at, Avx2Dot};
-use super::{blocks, Layout, W4_0, W4_1, W5_0, W5_1, W8_0, W8_1, WIq4Nl};
+use super::{blocks, Layout, WIq4Nl, W4_0, W4_1, W5_0, W5_1, W8_0, W8_1};
 use crate::quant::blocks::{f16_to_f32, KVALUES_IQ4NL};
 use std::arch::x86_64::*;
 
