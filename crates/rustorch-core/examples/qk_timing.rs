@@ -139,11 +139,12 @@ fn main() {
                 ));
             }
             println!(
-                "{:<7} {:<11} {:>20} {:>20}",
+                "{:<7} {:<11} {:>20} {:>20} {:>20}",
                 qtype.to_string(),
                 isa.name(),
                 cells[0],
-                cells[1]
+                cells[1],
+                cells[2]
             );
         }
     }
