@@ -9,14 +9,14 @@ Two kinds of entries:
   written by RusTorch's GGUF writer through the `quant_input` example (the
   Rust test rebuilds them the same way, so no model is committed). Each is
   quantized for real; the fixture holds, per file type, the SHA-256 of the
-  whole output file and, per tensor in file order, its type and the SHA-256
-  of its bytes (first 16 hex digits). The test requires the same types and
+  whole output file and, per tensor in file order, "name type sha" with
+  the first 16 hex digits of the SHA-256 of its bytes. The test requires the same types and
   the same bytes.
 - "configs": larger shapes (16, 32 and 80 layers, grouped-query attention
   or not, tied embeddings, 8 and 4 experts) written here with the `gguf`
   package and zero weights, run through `llama-quantize --dry-run`, which
   prints the type it would give each tensor. The fixture holds the tensor
-  list (name, dims in GGUF order, type) and, per file type, the chosen
+  list ("name 256x64 F16": dims in GGUF order, type) and, per file type, the chosen
   types; the test feeds the same list to rustorch_core::quant::mix.
 
 usage: tools/gen_quantize_fixtures.py [--llama-quantize PATH]
@@ -86,7 +86,7 @@ def quantize_models(lq, tmp):
                 file_sha = sha(f.read())
             entry["outputs"][ft] = {
                 "file_sha256": file_sha,
-                "tensors": [[n, ty, sha(b)[:16]] for n, _, ty, b in tensors_of(dst)],
+                "tensors": [f"{n} {ty} {sha(b)[:16]}" for n, _, ty, b in tensors_of(dst)],
             }
             os.remove(dst)
             print(f"{name} {ft}", file=sys.stderr)
@@ -152,7 +152,7 @@ def dry_run_configs(lq, tmp):
         n_layer, dim, n_head, n_kv, ffn, vocab, tied, n_expert = cfg
         entry = {
             "params": {"n_layer": n_layer, "n_head": n_head, "n_head_kv": n_kv, "n_expert": n_expert},
-            "tensors": [[n, dims, ty] for n, dims, ty in tensors],
+            "tensors": [f"{n} {'x'.join(map(str, dims))} {ty}" for n, dims, ty in tensors],
             "types": {},
         }
         for ft in FTYPES:

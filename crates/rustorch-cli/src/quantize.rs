@@ -187,7 +187,7 @@ fn convert(info: &TensorInfo, src: &[u8], to: QType) -> Result<Vec<u8>, CliError
         }
         from => Cow::Owned(quant::dequantize(from, src, n)?),
     };
-    Ok(quant::quantize(to, &f32s)?)
+    Ok(mix::quantize_like_llama_cpp(to, &f32s)?)
 }
 
 /// The hyperparameters the mix rules read, from `{arch}.*` metadata.

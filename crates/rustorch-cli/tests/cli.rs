@@ -52,9 +52,15 @@ fn info_prints_metadata_tensors_and_type_summary() {
     assert!(out.contains(&format!("data section at offset {}", g.data_offset())));
     assert!(out.contains(&format!("metadata ({} entries)", g.metadata().len())));
     // Long arrays are summarized: type, length, first entries.
-    let tokens = out.lines().find(|l| l.trim_start().starts_with("tokenizer.ggml.tokens")).unwrap();
+    let tokens = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("tokenizer.ggml.tokens"))
+        .unwrap();
     assert!(tokens.contains("string[96]"), "{tokens}");
-    assert!(tokens.contains(r#"["tok0", "tok1", "tok2", "tok3", "tok4", ... (96 items)]"#), "{tokens}");
+    assert!(
+        tokens.contains(r#"["tok0", "tok1", "tok2", "tok3", "tok4", ... (96 items)]"#),
+        "{tokens}"
+    );
     assert!(out.contains("llama.block_count"));
 
     // The tensor table: every tensor, columns aligned under the header.
@@ -108,7 +114,10 @@ fn devices_lists_the_cpu() {
     assert!(out.contains("cpu features:"), "{out}");
     assert!(out.contains("dispatch order:"), "{out}");
     // The executor always has its CPU backend, in use.
-    assert!(out.lines().any(|l| l.starts_with("cpu") && l.ends_with("(in use)")), "{out}");
+    assert!(
+        out.lines().any(|l| l.starts_with("cpu") && l.ends_with("(in use)")),
+        "{out}"
+    );
 }
 
 #[test]
@@ -116,14 +125,25 @@ fn quantize_writes_a_model_and_a_summary() {
     let dir = TempDir::new("quantize");
     let input = write_model(&dir, "tiny_tied");
     let out = dir.path("out.gguf");
-    let o = cli(["quantize".as_ref(), input.as_os_str(), out.as_os_str(), "q8_0".as_ref(), "--threads".as_ref(), "1".as_ref()]);
+    let o = cli([
+        "quantize".as_ref(),
+        input.as_os_str(),
+        out.as_os_str(),
+        "q8_0".as_ref(),
+        "--threads".as_ref(),
+        "1".as_ref(),
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let text = stdout(&o);
     for word in ["input:", "output:", "time:", "Q8_0 x"] {
         assert!(text.contains(word), "{word} missing:\n{text}");
     }
     // ffn_down rows of 176 are not whole 32-blocks: the fallback is noted.
-    assert!(stderr(&o).contains("blk.0.ffn_down.weight (rows of 176) -> F16"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("blk.0.ffn_down.weight (rows of 176) -> F16"),
+        "{}",
+        stderr(&o)
+    );
     let g = Gguf::open(&out).unwrap();
     assert_eq!(g.get_u32("general.file_type").unwrap(), 7);
     assert_eq!(g.get_u32("general.quantization_version").unwrap(), 2);
@@ -144,23 +164,40 @@ fn quantize_errors_are_one_line() {
         cli(v)
     };
     let missing = dir.path("missing.gguf");
-    assert_one_line_error(&run(&[missing.as_os_str(), out.as_os_str(), "Q4_0".as_ref()]), "missing.gguf");
+    assert_one_line_error(
+        &run(&[missing.as_os_str(), out.as_os_str(), "Q4_0".as_ref()]),
+        "missing.gguf",
+    );
 
     let text = dir.path("notes.txt");
     std::fs::write(&text, "not a model at all").unwrap();
-    assert_one_line_error(&run(&[text.as_os_str(), out.as_os_str(), "Q4_0".as_ref()]), "not a GGUF file");
+    assert_one_line_error(
+        &run(&[text.as_os_str(), out.as_os_str(), "Q4_0".as_ref()]),
+        "not a GGUF file",
+    );
 
     let o = run(&[input.as_os_str(), out.as_os_str(), "Q9_9".as_ref()]);
-    assert_one_line_error(&o, "unknown quantization type \"Q9_9\"; choose one of F32, F16, BF16, Q4_0");
+    assert_one_line_error(
+        &o,
+        "unknown quantization type \"Q9_9\"; choose one of F32, F16, BF16, Q4_0",
+    );
 
-    let o = run(&[input.as_os_str(), out.as_os_str(), "Q4_0".as_ref(), "--threads".as_ref(), "0".as_ref()]);
+    let o = run(&[
+        input.as_os_str(),
+        out.as_os_str(),
+        "Q4_0".as_ref(),
+        "--threads".as_ref(),
+        "0".as_ref(),
+    ]);
     assert_one_line_error(&o, "--threads must be at least 1");
 
     let o = run(&[input.as_os_str(), input.as_os_str(), "Q4_0".as_ref()]);
     assert_one_line_error(&o, "would overwrite the input");
 
     // Quantize once, then try again from the quantized file.
-    assert!(run(&[input.as_os_str(), out.as_os_str(), "Q4_0".as_ref()]).status.success());
+    assert!(run(&[input.as_os_str(), out.as_os_str(), "Q4_0".as_ref()])
+        .status
+        .success());
     let again = dir.path("again.gguf");
     let o = run(&[out.as_os_str(), again.as_os_str(), "Q4_K_M".as_ref()]);
     assert_one_line_error(&o, "the model is already quantized (blk.0.attn_k.weight is Q4_0)");

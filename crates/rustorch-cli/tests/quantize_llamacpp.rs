@@ -48,17 +48,14 @@ fn mix_types_match_llama_quantize_dry_run() {
             .unwrap()
             .iter()
             .map(|t| {
-                let dims = t[1].as_array().unwrap().iter().map(|d| d.as_u64().unwrap()).collect();
-                (t[0].as_str().unwrap().to_string(), dims, QType::parse(t[2].as_str().unwrap()).unwrap())
+                let f: Vec<&str> = t.as_str().unwrap().split(' ').collect();
+                let dims = f[1].split('x').map(|d| d.parse().unwrap()).collect();
+                (f[0].to_string(), dims, QType::parse(f[2]).unwrap())
             })
             .collect();
         let descs: Vec<TensorDesc<'_>> = tensors
             .iter()
-            .map(|(name, dims, q)| TensorDesc {
-                name,
-                dims,
-                qtype: *q,
-            })
+            .map(|(name, dims, q)| TensorDesc { name, dims, qtype: *q })
             .collect();
         for (ft, expected) in cfg["types"].as_object().unwrap() {
             let ftype = FileType::parse(ft).unwrap();
@@ -73,7 +70,12 @@ fn mix_types_match_llama_quantize_dry_run() {
             }
         }
     }
-    assert!(failures.is_empty(), "{} of {checked} differ:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {checked} differ:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
     assert!(checked > 10_000, "{checked}");
 }
 
@@ -97,11 +99,15 @@ fn quantized_models_match_llama_quantize_bytes() {
             let o = cli(["quantize".as_ref(), input.as_os_str(), out.as_os_str(), ft.as_ref()]);
             assert!(o.status.success(), "{name} {ft}: {}", stderr(&o));
             let g = Gguf::open(&out).unwrap();
-            assert_eq!(g.get_u32("general.file_type").unwrap(), FileType::parse(ft).unwrap().id());
+            assert_eq!(
+                g.get_u32("general.file_type").unwrap(),
+                FileType::parse(ft).unwrap().id()
+            );
             let want_tensors = want["tensors"].as_array().unwrap();
             assert_eq!(g.tensors().len(), want_tensors.len(), "{name} {ft}");
             for (t, w) in g.tensors().iter().zip(want_tensors) {
-                let (wname, wtype, wsha) = (w[0].as_str().unwrap(), w[1].as_str().unwrap(), w[2].as_str().unwrap());
+                let f: Vec<&str> = w.as_str().unwrap().split(' ').collect();
+                let (wname, wtype, wsha) = (f[0], f[1], f[2]);
                 let sha = hex(g.data_of(t));
                 if t.name() != wname || t.qtype().name() != wtype || sha[..16] != *wsha {
                     failures.push(format!(
@@ -121,5 +127,10 @@ fn quantized_models_match_llama_quantize_bytes() {
         }
     }
     assert_eq!(n_outputs, 2 * FileType::ALL.len());
-    assert!(failures.is_empty(), "{} differences:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} differences:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }

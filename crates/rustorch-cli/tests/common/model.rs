@@ -81,7 +81,7 @@ impl Rng {
     fn weights(&mut self, n: usize, std: f32) -> Vec<f32> {
         (0..n)
             .map(|_| {
-                let big = self.next() % 64 == 0;
+                let big = self.next().is_multiple_of(64);
                 self.unit() * std * if big { 8.0 } else { 1.0 }
             })
             .collect()
@@ -90,7 +90,8 @@ impl Rng {
 
 fn add(w: &mut GgufWriter<'static>, name: &str, qtype: QType, shape: &[usize], data: &[f32]) {
     let bytes = quantize(qtype, data).expect("F32/F16/BF16 encode any length");
-    w.add_tensor_bytes(name, qtype, shape, bytes).expect("shapes are consistent");
+    w.add_tensor_bytes(name, qtype, shape, bytes)
+        .expect("shapes are consistent");
 }
 
 /// The GGUF file of `spec`.
@@ -102,7 +103,8 @@ pub fn build(spec: &Spec) -> Vec<u8> {
         w.add_metadata(format!("{arch}.{k}"), v).expect("fresh key");
     };
     w.add_metadata("general.architecture", arch).expect("fresh key");
-    w.add_metadata("general.name", format!("rustorch-test-{}", spec.name)).expect("fresh key");
+    w.add_metadata("general.name", format!("rustorch-test-{}", spec.name))
+        .expect("fresh key");
     meta(&mut w, "context_length", 256);
     meta(&mut w, "embedding_length", spec.dim as u32);
     meta(&mut w, "block_count", spec.n_layer as u32);
@@ -110,7 +112,8 @@ pub fn build(spec: &Spec) -> Vec<u8> {
     meta(&mut w, "attention.head_count", spec.n_head as u32);
     meta(&mut w, "attention.head_count_kv", spec.n_head_kv as u32);
     meta(&mut w, "rope.dimension_count", (spec.dim / spec.n_head) as u32);
-    w.add_metadata(format!("{arch}.rope.freq_base"), 10000.0f32).expect("fresh key");
+    w.add_metadata(format!("{arch}.rope.freq_base"), 10000.0f32)
+        .expect("fresh key");
     w.add_metadata(format!("{arch}.attention.layer_norm_rms_epsilon"), 1e-5f32)
         .expect("fresh key");
     let file_type = if spec.weight_type == QType::F32 { 0u32 } else { 1 };

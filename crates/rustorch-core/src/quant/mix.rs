@@ -257,17 +257,9 @@ pub enum MixError {
     #[error("tensor {name}: cannot tell its layer (expected a name starting with \"blk.N.\")")]
     NoLayer { name: String },
     #[error("tensor {name}: layer {layer} is not below the model's {n_layer} layers")]
-    BadLayer {
-        name: String,
-        layer: i64,
-        n_layer: usize,
-    },
+    BadLayer { name: String, layer: i64, n_layer: usize },
     #[error("tensor {name}: no fallback is defined for type {qtype} when rows of {ncols} are not whole blocks")]
-    NoFallback {
-        name: String,
-        qtype: QType,
-        ncols: u64,
-    },
+    NoFallback { name: String, qtype: QType, ncols: u64 },
 }
 
 /// The broad categories of `tensor_get_category`.
@@ -463,12 +455,16 @@ impl State<'_> {
             let gqa4 = p.n_gqa() >= 4;
             match ftype {
                 F::Q2K => t = if gqa4 { QType::Q4K } else { QType::Q3K },
-                F::Q3KM => t = if self.i_attention_wv < 2 { QType::Q5K } else { QType::Q4K },
+                F::Q3KM => {
+                    t = if self.i_attention_wv < 2 {
+                        QType::Q5K
+                    } else {
+                        QType::Q4K
+                    }
+                }
                 F::Q3KL => t = QType::Q5K,
                 F::IQ4NL | F::IQ4XS if gqa4 => t = QType::Q5K,
-                F::Q4KM | F::Q5KM
-                    if use_more_bits(self.i_attention_wv as i64, self.n_attention_wv as i64) =>
-                {
+                F::Q4KM | F::Q5KM if use_more_bits(self.i_attention_wv as i64, self.n_attention_wv as i64) => {
                     t = QType::Q6K
                 }
                 F::Q4KS if self.i_attention_wv < 4 => t = QType::Q5K,
@@ -664,6 +660,23 @@ pub fn choose_types(
     Ok(out)
 }
 
+/// Quantizes `data` (whole blocks of `qtype`) to the bytes `llama-quantize`
+/// writes for it. These are [`super::quantize`]'s except for IQ4_NL, where
+/// `llama-quantize` runs llama.cpp's `quantize_iq4_nl` (with a scale
+/// search) rather than the reference `quantize_row_iq4_nl_ref`.
+pub fn quantize_like_llama_cpp(qtype: QType, data: &[f32]) -> Result<Vec<u8>, super::QuantError> {
+    if qtype != QType::IQ4NL {
+        return super::quantize(qtype, data);
+    }
+    let size = qtype.bytes_for(data.len()).ok_or(super::QuantError::NotWholeBlocks {
+        qtype,
+        elements: data.len(),
+    })?;
+    let mut out = vec![0u8; size];
+    super::quantize::quantize_iq4_nl_searched(data, &mut out)?;
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -692,9 +705,26 @@ mod tests {
 
     #[test]
     fn order_sorts_by_layer_then_bytes() {
-        let mut v = vec!["blk.10.a", "output.weight", "blk.2.b", "blk.2.a", "token_embd.weight", "blk.x"];
+        let mut v = vec![
+            "blk.10.a",
+            "output.weight",
+            "blk.2.b",
+            "blk.2.a",
+            "token_embd.weight",
+            "blk.x",
+        ];
         v.sort_by(|a, b| llama_order(a, b));
-        assert_eq!(v, ["blk.x", "output.weight", "token_embd.weight", "blk.2.a", "blk.2.b", "blk.10.a"]);
+        assert_eq!(
+            v,
+            [
+                "blk.x",
+                "output.weight",
+                "token_embd.weight",
+                "blk.2.a",
+                "blk.2.b",
+                "blk.10.a"
+            ]
+        );
         assert_eq!(layer_of("blk.7.attn_q.weight"), Some(7));
         assert_eq!(layer_of("blk.-1.x"), Some(-1));
         assert_eq!(layer_of("blk..x"), None);
@@ -707,7 +737,10 @@ mod tests {
         assert_eq!(fallback("t", QType::Q3K, 176), Ok((QType::F16, true)));
         assert_eq!(fallback("t", QType::Q4_0, 176), Ok((QType::F16, true)));
         assert_eq!(fallback("t", QType::Q4_0, 256), Ok((QType::Q4_0, false)));
-        assert!(matches!(fallback("t", QType::Q8K, 100), Err(MixError::NoFallback { .. })));
+        assert!(matches!(
+            fallback("t", QType::Q8K, 100),
+            Err(MixError::NoFallback { .. })
+        ));
     }
 
     #[test]
@@ -745,13 +778,19 @@ mod tests {
             ..MixOptions::default()
         };
         let got = choose_types(FileType::Q4KM, &p, &ts, &pure).unwrap();
-        assert_eq!(got.iter().map(|c| c.qtype).collect::<Vec<_>>(), [QType::Q4K, QType::Q4K]);
+        assert_eq!(
+            got.iter().map(|c| c.qtype).collect::<Vec<_>>(),
+            [QType::Q4K, QType::Q4K]
+        );
         let keep = MixOptions {
             quantize_output_tensor: false,
             output_tensor_type: None,
             ..MixOptions::default()
         };
         let got = choose_types(FileType::Q4_0, &p, &ts, &keep).unwrap();
-        assert_eq!(got.iter().map(|c| c.qtype).collect::<Vec<_>>(), [QType::F32, QType::Q4_0]);
+        assert_eq!(
+            got.iter().map(|c| c.qtype).collect::<Vec<_>>(),
+            [QType::F32, QType::Q4_0]
+        );
     }
 }
