@@ -12,6 +12,7 @@
 pub mod blocks;
 mod dequant;
 pub mod matmul;
+pub mod mix;
 mod qtype;
 mod quantize;
 mod tensor;

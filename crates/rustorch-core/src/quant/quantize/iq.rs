@@ -101,3 +101,20 @@ impl Quantize<QK_K> for BlockIQ4XS {
         y
     }
 }
+
+/// IQ4_NL as llama.cpp's `quantize_iq4_nl` without importance weights,
+/// the path `llama-quantize` takes (through `ggml_quantize_chunk`). Unlike
+/// `quantize_row_iq4_nl_ref` it tries 7 candidate scales on each side and
+/// picks the levels again at the final scale, so the bytes differ.
+pub(crate) fn iq4nl_searched(x: &[f32; 32]) -> BlockIQ4NL {
+    let mut l = [0u8; 32];
+    let d = group_scale(x, 7, &mut l);
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    for (q, &v) in l.iter_mut().zip(x) {
+        *q = best_index_int8(V, id * v) as u8;
+    }
+    BlockIQ4NL {
+        d: f32_to_f16(d),
+        qs: pack_nibbles(&l),
+    }
+}

@@ -58,6 +58,36 @@ pub fn quantize_into(qtype: QType, data: &[f32], out: &mut [u8]) -> Result<(), Q
     Ok(())
 }
 
+/// IQ4_NL the way `llama-quantize` makes it (llama.cpp's `quantize_iq4_nl`:
+/// a scale search the reference quantizer skips); `out` must hold
+/// `QType::IQ4NL.bytes_for(data.len())` bytes.
+pub(crate) fn quantize_iq4_nl_searched(data: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
+    let qtype = QType::IQ4NL;
+    let expected = qtype.bytes_for(data.len()).ok_or(QuantError::NotWholeBlocks {
+        qtype,
+        elements: data.len(),
+    })?;
+    if out.len() != expected {
+        return Err(QuantError::ByteLength {
+            qtype,
+            elements: data.len(),
+            expected,
+            actual: out.len(),
+        });
+    }
+    let blocks: &mut [super::blocks::BlockIQ4NL] = super::blocks::cast_blocks_mut(out).unwrap_or(&mut []);
+    let (chunks, _) = data.as_chunks::<32>();
+    blocks
+        .par_chunks_mut(TASK_ELEMS / 32)
+        .zip(chunks.par_chunks(TASK_ELEMS / 32))
+        .for_each(|(b, x)| {
+            for (b, x) in b.iter_mut().zip(x) {
+                *b = iq::iq4nl_searched(x);
+            }
+        });
+    Ok(())
+}
+
 /// Whether [`quantize_into`] handles `qtype`.
 pub fn can_quantize(qtype: QType) -> bool {
     super::dequant::can_dequantize(qtype)

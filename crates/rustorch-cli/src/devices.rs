@@ -1,0 +1,63 @@
+//! `devices`: what the executor sees on this machine.
+
+use crate::error::CliError;
+use crate::format;
+use rustorch_core::device::{cpu_features, cpu_name};
+use rustorch_core::Executor;
+
+/// Backends this build contains. The CPU backend is always built; GPU
+/// backends will be listed here as cargo features add them.
+const COMPILED_BACKENDS: &[&str] = &["cpu"];
+
+pub fn run() -> Result<(), CliError> {
+    let exec = Executor::global();
+    println!("backends compiled in: {}", COMPILED_BACKENDS.join(", "));
+    println!("cpu: {}", cpu_name());
+    let features = cpu_features();
+    println!(
+        "cpu features: {}",
+        if features.is_empty() {
+            "(none detected)".to_string()
+        } else {
+            features.join(" ")
+        }
+    );
+    println!();
+    for report in exec.device_reports() {
+        let cap = &report.capability;
+        let status = match &report.disabled {
+            None => "in use".to_string(),
+            Some(why) => format!("disabled: {why}"),
+        };
+        println!("{}: {} ({status})", report.device, cap.name);
+        println!("  memory    {}", memory(cap.total_memory, cap.free_memory));
+        let dtypes: Vec<String> = cap.dtypes.iter().map(|d| d.to_string()).collect();
+        println!("  dtypes    {}", dtypes.join(" "));
+        let classes: Vec<String> = cap.op_classes.iter().map(|c| format!("{c:?}")).collect();
+        println!("  ops       {}", classes.join(", "));
+        if !cap.features.is_empty() {
+            println!("  features  {}", cap.features.join(" "));
+        }
+        println!();
+    }
+    let chain: Vec<String> = exec.devices().iter().map(|d| d.to_string()).collect();
+    println!("dispatch order: {}", chain.join(" -> "));
+    let config = exec.config();
+    if let Some(d) = config.preferred_device {
+        println!("preferred device: {d} (RUSTORCH_DEVICE)");
+    }
+    println!(
+        "offload threshold: ops under {} output elements stay on the CPU unless their inputs live elsewhere",
+        config.min_offload_elems
+    );
+    Ok(())
+}
+
+fn memory(total: Option<u64>, free: Option<u64>) -> String {
+    match (total, free) {
+        (Some(t), Some(f)) => format!("{} total, {} free", format::bytes(t), format::bytes(f)),
+        (Some(t), None) => format!("{} total", format::bytes(t)),
+        (None, Some(f)) => format!("{} free", format::bytes(f)),
+        (None, None) => "unknown".to_string(),
+    }
+}

@@ -1,0 +1,47 @@
+//! `rustorch-cli`: the RusTorch command line.
+//!
+//! Subcommands: `info` (a GGUF file's metadata and tensors), `devices`
+//! (what the executor detects), `quantize` (F32/F16/BF16 models to GGML
+//! quantized types and llama.cpp's mixes). Running with `-m MODEL -p
+//! PROMPT` and no subcommand will generate text once generation lands.
+
+mod cli;
+mod devices;
+mod error;
+mod format;
+mod info;
+mod quantize;
+
+use clap::Parser;
+use cli::{Cli, Command};
+use error::CliError;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            // --help and --version come here too, with exit code 0.
+            let _ = e.print();
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
+        }
+    };
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<(), CliError> {
+    match cli.command {
+        Some(Command::Info(args)) => info::run(&args),
+        Some(Command::Devices) => devices::run(),
+        Some(Command::Quantize(args)) => quantize::run(&args),
+        None => Err(CliError::msg(
+            "generation is not implemented yet; see `rustorch-cli --help`",
+        )),
+    }
+}

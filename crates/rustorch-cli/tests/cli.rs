@@ -1,0 +1,205 @@
+//! The `rustorch-cli` binary end to end: argument handling, `info`,
+//! `devices`, `quantize` and their error messages.
+
+mod common;
+
+use common::{assert_one_line_error, cli, stderr, stdout, write_model, TempDir};
+use rustorch_core::gguf::Gguf;
+use rustorch_core::quant::QType;
+
+#[test]
+fn no_subcommand_says_generation_is_not_implemented() {
+    for args in [vec![], vec!["-m", "model.gguf", "-p", "hello"]] {
+        let o = cli(&args);
+        assert_one_line_error(&o, "generation is not implemented yet; see `rustorch-cli --help`");
+    }
+}
+
+#[test]
+fn help_lists_the_subcommands() {
+    let o = cli(["--help"]);
+    assert!(o.status.success());
+    let out = stdout(&o);
+    for word in ["info", "devices", "quantize", "--model", "--prompt"] {
+        assert!(out.contains(word), "{word} missing from --help:\n{out}");
+    }
+    let o = cli(["quantize", "--help"]);
+    assert!(stdout(&o).contains("Q4_K_M") && stdout(&o).contains("--threads"));
+}
+
+#[test]
+fn bad_arguments_are_usage_errors() {
+    let o = cli(["info"]);
+    assert_eq!(o.status.code(), Some(2), "clap's usage error code");
+    assert!(stderr(&o).contains("FILE"));
+    let o = cli(["bogus"]);
+    assert!(!o.status.success());
+}
+
+#[test]
+fn info_prints_metadata_tensors_and_type_summary() {
+    let dir = TempDir::new("info");
+    let path = write_model(&dir, "tiny_tied");
+    let o = cli([&path]);
+    // A bare path is not a subcommand.
+    assert!(!o.status.success());
+
+    let o = cli(["info".as_ref(), path.as_os_str()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let g = Gguf::open(&path).unwrap();
+    assert!(out.contains("version 3, alignment 32"), "{out}");
+    assert!(out.contains(&format!("data section at offset {}", g.data_offset())));
+    assert!(out.contains(&format!("metadata ({} entries)", g.metadata().len())));
+    // Long arrays are summarized: type, length, first entries.
+    let tokens = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("tokenizer.ggml.tokens"))
+        .unwrap();
+    assert!(tokens.contains("string[96]"), "{tokens}");
+    assert!(
+        tokens.contains(r#"["tok0", "tok1", "tok2", "tok3", "tok4", ... (96 items)]"#),
+        "{tokens}"
+    );
+    assert!(out.contains("llama.block_count"));
+
+    // The tensor table: every tensor, columns aligned under the header.
+    let lines: Vec<&str> = out.lines().collect();
+    let head = lines.iter().position(|l| l.trim_start().starts_with("name ")).unwrap();
+    let type_col = lines[head].find("type").unwrap();
+    let shape_col = lines[head].find("shape").unwrap();
+    let rows = &lines[head + 1..head + 1 + g.tensors().len()];
+    for (row, t) in rows.iter().zip(g.tensors()) {
+        assert!(row.trim_start().starts_with(t.name()), "{row}");
+        assert!(row[type_col..].starts_with(t.qtype().name()), "{row}");
+        let dims = t.dims().iter().map(u64::to_string).collect::<Vec<_>>().join(" x ");
+        assert!(row[shape_col..].starts_with(&dims), "{row}");
+        assert!(row.trim_end().ends_with(&t.n_bytes().to_string()), "{row}");
+        assert!(row.contains(&format!(" {} ", t.offset())), "{row}");
+    }
+
+    // Per-type summary: counts and bytes add up to the table's.
+    for q in [QType::F32, QType::BF16] {
+        let n = g.tensors().iter().filter(|t| t.qtype() == q).count();
+        let bytes: usize = g.tensors().iter().filter(|t| t.qtype() == q).map(|t| t.n_bytes()).sum();
+        let pct = bytes as f64 * 100.0 / g.as_bytes().len() as f64;
+        let row = lines
+            .iter()
+            .rev()
+            .find(|l| l.trim_start().starts_with(&format!("{} ", q.name())))
+            .unwrap();
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(cells[1], n.to_string(), "{row}");
+        assert_eq!(cells[3], bytes.to_string(), "{row}");
+        assert_eq!(cells.last().unwrap(), &format!("{pct:.2}"), "{row}");
+    }
+}
+
+#[test]
+fn info_errors_are_one_line() {
+    let dir = TempDir::new("info-err");
+    let missing = dir.path("missing.gguf");
+    assert_one_line_error(&cli(["info".as_ref(), missing.as_os_str()]), "missing.gguf");
+    let text = dir.path("notes.txt");
+    std::fs::write(&text, "hello, not a model").unwrap();
+    assert_one_line_error(&cli(["info".as_ref(), text.as_os_str()]), "not a GGUF file");
+}
+
+#[test]
+fn devices_lists_the_cpu() {
+    let o = cli(["devices"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("backends compiled in: cpu"), "{out}");
+    assert!(out.contains("cpu features:"), "{out}");
+    assert!(out.contains("dispatch order:"), "{out}");
+    // The executor always has its CPU backend, in use.
+    assert!(
+        out.lines().any(|l| l.starts_with("cpu") && l.ends_with("(in use)")),
+        "{out}"
+    );
+}
+
+#[test]
+fn quantize_writes_a_model_and_a_summary() {
+    let dir = TempDir::new("quantize");
+    let input = write_model(&dir, "tiny_tied");
+    let out = dir.path("out.gguf");
+    let o = cli([
+        "quantize".as_ref(),
+        input.as_os_str(),
+        out.as_os_str(),
+        "q8_0".as_ref(),
+        "--threads".as_ref(),
+        "1".as_ref(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    for word in ["input:", "output:", "time:", "Q8_0 x"] {
+        assert!(text.contains(word), "{word} missing:\n{text}");
+    }
+    // ffn_down rows of 176 are not whole 32-blocks: the fallback is noted.
+    assert!(
+        stderr(&o).contains("blk.0.ffn_down.weight (rows of 176) -> F16"),
+        "{}",
+        stderr(&o)
+    );
+    let g = Gguf::open(&out).unwrap();
+    assert_eq!(g.get_u32("general.file_type").unwrap(), 7);
+    assert_eq!(g.get_u32("general.quantization_version").unwrap(), 2);
+    assert_eq!(g.tensor_info("blk.1.attn_q.weight").unwrap().qtype(), QType::Q8_0);
+    assert_eq!(g.tensor_info("blk.1.attn_norm.weight").unwrap().qtype(), QType::F32);
+    // Metadata is carried over.
+    assert_eq!(g.get_str_array("tokenizer.ggml.tokens").unwrap().len(), 96);
+}
+
+#[test]
+fn quantize_errors_are_one_line() {
+    let dir = TempDir::new("quantize-err");
+    let input = write_model(&dir, "tiny_tied");
+    let out = dir.path("out.gguf");
+    let run = |args: &[&std::ffi::OsStr]| {
+        let mut v = vec!["quantize".as_ref()];
+        v.extend_from_slice(args);
+        cli(v)
+    };
+    let missing = dir.path("missing.gguf");
+    assert_one_line_error(
+        &run(&[missing.as_os_str(), out.as_os_str(), "Q4_0".as_ref()]),
+        "missing.gguf",
+    );
+
+    let text = dir.path("notes.txt");
+    std::fs::write(&text, "not a model at all").unwrap();
+    assert_one_line_error(
+        &run(&[text.as_os_str(), out.as_os_str(), "Q4_0".as_ref()]),
+        "not a GGUF file",
+    );
+
+    let o = run(&[input.as_os_str(), out.as_os_str(), "Q9_9".as_ref()]);
+    assert_one_line_error(
+        &o,
+        "unknown quantization type \"Q9_9\"; choose one of F32, F16, BF16, Q4_0",
+    );
+
+    let o = run(&[
+        input.as_os_str(),
+        out.as_os_str(),
+        "Q4_0".as_ref(),
+        "--threads".as_ref(),
+        "0".as_ref(),
+    ]);
+    assert_one_line_error(&o, "--threads must be at least 1");
+
+    let o = run(&[input.as_os_str(), input.as_os_str(), "Q4_0".as_ref()]);
+    assert_one_line_error(&o, "would overwrite the input");
+
+    // Quantize once, then try again from the quantized file.
+    assert!(run(&[input.as_os_str(), out.as_os_str(), "Q4_0".as_ref()])
+        .status
+        .success());
+    let again = dir.path("again.gguf");
+    let o = run(&[out.as_os_str(), again.as_os_str(), "Q4_K_M".as_ref()]);
+    assert_one_line_error(&o, "the model is already quantized (blk.0.attn_k.weight is Q4_0)");
+    assert!(!again.exists(), "nothing is written on error");
+}
