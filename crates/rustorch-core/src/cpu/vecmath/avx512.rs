@@ -277,7 +277,8 @@ mod tests {
     #[test]
     fn kernels_accuracy() {
         let sig = |x: f64| 1.0 / (1.0 + (-x).exp());
-        let cases: [(FastFn, f64, f64, f64, &dyn Fn(f64) -> f64); 4] = [
+        type Case<'a> = (FastFn, f64, f64, f64, &'a dyn Fn(f64) -> f64);
+        let cases: [Case; 4] = [
             (FastFn::Exp, -87.0, 88.7, 2.0, &f64::exp),
             (FastFn::Exp, -103.9, -87.0, 1.0, &f64::exp),
             (FastFn::Sigmoid, -103.0, 30.0, 3.0, &sig),
