@@ -91,21 +91,29 @@ pub(super) trait Map1<T: Copy, U>: Copy + Send + Sync {
 
     #[inline(always)]
     fn slice(self, x: &[T], out: &mut [MaybeUninit<U>]) {
-        // Two vectors' worth per step: independent dependency chains keep
-        // the FMA units busy through long polynomial evaluations.
-        const STEP: usize = 32;
-        let n = out.len().min(x.len());
-        let (out, x) = (&mut out[..n], &x[..n]);
-        let mut oc = out.chunks_exact_mut(STEP);
-        let mut xc = x.chunks_exact(STEP);
-        for (o, v) in (&mut oc).zip(&mut xc) {
-            for i in 0..STEP {
-                o[i].write(self.f(v[i]));
-            }
+        map_slice(self, x, out)
+    }
+}
+
+/// The default `Map1::slice`: `out[i] = k.f(x[i])` for the common length,
+/// as a loop LLVM vectorizes (also the fallback of ops whose `slice` has a
+/// hand-written fast path).
+#[inline(always)]
+pub(super) fn map_slice<T: Copy, U, K: Map1<T, U>>(k: K, x: &[T], out: &mut [MaybeUninit<U>]) {
+    // Two vectors' worth per step: independent dependency chains keep
+    // the FMA units busy through long polynomial evaluations.
+    const STEP: usize = 32;
+    let n = out.len().min(x.len());
+    let (out, x) = (&mut out[..n], &x[..n]);
+    let mut oc = out.chunks_exact_mut(STEP);
+    let mut xc = x.chunks_exact(STEP);
+    for (o, v) in (&mut oc).zip(&mut xc) {
+        for i in 0..STEP {
+            o[i].write(k.f(v[i]));
         }
-        for (o, &v) in oc.into_remainder().iter_mut().zip(xc.remainder()) {
-            o.write(self.f(v));
-        }
+    }
+    for (o, &v) in oc.into_remainder().iter_mut().zip(xc.remainder()) {
+        o.write(k.f(v));
     }
 }
 
@@ -132,7 +140,13 @@ impl<T: Copy + Default + Send + Sync, U: Copy, K: Map1<T, U>> Row1<T, U> for Pla
         match x {
             Src::Slice(s) => self.0.slice(s, out),
             Src::Scalar(v) => {
-                let y = self.0.f(v);
+                // Through `slice`, so that a broadcast value gets the same
+                // result as the same value in a contiguous row (ops with a
+                // hand-written `slice` may differ from `f` by an ulp).
+                let mut y = [MaybeUninit::<U>::uninit()];
+                self.0.slice(&[v], &mut y);
+                // SAFETY: `slice` writes every element of its output.
+                let y = unsafe { y[0].assume_init() };
                 for o in out.iter_mut() {
                     o.write(y);
                 }

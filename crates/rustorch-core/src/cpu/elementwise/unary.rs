@@ -4,9 +4,9 @@
 //! library (and `libm` for erfc), which is what PyTorch's f64 results are
 //! checked against; f16/bf16 compute in f32 and round once.
 
-use super::kernel::{map1, Map1, Plain, Row1, ViaF32};
+use super::kernel::{map1, map_slice, Map1, Plain, Row1, ViaF32};
 use super::plan::Plan;
-use crate::cpu::vecmath::{self as vm, exp_f32};
+use crate::cpu::vecmath::{self as vm, exp_f32, FastFn};
 use crate::cpu::{unsupported_dtype, CpuInput, CpuResult, CpuStorage, StorageElement};
 use crate::dtype::{DType, C64};
 use crate::error::BackendError;
@@ -37,21 +37,46 @@ macro_rules! float_map1 {
     };
 }
 
+/// Like `float_map1`, for f32 functions with a hand-written AVX-512 slice
+/// kernel (`vm::map_f32_avx512`); elsewhere the portable loop runs.
+macro_rules! fast_map1 {
+    ($name:ident, $fast:expr, |$x:ident| f32: $e32:expr, f64: $e64:expr) => {
+        impl Map1<f32, f32> for $name {
+            #[inline(always)]
+            fn f(self, $x: f32) -> f32 {
+                $e32
+            }
+            #[inline(always)]
+            fn slice(self, x: &[f32], out: &mut [MaybeUninit<f32>]) {
+                if !vm::map_f32_avx512($fast, x, out) {
+                    map_slice(self, x, out)
+                }
+            }
+        }
+        impl Map1<f64, f64> for $name {
+            #[inline(always)]
+            fn f(self, $x: f64) -> f64 {
+                $e64
+            }
+        }
+    };
+}
+
 float_map1!(Neg, |x| f32: -x, f64: -x);
 float_map1!(Abs, |x| f32: x.abs(), f64: x.abs());
-float_map1!(Exp, |x| f32: exp_f32(x), f64: x.exp());
+fast_map1!(Exp, FastFn::Exp, |x| f32: exp_f32(x), f64: x.exp());
 float_map1!(Log, |x| f32: vm::ln_f32(x), f64: x.ln());
 float_map1!(Sqrt, |x| f32: x.sqrt(), f64: x.sqrt());
 float_map1!(Rsqrt, |x| f32: 1.0 / x.sqrt(), f64: 1.0 / x.sqrt());
 float_map1!(Tanh, |x| f32: vm::tanh_f32(x), f64: x.tanh());
-float_map1!(Sigmoid, |x| f32: vm::sigmoid_f32(x), f64: 1.0 / (1.0 + (-x).exp()));
+fast_map1!(Sigmoid, FastFn::Sigmoid, |x| f32: vm::sigmoid_f32(x), f64: 1.0 / (1.0 + (-x).exp()));
 // `x < 0` is false for NaN, so NaN passes through as in PyTorch.
 float_map1!(Relu, |x| f32: if x < 0.0 { 0.0 } else { x }, f64: if x < 0.0 { 0.0 } else { x });
 float_map1!(Gelu, |x| f32: vm::gelu_f32(x),
     f64: 0.5 * x * libm::erfc(-x * std::f64::consts::FRAC_1_SQRT_2));
 float_map1!(GeluTanh, |x| f32: vm::gelu_tanh_f32(x),
     f64: 0.5 * x * (1.0 + (0.797_884_560_802_865_4 * (x + 0.044_715 * x * x * x)).tanh()));
-float_map1!(Silu, |x| f32: vm::silu_f32(x), f64: x / (1.0 + (-x).exp()));
+fast_map1!(Silu, FastFn::Silu, |x| f32: vm::silu_f32(x), f64: x / (1.0 + (-x).exp()));
 float_map1!(Softplus, |x| f32: vm::softplus_f32(x), f64: if x > 20.0 { x } else { x.exp().ln_1p() });
 
 /// sin and cos: a vectorized pass, then exact recomputation of the rare

@@ -79,6 +79,9 @@ trait SoftmaxElem: StorageElement + Send + Sync {
 
 impl SoftmaxElem for f32 {
     fn row(x: &[f32], out: &mut [MaybeUninit<f32>], log: bool, s: &mut Scratch) {
+        if !log && crate::cpu::vecmath::softmax_row_avx512(x, out) {
+            return;
+        }
         let m = max_f32(x);
         if log {
             let c = m + exp_sum(x, m).ln();

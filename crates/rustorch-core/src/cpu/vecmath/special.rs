@@ -23,7 +23,7 @@ fn horner<const N: usize>(x: f32, c: &[f32; N]) -> f32 {
 }
 
 /// e^r = 1 + r S(r) on [-ln2/2, ln2/2], within 0.8 ulp.
-const EXP_S: [f32; 6] = [
+pub(super) const EXP_S: [f32; 6] = [
     1.0,
     0.499_999_97,
     0.166_665_06,
