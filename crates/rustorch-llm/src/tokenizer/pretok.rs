@@ -28,7 +28,7 @@ const RE_LLAMA3: &[&str] = &[LLAMA3];
 const RE_QWEN2: &[&str] = &[QWEN2];
 const RE_GPT2: &[&str] = &[GPT2];
 const RE_STARCODER: &[&str] = &["\\p{N}", GPT2];
-const RE_FALCON: &[&str] = &["[\\p{P}\\$\\+<=>\\^~\\|]+", GPT2, "[0-9][0-9][0-9]"];
+const RE_FALCON: &[&str] = &["[\\p{P}\\$\\+<=>\\^~\\|`]+", GPT2, "[0-9][0-9][0-9]"];
 const RE_DEEPSEEK_CODER: &[&str] = &["[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", "[一-龥ࠀ-一가-퟿]+", "\\p{N}"];
 
 /// `tokenizer.ggml.pre` values llama.cpp knows whose regexes (look-around in std::regex, or
