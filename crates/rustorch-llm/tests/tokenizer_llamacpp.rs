@@ -204,7 +204,7 @@ fn tinyllama_spm_metadata() -> Metadata {
     let mut i = 0usize;
     while toks.len() < 32000 {
         let (a, b) = (letters[i % 26], letters[(i / 26) % 26]);
-        let prefix = if i % 3 == 0 { "\u{2581}" } else { "" };
+        let prefix = if i.is_multiple_of(3) { "\u{2581}" } else { "" };
         toks.push(format!("{prefix}{a}{b}{}", i / 676));
         scores.push(-(i as f32));
         types.push(1);
