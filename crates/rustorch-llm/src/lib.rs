@@ -1,0 +1,22 @@
+//! RusTorch's LLM runtime: GGUF models that produce the same tokens as llama.cpp.
+//!
+//! So far this crate holds the tokenizer ([`tokenizer`]), built from a GGUF file's
+//! `tokenizer.ggml.*` metadata exactly as llama.cpp's `llama_vocab` builds it, and checked token
+//! for token against llama.cpp's `llama-tokenize` (see `tests/tokenizer_llamacpp.rs`).
+//!
+//! ```no_run
+//! use rustorch_core::gguf::Gguf;
+//! use rustorch_llm::Tokenizer;
+//!
+//! let gguf = Gguf::open("SmolLM2-135M-Instruct.Q4_1.gguf")?;
+//! let tok = Tokenizer::from_gguf(&gguf)?;
+//! let ids = tok.encode("<|im_start|>user\nhi<|im_end|>", true, true);
+//! assert_eq!(tok.decode(&ids), "user\nhi");
+//! # Ok::<(), rustorch_llm::LlmError>(())
+//! ```
+
+pub mod error;
+pub mod tokenizer;
+
+pub use error::{LlmError, Result};
+pub use tokenizer::{TokenAttr, Tokenizer, VocabType};
