@@ -145,6 +145,8 @@ pub(super) unsafe fn dot<T: VnniDot>(w: &[u8], a: &[u8]) -> f32 {
 /// # Safety
 /// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C must be available
 /// (`Isa::Avx512Vnni`).
+// `k` and `r` index several arrays (accumulators, scales, rows) at once.
+#[allow(clippy::needless_range_loop)]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(super) unsafe fn dot4<T: VnniDot>(w: &[u8], a: [&[u8]; 4], out: &mut [f32; 4]) {
     let Some(nb) = blocks4::<T>(w, &a) else {
