@@ -67,12 +67,28 @@ pub(super) trait VnniDot: Avx2Dot {
 unsafe fn scales8<T: Layout>(w: *const u8, a: *const u8) -> __m256 {
     // SAFETY: the caller guarantees eight whole blocks at `w` and `a`;
     // AVX-512F and F16C are enabled in the calling kernel.
+    unsafe { scales8_packed::<T>(wscales8::<T>(w), a) }
+}
+
+/// The f16 values at byte 0 of eight weight blocks at `w`, packed for
+/// `scales8_packed` (computed once per weight row in `dot4`).
+#[inline(always)]
+unsafe fn wscales8<T: Layout>(w: *const u8) -> [i64; 2] {
+    // SAFETY: the caller guarantees eight whole blocks at `w`.
+    unsafe { [pack4(w, T::W_BYTES), pack4(w.add(4 * T::W_BYTES), T::W_BYTES)] }
+}
+
+/// `scales8` with the weight scales packed beforehand.
+#[inline(always)]
+unsafe fn scales8_packed<T: Layout>(w: [i64; 2], a: *const u8) -> __m256 {
+    // SAFETY: the caller guarantees eight whole blocks at `a`; AVX-512F
+    // and F16C are enabled in the calling kernel.
     unsafe {
         let h = _mm256_set_epi64x(
             pack4(a.add(4 * T::A_BYTES), T::A_BYTES),
             pack4(a, T::A_BYTES),
-            pack4(w.add(4 * T::W_BYTES), T::W_BYTES),
-            pack4(w, T::W_BYTES),
+            w[1],
+            w[0],
         );
         let f = _mm512_cvtph_ps(h);
         let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(f)));
@@ -163,12 +179,15 @@ pub(super) unsafe fn dot4<T: VnniDot>(w: &[u8], a: [&[u8]; 4], out: &mut [f32; 4
     // activation blocks.
     while i + 8 <= nb {
         let wb = unsafe { wp.add(i * T::W_BYTES) };
+        // The weight scales (and offsets) are gathered once for the four
+        // rows; the products are the ones `scales8` forms.
+        let (ws, wm) = unsafe { (wscales8::<T>(wb), wscales8::<T>(wb.add(2))) };
         let mut d = [_mm512_setzero_ps(); 4];
         for r in 0..4 {
             let ab = unsafe { ap[r].add(i * T::A_BYTES) };
-            d[r] = _mm512_castps256_ps512(unsafe { scales8::<T>(wb, ab) });
+            d[r] = _mm512_castps256_ps512(unsafe { scales8_packed::<T>(ws, ab) });
             if T::MIN {
-                mins[r] = _mm256_add_ps(mins[r], unsafe { scales8::<T>(wb.add(2), ab.add(2)) });
+                mins[r] = _mm256_add_ps(mins[r], unsafe { scales8_packed::<T>(wm, ab.add(2)) });
             }
         }
         for k in 0..4 {
