@@ -21,6 +21,15 @@ mod legacy;
 /// number of values in the dot type. The driver checks both before calling.
 pub(crate) type DotFn = unsafe fn(w: &[u8], a: &[u8]) -> f32;
 
+/// One weight row against four activation rows: `out[r]` is the dot
+/// product of `w` with `a[r]`, equal bit for bit to the `DotFn` of the
+/// same type and level on that pair. Decoding each weight block once for
+/// four rows is what makes batched products faster than matvecs.
+///
+/// # Safety
+/// As `DotFn`, for each of the four activation rows.
+pub(crate) type DotRowsFn = unsafe fn(w: &[u8], a: [&[u8]; 4], out: &mut [f32; 4]);
+
 /// The best kernel for `qtype` at or below `isa`, with its level.
 pub(crate) fn find(qtype: QType, isa: Isa) -> Option<(Isa, DotFn)> {
     Isa::ALL
@@ -28,6 +37,12 @@ pub(crate) fn find(qtype: QType, isa: Isa) -> Option<(Isa, DotFn)> {
         .rev()
         .filter(|&level| level <= isa)
         .find_map(|level| exact(qtype, level).map(|k| (level, k)))
+}
+
+/// The four-row kernel implemented at exactly this level, if any (the
+/// driver pairs it with the `DotFn` that `find` returns at that level).
+pub(crate) fn exact_rows(qtype: QType, isa: Isa) -> Option<DotRowsFn> {
+    legacy::rows_kernel(qtype, isa).or_else(|| kquants::rows_kernel(qtype, isa))
 }
 
 /// The kernel implemented at exactly this level, if any.

@@ -19,7 +19,7 @@
 //! are exact for any i8), so levels differ only in how the per-block f32
 //! terms are added.
 
-use super::DotFn;
+use super::{DotFn, DotRowsFn};
 use crate::quant::matmul::Isa;
 use crate::quant::QType;
 
@@ -46,6 +46,40 @@ pub(super) fn kernel(qtype: QType, isa: Isa) -> Option<DotFn> {
         _ => return None,
     };
     by_type(isa)
+}
+
+/// The four-activation-row kernel at exactly `isa`, where one exists.
+pub(super) fn rows_kernel(qtype: QType, isa: Isa) -> Option<DotRowsFn> {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512Vnni {
+        return match qtype {
+            QType::Q4K => Some(q4k::dot4_avx512),
+            QType::Q6K => Some(q6k::dot4_avx512),
+            QType::Q5K => Some(q5k::dot4_avx512),
+            _ => None,
+        };
+    }
+    let _ = (qtype, isa);
+    None
+}
+
+/// One weight row and four activation rows as blocks, if each activation
+/// row has as many Q8_K blocks as the weight row has blocks; `None`
+/// otherwise (kernels then answer NaN, as the one-row kernels do).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+fn blocks4<'a, W: crate::quant::blocks::Block>(
+    w: &'a [u8],
+    a: [&'a [u8]; 4],
+) -> Option<(&'a [W], [&'a [crate::quant::blocks::BlockQ8K]; 4])> {
+    use crate::quant::blocks::cast_blocks;
+    let w: &[W] = cast_blocks(w)?;
+    let rows = [
+        cast_blocks(a[0])?,
+        cast_blocks(a[1])?,
+        cast_blocks(a[2])?,
+        cast_blocks(a[3])?,
+    ];
+    rows.iter().all(|r| r.len() == w.len()).then_some((w, rows))
 }
 
 /// The eight 6-bit scales and mins of a Q4_K/Q5_K block, unpacked with

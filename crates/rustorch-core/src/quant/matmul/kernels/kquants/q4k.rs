@@ -152,3 +152,61 @@ unsafe fn dot_avx512(w: &[u8], a: &[u8]) -> f32 {
     acc_m = _mm_add_ss(acc_m, _mm_movehdup_ps(acc_m));
     _mm512_reduce_add_ps(acc) + _mm_cvtss_f32(acc_m)
 }
+
+/// `dot_avx512` of one weight row with four activation rows: each block's
+/// scales, mins and nibbles are unpacked once and multiplied with the four
+/// rows. Each output goes through exactly the integer and f32 operations
+/// `dot_avx512` performs for its row, so the results are bit-identical.
+///
+/// # Safety
+/// As `dot_avx512` (`Isa::Avx512Vnni`).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(super) unsafe fn dot4_avx512(w: &[u8], a: [&[u8]; 4], out: &mut [f32; 4]) {
+    use super::avx512::{permute, spread};
+    use std::arch::x86_64::*;
+    const IDX: [[i32; 16]; 4] = [spread(0, 8), spread(2, 8), spread(4, 8), spread(6, 8)];
+    let Some((w, a)) = super::blocks4::<BlockQ4K>(w, a) else {
+        *out = [f32::NAN; 4];
+        return;
+    };
+    let m4 = _mm512_set1_epi8(0xF);
+    let mut acc = [_mm512_setzero_ps(); 4];
+    let mut acc_m = [_mm_setzero_ps(); 4];
+    for (b, x) in w.iter().enumerate() {
+        let sm = k4_scales_mins(&x.scales);
+        // SAFETY (all loads below): each pointer is to a field of a block
+        // with at least as many bytes as the load reads; unaligned loads.
+        let sm128 = unsafe { _mm_loadu_si128(sm.as_ptr().cast()) };
+        let mins = _mm256_extracti128_si256::<1>(_mm256_cvtepu8_epi16(sm128));
+        let sc32 = _mm512_cvtepu8_epi32(sm128);
+        let mut q4 = [_mm512_setzero_si512(); 4];
+        let mut sc = [_mm512_setzero_si512(); 4];
+        for j in 0..4 {
+            let chunk = unsafe { _mm512_broadcast_i64x4(_mm256_loadu_si256(x.qs.as_ptr().add(32 * j).cast())) };
+            q4[j] = _mm512_and_si512(_mm512_mask_srli_epi16::<4>(chunk, 0xFFFF_0000, chunk), m4);
+            sc[j] = permute(sc32, &IDX[j]);
+        }
+        for r in 0..4 {
+            let y = &a[r][b];
+            let d = y.scale() * f16_to_f32(x.d);
+            let dmin = -y.scale() * f16_to_f32(x.dmin);
+            let q8sums = unsafe { _mm256_loadu_si256(y.bsums.as_ptr().cast()) };
+            let q8s = _mm_hadd_epi16(_mm256_castsi256_si128(q8sums), _mm256_extracti128_si256::<1>(q8sums));
+            acc_m[r] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(_mm_madd_epi16(mins, q8s)), acc_m[r]);
+            let mut sumi = _mm512_setzero_si512();
+            for j in 0..4 {
+                let q8 = unsafe { _mm512_loadu_si512(y.qs.as_ptr().add(64 * j).cast()) };
+                let dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q4[j], q8);
+                sumi = _mm512_dpwssd_epi32(sumi, dot, sc[j]);
+            }
+            acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc[r]);
+        }
+    }
+    for r in 0..4 {
+        let mut m = acc_m[r];
+        m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+        m = _mm_add_ss(m, _mm_movehdup_ps(m));
+        out[r] = _mm512_reduce_add_ps(acc[r]) + _mm_cvtss_f32(m);
+    }
+}

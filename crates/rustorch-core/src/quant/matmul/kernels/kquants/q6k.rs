@@ -164,3 +164,67 @@ unsafe fn dot_avx512(w: &[u8], a: &[u8]) -> f32 {
     }
     _mm512_reduce_add_ps(acc)
 }
+
+/// `dot_avx512` of one weight row with four activation rows: each block's
+/// 6-bit quants and scales are unpacked once and multiplied with the four
+/// rows. Each output goes through exactly the integer and f32 operations
+/// `dot_avx512` performs for its row, so the results are bit-identical.
+///
+/// # Safety
+/// As `dot_avx512` (`Isa::Avx512Vnni`).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(super) unsafe fn dot4_avx512(w: &[u8], a: [&[u8]; 4], out: &mut [f32; 4]) {
+    use super::avx512::{permute, scales_i8_to_dpwssd, spread};
+    use std::arch::x86_64::*;
+    const IDX: [[i32; 16]; 4] = [spread(0, 4), spread(4, 4), spread(8, 4), spread(12, 4)];
+    let Some((w, a)) = super::blocks4::<BlockQ6K>(w, a) else {
+        *out = [f32::NAN; 4];
+        return;
+    };
+    let m4 = _mm512_set1_epi8(0xF);
+    let m30 = _mm512_set1_epi8(0x30);
+    let mut acc = [_mm512_setzero_ps(); 4];
+    for (b, x) in w.iter().enumerate() {
+        // SAFETY (all loads below): each pointer is to a field of a block
+        // with at least as many bytes as the load reads; unaligned loads.
+        let scales = unsafe { _mm_loadu_si128(x.scales.as_ptr().cast()) };
+        let scales16 = _mm256_cvtepi8_epi16(scales);
+        let sc32 = scales_i8_to_dpwssd(scales);
+        let mut q = [_mm512_setzero_si512(); 4];
+        let mut sc = [_mm512_setzero_si512(); 4];
+        for h in 0..2 {
+            let ql = unsafe { _mm512_loadu_si512(x.ql.as_ptr().add(64 * h).cast()) };
+            let qh = unsafe { _mm512_broadcast_i64x4(_mm256_loadu_si256(x.qh.as_ptr().add(32 * h).cast())) };
+            // As in `dot_avx512`.
+            let qh = _mm512_mask_srli_epi16::<2>(qh, 0xFFFF_0000, qh);
+            q[2 * h] = _mm512_or_si512(
+                _mm512_and_si512(ql, m4),
+                _mm512_and_si512(_mm512_slli_epi16::<4>(qh), m30),
+            );
+            q[2 * h + 1] = _mm512_or_si512(
+                _mm512_and_si512(_mm512_srli_epi16::<4>(ql), m4),
+                _mm512_and_si512(qh, m30),
+            );
+        }
+        for (s, idx) in sc.iter_mut().zip(&IDX) {
+            *s = permute(sc32, idx);
+        }
+        for r in 0..4 {
+            let y = &a[r][b];
+            let d = y.scale() * f16_to_f32(x.d);
+            let q8sums = unsafe { _mm256_loadu_si256(y.bsums.as_ptr().cast()) };
+            let offset = _mm256_slli_epi32::<5>(_mm256_madd_epi16(q8sums, scales16));
+            let mut sumi = _mm512_zextsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), offset));
+            for k in 0..4 {
+                let q8 = unsafe { _mm512_loadu_si512(y.qs.as_ptr().add(64 * k).cast()) };
+                let dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[k], q8);
+                sumi = _mm512_dpwssd_epi32(sumi, dot, sc[k]);
+            }
+            acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc[r]);
+        }
+    }
+    for r in 0..4 {
+        out[r] = _mm512_reduce_add_ps(acc[r]);
+    }
+}

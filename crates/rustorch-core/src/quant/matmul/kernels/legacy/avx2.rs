@@ -7,18 +7,38 @@
 //! with scalar loads (which run beside the vector pipes) and converted by
 //! one `vcvtph2ps`. Two accumulators hide the FMA latency.
 
-use super::{blocks, Layout, WIq4Nl, W4_0, W4_1, W5_0, W5_1, W8_0, W8_1};
+use super::{blocks, blocks4, Layout, WIq4Nl, W4_0, W4_1, W5_0, W5_1, W8_0, W8_1};
 use crate::quant::blocks::{f16_to_f32, KVALUES_IQ4NL};
 use std::arch::x86_64::*;
 
 /// The per-block integer work of one weight type.
+///
+/// Split in two so that a block decoded once can meet several activation
+/// rows (`dot4`): `decode` unpacks the weight quants into one vector,
+/// `mul` multiplies that vector with 32 activation quants.
 pub(super) trait Avx2Dot: Layout {
-    /// Eight i32 lanes whose sum is the exact integer dot product of the
-    /// block at `w` with the 32 activation quants `a`.
+    /// The block's 32 weight quants at `w` in the form `mul` takes.
     ///
     /// # Safety
     /// AVX2 must be available and `w` must point at a whole weight block.
-    unsafe fn block(w: *const u8, a: __m256i) -> __m256i;
+    unsafe fn decode(w: *const u8) -> __m256i;
+
+    /// Eight i32 lanes whose sum is the exact integer dot product of the
+    /// decoded block `u` with the 32 activation quants `a`.
+    ///
+    /// # Safety
+    /// AVX2 must be available.
+    unsafe fn mul(u: __m256i, a: __m256i) -> __m256i;
+
+    /// `mul(decode(w), a)`.
+    ///
+    /// # Safety
+    /// As `decode`.
+    #[inline(always)]
+    unsafe fn block(w: *const u8, a: __m256i) -> __m256i {
+        // SAFETY: forwarded from the caller.
+        unsafe { Self::mul(Self::decode(w), a) }
+    }
 }
 
 /// The little-endian u16 at `p`.
@@ -119,6 +139,74 @@ pub(super) unsafe fn dot<T: Avx2Dot>(w: &[u8], a: &[u8]) -> f32 {
     unsafe { hsum(_mm256_add_ps(acc[0], acc[1])) + hsum128(mins) + tail }
 }
 
+/// `dot` of one weight row with four activation rows: each block is
+/// decoded once and multiplied with the four rows' quants. Each output
+/// goes through exactly the f32 operations `dot` performs for its row, so
+/// the results are bit-identical to four `dot` calls.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available (`Isa::Avx2`).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn dot4<T: Avx2Dot>(w: &[u8], a: [&[u8]; 4], out: &mut [f32; 4]) {
+    let Some(nb) = blocks4::<T>(w, &a) else {
+        *out = [f32::NAN; 4];
+        return;
+    };
+    let wp = w.as_ptr();
+    let ap = [a[0].as_ptr(), a[1].as_ptr(), a[2].as_ptr(), a[3].as_ptr()];
+    let mut acc = [[_mm256_setzero_ps(); 2]; 4];
+    let mut mins = [_mm_setzero_ps(); 4];
+    let mut i = 0;
+    // SAFETY (all pointer reads below): block i + k < nb, and `blocks4`
+    // checked that `w` holds nb weight blocks and each `a[r]` nb
+    // activation blocks.
+    while i + 4 <= nb {
+        let wb = unsafe { wp.add(i * T::W_BYTES) };
+        let mut d = [_mm256_setzero_ps(); 4];
+        for r in 0..4 {
+            let ab = unsafe { ap[r].add(i * T::A_BYTES) };
+            d[r] = _mm256_castps128_ps256(unsafe { scales4::<T>(wb, ab) });
+            if T::MIN {
+                mins[r] = _mm_add_ps(mins[r], unsafe { scales4::<T>(wb.add(2), ab.add(2)) });
+            }
+        }
+        for k in 0..4 {
+            let u = unsafe { T::decode(wb.add(k * T::W_BYTES)) };
+            let sel = _mm256_set1_epi32(k as i32);
+            for r in 0..4 {
+                let p = unsafe {
+                    let av = _mm256_loadu_si256(ap[r].add((i + k) * T::A_BYTES + T::A_QS).cast());
+                    T::mul(u, av)
+                };
+                let s = _mm256_permutevar8x32_ps(d[r], sel);
+                acc[r][k & 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, acc[r][k & 1]);
+            }
+        }
+        i += 4;
+    }
+    let mut tail = [0f32; 4];
+    while i < nb {
+        let wb = unsafe { wp.add(i * T::W_BYTES) };
+        let u = unsafe { T::decode(wb) };
+        let dw = f16_to_f32((unsafe { u16_at(wb) } as u16).to_le_bytes());
+        for r in 0..4 {
+            let ab = unsafe { ap[r].add(i * T::A_BYTES) };
+            let da = f16_to_f32((unsafe { u16_at(ab) } as u16).to_le_bytes());
+            let d = dw * da;
+            let p = unsafe { T::mul(u, _mm256_loadu_si256(ab.add(T::A_QS).cast())) };
+            acc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d), acc[r][0]);
+            if T::MIN {
+                let (m, s) = unsafe { (u16_at(wb.add(2)) as u16, u16_at(ab.add(2)) as u16) };
+                tail[r] += f16_to_f32(m.to_le_bytes()) * f16_to_f32(s.to_le_bytes());
+            }
+        }
+        i += 1;
+    }
+    for r in 0..4 {
+        out[r] = unsafe { hsum(_mm256_add_ps(acc[r][0], acc[r][1])) + hsum128(mins[r]) + tail[r] };
+    }
+}
+
 /// 32 nibbles of the 16 bytes at `q` as bytes 0..=15: low nibbles in
 /// bytes 0..16 (elements 0..16), high nibbles in bytes 16..32.
 #[inline(always)]
@@ -182,68 +270,103 @@ unsafe fn signed_dot(x: __m256i, a: __m256i) -> __m256i {
 
 impl Avx2Dot for W4_0 {
     #[inline(always)]
-    unsafe fn block(w: *const u8, a: __m256i) -> __m256i {
+    unsafe fn decode(w: *const u8) -> __m256i {
         // SAFETY: a whole block at `w` (caller): qs at 2..18.
-        unsafe { offset_dot(nibbles(w.add(2)), 8, a) }
+        unsafe { nibbles(w.add(2)) }
+    }
+
+    #[inline(always)]
+    unsafe fn mul(u: __m256i, a: __m256i) -> __m256i {
+        // SAFETY: AVX2 in the kernel.
+        unsafe { offset_dot(u, 8, a) }
     }
 }
 
 impl Avx2Dot for W4_1 {
     #[inline(always)]
-    unsafe fn block(w: *const u8, a: __m256i) -> __m256i {
-        // SAFETY: a whole block at `w` (caller): qs at 4..20. Products
-        // of 15 and 127 cannot saturate an i16 pair.
-        unsafe { pairs(_mm256_maddubs_epi16(nibbles(w.add(4)), a)) }
+    unsafe fn decode(w: *const u8) -> __m256i {
+        // SAFETY: a whole block at `w` (caller): qs at 4..20.
+        unsafe { nibbles(w.add(4)) }
+    }
+
+    #[inline(always)]
+    unsafe fn mul(u: __m256i, a: __m256i) -> __m256i {
+        // SAFETY: AVX2 in the kernel. Products of 15 and 127 cannot
+        // saturate an i16 pair.
+        unsafe { pairs(_mm256_maddubs_epi16(u, a)) }
     }
 }
 
 impl Avx2Dot for W5_0 {
     #[inline(always)]
-    unsafe fn block(w: *const u8, a: __m256i) -> __m256i {
+    unsafe fn decode(w: *const u8) -> __m256i {
         // SAFETY: a whole block at `w` (caller): qh at 2..6, qs at 6..22.
-        unsafe {
-            let u = _mm256_or_si256(nibbles(w.add(6)), high_bits(w.add(2)));
-            offset_dot(u, 16, a)
-        }
+        unsafe { _mm256_or_si256(nibbles(w.add(6)), high_bits(w.add(2))) }
+    }
+
+    #[inline(always)]
+    unsafe fn mul(u: __m256i, a: __m256i) -> __m256i {
+        // SAFETY: AVX2 in the kernel.
+        unsafe { offset_dot(u, 16, a) }
     }
 }
 
 impl Avx2Dot for W5_1 {
     #[inline(always)]
-    unsafe fn block(w: *const u8, a: __m256i) -> __m256i {
+    unsafe fn decode(w: *const u8) -> __m256i {
         // SAFETY: a whole block at `w` (caller): qh at 4..8, qs at 8..24.
-        // 31 * 127 * 2 cannot saturate an i16.
-        unsafe {
-            let u = _mm256_or_si256(nibbles(w.add(8)), high_bits(w.add(4)));
-            pairs(_mm256_maddubs_epi16(u, a))
-        }
+        unsafe { _mm256_or_si256(nibbles(w.add(8)), high_bits(w.add(4))) }
+    }
+
+    #[inline(always)]
+    unsafe fn mul(u: __m256i, a: __m256i) -> __m256i {
+        // SAFETY: AVX2 in the kernel. 31 * 127 * 2 cannot saturate an i16.
+        unsafe { pairs(_mm256_maddubs_epi16(u, a)) }
     }
 }
 
 impl Avx2Dot for W8_0 {
     #[inline(always)]
-    unsafe fn block(w: *const u8, a: __m256i) -> __m256i {
+    unsafe fn decode(w: *const u8) -> __m256i {
         // SAFETY: a whole block at `w` (caller): qs at 2..34.
-        unsafe { signed_dot(_mm256_loadu_si256(w.add(2).cast()), a) }
+        unsafe { _mm256_loadu_si256(w.add(2).cast()) }
+    }
+
+    #[inline(always)]
+    unsafe fn mul(u: __m256i, a: __m256i) -> __m256i {
+        // SAFETY: AVX2 in the kernel.
+        unsafe { signed_dot(u, a) }
     }
 }
 
 impl Avx2Dot for W8_1 {
     #[inline(always)]
-    unsafe fn block(w: *const u8, a: __m256i) -> __m256i {
+    unsafe fn decode(w: *const u8) -> __m256i {
         // SAFETY: a whole block at `w` (caller): qs at 4..36.
-        unsafe { signed_dot(_mm256_loadu_si256(w.add(4).cast()), a) }
+        unsafe { _mm256_loadu_si256(w.add(4).cast()) }
+    }
+
+    #[inline(always)]
+    unsafe fn mul(u: __m256i, a: __m256i) -> __m256i {
+        // SAFETY: AVX2 in the kernel.
+        unsafe { signed_dot(u, a) }
     }
 }
 
 impl Avx2Dot for WIq4Nl {
     #[inline(always)]
-    unsafe fn block(w: *const u8, a: __m256i) -> __m256i {
-        // SAFETY: a whole block at `w` (caller): qs at 2..18. The levels
-        // are in -127..=113, so `signed_dot` is exact.
+    unsafe fn decode(w: *const u8) -> __m256i {
+        // SAFETY: a whole block at `w` (caller): qs at 2..18.
         unsafe {
             let table = _mm256_broadcastsi128_si256(_mm_loadu_si128(KVALUES_IQ4NL.as_ptr().cast()));
-            signed_dot(_mm256_shuffle_epi8(table, nibbles(w.add(2))), a)
+            _mm256_shuffle_epi8(table, nibbles(w.add(2)))
         }
+    }
+
+    #[inline(always)]
+    unsafe fn mul(u: __m256i, a: __m256i) -> __m256i {
+        // SAFETY: AVX2 in the kernel. The levels are in -127..=113, so
+        // `signed_dot` is exact.
+        unsafe { signed_dot(u, a) }
     }
 }

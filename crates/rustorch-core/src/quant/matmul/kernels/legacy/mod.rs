@@ -13,7 +13,7 @@
 //! integer parts exact but sum the scaled partial products in another
 //! order (as llama.cpp's x86 kernels do).
 
-use super::DotFn;
+use super::{DotFn, DotRowsFn};
 use crate::quant::matmul::Isa;
 use crate::quant::QType;
 
@@ -61,6 +61,38 @@ pub(super) fn kernel(qtype: QType, isa: Isa) -> Option<DotFn> {
             _ => return None,
         },
         #[cfg(not(target_arch = "x86_64"))]
+        _ => return None,
+    };
+    Some(k)
+}
+
+/// The one-weight-row, four-activation-row kernel at exactly `isa`, if
+/// any; its results equal four calls of `kernel(qtype, isa)` bit for bit.
+pub(super) fn rows_kernel(qtype: QType, isa: Isa) -> Option<DotRowsFn> {
+    use QType::*;
+    let k: DotRowsFn = match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => match qtype {
+            Q4_0 => avx2::dot4::<W4_0>,
+            Q4_1 => avx2::dot4::<W4_1>,
+            Q5_0 => avx2::dot4::<W5_0>,
+            Q5_1 => avx2::dot4::<W5_1>,
+            Q8_0 => avx2::dot4::<W8_0>,
+            Q8_1 => avx2::dot4::<W8_1>,
+            IQ4NL => avx2::dot4::<WIq4Nl>,
+            _ => return None,
+        },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vnni => match qtype {
+            Q4_0 => vnni::dot4::<W4_0>,
+            Q4_1 => vnni::dot4::<W4_1>,
+            Q5_0 => vnni::dot4::<W5_0>,
+            Q5_1 => vnni::dot4::<W5_1>,
+            Q8_0 => vnni::dot4::<W8_0>,
+            Q8_1 => vnni::dot4::<W8_1>,
+            IQ4NL => vnni::dot4::<WIq4Nl>,
+            _ => return None,
+        },
         _ => return None,
     };
     Some(k)
@@ -148,4 +180,12 @@ const _: () = {
 fn blocks<T: Layout>(w: &[u8], a: &[u8]) -> Option<usize> {
     let nb = w.len() / T::W_BYTES;
     (w.len().is_multiple_of(T::W_BYTES) && a.len() == nb * T::A_BYTES).then_some(nb)
+}
+
+/// `blocks` for one weight row and four activation rows.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+#[inline(always)]
+fn blocks4<T: Layout>(w: &[u8], a: &[&[u8]; 4]) -> Option<usize> {
+    let nb = blocks::<T>(w, a[0])?;
+    a[1..].iter().all(|r| r.len() == a[0].len()).then_some(nb)
 }

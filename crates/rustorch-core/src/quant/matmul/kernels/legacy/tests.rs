@@ -14,7 +14,7 @@
 //! of the exact sum of its terms, gamma(n) = n * u / (1 - n * u); two
 //! kernels are within twice that of each other.
 
-use super::kernel;
+use super::{kernel, rows_kernel};
 use crate::quant::blocks::{f16_to_f32, f32_to_f16, KVALUES_IQ4NL};
 use crate::quant::matmul::{qmatmul_isa, vec_dot_type, Isa, QMatRef, QuantizedRows};
 use crate::quant::{dequantize, QType};
@@ -387,6 +387,54 @@ fn qmatmul_matches_reference() {
                     }
                 }
             }
+        }
+    }
+}
+
+/// The same f32 value, NaN included (the four-row kernels must repeat the
+/// one-row kernels' arithmetic exactly, so even NaN and infinity from
+/// extreme scales must come out the same).
+fn same(x: f32, y: f32) -> bool {
+    x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan())
+}
+
+#[test]
+fn four_row_kernels_equal_one_row_kernels() {
+    let mut rng = Rng(6);
+    for qtype in TYPES {
+        let dot = vec_dot_type(qtype).unwrap();
+        for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+            let Some(k4) = rows_kernel(qtype, isa) else {
+                assert!(
+                    isa == Isa::Scalar || !cfg!(target_arch = "x86_64"),
+                    "{qtype} {isa}: no 4-row kernel"
+                );
+                continue;
+            };
+            for n in LENGTHS {
+                for _ in 0..3 {
+                    let w = weight_row(qtype, n / 32, &mut rng);
+                    let mut rows = act_rows(dot, n, &mut rng);
+                    rows.extend(act_rows(dot, n, &mut rng));
+                    let a = [&rows[0][..], &rows[1][..], &rows[2][..], &rows[3][..]];
+                    let mut out = [0f32; 4];
+                    // SAFETY: the level is available and all four rows
+                    // have the weight row's block count.
+                    unsafe { k4(&w, a, &mut out) };
+                    for r in 0..4 {
+                        let want = call(qtype, isa, &w, a[r]);
+                        assert!(same(out[r], want), "{qtype} {isa} n={n} row {r}: {} vs {want}", out[r]);
+                    }
+                }
+            }
+            // Rows that do not match give NaN, as the one-row kernels do.
+            let w = weight_row(qtype, 3, &mut rng);
+            let good = act_row(dot, 3, &mut rng);
+            let bad = act_row(dot, 2, &mut rng);
+            let mut out = [0f32; 4];
+            // SAFETY: the level is available; the kernel checks lengths.
+            unsafe { k4(&w, [&good, &good, &bad, &good], &mut out) };
+            assert!(out.iter().all(|v| v.is_nan()), "{qtype} {isa}: {out:?}");
         }
     }
 }

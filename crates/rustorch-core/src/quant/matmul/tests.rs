@@ -1,0 +1,78 @@
+//! The batched driver against the one-row kernels: tiling, the four-row
+//! kernels and the leftover rows must give every output exactly the value
+//! the one-row kernel of the same level gives for that pair of rows.
+
+use super::{kernels, qmatmul_quantized_into, vec_dot_type, Isa, QMatRef, QuantizedRows};
+use crate::quant::{QTensor, QType};
+
+/// Deterministic values in [-1, 1).
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+#[test]
+fn batched_outputs_equal_one_row_kernels() {
+    // 37 and 70 weight rows divide by neither the weight tile (a multiple
+    // of 4, or n / 8 rounded up) nor 4; m = 130 spans three activation
+    // tiles of 64 with a partial one; the others cover the leftovers of
+    // the four-row kernels.
+    let types = [
+        QType::Q4_0,
+        QType::Q4_1,
+        QType::Q5_0,
+        QType::Q8_0,
+        QType::IQ4NL,
+        QType::Q4K,
+        QType::Q5K,
+        QType::Q6K,
+        QType::F16,
+    ];
+    let cols = 512;
+    for (t, qtype) in types.into_iter().enumerate() {
+        for rows in [37, 70] {
+            let w = QTensor::quantize(qtype, [rows, cols], &values(rows * cols, 3 + t as u64)).unwrap();
+            let mat = w.as_matrix().unwrap();
+            let dot = vec_dot_type(qtype).unwrap();
+            for m in [1, 2, 3, 4, 5, 17, 64, 130] {
+                let act = QuantizedRows::quantize(dot, &values(m * cols, 100 + m as u64), cols).unwrap();
+                for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+                    let mut out = vec![f32::NAN; m * rows];
+                    qmatmul_quantized_into(isa, &mat, &act, &mut out).unwrap();
+                    let (_, one) = kernels::find(qtype, isa).unwrap();
+                    for i in 0..m {
+                        for j in 0..rows {
+                            let wr = &w.bytes()[j * mat.row_bytes..(j + 1) * mat.row_bytes];
+                            // SAFETY: `find` returned a level at or below
+                            // `isa`, which is available; the rows match.
+                            let want = unsafe { one(wr, act.row(i)) };
+                            let got = out[i * rows + j];
+                            assert!(want.is_finite(), "{qtype} ({i}, {j}): {want}");
+                            assert_eq!(
+                                got.to_bits(),
+                                want.to_bits(),
+                                "{qtype} {isa} rows={rows} m={m} ({i}, {j})"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn batched_product_checks_shapes() {
+    let w = QTensor::quantize(QType::Q4_0, [8, 64], &values(8 * 64, 1)).unwrap();
+    let mat: QMatRef<'_> = w.as_matrix().unwrap();
+    let act = QuantizedRows::quantize(QType::Q8_0, &values(5 * 64, 2), 64).unwrap();
+    let mut short = vec![0f32; 5 * 8 - 1];
+    assert!(qmatmul_quantized_into(Isa::Scalar, &mat, &act, &mut short).is_err());
+}
