@@ -4,7 +4,9 @@ the same machine, reported as GB/s of weights streamed beside this
 machine's measured memory read bandwidth.
 
 usage: python3 bench/compare_llamacpp_quant.py [--threads N] [--filter SUBSTR]
-                                               [--skip-rust] [--skip-llamacpp]
+                                               [--skip-rust] [--skip-llamacpp] [--llamacpp-bin DIR]
+RUSTORCH_BENCH_CPUS=0,1 pins llama.cpp to those cores (pin the whole script
+with taskset too, so both sides run on the same cores).
 
 RusTorch: `cargo bench -p rustorch-core --bench quant_matmul` (criterion; mean
 time from target/criterion/<group>/<id>/new/estimates.json).
@@ -73,13 +75,15 @@ def run_rust(threads, filt):
     subprocess.run(cmd, cwd=ROOT, env=env, check=True)
 
 
-def llamacpp_bin():
+def llamacpp_bin(override=None):
+    if override:
+        return pathlib.Path(override)
     out = subprocess.run(["bash", str(ROOT / "tools" / "build_llamacpp.sh")], check=True,
                          capture_output=True, text=True).stdout
     return pathlib.Path(out.strip().splitlines()[-1])
 
 
-def run_llamacpp(threads, cases):
+def run_llamacpp(threads, cases, bin_dir=None):
     """cases: list of (bench id, name, type id, bs, ts, rows, cols, batch) -> {id: seconds}"""
     lines = []
     for bid, name, tid, bs, ts, rows, cols, batch in cases:
@@ -97,9 +101,12 @@ def run_llamacpp(threads, cases):
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         f.write("\n".join(lines) + "\n")
         path = f.name
-    exe = llamacpp_bin() / "test-backend-ops"
+    exe = llamacpp_bin(bin_dir) / "test-backend-ops"
     env = dict(os.environ, RUSTORCH_LLAMACPP_THREADS=str(threads))
     cmd = [str(exe), "perf", "-b", "CPU", "--test-file", path]
+    if os.environ.get("RUSTORCH_BENCH_CPUS"):
+        # Pin to the same cores as the RusTorch run (e.g. "0,1").
+        cmd = ["taskset", "-c", os.environ["RUSTORCH_BENCH_CPUS"]] + cmd
     print("+", " ".join(cmd), file=sys.stderr)
     out = subprocess.run(cmd, env=env, capture_output=True, text=True).stdout
     os.unlink(path)
@@ -123,6 +130,7 @@ def main():
     ap.add_argument("--filter", default="")
     ap.add_argument("--skip-rust", action="store_true")
     ap.add_argument("--skip-llamacpp", action="store_true")
+    ap.add_argument("--llamacpp-bin", help="folder with test-backend-ops (default: tools/build_llamacpp.sh)")
     args = ap.parse_args()
 
     cases = []
@@ -136,7 +144,7 @@ def main():
         run_rust(args.threads, args.filter)
         if args.filter and "membw" not in args.filter:
             run_rust(args.threads, "membw")
-    llama = {} if args.skip_llamacpp else run_llamacpp(args.threads, cases)
+    llama = {} if args.skip_llamacpp else run_llamacpp(args.threads, cases, args.llamacpp_bin)
 
     bw = criterion_seconds("membw/read_1GiB")
     bw_gbs = (1 << 30) / bw / 1e9 if bw else None
