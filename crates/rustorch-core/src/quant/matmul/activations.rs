@@ -1,10 +1,10 @@
 //! Activation rows quantized to a weight type's dot type, the way
-//! llama.cpp's x86 CPU backend does it, so that integer dot products see
-//! the same operands as llama.cpp's and results can match it closely.
+//! llama.cpp's x86 CPU backend does it (Q8_0/Q8_1 with its AVX variant,
+//! the others with the reference quantizer), so that integer dot products
+//! see the same operands as llama.cpp's and results can match it closely.
 
-use super::super::blocks::{self, BlockQ8K, BlockQ8_0, BlockQ8_1, Quantize, QK_K};
-use super::super::quantize::f32_to_bf16;
-use super::super::{QType, QuantError};
+use super::super::blocks::{self, BlockQ8_0, BlockQ8_1};
+use super::super::{quantize_into, QType, QuantError};
 use rayon::prelude::*;
 
 /// `rows` activation rows of `cols` values each, encoded in `dot_type`.
@@ -33,13 +33,23 @@ impl QuantizedRows {
         }
         let row_bytes = dot_type.bytes_for(cols).ok_or_else(bad_cols)?;
         let rows = x.len() / cols;
+        let mut bytes = vec![0u8; rows * row_bytes];
+        // Only Q8_0 and Q8_1 are encoded differently from the reference
+        // quantizer (llama.cpp's x86 activation path); every row is a
+        // whole number of blocks, so the others quantize `x` in one call.
         let encode: fn(&[f32], &mut [u8]) = match dot_type {
-            QType::F32 => encode_f32,
-            QType::F16 => encode_f16,
-            QType::BF16 => encode_bf16,
+            QType::F32 | QType::F16 | QType::BF16 | QType::Q8K => {
+                quantize_into(dot_type, x, &mut bytes)?;
+                return Ok(QuantizedRows {
+                    dot_type,
+                    rows,
+                    cols,
+                    row_bytes,
+                    bytes,
+                });
+            }
             QType::Q8_0 => encode_q8_0,
             QType::Q8_1 => encode_q8_1,
-            QType::Q8K => encode_q8_k,
             _ => {
                 return Err(QuantError::Unsupported {
                     qtype: dot_type,
@@ -47,7 +57,6 @@ impl QuantizedRows {
                 })
             }
         };
-        let mut bytes = vec![0u8; rows * row_bytes];
         if rows > 1 {
             bytes
                 .par_chunks_mut(row_bytes)
@@ -84,24 +93,6 @@ impl QuantizedRows {
 
     pub fn bytes(&self) -> &[u8] {
         &self.bytes
-    }
-}
-
-fn encode_f32(x: &[f32], out: &mut [u8]) {
-    for (o, v) in out.chunks_exact_mut(4).zip(x) {
-        o.copy_from_slice(&v.to_le_bytes());
-    }
-}
-
-fn encode_f16(x: &[f32], out: &mut [u8]) {
-    for (o, v) in out.chunks_exact_mut(2).zip(x) {
-        o.copy_from_slice(&blocks::f32_to_f16(*v));
-    }
-}
-
-fn encode_bf16(x: &[f32], out: &mut [u8]) {
-    for (o, v) in out.chunks_exact_mut(2).zip(x) {
-        o.copy_from_slice(&f32_to_bf16(*v));
     }
 }
 
@@ -145,13 +136,5 @@ fn encode_q8_1(x: &[f32], out: &mut [u8]) {
             s: blocks::f32_to_f16(d * sum as f32),
             qs,
         };
-    }
-}
-
-/// llama.cpp's x86 build uses the reference `quantize_row_q8_K_ref`.
-fn encode_q8_k(x: &[f32], out: &mut [u8]) {
-    let out = blocks::cast_blocks_mut::<BlockQ8K>(out).expect("whole Q8_K blocks");
-    for (b, xs) in out.iter_mut().zip(x.chunks_exact(QK_K)) {
-        *b = BlockQ8K::quantize(xs.try_into().expect("256 values"));
     }
 }
