@@ -26,6 +26,11 @@ pub trait DeviceBuffer: Send + Sync + Debug + Any {
         self.len() == 0
     }
     fn as_any(&self) -> &dyn Any;
+    /// Mutable access for in-place writes (`Backend::write_into`); buffers
+    /// that cannot be written in place keep the default `None`.
+    fn as_any_mut(&mut self) -> Option<&mut dyn Any> {
+        None
+    }
 }
 
 /// A shared, immutable device buffer. Tensors and views share these.
@@ -67,6 +72,19 @@ pub trait Backend: Send + Sync {
     /// `op::infer_outputs` computed; the backend returns one contiguous
     /// buffer per output, in order.
     fn execute(&self, op: &Op, inputs: &[TensorRef<'_>], outputs: &[TensorMeta]) -> Result<Vec<Buffer>, BackendError>;
+
+    /// Copies `src` (same dtype, shape of `region`) into the elements of
+    /// `dst` that `region` selects, in place. The executor calls this only
+    /// with a buffer no tensor shares, so no view sees the change unasked;
+    /// it is how a KV cache is filled without copying the whole cache.
+    fn write_into(&self, dst: &mut dyn DeviceBuffer, region: &Layout, src: TensorRef<'_>) -> Result<(), BackendError> {
+        let _ = (dst, region, src);
+        Err(BackendError::unsupported(
+            self.device(),
+            "write_into",
+            "this backend cannot write into a buffer in place",
+        ))
+    }
 
     /// Waits for queued work to finish.
     fn synchronize(&self) -> Result<(), BackendError> {

@@ -24,4 +24,4 @@ pub use executor::{Executor, ExecutorConfig, TraceEvent};
 pub use layout::Layout;
 pub use op::{AttnMask, Conv2dParams, Op, OpClass, Pool2dParams, RopeLayout, TensorMeta};
 pub use shape::Shape;
-pub use tensor::Tensor;
+pub use tensor::{QWeight, Tensor};

@@ -2,7 +2,7 @@
 
 use rustorch_core::gguf::GgufError;
 
-/// What can go wrong building a tokenizer (or, later, a model) from a GGUF file.
+/// What can go wrong loading or running a model.
 #[derive(Debug, thiserror::Error)]
 pub enum LlmError {
     #[error(transparent)]
@@ -17,6 +17,28 @@ pub enum LlmError {
     UnsupportedPreTokenizer(String),
     #[error("bad tokenizer metadata {key}: {reason}")]
     BadMetadata { key: String, reason: String },
+    #[error(transparent)]
+    Tensor(#[from] rustorch_core::Error),
+    #[error("unsupported model architecture '{0}' (general.architecture); supported: llama, gemma3")]
+    UnsupportedArchitecture(String),
+    #[error("not supported yet: {0}")]
+    Unsupported(String),
+    #[error("the model file has no tensor '{0}'")]
+    MissingTensor(String),
+    #[error("tensor {name} has shape {found:?}, expected {expected:?}")]
+    BadTensorShape {
+        name: String,
+        expected: Vec<usize>,
+        found: Vec<usize>,
+    },
+    #[error("the context is full: {used} of {n_ctx} positions are used and {requested} more were requested")]
+    ContextFull {
+        n_ctx: usize,
+        used: usize,
+        requested: usize,
+    },
+    #[error("{0}")]
+    InvalidArgument(String),
 }
 
 pub type Result<T> = std::result::Result<T, LlmError>;

@@ -16,7 +16,9 @@
 //! ```
 
 pub mod error;
+pub mod model;
 pub mod tokenizer;
 
 pub use error::{LlmError, Result};
+pub use model::{Logits, Model};
 pub use tokenizer::{TokenAttr, Tokenizer, VocabType};

@@ -10,9 +10,11 @@ mod elementwise;
 mod index;
 mod matmul;
 mod norm;
+mod quant;
 mod reduce;
 mod storage;
 pub mod vecmath;
+mod write;
 
 pub use storage::{CpuStorage, StorageElement};
 
@@ -76,6 +78,7 @@ impl CpuBackend {
             | Op::TopK { .. }
             | Op::Sort { .. } => reduce::execute(op, inputs, outputs),
             Op::MatMul => matmul::execute(op, inputs, outputs),
+            Op::QMatMul { .. } | Op::QEmbedding { .. } => quant::execute(op, inputs),
             Op::IndexSelect { .. } | Op::Gather { .. } | Op::ScatterAdd { .. } | Op::Embedding => {
                 index::execute(op, inputs, outputs)
             }
@@ -139,6 +142,16 @@ impl Backend for CpuBackend {
             .collect::<Result<Vec<_>, BackendError>>()?;
         let out = Self::run(op, &cpu_inputs, outputs)?;
         Ok(out.into_iter().map(|s| Arc::new(s) as Buffer).collect())
+    }
+
+    fn write_into(&self, dst: &mut dyn DeviceBuffer, region: &Layout, src: TensorRef<'_>) -> Result<(), BackendError> {
+        let op = Op::Copy;
+        let src_storage = as_cpu(&op, src.buffer)?;
+        let dst = dst
+            .as_any_mut()
+            .and_then(|a| a.downcast_mut::<CpuStorage>())
+            .ok_or_else(|| BackendError::invalid("write_into", "destination is not a cpu buffer"))?;
+        write::write_into(dst, region, src_storage, src.layout)
     }
 }
 

@@ -80,9 +80,8 @@ fn rms_norm<T: FloatElem>(
     let w = param::<T>(op, inputs, has_weight, 1)?;
     let w = w.as_deref();
     let eps = T::Acc::from_f64(eps);
-    let inv_n = T::Acc::ONE / T::Acc::from_f64(n as f64);
     Ok(map_rows::<T>(&x, n, |_, xr, out| {
-        let ms = T::Acc::sum_sq(xr) * inv_n;
+        let ms = T::Acc::mean_sq(xr);
         let inv_rms = T::Acc::ONE / (ms + eps).sqrt();
         T::Acc::affine(xr, out, (T::Acc::ZERO, T::Acc::ZERO), inv_rms, w, None);
     }))

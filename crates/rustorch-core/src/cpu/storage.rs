@@ -202,6 +202,7 @@ impl CpuStorage {
 /// Element types that a `CpuStorage` can hold.
 pub trait StorageElement: WithDType {
     fn slice(s: &CpuStorage) -> Option<&[Self]>;
+    fn slice_mut(s: &mut CpuStorage) -> Option<&mut [Self]>;
     fn wrap(v: Vec<Self>) -> CpuStorage;
 }
 
@@ -209,6 +210,12 @@ macro_rules! storage_element {
     ($t:ty, $variant:ident) => {
         impl StorageElement for $t {
             fn slice(s: &CpuStorage) -> Option<&[Self]> {
+                match s {
+                    CpuStorage::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+            fn slice_mut(s: &mut CpuStorage) -> Option<&mut [Self]> {
                 match s {
                     CpuStorage::$variant(v) => Some(v),
                     _ => None,
@@ -242,5 +249,8 @@ impl DeviceBuffer for CpuStorage {
     }
     fn as_any(&self) -> &dyn Any {
         self
+    }
+    fn as_any_mut(&mut self) -> Option<&mut dyn Any> {
+        Some(self)
     }
 }

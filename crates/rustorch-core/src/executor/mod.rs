@@ -268,6 +268,72 @@ impl Executor {
         Ok(out)
     }
 
+    /// Writes `src` into the `region` of `dst` in place, on `dst`'s device
+    /// (`src` moves there first when it lives elsewhere). `dst` must not be
+    /// shared: in-place writes never change what another tensor sees.
+    pub fn write_into(&self, dst: &mut Buffer, region: &Layout, src: &Operand) -> Result<()> {
+        const OP: &str = "write_into";
+        let device = dst.device();
+        let backend = self.backend_or_err(device)?.clone();
+        if src.buffer.dtype() != dst.dtype() {
+            return Err(Error::dtype(
+                OP,
+                "source and destination dtypes differ",
+                &[dst.dtype(), src.buffer.dtype()],
+            ));
+        }
+        if region.shape() != src.layout.shape() {
+            return Err(Error::shape(
+                OP,
+                "source shape differs from the destination region",
+                &[region.shape(), src.layout.shape()],
+            ));
+        }
+        let start = Instant::now();
+        let (local, bytes_moved) = if src.buffer.device() == device {
+            (src.buffer.clone(), 0)
+        } else {
+            let moved = self.move_for_op(&src.buffer, &backend).map_err(|e| Error::Backend {
+                op: OP.into(),
+                device,
+                source: e,
+            })?;
+            (moved, src.buffer.len() * src.buffer.dtype().size_in_bytes())
+        };
+        let others = Arc::strong_count(dst) - 1;
+        let target = Arc::get_mut(dst).ok_or_else(|| {
+            Error::invalid(
+                OP,
+                format!(
+                    "the destination's storage is shared with {others} other tensor(s) or view(s); drop them first"
+                ),
+            )
+        })?;
+        let src_ref = TensorRef {
+            buffer: local.as_ref(),
+            layout: &src.layout,
+        };
+        backend
+            .write_into(target, region, src_ref)
+            .map_err(|e| Error::Backend {
+                op: OP.into(),
+                device,
+                source: e,
+            })?;
+        self.record(TraceEvent {
+            seq: 0,
+            op: OP.into(),
+            input_shapes: vec![src.layout.shape().clone()],
+            dtype: src.buffer.dtype().to_string(),
+            device,
+            reason: "destination's device".into(),
+            fallbacks: vec![],
+            bytes_moved,
+            elapsed: start.elapsed(),
+        });
+        Ok(())
+    }
+
     /// Validates and runs one op, choosing the device, and returns its
     /// outputs (contiguous, on the device that ran it).
     pub fn execute(&self, op: &Op, inputs: &[Operand]) -> Result<Vec<(Buffer, TensorMeta)>> {

@@ -48,6 +48,30 @@ fn need_index(op: &Op, m: &TensorMeta) -> Result<()> {
     Ok(())
 }
 
+/// Columns of a GGML-typed weight passed as raw bytes [rows, row_bytes].
+fn qweight_cols(op: &Op, w: &TensorMeta, qtype: crate::quant::QType) -> Result<usize> {
+    if w.dtype != DType::U8 {
+        return Err(Error::dtype(
+            op.name(),
+            "GGML-typed weights travel as raw u8 blocks",
+            &[w.dtype],
+        ));
+    }
+    need_rank(op, w, 2, "weight")?;
+    let row_bytes = w.shape.dims()[1];
+    if !row_bytes.is_multiple_of(qtype.type_size()) {
+        return Err(Error::shape(
+            op.name(),
+            format!(
+                "weight rows of {row_bytes} bytes are not whole {qtype} blocks of {} bytes",
+                qtype.type_size()
+            ),
+            &[&w.shape],
+        ));
+    }
+    Ok(row_bytes / qtype.type_size() * qtype.block_size())
+}
+
 fn need_rank(op: &Op, m: &TensorMeta, rank: usize, what: &str) -> Result<()> {
     if m.shape.rank() != rank {
         return Err(Error::shape(
@@ -270,6 +294,38 @@ pub fn infer_outputs(op: &Op, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> 
             let mut s = batch.dims().to_vec();
             s.extend([m, n]);
             one(s, d)
+        }
+        Op::QMatMul { qtype } => {
+            expect_inputs(op, inputs, 2)?;
+            let (x, w) = (&inputs[0], &inputs[1]);
+            if x.dtype != DType::F32 {
+                return Err(Error::dtype(name, "activations must be f32", &[x.dtype]));
+            }
+            if !crate::quant::matmul::can_matmul(*qtype) {
+                return Err(Error::invalid(name, format!("no matmul kernels for {qtype} weights")));
+            }
+            let cols = qweight_cols(op, w, *qtype)?;
+            if x.shape.rank() == 0 || x.shape.dims()[x.shape.rank() - 1] != cols {
+                return Err(Error::shape(
+                    name,
+                    format!("activations need a last dim of {cols} (the weight's columns)"),
+                    &[&x.shape, &w.shape],
+                ));
+            }
+            let mut s = x.shape.dims().to_vec();
+            *s.last_mut().expect("rank checked above") = w.shape.dims()[0];
+            one(s, DType::F32)
+        }
+        Op::QEmbedding { qtype } => {
+            expect_inputs(op, inputs, 2)?;
+            if !crate::quant::can_dequantize(*qtype) {
+                return Err(Error::invalid(name, format!("{qtype} rows cannot be dequantized")));
+            }
+            let cols = qweight_cols(op, &inputs[0], *qtype)?;
+            need_index(op, &inputs[1])?;
+            let mut s = inputs[1].shape.dims().to_vec();
+            s.push(cols);
+            one(s, DType::F32)
         }
         Op::IndexSelect { dim } => {
             expect_inputs(op, inputs, 2)?;

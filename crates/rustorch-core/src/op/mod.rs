@@ -9,6 +9,7 @@ mod infer;
 pub use infer::infer_outputs;
 
 use crate::dtype::DType;
+use crate::quant::QType;
 use std::fmt;
 
 /// Op families, used to route ops and to describe device capabilities.
@@ -263,6 +264,13 @@ pub enum Op {
     },
     /// [.., m, k] x [.., k, n] with broadcast batch dims; both at least 2-D.
     MatMul,
+    /// `x @ w^T` with the weight in a GGML type, computed as llama.cpp's CPU
+    /// backend does (activations quantized to the type's dot type). Inputs:
+    /// x f32 [.., k], then w as raw u8 blocks [n, row_bytes] holding n rows
+    /// of k values of `qtype`. Output f32 [.., n].
+    QMatMul {
+        qtype: QType,
+    },
     /// Inputs: source, 1-D integer index.
     IndexSelect {
         dim: usize,
@@ -278,6 +286,12 @@ pub enum Op {
     },
     /// Inputs: weight [vocab, dim], integer ids of any shape.
     Embedding,
+    /// Embedding lookup in a GGML-typed table: rows dequantized to f32.
+    /// Inputs: w as raw u8 blocks [vocab, row_bytes], integer ids of any
+    /// shape. Output f32 [ids.., dim].
+    QEmbedding {
+        qtype: QType,
+    },
     /// Any number of inputs of one dtype, equal but for `dim`.
     Cat {
         dim: usize,
@@ -363,8 +377,12 @@ impl Op {
             | Op::Cumsum { .. }
             | Op::TopK { .. }
             | Op::Sort { .. } => OpClass::Reduction,
-            Op::MatMul => OpClass::LinearAlgebra,
-            Op::IndexSelect { .. } | Op::Gather { .. } | Op::ScatterAdd { .. } | Op::Embedding => OpClass::Indexing,
+            Op::MatMul | Op::QMatMul { .. } => OpClass::LinearAlgebra,
+            Op::IndexSelect { .. }
+            | Op::Gather { .. }
+            | Op::ScatterAdd { .. }
+            | Op::Embedding
+            | Op::QEmbedding { .. } => OpClass::Indexing,
             Op::LayerNorm { .. } | Op::RmsNorm { .. } | Op::BatchNorm { .. } => OpClass::Normalization,
             Op::Rope { .. } | Op::Sdpa { .. } => OpClass::Attention,
             Op::Conv1d { .. }
@@ -392,10 +410,12 @@ impl Op {
             Op::TopK { .. } => "topk".into(),
             Op::Sort { .. } => "sort".into(),
             Op::MatMul => "matmul".into(),
+            Op::QMatMul { qtype } => format!("qmatmul_{}", qtype.name().to_lowercase()),
             Op::IndexSelect { .. } => "index_select".into(),
             Op::Gather { .. } => "gather".into(),
             Op::ScatterAdd { .. } => "scatter_add".into(),
             Op::Embedding => "embedding".into(),
+            Op::QEmbedding { qtype } => format!("qembedding_{}", qtype.name().to_lowercase()),
             Op::Cat { .. } => "cat".into(),
             Op::LayerNorm { .. } => "layer_norm".into(),
             Op::RmsNorm { .. } => "rms_norm".into(),

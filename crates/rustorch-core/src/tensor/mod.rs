@@ -8,8 +8,10 @@ mod conv;
 mod create;
 mod elementwise;
 mod index;
+mod inplace;
 mod linalg;
 mod nn;
+mod quant;
 mod reduce;
 mod view;
 
@@ -22,6 +24,7 @@ use crate::executor::{Executor, Operand};
 use crate::layout::Layout;
 use crate::op::Op;
 use crate::shape::Shape;
+pub use quant::QWeight;
 use std::fmt;
 use std::sync::Arc;
 

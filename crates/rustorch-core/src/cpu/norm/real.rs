@@ -26,7 +26,10 @@ pub(crate) trait Real:
     const NEG_INFINITY: Self;
     fn from_f64(v: f64) -> Self;
     fn sqrt(self) -> Self;
-    fn sum_sq(xs: &[Self]) -> Self;
+    /// Mean of the squares: each square rounded to `Self`, summed in f64,
+    /// divided in f64 and rounded once. For f32 that is GGML's rms_norm
+    /// arithmetic (`ggml_float` sums), and more accurate than f32 sums.
+    fn mean_sq(xs: &[Self]) -> Self;
     /// Sum of `x - shift`.
     fn sum_shifted(xs: &[Self], shift: Self) -> Self;
     /// Sum of `((x - shift) - dev)^2`: the second pass of a two-pass
@@ -77,24 +80,6 @@ macro_rules! row_kernels {
                 let mut s: $t = acc.iter().sum();
                 for &x in rest {
                     s += x - shift;
-                }
-                s
-            }
-        }
-
-        crate::simd_dispatch! {
-            pub fn sum_sq(xs: &[$t]) -> $t {
-                let mut acc = [0 as $t; LANES];
-                let chunks = xs.chunks_exact(LANES);
-                let rest = chunks.remainder();
-                for c in chunks {
-                    for i in 0..LANES {
-                        acc[i] += c[i] * c[i];
-                    }
-                }
-                let mut s: $t = acc.iter().sum();
-                for &x in rest {
-                    s += x * x;
                 }
                 s
             }
@@ -255,6 +240,29 @@ mod k64 {
     }
 }
 
+/// Rows of f32 squares summed in f64 lanes (see `Real::mean_sq`).
+mod wide32 {
+    const LANES: usize = 16;
+
+    crate::simd_dispatch! {
+        pub fn sum_sq_wide(xs: &[f32]) -> f64 {
+            let mut acc = [0f64; LANES];
+            let chunks = xs.chunks_exact(LANES);
+            let rest = chunks.remainder();
+            for c in chunks {
+                for i in 0..LANES {
+                    acc[i] += (c[i] * c[i]) as f64;
+                }
+            }
+            let mut s: f64 = acc.iter().sum();
+            for &x in rest {
+                s += (x * x) as f64;
+            }
+            s
+        }
+    }
+}
+
 impl Real for f32 {
     const ZERO: f32 = 0.0;
     const ONE: f32 = 1.0;
@@ -267,11 +275,8 @@ impl Real for f32 {
     fn sqrt(self) -> f32 {
         f32::sqrt(self)
     }
-    fn sum_sq(xs: &[f32]) -> f32 {
-        // Not vecmath's `sum_sq_f32`: that keeps one register of sums, so
-        // each multiply-add waits on the last; four registers make rms_norm
-        // about 17% faster on rows already in cache.
-        k32::sum_sq(xs)
+    fn mean_sq(xs: &[f32]) -> f32 {
+        (wide32::sum_sq_wide(xs) / xs.len().max(1) as f64) as f32
     }
     fn sum_shifted(xs: &[f32], shift: f32) -> f32 {
         k32::sum_shifted(xs, shift)
@@ -320,8 +325,9 @@ impl Real for f64 {
     fn sqrt(self) -> f64 {
         f64::sqrt(self)
     }
-    fn sum_sq(xs: &[f64]) -> f64 {
-        k64::sum_sq(xs)
+    fn mean_sq(xs: &[f64]) -> f64 {
+        // ((x - 0) - 0)^2 = x^2 exactly.
+        k64::sum_sq_dev(xs, 0.0, 0.0) / xs.len().max(1) as f64
     }
     fn sum_shifted(xs: &[f64], shift: f64) -> f64 {
         k64::sum_shifted(xs, shift)
@@ -380,7 +386,10 @@ mod tests {
     fn f64_rows() {
         let v: Vec<f64> = (0..37).map(|i| i as f64 * 0.5 - 3.0).collect();
         let want: f64 = v.iter().map(|x| x * x).sum();
-        assert!((<f64 as Real>::sum_sq(&v) - want).abs() < 1e-12);
+        assert!((<f64 as Real>::mean_sq(&v) - want / 37.0).abs() < 1e-12);
+        let v32: Vec<f32> = v.iter().map(|&x| x as f32).collect();
+        // Exact here: the squares are multiples of 1/4 below 2^8.
+        assert_eq!(<f32 as Real>::mean_sq(&v32), (want / 37.0) as f32);
         assert_eq!(<f64 as Real>::max(&v), 15.0);
         let mean = <f64 as Real>::sum_shifted(&v, 2.0) / 37.0 + 2.0;
         let dev: f64 = v.iter().map(|x| (x - mean) * (x - mean)).sum();

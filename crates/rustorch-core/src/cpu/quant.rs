@@ -1,0 +1,71 @@
+//! Ops on GGML-typed weights: quantized matmul and embedding lookup.
+//!
+//! The weights arrive as raw u8 blocks `[rows, row_bytes]`; the kernels are
+//! `quant::matmul` (llama.cpp's CPU arithmetic) and `quant::dequantize_into`
+//! (bit-exact with the `gguf` package).
+
+use super::copy::input_slice;
+use super::{CpuInput, CpuResult, CpuStorage};
+use crate::error::BackendError;
+use crate::op::Op;
+use crate::quant::matmul::{qmatmul, QMatRef};
+use crate::quant::{dequantize_into, QType};
+use rayon::prelude::*;
+
+pub fn execute(op: &Op, inputs: &[CpuInput<'_>]) -> CpuResult {
+    match op {
+        Op::QMatMul { qtype } => matmul(op, *qtype, inputs[0], inputs[1]),
+        Op::QEmbedding { qtype } => embedding(op, *qtype, inputs[0], inputs[1]),
+        _ => Err(BackendError::invalid(op.name(), "not a quantized-weight op")),
+    }
+}
+
+fn quant_err(op: &Op, e: crate::quant::QuantError) -> BackendError {
+    BackendError::invalid(op.name(), e.to_string())
+}
+
+/// The weight as a matrix of `qtype` rows (shape validated by `infer`).
+fn weight<'a>(
+    op: &Op,
+    qtype: QType,
+    w: CpuInput<'a>,
+) -> Result<(std::borrow::Cow<'a, [u8]>, usize, usize), BackendError> {
+    let dims = w.dims();
+    let (rows, row_bytes) = (dims[0], dims[1]);
+    let cols = row_bytes / qtype.type_size() * qtype.block_size();
+    Ok((input_slice::<u8>(op, w)?, rows, cols))
+}
+
+fn matmul(op: &Op, qtype: QType, x: CpuInput<'_>, w: CpuInput<'_>) -> CpuResult {
+    let (bytes, rows, cols) = weight(op, qtype, w)?;
+    let m = QMatRef::new(qtype, rows, cols, &bytes).map_err(|e| quant_err(op, e))?;
+    let xs = input_slice::<f32>(op, x)?;
+    let out = qmatmul(&m, &xs).map_err(|e| quant_err(op, e))?;
+    Ok(vec![CpuStorage::F32(out)])
+}
+
+fn embedding(op: &Op, qtype: QType, w: CpuInput<'_>, ids: CpuInput<'_>) -> CpuResult {
+    let (bytes, rows, cols) = weight(op, qtype, w)?;
+    let row_bytes = bytes.len() / rows.max(1);
+    let ids: Vec<i64> = match ids.storage {
+        CpuStorage::I64(_) => input_slice::<i64>(op, ids)?.into_owned(),
+        CpuStorage::I32(_) => input_slice::<i32>(op, ids)?.iter().map(|&i| i as i64).collect(),
+        CpuStorage::U8(_) => input_slice::<u8>(op, ids)?.iter().map(|&i| i as i64).collect(),
+        _ => return Err(BackendError::invalid(op.name(), "ids must be integers")),
+    };
+    if let Some(&bad) = ids.iter().find(|&&i| i < 0 || i as usize >= rows) {
+        return Err(BackendError::invalid(
+            op.name(),
+            format!("id {bad} is out of range for a table of {rows} rows"),
+        ));
+    }
+    let mut out = vec![0f32; ids.len() * cols];
+    out.par_chunks_mut(cols.max(1))
+        .zip(ids.par_iter())
+        .try_for_each(|(o, &id)| {
+            let r = id as usize;
+            dequantize_into(qtype, &bytes[r * row_bytes..(r + 1) * row_bytes], o)
+        })
+        .map_err(|e| quant_err(op, e))?;
+    Ok(vec![CpuStorage::F32(out)])
+}

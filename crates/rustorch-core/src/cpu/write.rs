@@ -1,0 +1,54 @@
+//! In-place writes into a region of a host buffer (`Backend::write_into`).
+
+use super::copy::contiguous;
+use super::{CpuStorage, StorageElement};
+use crate::error::BackendError;
+use crate::layout::{Layout, StridedBlocks};
+
+const OP: &str = "write_into";
+
+/// Copies `src` (read through `src_layout`) into the elements of `dst` that
+/// `region` selects. Shapes and dtypes must agree.
+pub fn write_into(
+    dst: &mut CpuStorage,
+    region: &Layout,
+    src: &CpuStorage,
+    src_layout: &Layout,
+) -> Result<(), BackendError> {
+    if dst.dtype() != src.dtype() {
+        return Err(BackendError::invalid(
+            OP,
+            format!("destination is {}, source is {}", dst.dtype(), src.dtype()),
+        ));
+    }
+    if region.shape() != src_layout.shape() {
+        return Err(BackendError::invalid(
+            OP,
+            format!(
+                "region {:?} and source {:?} differ in shape",
+                region.dims(),
+                src_layout.dims()
+            ),
+        ));
+    }
+    if region.storage_extent() > dst.len() || src_layout.storage_extent() > src.len() {
+        return Err(BackendError::invalid(OP, "layout reaches past the end of its storage"));
+    }
+    crate::with_cpu_storage!(src, s, T => {
+        let d = <T as StorageElement>::slice_mut(dst).expect("dtypes checked equal above");
+        copy_region(d, region, &contiguous(s, src_layout));
+    });
+    Ok(())
+}
+
+/// Writes `values` (row-major) into the run structure of `region`.
+fn copy_region<T: Copy>(dst: &mut [T], region: &Layout, values: &[T]) {
+    match region.blocks() {
+        StridedBlocks::Single { start, len } => dst[start..start + len].copy_from_slice(values),
+        StridedBlocks::Multiple { starts, run_len } => {
+            for (s, chunk) in starts.zip(values.chunks_exact(run_len.max(1))) {
+                dst[s..s + run_len].copy_from_slice(chunk);
+            }
+        }
+    }
+}

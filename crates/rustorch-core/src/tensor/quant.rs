@@ -1,0 +1,105 @@
+//! GGML-typed weights as tensors: `QWeight` and the ops that use them.
+
+use super::Tensor;
+use crate::cpu::CpuStorage;
+use crate::error::{Error, Result};
+use crate::executor::Executor;
+use crate::op::Op;
+use crate::quant::QType;
+use std::sync::Arc;
+
+/// A weight matrix of `rows` x `cols` values stored in a GGML type (any
+/// type, float ones included), as raw blocks in a u8 tensor
+/// `[rows, row_bytes]`, so that every backend can hold it and the executor
+/// can move it like any other tensor.
+#[derive(Clone, Debug)]
+pub struct QWeight {
+    data: Tensor,
+    qtype: QType,
+    rows: usize,
+    cols: usize,
+}
+
+impl QWeight {
+    /// Wraps `bytes` holding `rows` rows of `cols` values of `qtype`.
+    pub fn from_bytes(qtype: QType, rows: usize, cols: usize, bytes: Vec<u8>) -> Result<QWeight> {
+        Self::from_bytes_in(&Executor::global(), qtype, rows, cols, bytes)
+    }
+
+    /// `from_bytes` with tensors tied to the given executor.
+    pub fn from_bytes_in(
+        exec: &Arc<Executor>,
+        qtype: QType,
+        rows: usize,
+        cols: usize,
+        bytes: Vec<u8>,
+    ) -> Result<QWeight> {
+        let row_bytes = qtype.bytes_for(cols).ok_or_else(|| {
+            Error::invalid(
+                "qweight",
+                format!(
+                    "rows of {cols} values are not whole {qtype} blocks of {}",
+                    qtype.block_size()
+                ),
+            )
+        })?;
+        if rows.checked_mul(row_bytes) != Some(bytes.len()) {
+            return Err(Error::invalid(
+                "qweight",
+                format!(
+                    "{rows} x {cols} {qtype} values need {} bytes, got {}",
+                    rows.saturating_mul(row_bytes),
+                    bytes.len()
+                ),
+            ));
+        }
+        let data = Tensor::from_storage_in(exec, CpuStorage::U8(bytes), [rows, row_bytes])?;
+        Ok(QWeight {
+            data,
+            qtype,
+            rows,
+            cols,
+        })
+    }
+
+    pub fn qtype(&self) -> QType {
+        self.qtype
+    }
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+    /// The raw blocks, a u8 tensor `[rows, row_bytes]`.
+    pub fn data(&self) -> &Tensor {
+        &self.data
+    }
+    /// Bytes the weight occupies.
+    pub fn n_bytes(&self) -> usize {
+        self.data.numel()
+    }
+
+    /// Rows `ids` (any integer shape) dequantized to f32: `[ids.., cols]`.
+    pub fn embedding(&self, ids: &Tensor) -> Result<Tensor> {
+        self.data
+            .run1(&Op::QEmbedding { qtype: self.qtype }, &[&self.data, ids])
+    }
+
+    /// The same weight on another device.
+    pub fn to_device(&self, device: crate::device::Device) -> Result<QWeight> {
+        Ok(QWeight {
+            data: self.data.to_device(device)?,
+            ..self.clone()
+        })
+    }
+}
+
+impl Tensor {
+    /// `self @ w^T` for f32 activations `[.., w.cols()]`: `[.., w.rows()]`,
+    /// computed as llama.cpp does (activations quantized to the weight
+    /// type's dot type, integer dot products).
+    pub fn qmatmul(&self, w: &QWeight) -> Result<Tensor> {
+        self.run1(&Op::QMatMul { qtype: w.qtype }, &[self, &w.data])
+    }
+}

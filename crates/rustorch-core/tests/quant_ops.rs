@@ -1,0 +1,103 @@
+//! The quantized-weight ops as tensor ops (`QWeight`, `Tensor::qmatmul`,
+//! `QWeight::embedding`) and in-place writes (`Tensor::write_slice`).
+//!
+//! References: `quant::matmul::qmatmul` (itself checked against exact
+//! products in quant_matmul.rs) and `quant::dequantize` (bit-exact with the
+//! gguf package in quant_fixtures.rs): the ops must give the same bits.
+
+use rustorch_core::quant::matmul::{qmatmul, QMatRef};
+use rustorch_core::quant::{self, QType};
+use rustorch_core::{DType, QWeight, Tensor};
+
+fn values(n: usize, seed: u32) -> Vec<f32> {
+    // A small LCG: deterministic, no dependency.
+    let mut s = seed.wrapping_mul(2654435761).wrapping_add(1);
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(1664525).wrapping_add(1013904223);
+            (s >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0
+        })
+        .collect()
+}
+
+#[test]
+fn qmatmul_op_gives_the_kernel_bits() {
+    for qtype in [
+        QType::Q4_0,
+        QType::Q4_1,
+        QType::Q8_0,
+        QType::Q4K,
+        QType::Q6K,
+        QType::F16,
+        QType::F32,
+    ] {
+        let (rows, cols, m) = (48, 256, 3);
+        let bytes = quant::quantize(qtype, &values(rows * cols, 1)).unwrap();
+        let x = values(m * cols, 2);
+        let want = qmatmul(&QMatRef::new(qtype, rows, cols, &bytes).unwrap(), &x).unwrap();
+        let w = QWeight::from_bytes(qtype, rows, cols, bytes).unwrap();
+        let got = Tensor::from_vec(x, [m, cols]).unwrap().qmatmul(&w).unwrap();
+        assert_eq!(got.dims(), &[m, rows]);
+        assert_eq!(got.to_vec::<f32>().unwrap(), want, "{qtype}");
+    }
+}
+
+#[test]
+fn qembedding_dequantizes_the_rows() {
+    let (rows, cols) = (10, 64);
+    let bytes = quant::quantize(QType::Q8_0, &values(rows * cols, 3)).unwrap();
+    let all = quant::dequantize(QType::Q8_0, &bytes, rows * cols).unwrap();
+    let w = QWeight::from_bytes(QType::Q8_0, rows, cols, bytes).unwrap();
+    let ids = Tensor::from_vec(vec![7i64, 0, 7, 9], [2, 2]).unwrap();
+    let got = w.embedding(&ids).unwrap();
+    assert_eq!(got.dims(), &[2, 2, cols]);
+    let got = got.to_vec::<f32>().unwrap();
+    for (k, &id) in [7usize, 0, 7, 9].iter().enumerate() {
+        assert_eq!(&got[k * cols..(k + 1) * cols], &all[id * cols..(id + 1) * cols]);
+    }
+    let bad = Tensor::from_vec(vec![10i64], [1]).unwrap();
+    let err = w.embedding(&bad).unwrap_err().to_string();
+    assert!(err.contains("out of range"), "{err}");
+}
+
+#[test]
+fn bad_quantized_inputs_are_errors() {
+    let bytes = quant::quantize(QType::Q4_0, &values(4 * 64, 4)).unwrap();
+    assert!(QWeight::from_bytes(QType::Q4_0, 4, 64, bytes[1..].to_vec()).is_err());
+    assert!(QWeight::from_bytes(QType::Q4_0, 4, 48, bytes.clone()).is_err());
+    let w = QWeight::from_bytes(QType::Q4_0, 4, 64, bytes).unwrap();
+    let wrong_cols = Tensor::zeros([2, 32], DType::F32).unwrap();
+    assert!(wrong_cols.qmatmul(&w).is_err());
+    let wrong_dtype = Tensor::zeros([2, 64], DType::F64).unwrap();
+    assert!(wrong_dtype.qmatmul(&w).is_err());
+}
+
+#[test]
+fn write_slice_writes_in_place() {
+    let mut cache = Tensor::zeros([2, 5, 3], DType::F16).unwrap();
+    let src = Tensor::from_vec((0..12).map(|i| i as f32).collect::<Vec<_>>(), [2, 2, 3])
+        .unwrap()
+        .to_dtype(DType::F16)
+        .unwrap();
+    cache.write_slice(1, 3, &src).unwrap();
+    let got = cache.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
+    let mut want = vec![0f32; 30];
+    for h in 0..2 {
+        for t in 0..2 {
+            for d in 0..3 {
+                want[h * 15 + (3 + t) * 3 + d] = (h * 6 + t * 3 + d) as f32;
+            }
+        }
+    }
+    assert_eq!(got, want);
+    // A region past the end, a dtype or shape mismatch: errors, no change.
+    assert!(cache.write_slice(1, 4, &src).is_err());
+    assert!(cache.write_slice(1, 0, &src.to_dtype(DType::F32).unwrap()).is_err());
+    assert!(cache.write_slice(0, 0, &src).is_err());
+    // A view shares the storage: writing would change it, so it is refused.
+    let view = cache.narrow(1, 0, 2).unwrap();
+    let err = cache.write_slice(1, 0, &src).unwrap_err().to_string();
+    assert!(err.contains("shared"), "{err}");
+    drop(view);
+    cache.write_slice(1, 0, &src).unwrap();
+}

@@ -1,0 +1,247 @@
+//! The forward pass, written with tensor ops so that it runs through the
+//! executor on whatever device can take each op.
+//!
+//! It follows llama.cpp's graphs (src/models/llama.cpp and gemma3.cpp) op
+//! for op where the order changes the rounding: activations quantized per
+//! weight type by `qmatmul`, keys and values rounded to f16 in the cache,
+//! queries rounded to f16 before q k^T (GGML converts them to the cache's
+//! type for that product), GeGLU's GELU evaluated on f16-rounded inputs and
+//! rounded to f16 (GGML's table lookup).
+
+use super::config::{Arch, RopeParams};
+use super::kv_cache::{KvCache, CACHE_DTYPE};
+use super::rope;
+use super::Model;
+use crate::error::{LlmError, Result};
+use rustorch_core::{DType, Tensor};
+
+/// Which positions' logits a forward pass returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Logits {
+    /// Only the last position's: `[1, n_vocab]` (prompt processing before
+    /// generation, and every generation step).
+    Last,
+    /// Every position's: `[T, n_vocab]` (perplexity).
+    All,
+}
+
+/// RoPE tables shared by the layers that use the same settings.
+struct RopeTables {
+    params: RopeParams,
+    cos: Tensor,
+    sin: Tensor,
+}
+
+impl Model {
+    /// Runs `tokens` at positions `cache.len()..`, stores their keys and
+    /// values in `cache`, and returns the requested logits (f32).
+    pub fn forward(&self, cache: &mut KvCache, tokens: &[u32], which: Logits) -> Result<Tensor> {
+        self.forward_inspect(cache, tokens, which, &mut |_, _, _| Ok(()))
+    }
+
+    /// `forward`, calling `inspect(name, layer, tensor)` on intermediate
+    /// results named as llama.cpp's graph callbacks name them (`attn_norm`,
+    /// `Qcur`, `Kcur`, `Vcur` as `[T, heads, head_dim]` after rope, `kqv_out`,
+    /// `attn_out`, `ffn_inp`, `ffn_norm`, `ffn_out`, `l_out`, and
+    /// `result_norm` / `result_output` with layer `usize::MAX`): a way to
+    /// find where a model's numbers part from a reference.
+    pub fn forward_inspect(
+        &self,
+        cache: &mut KvCache,
+        tokens: &[u32],
+        which: Logits,
+        inspect: &mut dyn FnMut(&str, usize, &Tensor) -> Result<()>,
+    ) -> Result<Tensor> {
+        let cfg = &self.config;
+        let t = tokens.len();
+        if t == 0 {
+            return Err(LlmError::InvalidArgument("forward needs at least one token".into()));
+        }
+        if let Some(&bad) = tokens.iter().find(|&&id| id as usize >= cfg.n_vocab) {
+            return Err(LlmError::InvalidArgument(format!(
+                "token id {bad} is outside the vocabulary of {} tokens",
+                cfg.n_vocab
+            )));
+        }
+        cache.check_room(t)?;
+        let pos0 = cache.len();
+        let total = pos0 + t;
+        let exec = &self.exec;
+
+        let ids: Vec<i64> = tokens.iter().map(|&id| id as i64).collect();
+        let ids = Tensor::from_vec(ids, [t])?.with_executor(exec)?;
+        let mut x = self.weights.tok_embd.embedding(&ids)?;
+        if cfg.arch == Arch::Gemma3 {
+            // ggml_scale by sqrtf(n_embd), an f32.
+            x = x.mul_scalar((cfg.n_embd as f32).sqrt() as f64)?;
+        }
+
+        let mut ropes: Vec<RopeTables> = Vec::new();
+        for il in 0..cfg.n_layer {
+            let p = cfg.rope_for_layer(il);
+            if !ropes.iter().any(|r| r.params == p) {
+                let (cos, sin) = rope::tables(exec, &p, self.weights.rope_freqs.as_deref(), pos0..total)?;
+                ropes.push(RopeTables { params: p, cos, sin });
+            }
+        }
+        let masks = self.masks(pos0, t)?;
+
+        for il in 0..cfg.n_layer {
+            let lw = &self.weights.layers[il];
+            let rt = ropes
+                .iter()
+                .find(|r| r.params == cfg.rope_for_layer(il))
+                .expect("a table was built for every layer's rope settings above");
+            let last_layer = il + 1 == cfg.n_layer;
+
+            // Attention.
+            let h = x.rms_norm(Some(&lw.attn_norm), cfg.rms_eps as f64)?;
+            inspect("attn_norm", il, &h)?;
+            let q = h.qmatmul(&lw.wq)?.reshape([t, cfg.n_head, cfg.head_dim_k])?;
+            let k = h.qmatmul(&lw.wk)?.reshape([t, cfg.n_head_kv, cfg.head_dim_k])?;
+            let v = h.qmatmul(&lw.wv)?.reshape([t, cfg.n_head_kv, cfg.head_dim_v])?;
+            let (q, k) = match (&lw.q_norm, &lw.k_norm) {
+                (Some(qn), Some(kn)) => (
+                    q.rms_norm(Some(qn), cfg.rms_eps as f64)?,
+                    k.rms_norm(Some(kn), cfg.rms_eps as f64)?,
+                ),
+                _ => (q, k),
+            };
+            // [T, H, D] -> [H, T, D]: heads outermost, as attention wants.
+            let mut q = q.transpose(0, 1)?.rope(&rt.cos, &rt.sin, rt.params.layout)?;
+            let k = k.transpose(0, 1)?.rope(&rt.cos, &rt.sin, rt.params.layout)?;
+            inspect("Qcur", il, &q.transpose(0, 1)?)?;
+            inspect("Kcur", il, &k.transpose(0, 1)?)?;
+            inspect("Vcur", il, &v)?;
+            let v = v.transpose(0, 1)?;
+            let sdpa_scale = if cfg.arch == Arch::Gemma3 {
+                // Gemma scales the queries (f32) before attention, then
+                // attends with scale 1.
+                q = q.mul_scalar(cfg.attn_scale as f64)?;
+                1.0
+            } else {
+                cfg.attn_scale as f64
+            };
+            cache.write(il, &k, &v)?;
+            let attn = {
+                let (kc, vc) = cache.view(il, total)?;
+                let mask = match cfg.window_for_layer(il) {
+                    Some(_) => &masks.window,
+                    None => &masks.causal,
+                };
+                attention(&q, &kc, &vc, mask, sdpa_scale)?
+                    .transpose(0, 1)?
+                    .reshape([t, cfg.n_head * cfg.head_dim_v])?
+            };
+            inspect("kqv_out", il, &attn)?;
+            let mut a = attn.qmatmul(&lw.wo)?;
+            inspect("attn_out", il, &a)?;
+            if last_layer && which == Logits::Last && t > 1 {
+                // Only the last row feeds the logits (llama.cpp's
+                // inp_out_ids): skip the rest of the last block for the others.
+                a = a.narrow(0, t - 1, 1)?;
+                x = x.narrow(0, t - 1, 1)?;
+            }
+            if let Some(n) = &lw.post_attn_norm {
+                a = a.rms_norm(Some(n), cfg.rms_eps as f64)?;
+            }
+            x = x.add(&a)?;
+            inspect("ffn_inp", il, &x)?;
+
+            // Feed-forward.
+            let h = x.rms_norm(Some(&lw.ffn_norm), cfg.rms_eps as f64)?;
+            inspect("ffn_norm", il, &h)?;
+            let gate = h.qmatmul(&lw.ffn_gate)?;
+            let up = h.qmatmul(&lw.ffn_up)?;
+            let act = match cfg.arch {
+                Arch::Llama => gate.silu()?.mul(&up)?,
+                // GGML's GELU reads a table indexed by the f16 input and
+                // holds f16 results.
+                Arch::Gemma3 => gate.to_dtype(DType::F16)?.gelu_tanh()?.to_dtype(DType::F32)?.mul(&up)?,
+            };
+            let mut d = act.qmatmul(&lw.ffn_down)?;
+            if let Some(n) = &lw.post_ffn_norm {
+                d = d.rms_norm(Some(n), cfg.rms_eps as f64)?;
+            }
+            inspect("ffn_out", il, &d)?;
+            x = x.add(&d)?;
+            inspect("l_out", il, &x)?;
+        }
+        cache.advance(t);
+
+        let h = x.rms_norm(Some(&self.weights.output_norm), cfg.rms_eps as f64)?;
+        inspect("result_norm", usize::MAX, &h)?;
+        let mut logits = h.qmatmul(&self.weights.output)?;
+        inspect("result_output", usize::MAX, &logits)?;
+        if let Some(cap) = cfg.final_logit_softcap {
+            logits = logits.mul_scalar(1.0 / cap as f64)?.tanh()?.mul_scalar(cap as f64)?;
+        }
+        Ok(logits)
+    }
+
+    /// Additive masks `[T, pos0 + T]` (0 keeps, -inf hides): causal, and
+    /// causal within the sliding window for the layers that have one.
+    fn masks(&self, pos0: usize, t: usize) -> Result<Masks> {
+        let total = pos0 + t;
+        let build = |window: Option<usize>| -> Result<Tensor> {
+            let mut m = Vec::with_capacity(t * total);
+            for i in 0..t {
+                let p1 = pos0 + i;
+                // llama_hparams::is_masked_swa (standard): a key at p0 is
+                // hidden from a query at p1 when p1 - p0 >= window.
+                m.extend((0..total).map(|p0| {
+                    let visible = p0 <= p1 && window.is_none_or(|w| p1 - p0 < w);
+                    if visible {
+                        0f32
+                    } else {
+                        f32::NEG_INFINITY
+                    }
+                }));
+            }
+            Ok(Tensor::from_vec(m, [t, total])?.with_executor(&self.exec)?)
+        };
+        let causal = build(None)?;
+        let window = match &self.config.sliding_window {
+            Some(sw) if total > sw.window => build(Some(sw.window))?,
+            _ => causal.clone(),
+        };
+        Ok(Masks { causal, window })
+    }
+}
+
+struct Masks {
+    causal: Tensor,
+    window: Tensor,
+}
+
+/// Attention with llama.cpp's rounding (its non-flash CPU path): queries
+/// rounded to f16 (GGML converts them to the cache's type for q k^T), f32
+/// scores scaled then masked, an f32 softmax, probabilities rounded to f16
+/// (converted again for the product with the f16 values), f32 output.
+///
+/// q `[Hq, T, Dk]` f32, k `[Hkv, L, Dk]` and v `[Hkv, L, Dv]` from the
+/// cache, mask `[T, L]`; returns `[Hq, T, Dv]` f32. The `Hq / Hkv` query
+/// heads that share a key/value head are stacked into one matrix, so
+/// grouped-query attention needs no copies of the keys.
+fn attention(q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor, scale: f64) -> Result<Tensor> {
+    let (hq, t, dk) = (q.dims()[0], q.dims()[1], q.dims()[2]);
+    let (hkv, l, dv) = (k.dims()[0], k.dims()[1], v.dims()[2]);
+    let group = hq / hkv;
+    let q = q
+        .to_dtype(CACHE_DTYPE)?
+        .to_dtype(DType::F32)?
+        .reshape([hkv, group * t, dk])?;
+    let k = k.to_dtype(DType::F32)?;
+    let v = v.to_dtype(DType::F32)?;
+    let scores = q
+        .matmul(&k.transpose(1, 2)?)?
+        .mul_scalar(scale)?
+        .reshape([hkv, group, t, l])?
+        .add(mask)?;
+    let probs = scores
+        .softmax(-1)?
+        .to_dtype(CACHE_DTYPE)?
+        .to_dtype(DType::F32)?
+        .reshape([hkv, group * t, l])?;
+    Ok(probs.matmul(&v)?.reshape([hq, t, dv])?)
+}

@@ -1,0 +1,66 @@
+//! RoPE angle tables computed the way GGML's CPU backend computes them.
+//!
+//! `ggml_rope_cache_init` starts at theta = position and multiplies by
+//! `theta_scale = base^(-2 / n_rot)` once per pair, in f32, then takes
+//! `cosf`/`sinf` of `freq_scale * theta / freq_factor`. Repeating those f32
+//! steps (rather than computing `p * base^(-2i / n_rot)` exactly) keeps our
+//! rotations within an ulp of llama.cpp's at every position.
+
+use super::config::RopeParams;
+use crate::error::Result;
+use rustorch_core::{Executor, Tensor};
+use std::sync::Arc;
+
+/// Cos and sin tables `[positions.len(), n_rot / 2]` for `Tensor::rope`.
+pub fn tables(
+    exec: &Arc<Executor>,
+    p: &RopeParams,
+    freq_factors: Option<&[f32]>,
+    positions: std::ops::Range<usize>,
+) -> Result<(Tensor, Tensor)> {
+    let half = p.n_rot / 2;
+    let theta_scale = p.base.powf(-2.0 / p.n_rot as f32);
+    let t = positions.len();
+    let mut cos = Vec::with_capacity(t * half);
+    let mut sin = Vec::with_capacity(t * half);
+    for pos in positions {
+        let mut theta = pos as f32;
+        for i in 0..half {
+            let ff = freq_factors.map_or(1.0, |f| f[i]);
+            let angle = p.freq_scale * (theta / ff);
+            cos.push(angle.cos());
+            sin.push(angle.sin());
+            theta *= theta_scale;
+        }
+    }
+    let cos = Tensor::from_vec(cos, [t, half])?.with_executor(exec)?;
+    let sin = Tensor::from_vec(sin, [t, half])?.with_executor(exec)?;
+    Ok((cos, sin))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustorch_core::RopeLayout;
+
+    #[test]
+    fn angles_follow_ggml_recurrence() {
+        let p = RopeParams {
+            base: 10000.0,
+            freq_scale: 1.0,
+            n_rot: 8,
+            layout: RopeLayout::NeoX,
+        };
+        let (c, s) = tables(&Executor::global(), &p, None, 3..5).unwrap();
+        assert_eq!(c.dims(), &[2, 4]);
+        let c = c.to_vec::<f32>().unwrap();
+        let s = s.to_vec::<f32>().unwrap();
+        // Position 3, pair 0: angle 3 exactly; pair 1: 3 * 10000^(-1/4).
+        assert_eq!(c[0], 3f32.cos());
+        assert_eq!(s[0], 3f32.sin());
+        let a1 = 3f32 * 10000f32.powf(-0.25);
+        assert!((c[1] - a1.cos()).abs() < 1e-6 && (s[1] - a1.sin()).abs() < 1e-6);
+        // Position 4 starts again from theta = 4.
+        assert_eq!(c[4], 4f32.cos());
+    }
+}

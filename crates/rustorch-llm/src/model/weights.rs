@@ -1,0 +1,207 @@
+//! Model weights read from a GGUF file into tensors.
+//!
+//! Matrices stay in their GGML type (`QWeight`, raw blocks that the
+//! quantized matmul reads in place); norm vectors become f32 tensors. The
+//! bytes are copied out of the file once, so the memory map can be dropped
+//! after loading and memory use is the model's size.
+
+use super::config::{Arch, ModelConfig};
+use crate::error::{LlmError, Result};
+use rustorch_core::gguf::{Gguf, TensorInfo};
+use rustorch_core::quant::{self, QType};
+use rustorch_core::{Executor, QWeight, Tensor};
+use std::sync::Arc;
+
+/// One transformer block.
+pub struct LayerWeights {
+    pub attn_norm: Tensor,
+    pub wq: QWeight,
+    pub wk: QWeight,
+    pub wv: QWeight,
+    pub wo: QWeight,
+    /// Gemma 3: RMS norms over each query / key head.
+    pub q_norm: Option<Tensor>,
+    pub k_norm: Option<Tensor>,
+    /// Gemma 3: RMS norm of the attention output before the residual add.
+    pub post_attn_norm: Option<Tensor>,
+    pub ffn_norm: Tensor,
+    pub ffn_gate: QWeight,
+    pub ffn_up: QWeight,
+    pub ffn_down: QWeight,
+    /// Gemma 3: RMS norm of the feed-forward output before the residual add.
+    pub post_ffn_norm: Option<Tensor>,
+}
+
+pub struct Weights {
+    pub tok_embd: QWeight,
+    pub output_norm: Tensor,
+    /// The output projection; the token embedding again for tied models
+    /// (SmolLM2 and Gemma 3 ship no `output.weight`).
+    pub output: QWeight,
+    /// Llama 3.1 style per-frequency rope divisors (`rope_freqs.weight`).
+    pub rope_freqs: Option<Vec<f32>>,
+    pub layers: Vec<LayerWeights>,
+}
+
+struct Loader<'a> {
+    g: &'a Gguf,
+    exec: &'a Arc<Executor>,
+}
+
+impl Loader<'_> {
+    fn info(&self, name: &str) -> Result<&TensorInfo> {
+        self.g
+            .tensor_info(name)
+            .map_err(|_| LlmError::MissingTensor(name.to_string()))
+    }
+
+    fn has(&self, name: &str) -> bool {
+        self.g.tensor_info(name).is_ok()
+    }
+
+    /// A matrix `[rows, cols]` in its file type; checks the expected shape.
+    fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<QWeight> {
+        let info = self.info(name)?;
+        let shape = info.shape();
+        if shape != [rows, cols] {
+            return Err(LlmError::BadTensorShape {
+                name: name.to_string(),
+                expected: vec![rows, cols],
+                found: shape,
+            });
+        }
+        let qtype = info.qtype();
+        if !quant::matmul::can_matmul(qtype) {
+            return Err(LlmError::Unsupported(format!(
+                "tensor {name} has type {qtype}, which has no matmul kernels yet"
+            )));
+        }
+        let bytes = self.g.data_of(info).to_vec();
+        Ok(QWeight::from_bytes_in(self.exec, qtype, rows, cols, bytes)?)
+    }
+
+    /// A vector of `n` values as an f32 tensor (dequantized if stored quantized).
+    fn vector(&self, name: &str, n: usize) -> Result<Tensor> {
+        let info = self.info(name)?;
+        if info.numel() != n || info.shape().len() != 1 {
+            return Err(LlmError::BadTensorShape {
+                name: name.to_string(),
+                expected: vec![n],
+                found: info.shape(),
+            });
+        }
+        let values = self.f32_values(info)?;
+        Ok(Tensor::from_vec(values, [n])?.with_executor(self.exec)?)
+    }
+
+    fn f32_values(&self, info: &TensorInfo) -> Result<Vec<f32>> {
+        let data = self.g.data_of(info);
+        if info.qtype() == QType::F32 {
+            return Ok(data
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect());
+        }
+        quant::dequantize(info.qtype(), data, info.numel())
+            .map_err(|e| LlmError::Unsupported(format!("tensor {} of type {}: {e}", info.name(), info.qtype())))
+    }
+
+    fn opt_vector(&self, name: &str, n: usize) -> Result<Option<Tensor>> {
+        if self.has(name) {
+            self.vector(name, n).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+}
+
+impl Weights {
+    pub fn load(
+        g: &Gguf,
+        cfg: &ModelConfig,
+        exec: &Arc<Executor>,
+        mut progress: impl FnMut(usize, usize),
+    ) -> Result<Weights> {
+        let l = Loader { g, exec };
+        let e = cfg.n_embd;
+        let q_dim = cfg.n_head * cfg.head_dim_k;
+        let k_dim = cfg.n_head_kv * cfg.head_dim_k;
+        let v_dim = cfg.n_head_kv * cfg.head_dim_v;
+        let tok_embd = l.matrix("token_embd.weight", cfg.n_vocab, e)?;
+        let output_norm = l.vector("output_norm.weight", e)?;
+        let output = if l.has("output.weight") {
+            l.matrix("output.weight", cfg.n_vocab, e)?
+        } else {
+            tok_embd.clone()
+        };
+        let rope_freqs = if l.has("rope_freqs.weight") {
+            let info = l.info("rope_freqs.weight")?;
+            if info.numel() != cfg.rope.n_rot / 2 {
+                return Err(LlmError::BadTensorShape {
+                    name: "rope_freqs.weight".into(),
+                    expected: vec![cfg.rope.n_rot / 2],
+                    found: info.shape(),
+                });
+            }
+            Some(l.f32_values(info)?)
+        } else {
+            None
+        };
+        let gemma = cfg.arch == Arch::Gemma3;
+        let mut layers = Vec::with_capacity(cfg.n_layer);
+        for il in 0..cfg.n_layer {
+            progress(il, cfg.n_layer);
+            let n = |s: &str| format!("blk.{il}.{s}.weight");
+            if l.has(&n("attn_qkv")) {
+                return Err(LlmError::Unsupported(format!(
+                    "{} (fused QKV weights) is not supported yet",
+                    n("attn_qkv")
+                )));
+            }
+            let need_gemma = |name: &str, len: usize| -> Result<Option<Tensor>> {
+                if gemma {
+                    l.vector(&n(name), len).map(Some)
+                } else {
+                    l.opt_vector(&n(name), len)
+                }
+            };
+            layers.push(LayerWeights {
+                attn_norm: l.vector(&n("attn_norm"), e)?,
+                wq: l.matrix(&n("attn_q"), q_dim, e)?,
+                wk: l.matrix(&n("attn_k"), k_dim, e)?,
+                wv: l.matrix(&n("attn_v"), v_dim, e)?,
+                wo: l.matrix(&n("attn_output"), e, cfg.n_head * cfg.head_dim_v)?,
+                q_norm: need_gemma("attn_q_norm", cfg.head_dim_k)?,
+                k_norm: need_gemma("attn_k_norm", cfg.head_dim_k)?,
+                post_attn_norm: need_gemma("post_attention_norm", e)?,
+                ffn_norm: l.vector(&n("ffn_norm"), e)?,
+                ffn_gate: l.matrix(&n("ffn_gate"), cfg.n_ff, e)?,
+                ffn_up: l.matrix(&n("ffn_up"), cfg.n_ff, e)?,
+                ffn_down: l.matrix(&n("ffn_down"), e, cfg.n_ff)?,
+                post_ffn_norm: need_gemma("post_ffw_norm", e)?,
+            });
+        }
+        progress(cfg.n_layer, cfg.n_layer);
+        Ok(Weights {
+            tok_embd,
+            output_norm,
+            output,
+            rope_freqs,
+            layers,
+        })
+    }
+
+    /// Bytes held by the weights (the tied output counted once).
+    pub fn n_bytes(&self) -> usize {
+        let mats = |l: &LayerWeights| {
+            [&l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_gate, &l.ffn_up, &l.ffn_down]
+                .iter()
+                .map(|w| w.n_bytes())
+                .sum::<usize>()
+        };
+        let tied = Arc::ptr_eq(self.tok_embd.data().buffer(), self.output.data().buffer());
+        self.tok_embd.n_bytes()
+            + if tied { 0 } else { self.output.n_bytes() }
+            + self.layers.iter().map(mats).sum::<usize>()
+    }
+}
