@@ -1,0 +1,4 @@
+//! Sampling (placeholder while chat builds).
+pub struct Sampler;
+pub struct SamplerConfig;
+pub struct StopMatcher;
