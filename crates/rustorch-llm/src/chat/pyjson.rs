@@ -64,8 +64,9 @@ pub fn tojson(value: &Value, indent: Option<Value>, kwargs: Kwargs) -> Result<Va
     Ok(Value::from(out))
 }
 
-/// `json.dumps` of a value, as Python writes it (for tests and for callers).
-pub fn dumps(value: &Value, indent: Option<usize>) -> Result<String, Error> {
+/// `json.dumps(value, ensure_ascii=False, indent=indent)`.
+#[cfg(test)]
+fn dumps(value: &Value, indent: Option<usize>) -> Result<String, Error> {
     let style = Style {
         indent,
         item_sep: if indent.is_some() { "," } else { ", " }.to_string(),
