@@ -54,6 +54,28 @@ impl Ord for Worst {
     }
 }
 
+/// Occurrences of each token of a penalty window, sorted by id. The window is short
+/// (repeat_last_n, 64 by default), so sorting beats hashing.
+pub(crate) fn window_counts(last: &[u32]) -> Vec<(u32, u32)> {
+    let mut ids = last.to_vec();
+    ids.sort_unstable();
+    let mut counts: Vec<(u32, u32)> = Vec::with_capacity(ids.len());
+    for t in ids {
+        match counts.last_mut() {
+            Some(e) if e.0 == t => e.1 += 1,
+            _ => counts.push((t, 1)),
+        }
+    }
+    counts
+}
+
+/// llama.cpp's penalty of one logit seen `count` times.
+#[inline]
+pub(crate) fn penalized(logit: f32, count: u32, repeat: f32, freq: f32, present: f32) -> f32 {
+    let l = if logit <= 0.0 { logit * repeat } else { logit / repeat };
+    l - (count as f32 * freq + (count > 0) as u32 as f32 * present)
+}
+
 impl Candidates {
     /// All tokens, in id order, unsorted (as llama.cpp builds `cur_p` from a logits row).
     pub fn from_logits(logits: &[f32]) -> Candidates {
@@ -72,6 +94,57 @@ impl Candidates {
         }));
         self.sorted = false;
         self.id_order = true;
+    }
+
+    /// `fill(logits)`, then the logits of `overrides` (id, logit; sorted by id) replaced, then
+    /// `top_k(k)`, in one pass that never materializes all candidates: what a sampler does per
+    /// token on a large vocabulary. Equal to those three steps, ties included.
+    pub fn fill_top_k(&mut self, logits: &[f32], k: usize, overrides: &[(u32, f32)]) {
+        self.data.clear();
+        let k = k.min(logits.len());
+        self.sorted = true;
+        self.id_order = false;
+        if k == 0 {
+            return;
+        }
+        let mut heap: BinaryHeap<Worst> = BinaryHeap::with_capacity(k + 1);
+        let offer = |heap: &mut BinaryHeap<Worst>, c: TokenData| {
+            if heap.len() < k {
+                heap.push(Worst(c));
+            } else if better(&c, &heap.peek().expect("heap holds k >= 1 entries").0) == Ordering::Less {
+                heap.pop();
+                heap.push(Worst(c));
+            }
+        };
+        for &(id, logit) in overrides.iter().filter(|(id, _)| (*id as usize) < logits.len()) {
+            offer(&mut heap, TokenData { id, logit, p: 0.0 });
+        }
+        let mut ov = overrides.iter().map(|o| o.0 as usize).peekable();
+        const CHUNK: usize = 64;
+        for (ci, chunk) in logits.chunks(CHUNK).enumerate() {
+            let base = ci * CHUNK;
+            let end = base + chunk.len();
+            let has_override = ov.peek().is_some_and(|&id| id < end);
+            if heap.len() == k && !has_override {
+                // Skip chunks with nothing at or above the worst kept logit; the `|` fold (no
+                // early exit) compiles to vector compares.
+                let thr = heap.peek().expect("heap is full").0.logit;
+                if !chunk.iter().fold(false, |any, &x| any | (x >= thr)) {
+                    continue;
+                }
+            }
+            for (j, &logit) in chunk.iter().enumerate() {
+                let id = base + j;
+                if ov.peek() == Some(&id) {
+                    while ov.peek() == Some(&id) {
+                        ov.next();
+                    }
+                    continue; // offered above with its replaced logit
+                }
+                offer(&mut heap, TokenData { id: id as u32, logit, p: 0.0 });
+            }
+        }
+        self.data.extend(heap.into_sorted_vec().into_iter().map(|w| w.0));
     }
 
     /// Candidates from explicit entries (not assumed sorted).
@@ -141,22 +214,8 @@ impl Candidates {
         if last.is_empty() || (repeat == 1.0 && freq == 0.0 && present == 0.0) {
             return;
         }
-        // Counts of the window's tokens; the window is short (repeat_last_n, 64 by default).
-        let mut counts: Vec<(u32, u32)> = Vec::with_capacity(last.len());
-        for &t in last {
-            match counts.iter_mut().find(|(id, _)| *id == t) {
-                Some(e) => e.1 += 1,
-                None => counts.push((t, 1)),
-            }
-        }
-        let penalize = |d: &mut TokenData, count: u32| {
-            if d.logit <= 0.0 {
-                d.logit *= repeat;
-            } else {
-                d.logit /= repeat;
-            }
-            d.logit -= count as f32 * freq + (count > 0) as u32 as f32 * present;
-        };
+        let counts = window_counts(last);
+        let penalize = |d: &mut TokenData, count: u32| d.logit = penalized(d.logit, count, repeat, freq, present);
         if self.id_order {
             for &(id, count) in &counts {
                 if let Some(d) = self.data.get_mut(id as usize) {
@@ -233,10 +292,20 @@ impl Candidates {
         self.reordered();
         let mut cum = 0.0f32;
         let mut last = n;
+        let mut sorted_upto = k;
         for i in 0..n {
-            if i == k {
-                // Everything past k is no better than the first k.
-                self.data[k..].sort_unstable_by(better);
+            if i == sorted_upto {
+                // llama.cpp sorts everything left here; sorting the next best few (4x more each
+                // time) gives the same order for the prefix the sum reads, without sorting a
+                // 262144-entry tail that will be cut anyway.
+                let next = (sorted_upto * 4).min(n);
+                let tail = &mut self.data[sorted_upto..];
+                let m = next - sorted_upto;
+                if m < tail.len() {
+                    tail.select_nth_unstable_by(m - 1, better);
+                }
+                tail[..m].sort_unstable_by(better);
+                sorted_upto = next;
             }
             cum += self.data[i].p;
             if cum >= p && i + 1 >= min_keep {
@@ -244,7 +313,7 @@ impl Candidates {
                 break;
             }
         }
-        // The kept prefix is sorted: either within the sorted head or the loop sorted the tail.
+        // The kept prefix lies within the sorted part.
         self.data.truncate(last);
         self.sorted = true;
     }

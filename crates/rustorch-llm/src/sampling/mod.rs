@@ -161,8 +161,7 @@ impl Sampler {
     }
 
     /// The candidates after the last [`Sampler::sample`]: the survivors of the chain with their
-    /// final probabilities (after a greedy sample: every token after penalties, no
-    /// probabilities).
+    /// final probabilities (after a greedy sample: the chosen token only, no probability).
     pub fn candidates(&self) -> &Candidates {
         &self.cand
     }
@@ -179,10 +178,15 @@ impl Sampler {
         if u32::try_from(logits.len()).is_err() {
             return Err(LlmError::Sampling(format!("{} logits do not fit u32 token ids", logits.len())));
         }
-        if let Some(i) = logits.iter().position(|l| l.is_nan()) {
+        // One pass for both checks (NaN compares false, so it never raises `max`).
+        let (max, any_nan) = logits
+            .iter()
+            .fold((f32::NEG_INFINITY, false), |(m, nan), &l| (if l > m { l } else { m }, nan | l.is_nan()));
+        if any_nan {
+            let i = logits.iter().position(|l| l.is_nan()).expect("a NaN was seen");
             return Err(LlmError::Sampling(format!("logit of token {i} is NaN")));
         }
-        if logits.iter().all(|&l| l == f32::NEG_INFINITY) {
+        if max == f32::NEG_INFINITY {
             return Err(LlmError::Sampling("every logit is -inf".into()));
         }
         let c = &self.config;
@@ -191,16 +195,38 @@ impl Sampler {
             n if n < 0 => history,
             n => &history[history.len().saturating_sub(n as usize)..],
         };
-        self.cand.fill(logits);
-        self.cand.penalties(window, c.repeat_penalty, c.frequency_penalty, c.presence_penalty);
+        let penalties_on = !window.is_empty()
+            && !(c.repeat_penalty == 1.0 && c.frequency_penalty == 0.0 && c.presence_penalty == 0.0);
+        // Penalized logits of the window's tokens, by id (at most repeat_last_n of them).
+        let overrides: Vec<(u32, f32)> = if penalties_on {
+            candidates::window_counts(window)
+                .into_iter()
+                .filter(|&(id, _)| (id as usize) < logits.len())
+                .map(|(id, n)| {
+                    let l = candidates::penalized(logits[id as usize], n, c.repeat_penalty, c.frequency_penalty, c.presence_penalty);
+                    (id, l)
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         if c.temperature <= 0.0 {
             // llama.cpp's chain with temp <= 0 still ends in `dist`, which draws one number:
-            // draw it too, so the stream stays aligned with llama.cpp's.
+            // draw it too, so the stream stays aligned with llama.cpp's. The best candidate by
+            // (logit, lowest id) is llama_sampler_greedy's first maximum.
             self.rng.uniform();
-            let best = self.cand.argmax();
-            return Ok(self.cand.as_slice()[best].id);
+            self.cand.fill_top_k(logits, 1, &overrides);
+            return Ok(self.cand.as_slice()[0].id);
         }
-        self.cand.top_k(c.top_k);
+        let n = logits.len();
+        if c.top_k > 0 && (c.top_k as usize).saturating_mul(16) < n {
+            // The common case on a large vocabulary: penalties and top-k in one pass.
+            self.cand.fill_top_k(logits, c.top_k as usize, &overrides);
+        } else {
+            self.cand.fill(logits);
+            self.cand.penalties(window, c.repeat_penalty, c.frequency_penalty, c.presence_penalty);
+            self.cand.top_k(c.top_k);
+        }
         self.cand.top_p(c.top_p, c.min_keep);
         self.cand.min_p(c.min_p, c.min_keep);
         self.cand.temperature(c.temperature);

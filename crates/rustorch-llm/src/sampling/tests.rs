@@ -1,11 +1,17 @@
 //! Internal consistency of the fast paths; agreement with llama.cpp is in tests/sampling.rs.
 
 use super::*;
+use crate::sampling::candidates;
 use rustorch_core::rng::Rng;
 
 fn random_logits(n: usize, seed: u64) -> Vec<f32> {
     let mut r = Rng::new(seed);
     (0..n).map(|_| (r.normal_pair().0 * 3.0) as f32).collect()
+}
+
+fn random_logits_scaled(n: usize, scale: f64, seed: u64) -> Vec<f32> {
+    let mut r = Rng::new(seed);
+    (0..n).map(|_| (r.normal_pair().0 * scale) as f32).collect()
 }
 
 fn ids(c: &Candidates) -> Vec<u32> {
@@ -101,4 +107,71 @@ fn config_validation_and_errors() {
     assert!(s.sample(&[f32::NEG_INFINITY; 3], &[]).is_err());
     // -inf logits alongside finite ones are fine (masked tokens).
     assert_eq!(s.sample(&[f32::NEG_INFINITY, 0.0, f32::NEG_INFINITY], &[]).unwrap(), 1);
+}
+
+#[test]
+fn fill_top_k_equals_fill_penalties_top_k() {
+    // With ties (rounded logits), penalties that lower and raise logits (negative presence),
+    // window ids at chunk edges and beyond the vocabulary.
+    for (n, k, seed) in [(5000usize, 40usize, 1u64), (5000, 1, 2), (3000, 100, 3), (130, 8, 4), (64, 64, 5)] {
+        let logits: Vec<f32> = random_logits_scaled(n, 3.0, seed).iter().map(|x| (x * 2.0).round() / 2.0).collect();
+        let hist: Vec<u32> = [0u32, 63, 64, 127, 128, 5, 5, 5, (n - 1) as u32, n as u32 + 10].into_iter().collect();
+        for (rep, freq, present) in [(1.3f32, 0.1f32, 0.2f32), (0.7, 0.0, -2.0), (1.0, 0.0, 0.0)] {
+            let mut a = Candidates::from_logits(&logits);
+            a.penalties(&hist, rep, freq, present);
+            a.top_k(k as i32);
+            let overrides: Vec<(u32, f32)> = candidates::window_counts(&hist)
+                .into_iter()
+                .filter(|&(id, _)| (id as usize) < n)
+                .map(|(id, c)| (id, candidates::penalized(logits[id as usize], c, rep, freq, present)))
+                .collect();
+            let mut b = Candidates::default();
+            b.fill_top_k(&logits, k, &overrides);
+            assert_eq!(a.as_slice(), b.as_slice(), "n {n} k {k} penalties {rep} {freq} {present}");
+        }
+    }
+}
+
+#[test]
+fn sampler_fast_path_equals_the_step_by_step_chain() {
+    // Sampler::sample fuses penalties and top-k on large vocabularies; the tokens must be those
+    // of the plain chain of Candidates steps with the same generator.
+    let cfg = SamplerConfig {
+        seed: Some(9),
+        repeat_penalty: 1.2,
+        frequency_penalty: 0.1,
+        presence_penalty: 0.3,
+        repeat_last_n: 16,
+        ..Default::default()
+    };
+    let mut s = Sampler::new(cfg.clone()).unwrap();
+    let mut rng = Mt19937::new(9);
+    let mut hist: Vec<u32> = vec![];
+    for step in 0..40 {
+        let logits = random_logits_scaled(4000, 2.0, 100 + step);
+        let got = s.sample(&logits, &hist).unwrap();
+        let window = &hist[hist.len().saturating_sub(16)..];
+        let mut c = Candidates::from_logits(&logits);
+        c.penalties(window, cfg.repeat_penalty, cfg.frequency_penalty, cfg.presence_penalty);
+        c.top_k(cfg.top_k);
+        c.top_p(cfg.top_p, 0);
+        c.min_p(cfg.min_p, 0);
+        c.temperature(cfg.temperature);
+        let i = c.dist(&mut rng).unwrap();
+        assert_eq!(got, c.as_slice()[i].id, "step {step}");
+        // Repeat a few tokens so penalties matter.
+        hist.push(if step % 3 == 0 { 7 } else { got });
+    }
+}
+
+#[test]
+fn top_p_geometric_prefix_sort_keeps_order() {
+    // A flat distribution over 20000 tokens: top-p 0.95 keeps most of them, so the sorted
+    // prefix grows several times; the result must be the fully sorted prefix.
+    let logits = random_logits_scaled(20_000, 0.3, 21);
+    let mut c = Candidates::from_logits(&logits);
+    c.top_p(0.95, 0);
+    let want = sorted_ref(&logits, c.len());
+    assert_eq!(ids(&c), want);
+    assert!(c.len() > 10_000, "{}", c.len());
 }
