@@ -100,7 +100,11 @@ fn render_equals_jinja2_for_every_template() {
             ..Default::default()
         };
         let ours = tmpl.render_with(&fx.messages(conv), &opts);
-        let ctx = format!("{name} / {conv} / gen={} / tools={}", opts.add_generation_prompt, opts.tools.is_some());
+        let ctx = format!(
+            "{name} / {conv} / gen={} / tools={}",
+            opts.add_generation_prompt,
+            opts.tools.is_some()
+        );
         match (&r["jinja2"], &ours) {
             (Value::String(want), Ok(got)) => assert_eq!(got, want, "{ctx}"),
             (Value::Null, Err(e)) => {
@@ -157,7 +161,10 @@ fn llamacpp_and_jinja2_differences_are_the_known_ones() {
                 assert_eq!(&t.render_prompt(&fx.messages(conv), gen).unwrap(), llama, "{ctx}");
             }
             Some(Diff::DefaultSystemPrompt) => {
-                assert!(jinja.starts_with("<|im_start|>system\n") && jinja.ends_with(llama.as_str()), "{ctx}");
+                assert!(
+                    jinja.starts_with("<|im_start|>system\n") && jinja.ends_with(llama.as_str()),
+                    "{ctx}"
+                );
                 assert_ne!(jinja, llama, "{ctx}");
             }
             Some(Diff::OtherFormat) => assert_ne!(jinja, llama, "{ctx}: now equal, update known_difference"),
@@ -182,7 +189,10 @@ fn templates_from_the_real_gguf_files() {
         let t = ChatTemplate::from_gguf(&g, None).unwrap();
         let want = fx.template("smollm2");
         assert_eq!(t.source(), s(&want["source"]));
-        assert_eq!((t.bos_token(), t.eos_token()), (s(&want["bos_token"]), s(&want["eos_token"])));
+        assert_eq!(
+            (t.bos_token(), t.eos_token()),
+            (s(&want["bos_token"]), s(&want["eos_token"]))
+        );
         assert!(!t.is_fallback());
         assert_eq!(t.origin().to_string(), "GGUF metadata tokenizer.chat_template");
     }
@@ -194,13 +204,23 @@ fn templates_from_the_real_gguf_files() {
         // (true) make render_prompt equal llama.cpp's formatter.
         let want = fx.template("gemma3");
         let t = ChatTemplate::from_gguf(&g, Some(s(&want["source"]))).unwrap();
-        assert_eq!((t.bos_token(), t.eos_token()), (s(&want["bos_token"]), s(&want["eos_token"])));
+        assert_eq!(
+            (t.bos_token(), t.eos_token()),
+            (s(&want["bos_token"]), s(&want["eos_token"]))
+        );
         let r = fx.json["renders"]
             .as_array()
             .unwrap()
             .iter()
-            .find(|r| r["template"] == "gemma3" && r["conversation"] == "system_multi_turn" && r["add_generation_prompt"] == true)
+            .find(|r| {
+                r["template"] == "gemma3"
+                    && r["conversation"] == "system_multi_turn"
+                    && r["add_generation_prompt"] == true
+            })
             .unwrap();
-        assert_eq!(t.render_prompt(&fx.messages("system_multi_turn"), true).unwrap(), s(&r["llamacpp"]));
+        assert_eq!(
+            t.render_prompt(&fx.messages("system_multi_turn"), true).unwrap(),
+            s(&r["llamacpp"])
+        );
     }
 }

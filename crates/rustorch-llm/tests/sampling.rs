@@ -7,7 +7,10 @@ use rustorch_llm::sampling::{Candidates, Mt19937, Sampler, SamplerConfig};
 use serde_json::Value;
 
 fn fixture() -> Value {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/sampling/llamacpp_samplers.json");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/sampling/llamacpp_samplers.json"
+    );
     serde_json::from_str(&std::fs::read_to_string(path).expect("fixture present")).expect("fixture is JSON")
 }
 
@@ -57,9 +60,22 @@ fn check_step(case: &str, step: &Value, c: &Candidates) {
     for (k, idx) in step["index"].as_array().unwrap().iter().enumerate() {
         let d = data[idx.as_u64().unwrap() as usize];
         assert_eq!(d.id as u64, step["ids"][k].as_u64().unwrap(), "{ctx}: id at {idx}");
-        assert_eq!(d.logit.to_bits(), logits[k].to_bits(), "{ctx}: logit of {} ({} vs {})", d.id, d.logit, logits[k]);
+        assert_eq!(
+            d.logit.to_bits(),
+            logits[k].to_bits(),
+            "{ctx}: logit of {} ({} vs {})",
+            d.id,
+            d.logit,
+            logits[k]
+        );
         let tol = 1e-6 * ps[k].abs() + 1e-12;
-        assert!((d.p - ps[k]).abs() <= tol, "{ctx}: p of {}: {} vs llama.cpp {}", d.id, d.p, ps[k]);
+        assert!(
+            (d.p - ps[k]).abs() <= tol,
+            "{ctx}: p of {}: {} vs llama.cpp {}",
+            d.id,
+            d.p,
+            ps[k]
+        );
     }
 }
 
@@ -69,7 +85,12 @@ fn each_step_matches_llamacpp() {
     for case in fx["cases"].as_array().unwrap() {
         let name = case["name"].as_str().unwrap();
         let cfg = config(&case["config"], Some(0));
-        let history: Vec<u32> = case["history"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+        let history: Vec<u32> = case["history"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect();
         let steps = case["steps"].as_array().unwrap();
         let window = &history[history.len().saturating_sub(cfg.repeat_last_n as usize)..];
 
@@ -90,7 +111,11 @@ fn each_step_matches_llamacpp() {
             let seed = draw[0].as_u64().unwrap() as u32;
             let mut cc = c.clone();
             let i = cc.dist(&mut Mt19937::new(seed)).unwrap();
-            assert_eq!(cc.as_slice()[i].id as u64, draw[1].as_u64().unwrap(), "{name}: seed {seed}");
+            assert_eq!(
+                cc.as_slice()[i].id as u64,
+                draw[1].as_u64().unwrap(),
+                "{name}: seed {seed}"
+            );
             if seed == 0 {
                 check_step(name, &steps[5], &cc);
             }
@@ -107,8 +132,19 @@ fn generations_match_llamacpp_chains() {
         let name = chain["name"].as_str().unwrap();
         let seed = chain["seed"].as_u64().unwrap() as u32;
         let mut s = Sampler::new(config(&chain["config"], Some(seed))).unwrap();
-        let mut history: Vec<u32> = chain["prompt"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
-        for (t, (row, want)) in chain["rows"].as_array().unwrap().iter().zip(chain["picked"].as_array().unwrap()).enumerate() {
+        let mut history: Vec<u32> = chain["prompt"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect();
+        for (t, (row, want)) in chain["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .zip(chain["picked"].as_array().unwrap())
+            .enumerate()
+        {
             let tok = s.sample(&floats(row), &history).unwrap();
             assert_eq!(tok as u64, want.as_u64().unwrap(), "{name}: step {t}");
             history.push(tok);
@@ -125,7 +161,11 @@ fn random_logits(n: usize, scale: f64, seed: u64) -> Vec<f32> {
 fn same_seed_same_tokens() {
     let rows: Vec<Vec<f32>> = (0..50).map(|i| random_logits(1000, 2.0, i)).collect();
     let run = |seed| {
-        let mut s = Sampler::new(SamplerConfig { seed: Some(seed), ..Default::default() }).unwrap();
+        let mut s = Sampler::new(SamplerConfig {
+            seed: Some(seed),
+            ..Default::default()
+        })
+        .unwrap();
         let mut hist = Vec::new();
         for r in &rows {
             let t = s.sample(r, &hist).unwrap();
@@ -141,7 +181,11 @@ fn same_seed_same_tokens() {
     s.reset();
     let b: Vec<u32> = rows.iter().map(|r| s.sample(r, &[]).unwrap()).collect();
     assert_eq!(a, b);
-    let mut t = Sampler::new(SamplerConfig { seed: Some(s.seed()), ..Default::default() }).unwrap();
+    let mut t = Sampler::new(SamplerConfig {
+        seed: Some(s.seed()),
+        ..Default::default()
+    })
+    .unwrap();
     let c: Vec<u32> = rows.iter().map(|r| t.sample(r, &[]).unwrap()).collect();
     assert_eq!(a, c);
 }
@@ -158,14 +202,22 @@ fn greedy_is_argmax_with_lowest_id_on_ties() {
         assert_eq!(s.sample(&l, &[]).unwrap() as usize, want);
     }
     // Penalties apply before the argmax: token 1 (logit 3) seen twice, repeat 2 -> 1.5 < 2.
-    let mut s = Sampler::new(SamplerConfig { repeat_penalty: 2.0, ..SamplerConfig::greedy() }).unwrap();
+    let mut s = Sampler::new(SamplerConfig {
+        repeat_penalty: 2.0,
+        ..SamplerConfig::greedy()
+    })
+    .unwrap();
     assert_eq!(s.sample(&[1.0, 3.0, 2.0], &[1, 1]).unwrap(), 2);
 }
 
 /// Pearson's chi-square of observed counts against expected probabilities.
 fn chi_square(counts: &[u64], probs: &[f64]) -> f64 {
     let n: u64 = counts.iter().sum();
-    counts.iter().zip(probs).map(|(&c, &p)| (c as f64 - n as f64 * p).powi(2) / (n as f64 * p)).sum()
+    counts
+        .iter()
+        .zip(probs)
+        .map(|(&c, &p)| (c as f64 - n as f64 * p).powi(2) / (n as f64 * p))
+        .sum()
 }
 
 #[test]
@@ -224,11 +276,18 @@ fn draws_follow_the_truncated_distribution() {
     order.retain(|&i| logits[i] as f64 >= min_l);
     let probs = soft(&order, 0.8);
 
-    let mut s = Sampler::new(SamplerConfig { seed: Some(77), ..Default::default() }).unwrap();
+    let mut s = Sampler::new(SamplerConfig {
+        seed: Some(77),
+        ..Default::default()
+    })
+    .unwrap();
     let mut counts = vec![0u64; order.len()];
     for _ in 0..100_000 {
         let t = s.sample(&logits, &[]).unwrap() as usize;
-        let k = order.iter().position(|&i| i == t).unwrap_or_else(|| panic!("token {t} outside the kept set"));
+        let k = order
+            .iter()
+            .position(|&i| i == t)
+            .unwrap_or_else(|| panic!("token {t} outside the kept set"));
         counts[k] += 1;
     }
     // Critical values of chi-square at P = 0.001 for df = 1..40 grow roughly as df + 3.3 sqrt(2 df)
@@ -245,17 +304,43 @@ fn timing_262144_vocab() {
     let logits = random_logits(262_144, 3.0, 5);
     let hist: Vec<u32> = (0..64).map(|i| i * 4099 % 262_144).collect();
     for (label, cfg) in [
-        ("defaults", SamplerConfig { seed: Some(1), ..Default::default() }),
-        ("defaults + penalties", SamplerConfig { seed: Some(1), repeat_penalty: 1.1, ..Default::default() }),
-        ("top-k off", SamplerConfig { seed: Some(1), top_k: 0, ..Default::default() }),
+        (
+            "defaults",
+            SamplerConfig {
+                seed: Some(1),
+                ..Default::default()
+            },
+        ),
+        (
+            "defaults + penalties",
+            SamplerConfig {
+                seed: Some(1),
+                repeat_penalty: 1.1,
+                ..Default::default()
+            },
+        ),
+        (
+            "top-k off",
+            SamplerConfig {
+                seed: Some(1),
+                top_k: 0,
+                ..Default::default()
+            },
+        ),
         ("greedy", SamplerConfig::greedy()),
     ] {
         let mut s = Sampler::new(cfg).unwrap();
-        let n = 200;
-        let t0 = std::time::Instant::now();
-        for _ in 0..n {
-            std::hint::black_box(s.sample(&logits, &hist).unwrap());
-        }
-        println!("{label}: {:.1} us per token", t0.elapsed().as_secs_f64() * 1e6 / n as f64);
+        // Best of 5 batches: the machine is shared, the minimum is the least disturbed run.
+        let n = 100;
+        let best = (0..5)
+            .map(|_| {
+                let t0 = std::time::Instant::now();
+                for _ in 0..n {
+                    std::hint::black_box(s.sample(&logits, &hist).unwrap());
+                }
+                t0.elapsed().as_secs_f64() * 1e6 / n as f64
+            })
+            .fold(f64::INFINITY, f64::min);
+        println!("{label}: {best:.1} us per token");
     }
 }

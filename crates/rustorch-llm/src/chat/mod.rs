@@ -102,9 +102,7 @@ impl fmt::Display for TemplateOrigin {
         match self {
             TemplateOrigin::Gguf(key) => write!(f, "GGUF metadata {key}"),
             TemplateOrigin::Override => f.write_str("user-supplied template"),
-            TemplateOrigin::FallbackChatml => {
-                f.write_str("ChatML fallback (the model has no tokenizer.chat_template)")
-            }
+            TemplateOrigin::FallbackChatml => f.write_str("ChatML fallback (the model has no tokenizer.chat_template)"),
         }
     }
 }
@@ -164,17 +162,31 @@ fn build_env(source: &str, clock: Option<SystemTime>) -> std::result::Result<Env
     // Environment::new has the builtin filters and tests and no loader: nothing outside the
     // template can be read.
     let mut env = Environment::new();
-    env.set_syntax(minijinja::syntax::SyntaxConfig::builder().trim_blocks(true).lstrip_blocks(true).build()?);
+    env.set_syntax(
+        minijinja::syntax::SyntaxConfig::builder()
+            .trim_blocks(true)
+            .lstrip_blocks(true)
+            .build()?,
+    );
     env.set_fuel(Some(FUEL));
     env.set_recursion_limit(RECURSION_LIMIT);
     env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-    env.add_function("raise_exception", |msg: String| -> std::result::Result<Value, JinjaError> {
-        Err(JinjaError::new(ErrorKind::InvalidOperation, format!("raise_exception: {msg}")))
-    });
-    env.add_function("strftime_now", move |format: String| -> std::result::Result<String, JinjaError> {
-        strftime::strftime(&format, clock.unwrap_or_else(SystemTime::now))
-            .map_err(|e| JinjaError::new(ErrorKind::InvalidOperation, format!("strftime_now: {e}")))
-    });
+    env.add_function(
+        "raise_exception",
+        |msg: String| -> std::result::Result<Value, JinjaError> {
+            Err(JinjaError::new(
+                ErrorKind::InvalidOperation,
+                format!("raise_exception: {msg}"),
+            ))
+        },
+    );
+    env.add_function(
+        "strftime_now",
+        move |format: String| -> std::result::Result<String, JinjaError> {
+            strftime::strftime(&format, clock.unwrap_or_else(SystemTime::now))
+                .map_err(|e| JinjaError::new(ErrorKind::InvalidOperation, format!("strftime_now: {e}")))
+        },
+    );
     env.add_filter("tojson", pyjson::tojson);
     env.add_template_owned(TEMPLATE_NAME, source.to_string())?;
     Ok(env)
@@ -225,7 +237,9 @@ fn json_to_value(v: &serde_json::Value) -> Value {
         }
         serde_json::Value::String(s) => Value::from(s.as_str()),
         serde_json::Value::Array(a) => a.iter().map(json_to_value).collect(),
-        serde_json::Value::Object(o) => Value::from_pairs(o.iter().map(|(k, v)| (Value::from(k.as_str()), json_to_value(v)))),
+        serde_json::Value::Object(o) => {
+            Value::from_pairs(o.iter().map(|(k, v)| (Value::from(k.as_str()), json_to_value(v))))
+        }
     }
 }
 
@@ -277,14 +291,16 @@ impl ChatTemplate {
             Some(src) => ChatTemplate::new(src, &bos, &eos)?,
             None => {
                 let tool_use_key = format!("{CHAT_TEMPLATE_KEY}.tool_use");
-                let found = [CHAT_TEMPLATE_KEY, tool_use_key.as_str()].into_iter().find_map(|key| match md.get(key) {
-                    Ok(GgufValue::String(s)) if !s.is_empty() => Some(Ok((key, s))),
-                    Ok(GgufValue::String(_)) | Err(_) => None,
-                    Ok(other) => Some(Err(LlmError::BadMetadata {
-                        key: key.into(),
-                        reason: format!("expected a string, found {}", other.type_desc()),
-                    })),
-                });
+                let found = [CHAT_TEMPLATE_KEY, tool_use_key.as_str()]
+                    .into_iter()
+                    .find_map(|key| match md.get(key) {
+                        Ok(GgufValue::String(s)) if !s.is_empty() => Some(Ok((key, s))),
+                        Ok(GgufValue::String(_)) | Err(_) => None,
+                        Ok(other) => Some(Err(LlmError::BadMetadata {
+                            key: key.into(),
+                            reason: format!("expected a string, found {}", other.type_desc()),
+                        })),
+                    });
                 match found.transpose()? {
                     // llama.cpp treats the name "chatml" in metadata as the built-in template.
                     Some((_, s)) if s == "chatml" => ChatTemplate::chatml(&bos, &eos),
@@ -345,14 +361,22 @@ impl ChatTemplate {
     pub fn render_with(&self, messages: &[Message], opts: &RenderOptions) -> Result<String> {
         let msgs: Value = messages
             .iter()
-            .map(|m| Value::from_pairs([("role", Value::from(m.role.as_str())), ("content", Value::from(m.content.as_str()))]))
+            .map(|m| {
+                Value::from_pairs([
+                    ("role", Value::from(m.role.as_str())),
+                    ("content", Value::from(m.content.as_str())),
+                ])
+            })
             .collect();
         let mut ctx: Vec<(String, Value)> = vec![
             ("messages".into(), msgs),
             ("add_generation_prompt".into(), Value::from(opts.add_generation_prompt)),
             ("bos_token".into(), Value::from(self.bos_token.as_str())),
             ("eos_token".into(), Value::from(self.eos_token.as_str())),
-            ("tools".into(), opts.tools.as_ref().map_or(Value::from(()), json_to_value)),
+            (
+                "tools".into(),
+                opts.tools.as_ref().map_or(Value::from(()), json_to_value),
+            ),
         ];
         for (k, v) in &opts.extra_context {
             match ctx.iter_mut().find(|(name, _)| name == k) {

@@ -28,7 +28,10 @@ pub fn tojson(value: &Value, indent: Option<Value>, kwargs: Kwargs) -> Result<Va
         None => None,
         Some(v) if v.is_none() => None,
         Some(v) => Some(usize::try_from(v.clone()).map_err(|_| {
-            Error::new(ErrorKind::InvalidOperation, format!("tojson: indent must be a non-negative integer, not {v}"))
+            Error::new(
+                ErrorKind::InvalidOperation,
+                format!("tojson: indent must be a non-negative integer, not {v}"),
+            )
         })?),
     };
     let sort_keys = kwargs.get::<Option<bool>>("sort_keys")?.unwrap_or(false);
@@ -38,9 +41,10 @@ pub fn tojson(value: &Value, indent: Option<Value>, kwargs: Kwargs) -> Result<Va
         Some(seps) if !seps.is_none() => {
             let parts: Vec<Value> = seps.try_iter()?.collect();
             match parts.as_slice() {
-                [a, b] if a.as_str().is_some() && b.as_str().is_some() => {
-                    (a.as_str().unwrap_or_default().to_string(), b.as_str().unwrap_or_default().to_string())
-                }
+                [a, b] if a.as_str().is_some() && b.as_str().is_some() => (
+                    a.as_str().unwrap_or_default().to_string(),
+                    b.as_str().unwrap_or_default().to_string(),
+                ),
                 _ => {
                     return Err(Error::new(
                         ErrorKind::InvalidOperation,
@@ -90,7 +94,10 @@ fn write_value(out: &mut String, v: &Value, style: &Style, level: usize) -> Resu
     // Deeply nested values come only from a template looping on itself; the VM's recursion
     // limit stops that before us, but a bound here keeps this function safe on its own.
     if level > 500 {
-        return Err(Error::new(ErrorKind::InvalidOperation, "tojson: value nested too deeply"));
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            "tojson: value nested too deeply",
+        ));
     }
     match v.kind() {
         ValueKind::Undefined | ValueKind::None => out.push_str("null"),
@@ -102,14 +109,21 @@ fn write_value(out: &mut String, v: &Value, style: &Style, level: usize) -> Resu
                 // u64/i128 beyond i64: their Display is the decimal integer.
                 let _ = write!(out, "{v}");
             } else {
-                let f = f64::try_from(v.clone())
-                    .map_err(|_| Error::new(ErrorKind::InvalidOperation, format!("tojson: cannot serialize number {v}")))?;
+                let f = f64::try_from(v.clone()).map_err(|_| {
+                    Error::new(
+                        ErrorKind::InvalidOperation,
+                        format!("tojson: cannot serialize number {v}"),
+                    )
+                })?;
                 out.push_str(&py_float_repr(f));
             }
         }
         ValueKind::String => write_str(out, v.as_str().unwrap_or_default(), style.ensure_ascii),
         ValueKind::Bytes => {
-            return Err(Error::new(ErrorKind::InvalidOperation, "tojson: bytes are not JSON serializable"))
+            return Err(Error::new(
+                ErrorKind::InvalidOperation,
+                "tojson: bytes are not JSON serializable",
+            ))
         }
         ValueKind::Seq | ValueKind::Iterable => {
             let items: Vec<Value> = v.try_iter()?.collect();
@@ -300,6 +314,9 @@ mod tests {
             ("a", Value::from(Vec::<Value>::new())),
             ("b", Value::from_pairs([("c", Value::from(1))])),
         ]);
-        assert_eq!(dumps(&v, Some(2)).unwrap(), "{\n  \"a\": [],\n  \"b\": {\n    \"c\": 1\n  }\n}");
+        assert_eq!(
+            dumps(&v, Some(2)).unwrap(),
+            "{\n  \"a\": [],\n  \"b\": {\n    \"c\": 1\n  }\n}"
+        );
     }
 }

@@ -6,7 +6,15 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-const DAYS: [&str; 7] = ["Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"];
+const DAYS: [&str; 7] = [
+    "Sunday",
+    "Monday",
+    "Tuesday",
+    "Wednesday",
+    "Thursday",
+    "Friday",
+    "Saturday",
+];
 const MONTHS: [&str; 12] = [
     "January",
     "February",
@@ -94,13 +102,19 @@ pub fn strftime(format: &str, t: SystemTime) -> Result<String, String> {
             true
         };
         let num = |v: i64, w: usize| if pad { format!("{v:0w$}") } else { v.to_string() };
-        let hour12 = if c.hour % 12 == 0 { 12 } else { c.hour % 12 };
+        let hour12 = if c.hour.is_multiple_of(12) { 12 } else { c.hour % 12 };
         let piece = match spec {
             'Y' => c.year.to_string(),
             'y' => num(c.year.rem_euclid(100), 2),
             'm' => num(c.month.into(), 2),
             'd' => num(c.day.into(), 2),
-            'e' => if pad { format!("{:2}", c.day) } else { c.day.to_string() },
+            'e' => {
+                if pad {
+                    format!("{:2}", c.day)
+                } else {
+                    c.day.to_string()
+                }
+            }
             'H' => num(c.hour.into(), 2),
             'I' => num(hour12.into(), 2),
             'M' => num(c.minute.into(), 2),
@@ -141,8 +155,14 @@ mod tests {
         // Expected strings: Python's time.strftime(fmt, time.gmtime(secs)).
         let t = at(1_721_952_000 + 13 * 3600 + 5 * 60 + 9); // 2024-07-26 13:05:09 UTC, a Friday
         assert_eq!(strftime("%d %b %Y", t).unwrap(), "26 Jul 2024");
-        assert_eq!(strftime("%A %B %-d, %I:%M:%S %p", t).unwrap(), "Friday July 26, 01:05:09 PM");
-        assert_eq!(strftime("%F %T %j %a %y %%", t).unwrap(), "2024-07-26 13:05:09 208 Fri 24 %");
+        assert_eq!(
+            strftime("%A %B %-d, %I:%M:%S %p", t).unwrap(),
+            "Friday July 26, 01:05:09 PM"
+        );
+        assert_eq!(
+            strftime("%F %T %j %a %y %%", t).unwrap(),
+            "2024-07-26 13:05:09 208 Fri 24 %"
+        );
         let t = at(951_782_400); // 2000-02-29 00:00:00, leap day, Tuesday
         assert_eq!(strftime("%Y-%m-%d %a %j %e", t).unwrap(), "2000-02-29 Tue 060 29");
         assert_eq!(strftime("%d", at(0)).unwrap(), "01");

@@ -13,7 +13,12 @@ fn render(src: &str, msgs: &[Message], gen: bool) -> Result<String> {
 fn chatml_fallback_matches_llamacpp_chatml() {
     // llama.cpp's heuristic chatml formatter (llm_chat_apply_template) writes exactly this.
     let t = ChatTemplate::chatml("", "");
-    let msgs = [Message::system("S"), Message::user("hi"), Message::assistant("yo"), Message::user("ok?")];
+    let msgs = [
+        Message::system("S"),
+        Message::user("hi"),
+        Message::assistant("yo"),
+        Message::user("ok?"),
+    ];
     let mut want = String::new();
     for m in &msgs {
         want += &format!("<|im_start|>{}\n{}<|im_end|>\n", m.role, m.content);
@@ -27,18 +32,27 @@ fn chatml_fallback_matches_llamacpp_chatml() {
 #[test]
 fn metadata_template_fallback_and_special_tokens() {
     let mut w = GgufWriter::new();
-    w.add_metadata("tokenizer.ggml.tokens", Array::String(vec!["<unk>".into(), "<s>".into(), "</s>".into()]))
-        .unwrap();
+    w.add_metadata(
+        "tokenizer.ggml.tokens",
+        Array::String(vec!["<unk>".into(), "<s>".into(), "</s>".into()]),
+    )
+    .unwrap();
     w.add_metadata("tokenizer.ggml.bos_token_id", 1u32).unwrap();
     w.add_metadata("tokenizer.ggml.eos_token_id", 2u32).unwrap();
     w.add_metadata("tokenizer.ggml.add_bos_token", true).unwrap();
     let t = ChatTemplate::from_metadata(w.metadata(), None).unwrap();
     assert!(t.is_fallback());
-    assert_eq!(t.origin().to_string(), "ChatML fallback (the model has no tokenizer.chat_template)");
+    assert_eq!(
+        t.origin().to_string(),
+        "ChatML fallback (the model has no tokenizer.chat_template)"
+    );
     assert_eq!((t.bos_token(), t.eos_token()), ("<s>", "</s>"));
 
-    w.add_metadata(CHAT_TEMPLATE_KEY, "{{ bos_token }}[{{ messages[0].content }}]{{ eos_token }}".to_string())
-        .unwrap();
+    w.add_metadata(
+        CHAT_TEMPLATE_KEY,
+        "{{ bos_token }}[{{ messages[0].content }}]{{ eos_token }}".to_string(),
+    )
+    .unwrap();
     let t = ChatTemplate::from_metadata(w.metadata(), None).unwrap();
     assert_eq!(t.origin(), &TemplateOrigin::Gguf(CHAT_TEMPLATE_KEY.into()));
     let msgs = [Message::user("x")];
@@ -53,17 +67,24 @@ fn metadata_template_fallback_and_special_tokens() {
     assert_eq!(t.render(&msgs, false).unwrap(), "1");
 
     let mut w = GgufWriter::new();
-    w.add_metadata("tokenizer.ggml.tokens", Array::String(vec!["a".into()])).unwrap();
+    w.add_metadata("tokenizer.ggml.tokens", Array::String(vec!["a".into()]))
+        .unwrap();
     w.add_metadata("tokenizer.ggml.bos_token_id", 7u32).unwrap();
     let err = ChatTemplate::from_metadata(w.metadata(), None).unwrap_err().to_string();
-    assert!(err.contains("tokenizer.ggml.bos_token_id") && err.contains("7"), "{err}");
+    assert!(
+        err.contains("tokenizer.ggml.bos_token_id") && err.contains("7"),
+        "{err}"
+    );
 }
 
 #[test]
 fn parse_errors_name_origin_and_line() {
     let err = ChatTemplate::new("line1\n{% for m in messages %}{{ m.role }", "", "").unwrap_err();
     let msg = err.to_string();
-    assert!(msg.starts_with("chat template (user-supplied template): syntax error"), "{msg}");
+    assert!(
+        msg.starts_with("chat template (user-supplied template): syntax error"),
+        "{msg}"
+    );
     assert!(msg.contains("chat_template:2"), "{msg}");
 }
 
@@ -80,7 +101,12 @@ fn python_string_methods_and_loop_controls() {
     let src = "{% for m in messages %}{% if m.content.startswith('skip') %}{% continue %}{% endif %}\
                {{ m.content.strip().split(',') | join('|') }};{{ m.role.upper() }};\
                {% if loop.index >= 2 %}{% break %}{% endif %}{% endfor %}";
-    let msgs = [Message::user(" a,b "), Message::user("skip me"), Message::assistant("c,d"), Message::user("e")];
+    let msgs = [
+        Message::user(" a,b "),
+        Message::user("skip me"),
+        Message::assistant("c,d"),
+        Message::user("e"),
+    ];
     // Expected: Jinja2 (trim_blocks, lstrip_blocks, loopcontrols) on the same input.
     assert_eq!(render(src, &msgs, false).unwrap(), "a|b;USER;c|d;ASSISTANT;");
     let src = "{% for m in messages %}{% if loop.index0 == 1 %}{% break %}{% endif %}{{ m.content }}{% endfor %}";
@@ -91,8 +117,12 @@ fn python_string_methods_and_loop_controls() {
 fn trim_and_lstrip_blocks_as_hf() {
     // HF's environment has trim_blocks and lstrip_blocks: the newline after a block tag and the
     // indentation before one disappear; output statements keep theirs.
-    let src = "{% for m in messages %}\n    {% if m.role == 'user' %}\n{{ m.content }}\n    {% endif %}\n{% endfor %}\n";
-    assert_eq!(render(src, &[Message::user("a"), Message::user("b")], false).unwrap(), "a\nb\n");
+    let src =
+        "{% for m in messages %}\n    {% if m.role == 'user' %}\n{{ m.content }}\n    {% endif %}\n{% endfor %}\n";
+    assert_eq!(
+        render(src, &[Message::user("a"), Message::user("b")], false).unwrap(),
+        "a\nb\n"
+    );
 }
 
 #[test]
@@ -123,7 +153,10 @@ fn strftime_now_uses_the_clock() {
         .unwrap()
         .with_clock(UNIX_EPOCH + Duration::from_secs(1_721_952_000));
     assert_eq!(t.render(&[], false).unwrap(), "26 Jul 2024");
-    let live = ChatTemplate::new("{{ strftime_now('%Y') }}", "", "").unwrap().render(&[], false).unwrap();
+    let live = ChatTemplate::new("{{ strftime_now('%Y') }}", "", "")
+        .unwrap()
+        .render(&[], false)
+        .unwrap();
     assert!(live.len() == 4 && live.chars().all(|c| c.is_ascii_digit()), "{live}");
 }
 
@@ -138,9 +171,13 @@ fn extra_context_overrides_defaults() {
 
 #[test]
 fn sandbox_no_includes_and_bounded_work() {
-    let msg = render("{% include 'secret.txt' %}", &[], false).unwrap_err().to_string();
+    let msg = render("{% include 'secret.txt' %}", &[], false)
+        .unwrap_err()
+        .to_string();
     assert!(msg.contains("template not found"), "{msg}");
-    let msg = render("{% include '/etc/passwd' %}", &[], false).unwrap_err().to_string();
+    let msg = render("{% include '/etc/passwd' %}", &[], false)
+        .unwrap_err()
+        .to_string();
     assert!(msg.contains("template not found"), "{msg}");
     // 10^10 iterations: fuel stops it.
     let msg = render(

@@ -126,10 +126,10 @@ impl Candidates {
             let end = base + chunk.len();
             let has_override = ov.peek().is_some_and(|&id| id < end);
             if heap.len() == k && !has_override {
-                // Skip chunks with nothing at or above the worst kept logit; the `|` fold (no
-                // early exit) compiles to vector compares.
+                // Skip chunks with nothing at or above the worst kept logit; counting (no early
+                // exit) compiles to vector compares.
                 let thr = heap.peek().expect("heap is full").0.logit;
-                if !chunk.iter().fold(false, |any, &x| any | (x >= thr)) {
+                if chunk.iter().fold(0u32, |n, &x| n + (x >= thr) as u32) == 0 {
                     continue;
                 }
             }
@@ -141,7 +141,14 @@ impl Candidates {
                     }
                     continue; // offered above with its replaced logit
                 }
-                offer(&mut heap, TokenData { id: id as u32, logit, p: 0.0 });
+                offer(
+                    &mut heap,
+                    TokenData {
+                        id: id as u32,
+                        logit,
+                        p: 0.0,
+                    },
+                );
             }
         }
         self.data.extend(heap.into_sorted_vec().into_iter().map(|w| w.0));

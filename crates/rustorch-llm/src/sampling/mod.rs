@@ -101,7 +101,10 @@ impl SamplerConfig {
             }
         }
         if !(self.repeat_penalty.is_finite() && self.repeat_penalty > 0.0) {
-            return bad("repeat_penalty", format!("{} must be a positive number", self.repeat_penalty));
+            return bad(
+                "repeat_penalty",
+                format!("{} must be a positive number", self.repeat_penalty),
+            );
         }
         if self.repeat_last_n < -1 {
             return bad(
@@ -123,6 +126,27 @@ fn random_seed() -> u32 {
     }
     let x = h.finish();
     (x ^ (x >> 32)) as u32
+}
+
+/// The largest logit and whether any is NaN, in one pass. Eight independent lanes (NaN
+/// compares false, so it never becomes a lane's max) let the compiler use vector max/compare.
+fn max_and_nan(logits: &[f32]) -> (f32, bool) {
+    let mut m = [f32::NEG_INFINITY; 8];
+    let mut nan = [false; 8];
+    let mut chunks = logits.chunks_exact(8);
+    for c in &mut chunks {
+        for j in 0..8 {
+            m[j] = if c[j] > m[j] { c[j] } else { m[j] };
+            nan[j] |= c[j].is_nan();
+        }
+    }
+    let mut max = m.iter().fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a });
+    let mut any_nan = nan.iter().any(|&b| b);
+    for &l in chunks.remainder() {
+        max = if l > max { l } else { max };
+        any_nan |= l.is_nan();
+    }
+    (max, any_nan)
 }
 
 /// A sampler: the chain of [`SamplerConfig`] with its random state.
@@ -176,12 +200,12 @@ impl Sampler {
             return Err(LlmError::Sampling("empty logits row".into()));
         }
         if u32::try_from(logits.len()).is_err() {
-            return Err(LlmError::Sampling(format!("{} logits do not fit u32 token ids", logits.len())));
+            return Err(LlmError::Sampling(format!(
+                "{} logits do not fit u32 token ids",
+                logits.len()
+            )));
         }
-        // One pass for both checks (NaN compares false, so it never raises `max`).
-        let (max, any_nan) = logits
-            .iter()
-            .fold((f32::NEG_INFINITY, false), |(m, nan), &l| (if l > m { l } else { m }, nan | l.is_nan()));
+        let (max, any_nan) = max_and_nan(logits);
         if any_nan {
             let i = logits.iter().position(|l| l.is_nan()).expect("a NaN was seen");
             return Err(LlmError::Sampling(format!("logit of token {i} is NaN")));
@@ -195,15 +219,21 @@ impl Sampler {
             n if n < 0 => history,
             n => &history[history.len().saturating_sub(n as usize)..],
         };
-        let penalties_on = !window.is_empty()
-            && !(c.repeat_penalty == 1.0 && c.frequency_penalty == 0.0 && c.presence_penalty == 0.0);
+        let penalties_on =
+            !window.is_empty() && (c.repeat_penalty != 1.0 || c.frequency_penalty != 0.0 || c.presence_penalty != 0.0);
         // Penalized logits of the window's tokens, by id (at most repeat_last_n of them).
         let overrides: Vec<(u32, f32)> = if penalties_on {
             candidates::window_counts(window)
                 .into_iter()
                 .filter(|&(id, _)| (id as usize) < logits.len())
                 .map(|(id, n)| {
-                    let l = candidates::penalized(logits[id as usize], n, c.repeat_penalty, c.frequency_penalty, c.presence_penalty);
+                    let l = candidates::penalized(
+                        logits[id as usize],
+                        n,
+                        c.repeat_penalty,
+                        c.frequency_penalty,
+                        c.presence_penalty,
+                    );
                     (id, l)
                 })
                 .collect()
@@ -224,7 +254,8 @@ impl Sampler {
             self.cand.fill_top_k(logits, c.top_k as usize, &overrides);
         } else {
             self.cand.fill(logits);
-            self.cand.penalties(window, c.repeat_penalty, c.frequency_penalty, c.presence_penalty);
+            self.cand
+                .penalties(window, c.repeat_penalty, c.frequency_penalty, c.presence_penalty);
             self.cand.top_k(c.top_k);
         }
         self.cand.top_p(c.top_p, c.min_keep);

@@ -19,7 +19,9 @@ impl Mt19937 {
         state[0] = seed;
         for i in 1..N {
             let prev = state[i - 1];
-            state[i] = 1_812_433_253u32.wrapping_mul(prev ^ (prev >> 30)).wrapping_add(i as u32);
+            state[i] = 1_812_433_253u32
+                .wrapping_mul(prev ^ (prev >> 30))
+                .wrapping_add(i as u32);
         }
         Mt19937 { state, index: N }
     }
@@ -81,7 +83,10 @@ mod tests {
         assert_eq!(last, 4_123_659_995);
         // First outputs for seed 5489 (the reference implementation's well-known sequence).
         let mut r = Mt19937::new(5489);
-        assert_eq!([r.next_u32(), r.next_u32(), r.next_u32()], [3_499_211_612, 581_869_302, 3_890_346_734]);
+        assert_eq!(
+            [r.next_u32(), r.next_u32(), r.next_u32()],
+            [3_499_211_612, 581_869_302, 3_890_346_734]
+        );
     }
 
     #[test]

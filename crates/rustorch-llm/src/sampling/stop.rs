@@ -85,7 +85,11 @@ impl StopMatcher {
             .stops
             .iter()
             .enumerate()
-            .filter_map(|(i, s)| self.held.find(s.as_str()).map(|pos| (pos, std::cmp::Reverse(s.len()), i)))
+            .filter_map(|(i, s)| {
+                self.held
+                    .find(s.as_str())
+                    .map(|pos| (pos, std::cmp::Reverse(s.len()), i))
+            })
             .min();
         if let Some((pos, _, i)) = found {
             self.matched = Some(i);
@@ -182,7 +186,13 @@ mod tests {
         assert_eq!(m.push("x").text, "STx");
         assert_eq!(m.push("S").text, "");
         let o = m.push("TOP and more");
-        assert_eq!(o, StopOutput { text: String::new(), stopped: true });
+        assert_eq!(
+            o,
+            StopOutput {
+                text: String::new(),
+                stopped: true
+            }
+        );
         assert_eq!(m.push("later").text, "");
         assert!(m.is_stopped());
     }
@@ -204,7 +214,13 @@ mod tests {
     fn random_splits_match_reference() {
         // Every split of a few strings into pieces at every pair of char positions.
         let stops = ["<|im_end|>", "\n###", "aa"];
-        let texts = ["hi there<|im_end|>more", "x\n##\n###y", "baab", "<|im_<|im_end|", "plain text"];
+        let texts = [
+            "hi there<|im_end|>more",
+            "x\n##\n###y",
+            "baab",
+            "<|im_<|im_end|",
+            "plain text",
+        ];
         for t in texts {
             let b: Vec<usize> = t.char_indices().map(|(i, _)| i).chain([t.len()]).collect();
             for &i in &b {

@@ -29,7 +29,10 @@ fn sorted_ref(logits: &[f32], k: usize) -> Vec<u32> {
 fn top_k_paths_agree_with_a_full_sort() {
     // The heap path (k * 16 < n), the select path and k >= n, with ties (rounded logits).
     for (n, k) in [(5000, 40), (5000, 1), (5000, 400), (5000, 5000), (100, 7), (3, 10)] {
-        let logits: Vec<f32> = random_logits(n, n as u64 + k as u64).iter().map(|x| (x * 4.0).round() / 4.0).collect();
+        let logits: Vec<f32> = random_logits(n, n as u64 + k as u64)
+            .iter()
+            .map(|x| (x * 4.0).round() / 4.0)
+            .collect();
         let mut c = Candidates::from_logits(&logits);
         c.top_k(k as i32);
         assert_eq!(ids(&c), sorted_ref(&logits, k), "n {n} k {k}");
@@ -63,7 +66,11 @@ fn top_p_large_unsorted_matches_sorted_input() {
             })
             .map_or(3000, |i| i + 1);
         // f32 vs f64 sums can differ by ~1e-6 relative, moving the cut by one token at most.
-        assert!((a.len() as i64 - n_ref as i64).abs() <= 1, "p {p}: {} vs {n_ref}", a.len());
+        assert!(
+            (a.len() as i64 - n_ref as i64).abs() <= 1,
+            "p {p}: {} vs {n_ref}",
+            a.len()
+        );
     }
 }
 
@@ -84,7 +91,14 @@ fn penalty_paths_agree() {
     let hist = [5u32, 7, 5, 999, 3, 5, 7, 2000];
     let mut a = Candidates::from_logits(&logits);
     a.penalties(&hist, 1.3, 0.2, 0.5);
-    let mut b = Candidates::from_data(Candidates::from_logits(&logits).as_slice().iter().rev().copied().collect());
+    let mut b = Candidates::from_data(
+        Candidates::from_logits(&logits)
+            .as_slice()
+            .iter()
+            .rev()
+            .copied()
+            .collect(),
+    );
     b.penalties(&hist, 1.3, 0.2, 0.5);
     let mut bs: Vec<TokenData> = b.as_slice().to_vec();
     bs.reverse();
@@ -98,12 +112,28 @@ fn penalty_paths_agree() {
 
 #[test]
 fn config_validation_and_errors() {
-    assert!(Sampler::new(SamplerConfig { temperature: f32::NAN, ..Default::default() }).is_err());
-    assert!(Sampler::new(SamplerConfig { repeat_penalty: 0.0, ..Default::default() }).is_err());
-    assert!(Sampler::new(SamplerConfig { repeat_last_n: -2, ..Default::default() }).is_err());
+    assert!(Sampler::new(SamplerConfig {
+        temperature: f32::NAN,
+        ..Default::default()
+    })
+    .is_err());
+    assert!(Sampler::new(SamplerConfig {
+        repeat_penalty: 0.0,
+        ..Default::default()
+    })
+    .is_err());
+    assert!(Sampler::new(SamplerConfig {
+        repeat_last_n: -2,
+        ..Default::default()
+    })
+    .is_err());
     let mut s = Sampler::new(SamplerConfig::default()).unwrap();
     assert!(s.sample(&[], &[]).is_err());
-    assert!(s.sample(&[1.0, f32::NAN], &[]).unwrap_err().to_string().contains("token 1"));
+    assert!(s
+        .sample(&[1.0, f32::NAN], &[])
+        .unwrap_err()
+        .to_string()
+        .contains("token 1"));
     assert!(s.sample(&[f32::NEG_INFINITY; 3], &[]).is_err());
     // -inf logits alongside finite ones are fine (masked tokens).
     assert_eq!(s.sample(&[f32::NEG_INFINITY, 0.0, f32::NEG_INFINITY], &[]).unwrap(), 1);
@@ -113,9 +143,20 @@ fn config_validation_and_errors() {
 fn fill_top_k_equals_fill_penalties_top_k() {
     // With ties (rounded logits), penalties that lower and raise logits (negative presence),
     // window ids at chunk edges and beyond the vocabulary.
-    for (n, k, seed) in [(5000usize, 40usize, 1u64), (5000, 1, 2), (3000, 100, 3), (130, 8, 4), (64, 64, 5)] {
-        let logits: Vec<f32> = random_logits_scaled(n, 3.0, seed).iter().map(|x| (x * 2.0).round() / 2.0).collect();
-        let hist: Vec<u32> = [0u32, 63, 64, 127, 128, 5, 5, 5, (n - 1) as u32, n as u32 + 10].into_iter().collect();
+    for (n, k, seed) in [
+        (5000usize, 40usize, 1u64),
+        (5000, 1, 2),
+        (3000, 100, 3),
+        (130, 8, 4),
+        (64, 64, 5),
+    ] {
+        let logits: Vec<f32> = random_logits_scaled(n, 3.0, seed)
+            .iter()
+            .map(|x| (x * 2.0).round() / 2.0)
+            .collect();
+        let hist: Vec<u32> = [0u32, 63, 64, 127, 128, 5, 5, 5, (n - 1) as u32, n as u32 + 10]
+            .into_iter()
+            .collect();
         for (rep, freq, present) in [(1.3f32, 0.1f32, 0.2f32), (0.7, 0.0, -2.0), (1.0, 0.0, 0.0)] {
             let mut a = Candidates::from_logits(&logits);
             a.penalties(&hist, rep, freq, present);
@@ -127,7 +168,11 @@ fn fill_top_k_equals_fill_penalties_top_k() {
                 .collect();
             let mut b = Candidates::default();
             b.fill_top_k(&logits, k, &overrides);
-            assert_eq!(a.as_slice(), b.as_slice(), "n {n} k {k} penalties {rep} {freq} {present}");
+            assert_eq!(
+                a.as_slice(),
+                b.as_slice(),
+                "n {n} k {k} penalties {rep} {freq} {present}"
+            );
         }
     }
 }
