@@ -19,6 +19,16 @@
 //! A model with no template gets llama.cpp's ChatML fallback ([`TemplateOrigin::FallbackChatml`]),
 //! which callers can report.
 //!
+//! [`ChatTemplate::render`] is the template's own output (what Jinja2 gives, checked against it
+//! in tests/chat_llamacpp.rs); [`ChatTemplate::render_prompt`] is the text llama.cpp tokenizes,
+//! without a leading BOS text when the tokenizer adds BOS itself.
+//!
+//! Known differences from Python's Jinja2: `trim`/`strip` use Unicode White_Space, which lacks
+//! the separators U+001C..U+001F that Python's `str.strip` also removes; `strftime_now` formats
+//! UTC where Python uses the local zone; llama-cpp-python also passes `functions`,
+//! `function_call` and `tool_choice` (as `None`), which are undefined here unless given as
+//! extra context.
+//!
 //! ```
 //! use rustorch_llm::chat::{ChatTemplate, Message};
 //!
