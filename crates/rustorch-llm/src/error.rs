@@ -2,7 +2,7 @@
 
 use rustorch_core::gguf::GgufError;
 
-/// What can go wrong loading or running a model.
+/// What can go wrong loading or running a model, rendering a chat template or sampling.
 #[derive(Debug, thiserror::Error)]
 pub enum LlmError {
     #[error(transparent)]
@@ -39,6 +39,16 @@ pub enum LlmError {
     },
     #[error("{0}")]
     InvalidArgument(String),
+    /// A chat template failed to compile or render; `origin` names where it came from and
+    /// `message` is minijinja's (kind, detail, template line).
+    #[error("chat template ({origin}): {message}")]
+    ChatTemplate { origin: String, message: String },
+    /// A sampler setting out of range.
+    #[error("bad sampler setting {field}: {reason}")]
+    BadSamplerConfig { field: &'static str, reason: String },
+    /// Logits a sampler cannot draw from (empty, or no finite value).
+    #[error("cannot sample: {0}")]
+    Sampling(String),
 }
 
 pub type Result<T> = std::result::Result<T, LlmError>;

@@ -15,10 +15,14 @@
 //! # Ok::<(), rustorch_llm::LlmError>(())
 //! ```
 
+pub mod chat;
 pub mod error;
 pub mod model;
+pub mod sampling;
 pub mod tokenizer;
 
+pub use chat::{ChatTemplate, Message};
 pub use error::{LlmError, Result};
 pub use model::{Logits, Model};
+pub use sampling::{Sampler, SamplerConfig, StopMatcher};
 pub use tokenizer::{TokenAttr, Tokenizer, VocabType};
