@@ -79,7 +79,12 @@ pub fn run(args: &QuantizeArgs) -> Result<(), CliError> {
             fallbacks.len()
         );
         for p in fallbacks {
-            eprintln!("  {} (rows of {}) -> {}", p.info.name(), p.info.dims()[0], p.choice.qtype);
+            eprintln!(
+                "  {} (rows of {}) -> {}",
+                p.info.name(),
+                p.info.dims()[0],
+                p.choice.qtype
+            );
         }
     }
     let mut in_bytes: BTreeMap<QType, (usize, u64)> = BTreeMap::new();

@@ -214,10 +214,7 @@ pub fn quantize_gguf<'g>(
             w.add_metadata(key, value.clone())?;
         }
     }
-    w.add_metadata(
-        "general.quantization_version",
-        Value::U32(mix::QUANTIZATION_VERSION),
-    )?;
+    w.add_metadata("general.quantization_version", Value::U32(mix::QUANTIZATION_VERSION))?;
     w.add_metadata("general.file_type", Value::U32(ftype.id()))?;
 
     let total: u64 = plan.iter().map(|p| p.info.numel() as u64).sum();
@@ -232,17 +229,9 @@ pub fn quantize_gguf<'g>(
         };
         w.add_tensor_bytes(p.info.name(), p.choice.qtype, &p.info.shape(), data)?;
         done += p.info.numel() as u64;
-        progress(Progress {
-            tensor: p,
-            done,
-            total,
-        });
+        progress(Progress { tensor: p, done, total });
     }
-    Ok(QuantizedGguf {
-        ftype,
-        plan,
-        writer: w,
-    })
+    Ok(QuantizedGguf { ftype, plan, writer: w })
 }
 
 /// A tensor's bytes to `to`, through f32 as llama.cpp does (its
@@ -264,4 +253,76 @@ fn convert(info: &TensorInfo, src: &[u8], to: QType) -> Result<Vec<u8>, FileQuan
         from => Cow::Owned(super::dequantize(from, src, n).map_err(err)?),
     };
     mix::quantize_like_llama_cpp(to, &f32s).map_err(err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A one-layer llama model: a Q4_0 attention weight of 2 rows x 64 and
+    /// an F32 norm, from deterministic values.
+    fn tiny_model() -> (Vec<u8>, Vec<f32>) {
+        let w: Vec<f32> = (0..128).map(|i| ((i * 37 % 101) as f32 - 50.0) / 17.0).collect();
+        let q = super::super::quantize(QType::Q4_0, &w).expect("64-element rows are whole Q4_0 blocks");
+        let mut gw = GgufWriter::new();
+        gw.add_metadata("general.architecture", Value::String("llama".into()))
+            .unwrap();
+        gw.add_metadata("llama.block_count", Value::U32(1)).unwrap();
+        gw.add_metadata("general.file_type", Value::U32(2)).unwrap();
+        gw.add_tensor_bytes("blk.0.attn_q.weight", QType::Q4_0, &[2, 64], q)
+            .unwrap();
+        let norm: Vec<u8> = [1.0f32; 64].iter().flat_map(|x| x.to_le_bytes()).collect();
+        gw.add_tensor_bytes("blk.0.attn_norm.weight", QType::F32, &[64], norm)
+            .unwrap();
+        (gw.to_bytes(), w)
+    }
+
+    #[test]
+    fn quantized_input_is_refused_unless_allowed() {
+        let (bytes, _) = tiny_model();
+        let g = Gguf::from_bytes(&bytes).unwrap();
+        let err = quantize_gguf(&g, FileType::Q8_0, &QuantizeOptions::default(), |_| {})
+            .err()
+            .expect("requantizing is off by default");
+        assert!(
+            matches!(&err, FileQuantError::Requantize { name, from: QType::Q4_0 } if name == "blk.0.attn_q.weight"),
+            "{err}"
+        );
+        assert!(err.to_string().contains("allow_requantize"), "{err}");
+    }
+
+    #[test]
+    fn requantizing_goes_through_f32() {
+        let (bytes, _) = tiny_model();
+        let g = Gguf::from_bytes(&bytes).unwrap();
+        let opts = QuantizeOptions {
+            allow_requantize: true,
+            ..QuantizeOptions::default()
+        };
+        let mut seen = Vec::new();
+        let out = quantize_gguf(&g, FileType::Q8_0, &opts, |p| seen.push((p.done, p.total))).unwrap();
+        assert_eq!(
+            seen,
+            [(64, 192), (192, 192)],
+            "one report per tensor, in llama.cpp's order"
+        );
+        let written = Gguf::from_vec(out.writer.to_bytes()).unwrap();
+        assert_eq!(written.get_u32("general.file_type").unwrap(), FileType::Q8_0.id());
+        assert_eq!(
+            written.get_u32("general.quantization_version").unwrap(),
+            mix::QUANTIZATION_VERSION
+        );
+        // The reference: dequantize the Q4_0 bytes, quantize the f32 values to Q8_0.
+        let src = g.tensor_data("blk.0.attn_q.weight").unwrap();
+        let f = super::super::dequantize(QType::Q4_0, src, 128).unwrap();
+        let want = super::super::quantize(QType::Q8_0, &f).unwrap();
+        let t = written.tensor_info("blk.0.attn_q.weight").unwrap();
+        assert_eq!(t.qtype(), QType::Q8_0);
+        assert_eq!(written.data_of(t), &want[..]);
+        // Norms keep their type and bytes.
+        assert_eq!(
+            written.tensor_data("blk.0.attn_norm.weight").unwrap(),
+            g.tensor_data("blk.0.attn_norm.weight").unwrap()
+        );
+    }
 }
