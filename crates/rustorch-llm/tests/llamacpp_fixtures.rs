@@ -129,3 +129,19 @@ fn requantized_models_are_byte_identical_to_llama_quantize() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+#[test]
+fn model_path_gives_the_fixture_files() {
+    for id in MODEL_IDS {
+        let Some(path) = llamacpp::model_path(id) else {
+            continue;
+        };
+        // model_path checked requantized files already; check every id the same way.
+        assert_eq!(
+            llamacpp::sha256_file(&path),
+            model_entry(id).sha256,
+            "{}",
+            path.display()
+        );
+    }
+}
