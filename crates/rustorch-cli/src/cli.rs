@@ -41,7 +41,8 @@ pub enum Command {
     Info(InfoArgs),
     /// List the devices the executor detects and the backends compiled in
     Devices,
-    /// Convert an F32/F16/BF16 model to a quantized type or llama.cpp mix
+    /// Convert an F32/F16/BF16 model (or, with --allow-requantize, a quantized
+    /// one) to a quantized type or llama.cpp mix
     Quantize(QuantizeArgs),
 }
 
@@ -57,7 +58,8 @@ pub struct InfoArgs {
 
 #[derive(Args, Debug)]
 pub struct QuantizeArgs {
-    /// Input model (GGUF with F32, F16 or BF16 weights)
+    /// Input model (GGUF with F32, F16 or BF16 weights; quantized weights
+    /// need --allow-requantize)
     pub input: PathBuf,
 
     /// Output file
@@ -81,4 +83,9 @@ pub struct QuantizeArgs {
     /// Keep output.weight as it is (as llama-quantize --leave-output-tensor)
     #[arg(long)]
     pub leave_output_tensor: bool,
+
+    /// Accept an already quantized model: its tensors are dequantized to
+    /// f32 and quantized again (as llama-quantize --allow-requantize)
+    #[arg(long)]
+    pub allow_requantize: bool,
 }

@@ -11,6 +11,7 @@
 
 pub mod blocks;
 mod dequant;
+pub mod file;
 pub mod matmul;
 pub mod mix;
 mod qtype;
