@@ -18,6 +18,7 @@
 pub mod chat;
 pub mod error;
 pub mod model;
+pub mod perplexity;
 pub mod sampling;
 pub mod tokenizer;
 
