@@ -23,7 +23,7 @@ pub struct Cli {
     pub generate: GenerateArgs,
 }
 
-/// Options of the default command, text generation (not implemented yet).
+/// Options of the default command, text generation.
 #[derive(Args, Debug, Default)]
 pub struct GenerateArgs {
     /// Model file (GGUF) to generate with
@@ -33,6 +33,62 @@ pub struct GenerateArgs {
     /// Prompt to continue
     #[arg(short = 'p', long, value_name = "PROMPT")]
     pub prompt: Option<String>,
+
+    /// Tokens to generate (at most; generation also stops at end-of-generation tokens)
+    #[arg(short = 'n', long = "n-predict", value_name = "N", default_value_t = 128)]
+    pub n_predict: usize,
+
+    /// Device: cpu or auto (GPU backends are not compiled in yet)
+    #[arg(short = 'b', long, value_name = "BACKEND", default_value = "auto")]
+    pub backend: String,
+
+    /// CPU threads (default: all cores)
+    #[arg(short = 't', long, value_name = "N")]
+    pub threads: Option<usize>,
+
+    /// Context size in tokens (default: 4096, or the model's training context if smaller)
+    #[arg(short = 'c', long = "ctx-size", value_name = "N")]
+    pub ctx_size: Option<usize>,
+
+    /// Sampling temperature (0 = greedy)
+    #[arg(long, default_value_t = 0.8)]
+    pub temp: f32,
+
+    /// Top-k sampling (0 = off)
+    #[arg(long, default_value_t = 40)]
+    pub top_k: i32,
+
+    /// Top-p (nucleus) sampling (1.0 = off)
+    #[arg(long, default_value_t = 0.95)]
+    pub top_p: f32,
+
+    /// Min-p sampling (0.0 = off)
+    #[arg(long, default_value_t = 0.05)]
+    pub min_p: f32,
+
+    /// Repetition penalty over the last 64 tokens (1.0 = off)
+    #[arg(long, default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+
+    /// Random seed (default: random, printed at the end)
+    #[arg(long)]
+    pub seed: Option<u32>,
+
+    /// Stop when the output contains this text (repeatable)
+    #[arg(long = "stop", value_name = "TEXT")]
+    pub stop: Vec<String>,
+
+    /// Wrap the prompt as a user message in the model's chat template
+    #[arg(long)]
+    pub chat: bool,
+
+    /// Chat template to use instead of the model's (Jinja source, or "chatml"); implies --chat
+    #[arg(long, value_name = "TEMPLATE")]
+    pub chat_template: Option<String>,
+
+    /// Print the executor's trace (where each op ran) after generating
+    #[arg(long)]
+    pub verbose: bool,
 }
 
 #[derive(Subcommand, Debug)]

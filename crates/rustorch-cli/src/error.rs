@@ -30,5 +30,7 @@ macro_rules! from_display {
 from_display!(
     rustorch_core::gguf::GgufError,
     rustorch_core::quant::QuantError,
-    rustorch_core::quant::mix::MixError
+    rustorch_core::quant::mix::MixError,
+    rustorch_llm::LlmError,
+    rustorch_core::Error
 );

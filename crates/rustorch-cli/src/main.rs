@@ -3,12 +3,13 @@
 //! Subcommands: `info` (a GGUF file's metadata and tensors), `devices`
 //! (what the executor detects), `quantize` (F32/F16/BF16 models to GGML
 //! quantized types and llama.cpp's mixes). Running with `-m MODEL -p
-//! PROMPT` and no subcommand will generate text once generation lands.
+//! PROMPT` and no subcommand generates text (`generate`).
 
 mod cli;
 mod devices;
 mod error;
 mod format;
+mod generate;
 mod info;
 mod quantize;
 
@@ -40,8 +41,6 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Some(Command::Info(args)) => info::run(&args),
         Some(Command::Devices) => devices::run(),
         Some(Command::Quantize(args)) => quantize::run(&args),
-        None => Err(CliError::msg(
-            "generation is not implemented yet; see `rustorch-cli --help`",
-        )),
+        None => generate::run(&cli.generate),
     }
 }

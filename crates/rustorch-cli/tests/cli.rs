@@ -1,5 +1,5 @@
 //! The `rustorch-cli` binary end to end: argument handling, `info`,
-//! `devices`, `quantize` and their error messages.
+//! `devices`, `quantize`, generation and their error messages.
 
 mod common;
 
@@ -8,11 +8,70 @@ use rustorch_core::gguf::Gguf;
 use rustorch_core::quant::QType;
 
 #[test]
-fn no_subcommand_says_generation_is_not_implemented() {
-    for args in [vec![], vec!["-m", "model.gguf", "-p", "hello"]] {
-        let o = cli(&args);
-        assert_one_line_error(&o, "generation is not implemented yet; see `rustorch-cli --help`");
-    }
+fn generation_errors_are_one_line() {
+    let o = cli::<[&str; 0], &str>([]);
+    assert_one_line_error(
+        &o,
+        "no model given: pass -m MODEL.gguf (for the default SmolLM2 model run `python3 tools/fetch_models.py --print-env` and use $RUSTORCH_SMOLLM2_GGUF)",
+    );
+    let o = cli(["-m", "/no/such/model.gguf", "-p", "hello"]);
+    assert_one_line_error(&o, "/no/such/model.gguf: no such file");
+    let dir = TempDir::new("gen-errors");
+    let not_gguf = dir.path("notes.txt");
+    std::fs::write(&not_gguf, "hello").unwrap();
+    let o = cli(["-m", not_gguf.to_str().unwrap(), "-p", "hello"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("not a GGUF file"), "{}", stderr(&o));
+    let o = cli(["-m", not_gguf.to_str().unwrap(), "-p", "hello", "-b", "cuda"]);
+    assert_one_line_error(
+        &o,
+        "backend 'cuda' is not compiled into this build of rustorch-cli (compiled in: cpu)",
+    );
+    let o = cli(["-m", not_gguf.to_str().unwrap(), "-p", "hello", "-b", "tpu"]);
+    assert_one_line_error(
+        &o,
+        "unknown backend 'tpu'; choose cpu, cuda, metal, vulkan, opencl or auto",
+    );
+}
+
+/// Greedy generation on the real SmolLM2 model prints llama.cpp's greedy continuation (the
+/// llama.cpp fixture of crates/rustorch-llm, prompt 0, whose 64 tokens the runtime reproduces).
+#[test]
+fn greedy_generation_prints_llama_cpp_continuation() {
+    let Ok(model) = std::env::var("RUSTORCH_SMOLLM2_GGUF") else {
+        assert!(
+            std::env::var("CI").is_err(),
+            "RUSTORCH_SMOLLM2_GGUF must be set under CI (tools/fetch_models.py --print-env)"
+        );
+        eprintln!("skipping: RUSTORCH_SMOLLM2_GGUF is not set (tools/fetch_models.py --print-env)");
+        return;
+    };
+    let fixture = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../rustorch-llm/tests/fixtures/llamacpp/smollm2-q4_1.json"
+    );
+    let fx: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap();
+    let case = &fx["prompts"][0];
+    let prompt = case["text"].as_str().unwrap();
+    let n = 16;
+    let ids: Vec<u32> = case["greedy"].as_array().unwrap()[..n]
+        .iter()
+        .map(|v| v.as_u64().unwrap() as u32)
+        .collect();
+    let tok = rustorch_llm::Tokenizer::from_gguf(&Gguf::open(&model).unwrap()).unwrap();
+    assert!(
+        ids.iter().all(|&i| !tok.is_eog(i)),
+        "the reference continuation must not end early"
+    );
+    let want = String::from_utf8(tok.detokenize(&ids, false, false)).unwrap();
+    let o = cli(["-m", &model, "-p", prompt, "-n", "16", "--temp", "0", "-t", "2"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), format!("{want}\n"));
+    let err = stderr(&o);
+    assert!(
+        err.contains("tokens/s") && err.contains("load"),
+        "no timing summary:\n{err}"
+    );
 }
 
 #[test]
