@@ -62,7 +62,7 @@ pub fn execute(op: &Op, inputs: &[CpuInput<'_>], _outputs: &[TensorMeta]) -> Cpu
 
 /// Reads an index tensor (row-major) as `usize` values, each checked to be
 /// in `0..size`.
-fn indices(op: &Op, input: CpuInput<'_>, size: usize, dim: usize) -> Result<Vec<usize>, BackendError> {
+pub(super) fn indices(op: &Op, input: CpuInput<'_>, size: usize, dim: usize) -> Result<Vec<usize>, BackendError> {
     fn check<I: Copy + Into<i64>>(op: &Op, v: &[I], size: usize, dim: usize) -> Result<Vec<usize>, BackendError> {
         let mut out = Vec::with_capacity(v.len());
         for &i in v {

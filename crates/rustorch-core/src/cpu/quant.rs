@@ -47,25 +47,12 @@ fn matmul(op: &Op, qtype: QType, x: CpuInput<'_>, w: CpuInput<'_>) -> CpuResult 
 fn embedding(op: &Op, qtype: QType, w: CpuInput<'_>, ids: CpuInput<'_>) -> CpuResult {
     let (bytes, rows, cols) = weight(op, qtype, w)?;
     let row_bytes = bytes.len() / rows.max(1);
-    let ids: Vec<i64> = match ids.storage {
-        CpuStorage::I64(_) => input_slice::<i64>(op, ids)?.into_owned(),
-        CpuStorage::I32(_) => input_slice::<i32>(op, ids)?.iter().map(|&i| i as i64).collect(),
-        CpuStorage::U8(_) => input_slice::<u8>(op, ids)?.iter().map(|&i| i as i64).collect(),
-        _ => return Err(BackendError::invalid(op.name(), "ids must be integers")),
-    };
-    if let Some(&bad) = ids.iter().find(|&&i| i < 0 || i as usize >= rows) {
-        return Err(BackendError::invalid(
-            op.name(),
-            format!("id {bad} is out of range for a table of {rows} rows"),
-        ));
-    }
+    // The same checked reading as every other indexing op.
+    let ids = super::index::indices(op, ids, rows, 0)?;
     let mut out = vec![0f32; ids.len() * cols];
     out.par_chunks_mut(cols.max(1))
         .zip(ids.par_iter())
-        .try_for_each(|(o, &id)| {
-            let r = id as usize;
-            dequantize_into(qtype, &bytes[r * row_bytes..(r + 1) * row_bytes], o)
-        })
+        .try_for_each(|(o, &r)| dequantize_into(qtype, &bytes[r * row_bytes..(r + 1) * row_bytes], o))
         .map_err(|e| quant_err(op, e))?;
     Ok(vec![CpuStorage::F32(out)])
 }

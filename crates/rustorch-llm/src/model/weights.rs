@@ -8,7 +8,7 @@
 use super::config::{Arch, ModelConfig};
 use crate::error::{LlmError, Result};
 use rustorch_core::gguf::{Gguf, TensorInfo};
-use rustorch_core::quant::{self, QType};
+use rustorch_core::quant;
 use rustorch_core::{Executor, QWeight, Tensor};
 use std::sync::Arc;
 
@@ -95,14 +95,8 @@ impl Loader<'_> {
     }
 
     fn f32_values(&self, info: &TensorInfo) -> Result<Vec<f32>> {
-        let data = self.g.data_of(info);
-        if info.qtype() == QType::F32 {
-            return Ok(data
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect());
-        }
-        quant::dequantize(info.qtype(), data, info.numel())
+        // F32 included: dequantize copies it.
+        quant::dequantize(info.qtype(), self.g.data_of(info), info.numel())
             .map_err(|e| LlmError::Unsupported(format!("tensor {} of type {}: {e}", info.name(), info.qtype())))
     }
 
