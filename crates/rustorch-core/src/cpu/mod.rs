@@ -7,6 +7,7 @@ mod attention;
 mod conv;
 mod copy;
 mod elementwise;
+pub(crate) mod ggml;
 mod index;
 mod matmul;
 mod norm;
@@ -84,6 +85,8 @@ impl CpuBackend {
             }
             Op::LayerNorm { .. } | Op::RmsNorm { .. } | Op::BatchNorm { .. } => norm::execute(op, inputs, outputs),
             Op::Rope { .. } | Op::Sdpa { .. } => attention::execute(op, inputs, outputs),
+            Op::CachedAttention { scale } => ggml::attention::cached_attention(op, inputs, *scale),
+            Op::SwiGlu => ggml::attention::swiglu(op, inputs),
             Op::Conv1d { .. }
             | Op::Conv2d { .. }
             | Op::ConvTranspose2d { .. }

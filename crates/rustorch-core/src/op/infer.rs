@@ -545,6 +545,47 @@ pub fn infer_outputs(op: &Op, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> 
             }
             one([qd[0], qd[1], qd[2], vd[3]], q.dtype)
         }
+        Op::CachedAttention { .. } => {
+            expect_inputs(op, inputs, 4)?;
+            let (q, k, vt, m) = (&inputs[0], &inputs[1], &inputs[2], &inputs[3]);
+            if q.dtype != DType::F32 || k.dtype != DType::F16 || vt.dtype != DType::F16 || m.dtype != DType::F32 {
+                return Err(Error::dtype(
+                    name,
+                    "expects q f32, k f16, vt f16, mask f32",
+                    &[q.dtype, k.dtype, vt.dtype, m.dtype],
+                ));
+            }
+            for t in [q, k, vt] {
+                need_rank(op, t, 3, "q, k and vt")?;
+            }
+            need_rank(op, m, 2, "the mask")?;
+            let (qd, kd, vd, md) = (q.shape.dims(), k.shape.dims(), vt.shape.dims(), m.shape.dims());
+            let bad = kd[0] == 0
+                || !qd[0].is_multiple_of(kd[0])
+                || vd[0] != kd[0]
+                || qd[2] != kd[2]
+                || vd[2] != kd[1]
+                || md != [qd[1], kd[1]];
+            if bad {
+                return Err(Error::shape(
+                    name,
+                    "expects q [Hq, T, D], k [Hkv, L, D], vt [Hkv, Dv, L], mask [T, L] with Hq a multiple of Hkv",
+                    &[&q.shape, &k.shape, &vt.shape, &m.shape],
+                ));
+            }
+            one([qd[0], qd[1], vd[1]], DType::F32)
+        }
+        Op::SwiGlu => {
+            expect_inputs(op, inputs, 2)?;
+            let (x, g) = (&inputs[0], &inputs[1]);
+            if x.dtype != DType::F32 || g.dtype != DType::F32 {
+                return Err(Error::dtype(name, "expects f32 inputs", &[x.dtype, g.dtype]));
+            }
+            if x.shape != g.shape {
+                return Err(Error::shape(name, "x and g must have one shape", &[&x.shape, &g.shape]));
+            }
+            one(&x.shape, DType::F32)
+        }
         Op::Conv1d {
             stride,
             padding,

@@ -328,6 +328,19 @@ pub enum Op {
         mask: AttnMask,
         scale: Option<f64>,
     },
+    /// Attention over an f16 key/value cache with llama.cpp's CPU rounding
+    /// (its path without flash attention): queries and probabilities
+    /// rounded to f16, GGML's dot-product orders, `ggml_soft_max_ext`.
+    /// Inputs: q f32 [Hq, T, D], k f16 [Hkv, L, D], vt f16 [Hkv, Dv, L]
+    /// (values transposed: one row per feature over the L positions), mask
+    /// f32 [T, L] added after `scale`. Hq must be a multiple of Hkv. Output
+    /// f32 [Hq, T, Dv].
+    CachedAttention {
+        scale: f32,
+    },
+    /// `silu(x) * g` with GGML's arithmetic (`ggml_swiglu`), row by row over
+    /// the last dim. Inputs: x, g f32 of one shape.
+    SwiGlu,
     /// Inputs: x [N, C, L], w [O, C/groups, K], then bias [O] when present.
     Conv1d {
         stride: usize,
@@ -384,7 +397,8 @@ impl Op {
             | Op::Embedding
             | Op::QEmbedding { .. } => OpClass::Indexing,
             Op::LayerNorm { .. } | Op::RmsNorm { .. } | Op::BatchNorm { .. } => OpClass::Normalization,
-            Op::Rope { .. } | Op::Sdpa { .. } => OpClass::Attention,
+            Op::Rope { .. } | Op::Sdpa { .. } | Op::CachedAttention { .. } => OpClass::Attention,
+            Op::SwiGlu => OpClass::Activation,
             Op::Conv1d { .. }
             | Op::Conv2d { .. }
             | Op::ConvTranspose2d { .. }
@@ -427,6 +441,8 @@ impl Op {
                 layout: RopeLayout::Interleaved,
             } => "rope_interleaved".into(),
             Op::Sdpa { .. } => "sdpa".into(),
+            Op::CachedAttention { .. } => "cached_attention".into(),
+            Op::SwiGlu => "swiglu".into(),
             Op::Conv1d { .. } => "conv1d".into(),
             Op::Conv2d { .. } => "conv2d".into(),
             Op::ConvTranspose2d { .. } => "conv_transpose2d".into(),

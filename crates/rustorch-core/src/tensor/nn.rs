@@ -150,4 +150,24 @@ impl Tensor {
             (_, None) => q.run1(&op, &[q, k, v]),
         }
     }
+
+    /// Attention over an f16 key/value cache with llama.cpp's CPU rounding
+    /// (`Op::CachedAttention`): `softmax(q k^T * scale + mask) v` where the
+    /// queries and the probabilities are rounded to f16 and every sum runs
+    /// in GGML's order, so that a model matches llama.cpp bit for bit.
+    ///
+    /// q f32 `[Hq, T, D]`, k f16 `[Hkv, L, D]`, vt f16 `[Hkv, Dv, L]` (the
+    /// values transposed, as llama.cpp's cache stores them without flash
+    /// attention), mask f32 `[T, L]` (0 keeps, -inf hides); Hq a multiple
+    /// of Hkv. Returns f32 `[Hq, T, Dv]`.
+    pub fn cached_attention(q: &Tensor, k: &Tensor, vt: &Tensor, mask: &Tensor, scale: f32) -> Result<Tensor> {
+        q.run1(&Op::CachedAttention { scale }, &[q, k, vt, mask])
+    }
+
+    /// `silu(self) * g` for f32 tensors of one shape, with llama.cpp's
+    /// arithmetic (`ggml_swiglu`): the gated feed-forward activation of
+    /// Llama-family models.
+    pub fn swiglu(&self, g: &Tensor) -> Result<Tensor> {
+        self.run1(&Op::SwiGlu, &[self, g])
+    }
 }

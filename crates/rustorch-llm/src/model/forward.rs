@@ -4,12 +4,13 @@
 //! It follows llama.cpp's graphs (src/models/llama.cpp and gemma3.cpp) op
 //! for op where the order changes the rounding: activations quantized per
 //! weight type by `qmatmul`, keys and values rounded to f16 in the cache,
-//! queries rounded to f16 before q k^T (GGML converts them to the cache's
-//! type for that product), GeGLU's GELU evaluated on f16-rounded inputs and
+//! attention as GGML computes it without flash attention
+//! (`Tensor::cached_attention`), SwiGLU with GGML's exponential
+//! (`Tensor::swiglu`), GeGLU's GELU evaluated on f16-rounded inputs and
 //! rounded to f16 (GGML's table lookup).
 
 use super::config::{Arch, RopeParams};
-use super::kv_cache::{KvCache, CACHE_DTYPE};
+use super::kv_cache::KvCache;
 use super::rope;
 use super::Model;
 use crate::error::{LlmError, Result};
@@ -84,7 +85,8 @@ impl Model {
                 ropes.push(RopeTables { params: p, cos, sin });
             }
         }
-        let masks = self.masks(pos0, t)?;
+        let attn_len = cache.attn_len(total);
+        let masks = self.masks(pos0, t, attn_len)?;
 
         for il in 0..cfg.n_layer {
             let lw = &self.weights.layers[il];
@@ -124,12 +126,12 @@ impl Model {
             };
             cache.write(il, &k, &v)?;
             let attn = {
-                let (kc, vc) = cache.view(il, total)?;
+                let (kc, vtc) = cache.view(il, attn_len)?;
                 let mask = match cfg.window_for_layer(il) {
                     Some(_) => &masks.window,
                     None => &masks.causal,
                 };
-                attention(&q, &kc, &vc, mask, sdpa_scale)?
+                Tensor::cached_attention(&q, &kc, &vtc, mask, sdpa_scale as f32)?
                     .transpose(0, 1)?
                     .reshape([t, cfg.n_head * cfg.head_dim_v])?
             };
@@ -154,7 +156,7 @@ impl Model {
             let gate = h.qmatmul(&lw.ffn_gate)?;
             let up = h.qmatmul(&lw.ffn_up)?;
             let act = match cfg.arch {
-                Arch::Llama => gate.silu()?.mul(&up)?,
+                Arch::Llama => gate.swiglu(&up)?,
                 // GGML's GELU reads a table indexed by the f16 input and
                 // holds f16 results.
                 Arch::Gemma3 => gate.to_dtype(DType::F16)?.gelu_tanh()?.to_dtype(DType::F32)?.mul(&up)?,
@@ -179,17 +181,18 @@ impl Model {
         Ok(logits)
     }
 
-    /// Additive masks `[T, pos0 + T]` (0 keeps, -inf hides): causal, and
-    /// causal within the sliding window for the layers that have one.
-    fn masks(&self, pos0: usize, t: usize) -> Result<Masks> {
+    /// Additive masks `[T, attn_len]` (0 keeps, -inf hides): causal, and
+    /// causal within the sliding window for the layers that have one;
+    /// positions from `pos0 + T` on (cache padding) are hidden.
+    fn masks(&self, pos0: usize, t: usize, attn_len: usize) -> Result<Masks> {
         let total = pos0 + t;
         let build = |window: Option<usize>| -> Result<Tensor> {
-            let mut m = Vec::with_capacity(t * total);
+            let mut m = Vec::with_capacity(t * attn_len);
             for i in 0..t {
                 let p1 = pos0 + i;
                 // llama_hparams::is_masked_swa (standard): a key at p0 is
                 // hidden from a query at p1 when p1 - p0 >= window.
-                m.extend((0..total).map(|p0| {
+                m.extend((0..attn_len).map(|p0| {
                     let visible = p0 <= p1 && window.is_none_or(|w| p1 - p0 < w);
                     if visible {
                         0f32
@@ -198,7 +201,7 @@ impl Model {
                     }
                 }));
             }
-            Ok(Tensor::from_vec(m, [t, total])?.with_executor(&self.exec)?)
+            Ok(Tensor::from_vec(m, [t, attn_len])?.with_executor(&self.exec)?)
         };
         let causal = build(None)?;
         let window = match &self.config.sliding_window {
@@ -212,36 +215,4 @@ impl Model {
 struct Masks {
     causal: Tensor,
     window: Tensor,
-}
-
-/// Attention with llama.cpp's rounding (its non-flash CPU path): queries
-/// rounded to f16 (GGML converts them to the cache's type for q k^T), f32
-/// scores scaled then masked, an f32 softmax, probabilities rounded to f16
-/// (converted again for the product with the f16 values), f32 output.
-///
-/// q `[Hq, T, Dk]` f32, k `[Hkv, L, Dk]` and v `[Hkv, L, Dv]` from the
-/// cache, mask `[T, L]`; returns `[Hq, T, Dv]` f32. The `Hq / Hkv` query
-/// heads that share a key/value head are stacked into one matrix, so
-/// grouped-query attention needs no copies of the keys.
-fn attention(q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor, scale: f64) -> Result<Tensor> {
-    let (hq, t, dk) = (q.dims()[0], q.dims()[1], q.dims()[2]);
-    let (hkv, l, dv) = (k.dims()[0], k.dims()[1], v.dims()[2]);
-    let group = hq / hkv;
-    let q = q
-        .to_dtype(CACHE_DTYPE)?
-        .to_dtype(DType::F32)?
-        .reshape([hkv, group * t, dk])?;
-    let k = k.to_dtype(DType::F32)?;
-    let v = v.to_dtype(DType::F32)?;
-    let scores = q
-        .matmul(&k.transpose(1, 2)?)?
-        .mul_scalar(scale)?
-        .reshape([hkv, group, t, l])?
-        .add(mask)?;
-    let probs = scores
-        .softmax(-1)?
-        .to_dtype(CACHE_DTYPE)?
-        .to_dtype(DType::F32)?
-        .reshape([hkv, group * t, l])?;
-    Ok(probs.matmul(&v)?.reshape([hq, t, dv])?)
 }

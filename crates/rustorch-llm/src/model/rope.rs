@@ -63,4 +63,63 @@ mod tests {
         // Position 4 starts again from theta = 4.
         assert_eq!(c[4], 4f32.cos());
     }
+
+    /// Our tables and `Tensor::rope` against llama.cpp's RoPE outputs inside
+    /// SmolLM2 (fixtures in rustorch-core/tests/fixtures/ggml_ops, written
+    /// by tools/gen_ggml_ops_fixtures.py): bit for bit, for the prompt batch
+    /// and two single tokens at later positions, layers 0 and 7.
+    #[test]
+    fn rope_equals_llamacpp() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../rustorch-core/tests/fixtures/ggml_ops");
+        let index: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("index.json")).unwrap()).unwrap();
+        let load = |name: &str| -> Vec<f32> {
+            std::fs::read(dir.join(name))
+                .unwrap()
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect()
+        };
+        let base = index["rope_base"].as_f64().unwrap() as f32;
+        let exec = Executor::global();
+        let mut checked = 0;
+        for (e, eval) in index["evals"].as_array().unwrap().iter().enumerate() {
+            let n_past = eval["n_past"].as_u64().unwrap() as usize;
+            for layer in [0, 7] {
+                for which in ["q", "k"] {
+                    let shape: Vec<usize> = eval["files"][format!("e{e}-l{layer}-{which}.bin")]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|d| d.as_u64().unwrap() as usize)
+                        .collect();
+                    let (t, h, d) = (shape[0], shape[1], shape[2]);
+                    let p = RopeParams {
+                        base,
+                        freq_scale: 1.0,
+                        n_rot: d,
+                        layout: RopeLayout::Interleaved,
+                    };
+                    let (cos, sin) = tables(&exec, &p, None, n_past..n_past + t).unwrap();
+                    let x = Tensor::from_vec(load(&format!("e{e}-l{layer}-{which}_pre.bin")), [t, h, d]).unwrap();
+                    let got = x
+                        .transpose(0, 1)
+                        .unwrap()
+                        .rope(&cos, &sin, p.layout)
+                        .unwrap()
+                        .transpose(0, 1)
+                        .unwrap()
+                        .to_vec::<f32>()
+                        .unwrap();
+                    let want = load(&format!("e{e}-l{layer}-{which}.bin"));
+                    let bad = (0..want.len())
+                        .filter(|&i| got[i].to_bits() != want[i].to_bits())
+                        .count();
+                    assert_eq!(bad, 0, "evaluation {e}, layer {layer}, {which}: {bad} values differ");
+                    checked += want.len();
+                }
+            }
+        }
+        assert!(checked > 10_000);
+    }
 }

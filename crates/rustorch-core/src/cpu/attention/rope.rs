@@ -29,32 +29,59 @@ pub(super) fn rope<T: FloatElem>(op: &Op, inputs: &[CpuInput<'_>], layout: RopeL
             "cos and sin must be [T, R/2] with R <= D",
         ));
     }
+    let fma = has_fma();
     Ok(map_rows::<T>(&x, d, |r, xr, out| {
         let p = (r % t) * half;
         let (c, s) = (&cos[p..p + half], &sin[p..p + half]);
-        match layout {
-            RopeLayout::NeoX => rotate_neox(xr, out, c, s),
-            RopeLayout::Interleaved => rotate_interleaved(xr, out, c, s),
+        #[cfg(target_arch = "x86_64")]
+        if fma {
+            // SAFETY: the CPU has FMA (checked by `has_fma`).
+            unsafe { rotate_fma(layout, xr, out, c, s) };
+        } else {
+            rotate(layout, xr, out, c, s);
         }
+        #[cfg(not(target_arch = "x86_64"))]
+        rotate(layout, xr, out, c, s);
         out[2 * half..].copy_from_slice(&xr[2 * half..]);
     }))
 }
 
-/// `(a, b) -> (a cos - b sin, b cos + a sin)` with a = x[i], b = x[i + R/2].
-fn rotate_neox<A: Real>(x: &[A], out: &mut [A], c: &[A], s: &[A]) {
-    let h = c.len();
-    let (x1, x2) = (&x[..h], &x[h..2 * h]);
-    let (o1, o2) = out[..2 * h].split_at_mut(h);
-    for i in 0..h {
-        o1[i] = x1[i] * c[i] - x2[i] * s[i];
-        o2[i] = x2[i] * c[i] + x1[i] * s[i];
-    }
+fn has_fma() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return is_x86_feature_detected!("fma");
+    #[cfg(not(target_arch = "x86_64"))]
+    false
 }
 
-/// `(a + ib) * (cos + i sin)` with a = x[2i], b = x[2i + 1].
-fn rotate_interleaved<A: Real>(x: &[A], out: &mut [A], c: &[A], s: &[A]) {
-    for (i, (o, p)) in out.chunks_exact_mut(2).zip(x.chunks_exact(2)).take(c.len()).enumerate() {
-        o[0] = p[0] * c[i] - p[1] * s[i];
-        o[1] = p[0] * s[i] + p[1] * c[i];
+/// `rotate` compiled with FMA instructions (without them `mul_add` is a
+/// libm call per element).
+///
+/// # Safety
+/// The CPU must support FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "fma")]
+unsafe fn rotate_fma<A: Real>(layout: RopeLayout, x: &[A], out: &mut [A], c: &[A], s: &[A]) {
+    rotate(layout, x, out, c, s)
+}
+
+/// Rotates the first `2 * c.len()` features of one row with `Real::rotate`
+/// (GGML's arithmetic): NeoX pairs x[i] with x[i + R/2], Interleaved pairs
+/// x[2i] with x[2i + 1] (`(a + ib) * (cos + i sin)`).
+#[inline(always)]
+fn rotate<A: Real>(layout: RopeLayout, x: &[A], out: &mut [A], c: &[A], s: &[A]) {
+    let h = c.len();
+    match layout {
+        RopeLayout::NeoX => {
+            let (x1, x2) = (&x[..h], &x[h..2 * h]);
+            let (o1, o2) = out[..2 * h].split_at_mut(h);
+            for i in 0..h {
+                (o1[i], o2[i]) = A::rotate(x1[i], x2[i], c[i], s[i]);
+            }
+        }
+        RopeLayout::Interleaved => {
+            for (i, (o, p)) in out.chunks_exact_mut(2).zip(x.chunks_exact(2)).take(h).enumerate() {
+                (o[0], o[1]) = A::rotate(p[0], p[1], c[i], s[i]);
+            }
+        }
     }
 }

@@ -56,6 +56,18 @@ pub(crate) trait Real:
     fn scale(xs: &mut [Self], a: Self);
     /// Replaces each `x` by `exp(x - m)` and returns their sum.
     fn exp_sub_sum(xs: &mut [Self], m: Self) -> Self;
+    /// The rotation of the pair (x0, x1) by the angle with cosine `c` and
+    /// sine `s`, as GGML's RoPE computes it: GCC contracts
+    /// `x0*c - x1*s` and `x0*s + x1*c` into fused multiply-adds on the first
+    /// product, so `(fma(x0, c, -(x1 s)), fma(x0, s, x1 c))`, each product
+    /// `x1 s`, `x1 c` rounded first (llama.cpp's outputs match this form for
+    /// every element and no other).
+    #[inline(always)]
+    fn rotate(x0: Self, x1: Self, c: Self, s: Self) -> (Self, Self) {
+        (Self::fma(x0, c, -(x1 * s)), Self::fma(x0, s, x1 * c))
+    }
+    /// `a * b + c` rounded once.
+    fn fma(a: Self, b: Self, c: Self) -> Self;
 }
 
 /// The generic bodies of the row primitives, compiled per compute type.
@@ -264,6 +276,10 @@ mod wide32 {
 }
 
 impl Real for f32 {
+    #[inline(always)]
+    fn fma(a: f32, b: f32, c: f32) -> f32 {
+        a.mul_add(b, c)
+    }
     const ZERO: f32 = 0.0;
     const ONE: f32 = 1.0;
     const NEG_INFINITY: f32 = f32::NEG_INFINITY;
@@ -314,6 +330,10 @@ impl Real for f32 {
 }
 
 impl Real for f64 {
+    #[inline(always)]
+    fn fma(a: f64, b: f64, c: f64) -> f64 {
+        a.mul_add(b, c)
+    }
     const ZERO: f64 = 0.0;
     const ONE: f64 = 1.0;
     const NEG_INFINITY: f64 = f64::NEG_INFINITY;

@@ -1,0 +1,60 @@
+//! GGML's horizontal sums.
+
+/// `_mm512_reduce_add_ps` as GCC 12 expands it (avx512fintrin.h,
+/// `__MM512_REDUCE_OP`): the upper 256 bits added to the lower, then the
+/// upper 128 to the lower, then lanes {2, 3} to {0, 1}, then lane 1 to
+/// lane 0.
+#[inline(always)]
+pub(crate) fn reduce16(x: &[f32; 16]) -> f32 {
+    let mut t = [0f32; 8];
+    for i in 0..8 {
+        t[i] = x[i + 8] + x[i];
+    }
+    let u = [t[4] + t[0], t[5] + t[1], t[6] + t[2], t[7] + t[3]];
+    (u[0] + u[2]) + (u[1] + u[3])
+}
+
+/// `reduce16` on a register.
+///
+/// # Safety
+/// The CPU must support AVX-512 F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub(crate) unsafe fn reduce16_avx512(x: std::arch::x86_64::__m512) -> f32 {
+    use std::arch::x86_64::*;
+    let hi = _mm512_extractf32x8_ps::<1>(x);
+    let lo = _mm512_castps512_ps256(x);
+    let t = _mm256_add_ps(hi, lo);
+    let u = _mm_add_ps(_mm256_extractf128_ps::<1>(t), _mm256_castps256_ps128(t));
+    let v = _mm_add_ps(u, _mm_movehl_ps(u, u));
+    _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The register version against the scalar tree, on values whose sums
+    /// round differently in different orders.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn register_reduction_matches_the_tree() {
+        if !super::super::has_avx512() {
+            eprintln!("skipped: no AVX-512 on this CPU");
+            return;
+        }
+        let mut seed = 12345u64;
+        for _ in 0..1000 {
+            let mut x = [0f32; 16];
+            for v in &mut x {
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let e = ((seed >> 40) % 40) as i32 - 20;
+                *v = ((seed >> 11) as f32 / (1u64 << 53) as f32 - 0.5) * 2f32.powi(e);
+            }
+            // SAFETY: AVX-512 F checked above; `x` holds 16 floats.
+            let r = unsafe { reduce16_avx512(std::arch::x86_64::_mm512_loadu_ps(x.as_ptr())) };
+            assert_eq!(r.to_bits(), reduce16(&x).to_bits(), "{x:?}");
+        }
+    }
+}

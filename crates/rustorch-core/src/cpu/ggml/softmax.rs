@@ -1,0 +1,117 @@
+//! `ggml_soft_max_ext` on one row (ops.cpp `ggml_compute_forward_soft_max_f32`,
+//! vec.cpp `ggml_vec_soft_max_f32`), without ALiBi and sinks.
+//!
+//! w = x * scale + mask (scaled first, then the mask added, each rounded);
+//! max over w; e = exp(w - max) with `ggml_v_expf` on each full 16-lane
+//! block, each block's `_mm512_reduce_add_ps` added to an f64 sum, and libm
+//! `expf` for the elements after the last block, added one by one; then
+//! every e multiplied by the f32 rounding of the f64 `1.0 / sum`.
+
+use super::expf::v_expf;
+use super::reduce::reduce16;
+
+/// Softmax of `x * scale + mask` into `out` (all of one length). A row
+/// whose every element is masked gives NaN, as GGML's does.
+pub(crate) fn soft_max_ext_row(x: &[f32], mask: Option<&[f32]>, scale: f32, out: &mut [f32]) {
+    let n = x.len();
+    debug_assert!(out.len() == n && mask.is_none_or(|m| m.len() == n));
+    for i in 0..n {
+        let w = x[i] * scale;
+        out[i] = match mask {
+            Some(m) => w + m[i],
+            None => w,
+        };
+    }
+    let max = out.iter().fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m });
+    let blocks = n / 16 * 16;
+    #[cfg(target_arch = "x86_64")]
+    let sum = if super::has_avx512() {
+        // SAFETY: AVX-512 F, DQ and FMA are present (checked above).
+        unsafe { avx512::exp_blocks(&mut out[..blocks], max) }
+    } else {
+        exp_blocks(&mut out[..blocks], max)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let sum = exp_blocks(&mut out[..blocks], max);
+    let mut sum = sum;
+    for v in &mut out[blocks..] {
+        *v = (*v - max).exp();
+        sum += *v as f64;
+    }
+    let inv = (1.0 / sum) as f32;
+    for v in out.iter_mut() {
+        *v *= inv;
+    }
+}
+
+/// e = exp(w - max) in place on whole 16-lane blocks; returns GGML's sum.
+fn exp_blocks(w: &mut [f32], max: f32) -> f64 {
+    let mut sum = 0f64;
+    for block in w.chunks_exact_mut(16) {
+        let mut e = [0f32; 16];
+        for (o, &v) in e.iter_mut().zip(block.iter()) {
+            *o = v_expf(v - max);
+        }
+        block.copy_from_slice(&e);
+        sum += reduce16(&e) as f64;
+    }
+    sum
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::super::expf::avx512::v_expf;
+    use super::super::reduce::reduce16_avx512;
+    use std::arch::x86_64::*;
+
+    /// # Safety
+    /// AVX-512 F and FMA; `w.len()` a multiple of 16.
+    #[target_feature(enable = "avx512f,fma")]
+    pub(super) unsafe fn exp_blocks(w: &mut [f32], max: f32) -> f64 {
+        let m = _mm512_set1_ps(max);
+        let mut sum = 0f64;
+        for block in w.chunks_exact_mut(16) {
+            // SAFETY: the block holds 16 floats.
+            unsafe {
+                let e = v_expf(_mm512_sub_ps(_mm512_loadu_ps(block.as_ptr()), m));
+                _mm512_storeu_ps(block.as_mut_ptr(), e);
+                sum += reduce16_avx512(e) as f64;
+            }
+        }
+        sum
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Against an f64 softmax: GGML's rounding stays within a few ulp.
+    #[test]
+    fn close_to_an_exact_softmax() {
+        let mut seed = 5u64;
+        for n in [1usize, 15, 16, 17, 256, 300] {
+            let x: Vec<f32> = (0..n)
+                .map(|_| {
+                    seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 20.0
+                })
+                .collect();
+            let mask: Vec<f32> = (0..n)
+                .map(|i| if i % 3 == 2 { f32::NEG_INFINITY } else { 0.0 })
+                .collect();
+            let mut out = vec![0f32; n];
+            soft_max_ext_row(&x, Some(&mask), 0.125, &mut out);
+            let w: Vec<f64> = (0..n).map(|i| (x[i] * 0.125) as f64 + mask[i] as f64).collect();
+            let m = w.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let s: f64 = w.iter().map(|v| (v - m).exp()).sum();
+            for i in 0..n {
+                let want = (w[i] - m).exp() / s;
+                assert!(
+                    (out[i] as f64 - want).abs() <= 4.0 * f32::EPSILON as f64 * want.max(1e-30),
+                    "n={n} i={i}"
+                );
+            }
+        }
+    }
+}
