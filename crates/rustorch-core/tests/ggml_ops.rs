@@ -1,5 +1,6 @@
-//! `Tensor::cached_attention` and `Tensor::swiglu` against llama.cpp, bit for
-//! bit, on tensors llama.cpp computed inside SmolLM2 (fixtures written by
+//! `Tensor::cached_attention`, `Tensor::swiglu` and `Tensor::geglu` against
+//! llama.cpp, bit for bit, on tensors llama.cpp computed inside SmolLM2 and
+//! Gemma 3 (fixtures written by
 //! tools/gen_ggml_ops_fixtures.py from llama-cpp-python 0.3.36's graph
 //! callbacks).
 //!
@@ -139,6 +140,19 @@ fn swiglu_equals_llamacpp() {
                 &want,
             );
         }
+    }
+}
+
+#[test]
+fn geglu_equals_llamacpp() {
+    let index = index();
+    let gemma = &index["gemma"];
+    for layer in gemma["layers"].as_array().unwrap() {
+        let layer = layer.as_u64().unwrap();
+        let gate = load(gemma, &format!("gemma-l{layer}-gate.bin"));
+        let up = load(gemma, &format!("gemma-l{layer}-up.bin"));
+        let want = load(gemma, &format!("gemma-l{layer}-geglu.bin"));
+        assert_same_bits(&format!("geglu, Gemma layer {layer}"), &gate.geglu(&up).unwrap(), &want);
     }
 }
 

@@ -86,7 +86,7 @@ impl CpuBackend {
             Op::LayerNorm { .. } | Op::RmsNorm { .. } | Op::BatchNorm { .. } => norm::execute(op, inputs, outputs),
             Op::Rope { .. } | Op::Sdpa { .. } => attention::execute(op, inputs, outputs),
             Op::CachedAttention { scale } => ggml::attention::cached_attention(op, inputs, *scale),
-            Op::SwiGlu => ggml::attention::swiglu(op, inputs),
+            Op::SwiGlu | Op::GeGlu => ggml::attention::gated(op, inputs),
             Op::Conv1d { .. }
             | Op::Conv2d { .. }
             | Op::ConvTranspose2d { .. }

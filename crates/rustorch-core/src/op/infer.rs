@@ -575,7 +575,7 @@ pub fn infer_outputs(op: &Op, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> 
             }
             one([qd[0], qd[1], vd[1]], DType::F32)
         }
-        Op::SwiGlu => {
+        Op::SwiGlu | Op::GeGlu => {
             expect_inputs(op, inputs, 2)?;
             let (x, g) = (&inputs[0], &inputs[1]);
             if x.dtype != DType::F32 || g.dtype != DType::F32 {

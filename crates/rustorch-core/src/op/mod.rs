@@ -341,6 +341,9 @@ pub enum Op {
     /// `silu(x) * g` with GGML's arithmetic (`ggml_swiglu`), row by row over
     /// the last dim. Inputs: x, g f32 of one shape.
     SwiGlu,
+    /// `gelu(x) * g` with GGML's arithmetic (`ggml_geglu`: the tanh-form
+    /// GELU read from an f16 table). Inputs: x, g f32 of one shape.
+    GeGlu,
     /// Inputs: x [N, C, L], w [O, C/groups, K], then bias [O] when present.
     Conv1d {
         stride: usize,
@@ -398,7 +401,7 @@ impl Op {
             | Op::QEmbedding { .. } => OpClass::Indexing,
             Op::LayerNorm { .. } | Op::RmsNorm { .. } | Op::BatchNorm { .. } => OpClass::Normalization,
             Op::Rope { .. } | Op::Sdpa { .. } | Op::CachedAttention { .. } => OpClass::Attention,
-            Op::SwiGlu => OpClass::Activation,
+            Op::SwiGlu | Op::GeGlu => OpClass::Activation,
             Op::Conv1d { .. }
             | Op::Conv2d { .. }
             | Op::ConvTranspose2d { .. }
@@ -443,6 +446,7 @@ impl Op {
             Op::Sdpa { .. } => "sdpa".into(),
             Op::CachedAttention { .. } => "cached_attention".into(),
             Op::SwiGlu => "swiglu".into(),
+            Op::GeGlu => "geglu".into(),
             Op::Conv1d { .. } => "conv1d".into(),
             Op::Conv2d { .. } => "conv2d".into(),
             Op::ConvTranspose2d { .. } => "conv_transpose2d".into(),

@@ -170,4 +170,11 @@ impl Tensor {
     pub fn swiglu(&self, g: &Tensor) -> Result<Tensor> {
         self.run1(&Op::SwiGlu, &[self, g])
     }
+
+    /// `gelu(self) * g` (tanh form) for f32 tensors of one shape, with
+    /// llama.cpp's arithmetic (`ggml_geglu`: GELU from an f16 table): the
+    /// gated feed-forward activation of Gemma models.
+    pub fn geglu(&self, g: &Tensor) -> Result<Tensor> {
+        self.run1(&Op::GeGlu, &[self, g])
+    }
 }

@@ -6,15 +6,15 @@
 //! weight type by `qmatmul`, keys and values rounded to f16 in the cache,
 //! attention as GGML computes it without flash attention
 //! (`Tensor::cached_attention`), SwiGLU with GGML's exponential
-//! (`Tensor::swiglu`), GeGLU's GELU evaluated on f16-rounded inputs and
-//! rounded to f16 (GGML's table lookup).
+//! (`Tensor::swiglu`) and GeGLU with GGML's f16 GELU table
+//! (`Tensor::geglu`).
 
 use super::config::{Arch, RopeParams};
 use super::kv_cache::KvCache;
 use super::rope;
 use super::Model;
 use crate::error::{LlmError, Result};
-use rustorch_core::{DType, Tensor};
+use rustorch_core::Tensor;
 
 /// Which positions' logits a forward pass returns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -157,9 +157,7 @@ impl Model {
             let up = h.qmatmul(&lw.ffn_up)?;
             let act = match cfg.arch {
                 Arch::Llama => gate.swiglu(&up)?,
-                // GGML's GELU reads a table indexed by the f16 input and
-                // holds f16 results.
-                Arch::Gemma3 => gate.to_dtype(DType::F16)?.gelu_tanh()?.to_dtype(DType::F32)?.mul(&up)?,
+                Arch::Gemma3 => gate.geglu(&up)?,
             };
             let mut d = act.qmatmul(&lw.ffn_down)?;
             if let Some(n) = &lw.post_ffn_norm {

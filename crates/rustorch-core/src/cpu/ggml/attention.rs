@@ -105,14 +105,18 @@ pub(crate) fn cached_attention(op: &Op, inputs: &[CpuInput<'_>], scale: f32) -> 
     Ok(vec![CpuStorage::from_vec(out)])
 }
 
-/// Inputs: x and g f32 of one shape; `silu(x) * g` row by row over the last
-/// dimension.
-pub(crate) fn swiglu(op: &Op, inputs: &[CpuInput<'_>]) -> Result<Vec<CpuStorage>, BackendError> {
+/// Inputs: x and g f32 of one shape; `act(x) * g` row by row over the last
+/// dimension, SiLU for `Op::SwiGlu` and GELU for `Op::GeGlu`.
+pub(crate) fn gated(op: &Op, inputs: &[CpuInput<'_>]) -> Result<Vec<CpuStorage>, BackendError> {
+    let row: fn(&[f32], &[f32], &mut [f32]) = match op {
+        Op::GeGlu => super::geglu::geglu_row,
+        _ => super::swiglu::swiglu_row,
+    };
     let x = input_slice::<f32>(op, inputs[0])?;
     let g = input_slice::<f32>(op, inputs[1])?;
     let n = inputs[0].dims().last().copied().unwrap_or(1).max(1);
     let mut out = vec![0f32; x.len()];
-    let rows = |((o, xr), gr): ((&mut [f32], &[f32]), &[f32])| super::swiglu::swiglu_row(xr, gr, o);
+    let rows = |((o, xr), gr): ((&mut [f32], &[f32]), &[f32])| row(xr, gr, o);
     if x.len() < 1 << 15 {
         out.chunks_mut(n).zip(x.chunks(n)).zip(g.chunks(n)).for_each(rows);
     } else {

@@ -19,6 +19,7 @@
 pub(crate) mod attention;
 pub(crate) mod expf;
 pub(crate) mod f16dot;
+pub(crate) mod geglu;
 pub(crate) mod reduce;
 pub(crate) mod softmax;
 pub(crate) mod swiglu;
