@@ -51,7 +51,26 @@ impl Model {
         cache: &mut KvCache,
         tokens: &[u32],
         which: Logits,
-        inspect: &mut dyn FnMut(&str, usize, &Tensor) -> Result<()>,
+        inspect: &mut (dyn FnMut(&str, usize, &Tensor) -> Result<()> + Send),
+    ) -> Result<Tensor> {
+        // Run the whole pass on a worker of rayon's pool: ops then split
+        // their work from inside the pool (the worker takes part, idle
+        // workers steal) instead of each op waking the pool from outside
+        // and sleeping until it finishes, a round trip of two futex waits
+        // that cost a quarter of a decode step's time.
+        if rayon::current_thread_index().is_some() {
+            self.forward_in_pool(cache, tokens, which, inspect)
+        } else {
+            rayon::scope(|_| self.forward_in_pool(cache, tokens, which, inspect))
+        }
+    }
+
+    fn forward_in_pool(
+        &self,
+        cache: &mut KvCache,
+        tokens: &[u32],
+        which: Logits,
+        inspect: &mut (dyn FnMut(&str, usize, &Tensor) -> Result<()> + Send),
     ) -> Result<Tensor> {
         let cfg = &self.config;
         let t = tokens.len();
