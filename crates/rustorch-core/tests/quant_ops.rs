@@ -21,6 +21,45 @@ fn values(n: usize, seed: u32) -> Vec<f32> {
 }
 
 #[test]
+fn qmatmul_many_equals_one_product_per_weight() {
+    // Q4_1 pairs with Q8_1 activations, Q8_0 and Q5_0 with Q8_0, Q6_K with
+    // Q8_K: three dot types, one of them shared.
+    let cols = 256;
+    let x = Tensor::from_vec(values(3 * cols, 9), [3, cols]).unwrap();
+    let ws: Vec<QWeight> = [(QType::Q4_1, 16), (QType::Q8_0, 8), (QType::Q5_0, 24), (QType::Q6K, 4)]
+        .into_iter()
+        .enumerate()
+        .map(|(i, (qtype, rows))| {
+            let bytes = quant::quantize(qtype, &values(rows * cols, 20 + i as u32)).unwrap();
+            QWeight::from_bytes(qtype, rows, cols, bytes).unwrap()
+        })
+        .collect();
+    let refs: Vec<&QWeight> = ws.iter().collect();
+    let many = x.qmatmul_many(&refs).unwrap();
+    assert_eq!(many.len(), ws.len());
+    for (w, got) in ws.iter().zip(&many) {
+        let want = x.qmatmul(w).unwrap();
+        assert_eq!(got.dims(), want.dims());
+        let (g, e) = (got.to_vec::<f32>().unwrap(), want.to_vec::<f32>().unwrap());
+        assert!(
+            g.iter().zip(&e).all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{}",
+            w.qtype()
+        );
+    }
+    // A weight whose columns differ from the activations' is an error.
+    let other = QWeight::from_bytes(
+        QType::Q8_0,
+        2,
+        64,
+        quant::quantize(QType::Q8_0, &values(128, 3)).unwrap(),
+    )
+    .unwrap();
+    assert!(x.qmatmul_many(&[&ws[0], &other]).is_err());
+    assert!(x.qmatmul_many(&[]).is_err());
+}
+
+#[test]
 fn qmatmul_op_gives_the_kernel_bits() {
     for qtype in [
         QType::Q4_0,

@@ -8,13 +8,14 @@ use super::copy::input_slice;
 use super::{CpuInput, CpuResult, CpuStorage};
 use crate::error::BackendError;
 use crate::op::Op;
-use crate::quant::matmul::{qmatmul, QMatRef};
+use crate::quant::matmul::{qmatmul, qmatmul_quantized_into, vec_dot_type, Isa, QMatRef, QuantizedRows};
 use crate::quant::{dequantize_into, QType};
 use rayon::prelude::*;
 
 pub fn execute(op: &Op, inputs: &[CpuInput<'_>]) -> CpuResult {
     match op {
         Op::QMatMul { qtype } => matmul(op, *qtype, inputs[0], inputs[1]),
+        Op::QMatMuls { qtypes } => matmuls(op, qtypes, inputs[0], &inputs[1..]),
         Op::QEmbedding { qtype } => embedding(op, *qtype, inputs[0], inputs[1]),
         _ => Err(BackendError::invalid(op.name(), "not a quantized-weight op")),
     }
@@ -42,6 +43,31 @@ fn matmul(op: &Op, qtype: QType, x: CpuInput<'_>, w: CpuInput<'_>) -> CpuResult 
     let xs = input_slice::<f32>(op, x)?;
     let out = qmatmul(&m, &xs).map_err(|e| quant_err(op, e))?;
     Ok(vec![CpuStorage::F32(out)])
+}
+
+/// Each weight's product with `x`, quantizing `x` once per dot type.
+fn matmuls(op: &Op, qtypes: &[QType], x: CpuInput<'_>, ws: &[CpuInput<'_>]) -> CpuResult {
+    let xs = input_slice::<f32>(op, x)?;
+    let mut quantized: Vec<QuantizedRows> = Vec::new();
+    let mut outs = Vec::with_capacity(ws.len());
+    for (&qtype, &w) in qtypes.iter().zip(ws) {
+        let (bytes, rows, cols) = weight(op, qtype, w)?;
+        let m = QMatRef::new(qtype, rows, cols, &bytes).map_err(|e| quant_err(op, e))?;
+        let dot =
+            vec_dot_type(qtype).ok_or_else(|| BackendError::invalid(op.name(), format!("no matmul for {qtype}")))?;
+        let at = match quantized.iter().position(|q| q.dot_type() == dot) {
+            Some(i) => i,
+            None => {
+                quantized.push(QuantizedRows::quantize(dot, &xs, cols).map_err(|e| quant_err(op, e))?);
+                quantized.len() - 1
+            }
+        };
+        let act = &quantized[at];
+        let mut out = vec![0f32; act.rows() * rows];
+        qmatmul_quantized_into(Isa::detected(), &m, act, &mut out).map_err(|e| quant_err(op, e))?;
+        outs.push(CpuStorage::F32(out));
+    }
+    Ok(outs)
 }
 
 fn embedding(op: &Op, qtype: QType, w: CpuInput<'_>, ids: CpuInput<'_>) -> CpuResult {

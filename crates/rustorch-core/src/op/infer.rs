@@ -6,6 +6,7 @@
 use super::{AttnMask, Op, ReduceOp, TensorMeta, UnaryOp};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::quant::QType;
 use crate::shape::Shape;
 
 fn expect_inputs(op: &Op, inputs: &[TensorMeta], n: usize) -> Result<()> {
@@ -297,24 +298,18 @@ pub fn infer_outputs(op: &Op, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> 
         }
         Op::QMatMul { qtype } => {
             expect_inputs(op, inputs, 2)?;
-            let (x, w) = (&inputs[0], &inputs[1]);
-            if x.dtype != DType::F32 {
-                return Err(Error::dtype(name, "activations must be f32", &[x.dtype]));
+            Ok(vec![qmatmul_output(op, &inputs[0], &inputs[1], *qtype)?])
+        }
+        Op::QMatMuls { qtypes } => {
+            if qtypes.is_empty() {
+                return Err(Error::invalid(name, "needs at least one weight"));
             }
-            if !crate::quant::matmul::can_matmul(*qtype) {
-                return Err(Error::invalid(name, format!("no matmul kernels for {qtype} weights")));
-            }
-            let cols = qweight_cols(op, w, *qtype)?;
-            if x.shape.rank() == 0 || x.shape.dims()[x.shape.rank() - 1] != cols {
-                return Err(Error::shape(
-                    name,
-                    format!("activations need a last dim of {cols} (the weight's columns)"),
-                    &[&x.shape, &w.shape],
-                ));
-            }
-            let mut s = x.shape.dims().to_vec();
-            *s.last_mut().expect("rank checked above") = w.shape.dims()[0];
-            one(s, DType::F32)
+            expect_inputs(op, inputs, 1 + qtypes.len())?;
+            qtypes
+                .iter()
+                .zip(&inputs[1..])
+                .map(|(&qtype, w)| qmatmul_output(op, &inputs[0], w, qtype))
+                .collect()
         }
         Op::QEmbedding { qtype } => {
             expect_inputs(op, inputs, 2)?;
@@ -746,4 +741,29 @@ fn conv_out(op: &Op, len: usize, k: usize, stride: usize, pad: usize, dil: usize
         ));
     }
     Ok((padded - span) / stride + 1)
+}
+
+/// The output of `x @ w^T` for a `qtype` weight `w` (u8 blocks `[n, row_bytes]`).
+fn qmatmul_output(op: &Op, x: &TensorMeta, w: &TensorMeta, qtype: QType) -> Result<TensorMeta> {
+    let name = op.name();
+    if x.dtype != DType::F32 {
+        return Err(Error::dtype(name, "activations must be f32", &[x.dtype]));
+    }
+    if !crate::quant::matmul::can_matmul(qtype) {
+        return Err(Error::invalid(name, format!("no matmul kernels for {qtype} weights")));
+    }
+    let cols = qweight_cols(op, w, qtype)?;
+    if x.shape.rank() == 0 || x.shape.dims()[x.shape.rank() - 1] != cols {
+        return Err(Error::shape(
+            name,
+            format!("activations need a last dim of {cols} (the weight's columns)"),
+            &[&x.shape, &w.shape],
+        ));
+    }
+    let mut s = x.shape.dims().to_vec();
+    *s.last_mut().expect("rank checked above") = w.shape.dims()[0];
+    Ok(TensorMeta {
+        shape: Shape::from(s),
+        dtype: DType::F32,
+    })
 }

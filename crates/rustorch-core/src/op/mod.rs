@@ -271,6 +271,14 @@ pub enum Op {
     QMatMul {
         qtype: QType,
     },
+    /// Several `QMatMul`s of one activation: `x @ w_i^T` for each weight,
+    /// with the activations quantized once per dot type instead of once per
+    /// weight (the Q, K and V projections, or gate and up, share an input).
+    /// Inputs: x f32 [.., k], then one u8 weight per entry of `qtypes`.
+    /// Outputs: one f32 [.., n_i] per weight, equal to the single products.
+    QMatMuls {
+        qtypes: Vec<QType>,
+    },
     /// Inputs: source, 1-D integer index.
     IndexSelect {
         dim: usize,
@@ -393,7 +401,7 @@ impl Op {
             | Op::Cumsum { .. }
             | Op::TopK { .. }
             | Op::Sort { .. } => OpClass::Reduction,
-            Op::MatMul | Op::QMatMul { .. } => OpClass::LinearAlgebra,
+            Op::MatMul | Op::QMatMul { .. } | Op::QMatMuls { .. } => OpClass::LinearAlgebra,
             Op::IndexSelect { .. }
             | Op::Gather { .. }
             | Op::ScatterAdd { .. }
@@ -428,6 +436,7 @@ impl Op {
             Op::Sort { .. } => "sort".into(),
             Op::MatMul => "matmul".into(),
             Op::QMatMul { qtype } => format!("qmatmul_{}", qtype.name().to_lowercase()),
+            Op::QMatMuls { qtypes } => format!("qmatmul_x{}", qtypes.len()),
             Op::IndexSelect { .. } => "index_select".into(),
             Op::Gather { .. } => "gather".into(),
             Op::ScatterAdd { .. } => "scatter_add".into(),

@@ -102,4 +102,16 @@ impl Tensor {
     pub fn qmatmul(&self, w: &QWeight) -> Result<Tensor> {
         self.run1(&Op::QMatMul { qtype: w.qtype }, &[self, &w.data])
     }
+
+    /// `self @ w^T` for each weight, the same values as one `qmatmul` per
+    /// weight, with the activations quantized once per dot type rather
+    /// than once per weight (for projections that share their input).
+    pub fn qmatmul_many(&self, ws: &[&QWeight]) -> Result<Vec<Tensor>> {
+        let op = Op::QMatMuls {
+            qtypes: ws.iter().map(|w| w.qtype).collect(),
+        };
+        let mut inputs = vec![self];
+        inputs.extend(ws.iter().map(|w| &w.data));
+        self.run_op(&op, &inputs)
+    }
 }

@@ -118,9 +118,14 @@ impl Model {
             // Attention.
             let h = x.rms_norm(Some(&lw.attn_norm), cfg.rms_eps as f64)?;
             inspect("attn_norm", il, &h)?;
-            let q = h.qmatmul(&lw.wq)?.reshape([t, cfg.n_head, cfg.head_dim_k])?;
-            let k = h.qmatmul(&lw.wk)?.reshape([t, cfg.n_head_kv, cfg.head_dim_k])?;
-            let v = h.qmatmul(&lw.wv)?.reshape([t, cfg.n_head_kv, cfg.head_dim_v])?;
+            // One quantization of h for the three projections.
+            let [q, k, v]: [Tensor; 3] = h
+                .qmatmul_many(&[&lw.wq, &lw.wk, &lw.wv])?
+                .try_into()
+                .expect("qmatmul_many returns one product per weight");
+            let q = q.reshape([t, cfg.n_head, cfg.head_dim_k])?;
+            let k = k.reshape([t, cfg.n_head_kv, cfg.head_dim_k])?;
+            let v = v.reshape([t, cfg.n_head_kv, cfg.head_dim_v])?;
             let (q, k) = match (&lw.q_norm, &lw.k_norm) {
                 (Some(qn), Some(kn)) => (
                     q.rms_norm(Some(qn), cfg.rms_eps as f64)?,
@@ -172,8 +177,10 @@ impl Model {
             // Feed-forward.
             let h = x.rms_norm(Some(&lw.ffn_norm), cfg.rms_eps as f64)?;
             inspect("ffn_norm", il, &h)?;
-            let gate = h.qmatmul(&lw.ffn_gate)?;
-            let up = h.qmatmul(&lw.ffn_up)?;
+            let [gate, up]: [Tensor; 2] = h
+                .qmatmul_many(&[&lw.ffn_gate, &lw.ffn_up])?
+                .try_into()
+                .expect("qmatmul_many returns one product per weight");
             let act = match cfg.arch {
                 Arch::Llama => gate.swiglu(&up)?,
                 Arch::Gemma3 => gate.geglu(&up)?,
