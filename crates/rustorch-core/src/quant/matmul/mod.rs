@@ -190,11 +190,32 @@ pub fn qmatmul_quantized_into(
 
     let threads = rayon::current_num_threads().max(1);
     if m == 1 {
-        // Matvec: weight rows split into chunks that each task streams once.
-        let chunk = (n / (threads * 8)).clamp(1, 64);
+        // Matvec: weight rows split into chunks that each task streams
+        // once, four rows at a time where a kernel for that exists (chunks
+        // then hold a multiple of four rows).
+        let cols = kernels::exact_cols(w.qtype, level);
+        let mut chunk = (n / (threads * 8)).clamp(1, 64);
+        if cols.is_some() {
+            chunk = chunk.next_multiple_of(4);
+        }
         out.par_chunks_mut(chunk).enumerate().for_each(|(c, o)| {
-            for (jj, v) in o.iter_mut().enumerate() {
-                *v = call(c * chunk + jj, 0);
+            let j0 = c * chunk;
+            let mut jj = 0;
+            if let Some(cols) = cols {
+                while jj + 4 <= o.len() {
+                    let j = j0 + jj;
+                    let ws = [w.row(j), w.row(j + 1), w.row(j + 2), w.row(j + 3)];
+                    let mut r = [0f32; 4];
+                    // SAFETY: as for `call`; `exact_cols` gave a kernel at
+                    // `level`, which this CPU supports, for four weight
+                    // rows that each match the activation row.
+                    unsafe { cols(act.row(0), ws, &mut r) };
+                    o[jj..jj + 4].copy_from_slice(&r);
+                    jj += 4;
+                }
+            }
+            for (k, v) in o.iter_mut().enumerate().skip(jj) {
+                *v = call(j0 + k, 0);
             }
         });
         return Ok(());

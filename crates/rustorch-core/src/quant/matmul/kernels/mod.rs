@@ -30,6 +30,20 @@ pub(crate) type DotFn = unsafe fn(w: &[u8], a: &[u8]) -> f32;
 /// As `DotFn`, for each of the four activation rows.
 pub(crate) type DotRowsFn = unsafe fn(w: &[u8], a: [&[u8]; 4], out: &mut [f32; 4]);
 
+/// Four weight rows against one activation row: `out[r]` is the dot
+/// product of `w[r]` with `a`, equal bit for bit to the `DotFn` of the
+/// same type and level on that pair (matvecs stream four weight rows at
+/// once).
+///
+/// # Safety
+/// As `DotFn`, for each of the four weight rows.
+pub(crate) type DotColsFn = unsafe fn(a: &[u8], w: [&[u8]; 4], out: &mut [f32; 4]);
+
+/// The four-weight-row kernel implemented at exactly this level, if any.
+pub(crate) fn exact_cols(qtype: QType, isa: Isa) -> Option<DotColsFn> {
+    legacy::cols_kernel(qtype, isa)
+}
+
 /// The best kernel for `qtype` at or below `isa`, with its level.
 pub(crate) fn find(qtype: QType, isa: Isa) -> Option<(Isa, DotFn)> {
     Isa::ALL

@@ -13,12 +13,14 @@
 //! integer parts exact but sum the scaled partial products in another
 //! order (as llama.cpp's x86 kernels do).
 
-use super::{DotFn, DotRowsFn};
+use super::{DotColsFn, DotFn, DotRowsFn};
 use crate::quant::matmul::Isa;
 use crate::quant::QType;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+mod ggml_exact;
+mod ggml_q8_0;
 mod scalar;
 #[cfg(test)]
 mod tests;
@@ -29,33 +31,33 @@ pub(super) fn kernel(qtype: QType, isa: Isa) -> Option<DotFn> {
     use QType::*;
     let k: DotFn = match isa {
         Isa::Scalar => match qtype {
-            Q4_0 => scalar::dot_q4_0,
-            Q4_1 => scalar::dot_q4_1,
-            Q5_0 => scalar::dot_q5_0,
-            Q5_1 => scalar::dot_q5_1,
-            Q8_0 => scalar::dot_q8_0,
+            Q4_0 => ggml_exact::dot_scalar::<W4_0>,
+            Q4_1 => ggml_exact::dot_scalar::<W4_1>,
+            Q5_0 => ggml_exact::dot_scalar::<W5_0>,
+            Q5_1 => ggml_exact::dot_scalar::<W5_1>,
+            Q8_0 => ggml_q8_0::dot_scalar,
             Q8_1 => scalar::dot_q8_1,
             IQ4NL => scalar::dot_iq4_nl,
             _ => return None,
         },
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => match qtype {
-            Q4_0 => avx2::dot::<W4_0>,
-            Q4_1 => avx2::dot::<W4_1>,
-            Q5_0 => avx2::dot::<W5_0>,
-            Q5_1 => avx2::dot::<W5_1>,
-            Q8_0 => avx2::dot::<W8_0>,
+            Q4_0 => ggml_exact::dot_avx2::<W4_0>,
+            Q4_1 => ggml_exact::dot_avx2::<W4_1>,
+            Q5_0 => ggml_exact::dot_avx2::<W5_0>,
+            Q5_1 => ggml_exact::dot_avx2::<W5_1>,
+            Q8_0 => ggml_q8_0::dot_avx2,
             Q8_1 => avx2::dot::<W8_1>,
             IQ4NL => avx2::dot::<WIq4Nl>,
             _ => return None,
         },
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512Vnni => match qtype {
-            Q4_0 => vnni::dot::<W4_0>,
-            Q4_1 => vnni::dot::<W4_1>,
-            Q5_0 => vnni::dot::<W5_0>,
-            Q5_1 => vnni::dot::<W5_1>,
-            Q8_0 => vnni::dot::<W8_0>,
+            Q4_0 => ggml_exact::dot_avx2::<W4_0>,
+            Q4_1 => ggml_exact::dot_avx2::<W4_1>,
+            Q5_0 => ggml_exact::dot_avx2::<W5_0>,
+            Q5_1 => ggml_exact::dot_avx2::<W5_1>,
+            Q8_0 => ggml_q8_0::dot_avx2,
             Q8_1 => vnni::dot::<W8_1>,
             IQ4NL => vnni::dot::<WIq4Nl>,
             _ => return None,
@@ -73,22 +75,17 @@ pub(super) fn rows_kernel(qtype: QType, isa: Isa) -> Option<DotRowsFn> {
     let k: DotRowsFn = match isa {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => match qtype {
-            Q4_0 => avx2::dot4::<W4_0>,
-            Q4_1 => avx2::dot4::<W4_1>,
-            Q5_0 => avx2::dot4::<W5_0>,
-            Q5_1 => avx2::dot4::<W5_1>,
-            Q8_0 => avx2::dot4::<W8_0>,
             Q8_1 => avx2::dot4::<W8_1>,
             IQ4NL => avx2::dot4::<WIq4Nl>,
             _ => return None,
         },
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512Vnni => match qtype {
-            Q4_0 => vnni::dot4::<W4_0>,
-            Q4_1 => vnni::dot4::<W4_1>,
-            Q5_0 => vnni::dot4::<W5_0>,
-            Q5_1 => vnni::dot4::<W5_1>,
-            Q8_0 => vnni::dot4::<W8_0>,
+            Q4_0 => ggml_exact::dot_rows_vnni::<W4_0>,
+            Q4_1 => ggml_exact::dot_rows_vnni::<W4_1>,
+            Q5_0 => ggml_exact::dot_rows_vnni::<W5_0>,
+            Q5_1 => ggml_exact::dot_rows_vnni::<W5_1>,
+            Q8_0 => ggml_q8_0::dot_pairs_vnni,
             Q8_1 => vnni::dot4::<W8_1>,
             IQ4NL => vnni::dot4::<WIq4Nl>,
             _ => return None,
@@ -96,6 +93,26 @@ pub(super) fn rows_kernel(qtype: QType, isa: Isa) -> Option<DotRowsFn> {
         _ => return None,
     };
     Some(k)
+}
+
+/// Four weight rows against one activation row at exactly `isa`, if
+/// any: `out[r]` is the dot product of `w[r]` with `a`, equal bit for bit
+/// to `kernel(qtype, isa)` on that pair.
+pub(super) fn cols_kernel(qtype: QType, isa: Isa) -> Option<DotColsFn> {
+    match (qtype, isa) {
+        // The pair kernel is symmetric in its operands (see ggml_q8_0).
+        #[cfg(target_arch = "x86_64")]
+        (QType::Q8_0, Isa::Avx512Vnni) => Some(ggml_q8_0::dot_pairs_vnni),
+        #[cfg(target_arch = "x86_64")]
+        (QType::Q4_0, Isa::Avx512Vnni) => Some(ggml_exact::dot_cols_vnni::<W4_0>),
+        #[cfg(target_arch = "x86_64")]
+        (QType::Q4_1, Isa::Avx512Vnni) => Some(ggml_exact::dot_cols_vnni::<W4_1>),
+        #[cfg(target_arch = "x86_64")]
+        (QType::Q5_0, Isa::Avx512Vnni) => Some(ggml_exact::dot_cols_vnni::<W5_0>),
+        #[cfg(target_arch = "x86_64")]
+        (QType::Q5_1, Isa::Avx512Vnni) => Some(ggml_exact::dot_cols_vnni::<W5_1>),
+        _ => None,
+    }
 }
 
 /// Where a weight type keeps its fields, and which activation type it

@@ -14,7 +14,7 @@
 //! of the exact sum of its terms, gamma(n) = n * u / (1 - n * u); two
 //! kernels are within twice that of each other.
 
-use super::{kernel, rows_kernel};
+use super::{cols_kernel, kernel, rows_kernel};
 use crate::quant::blocks::{f16_to_f32, f32_to_f16, KVALUES_IQ4NL};
 use crate::quant::matmul::{qmatmul_isa, vec_dot_type, Isa, QMatRef, QuantizedRows};
 use crate::quant::{dequantize, QType};
@@ -405,8 +405,12 @@ fn four_row_kernels_equal_one_row_kernels() {
         let dot = vec_dot_type(qtype).unwrap();
         for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
             let Some(k4) = rows_kernel(qtype, isa) else {
+                // The llama.cpp-order types have four-row kernels only
+                // with AVX-512 VNNI.
                 assert!(
-                    isa == Isa::Scalar || !cfg!(target_arch = "x86_64"),
+                    isa == Isa::Scalar
+                        || !cfg!(target_arch = "x86_64")
+                        || (isa == Isa::Avx2 && LLAMA_ORDER.contains(&qtype)),
                     "{qtype} {isa}: no 4-row kernel"
                 );
                 continue;
@@ -435,6 +439,56 @@ fn four_row_kernels_equal_one_row_kernels() {
             // SAFETY: the level is available; the kernel checks lengths.
             unsafe { k4(&w, [&good, &good, &bad, &good], &mut out) };
             assert!(out.iter().all(|v| v.is_nan()), "{qtype} {isa}: {out:?}");
+        }
+    }
+}
+
+/// The types whose kernels follow llama.cpp's x86 order (ggml_q8_0,
+/// ggml_exact): the same bits at every level.
+const LLAMA_ORDER: [QType; 5] = [QType::Q4_0, QType::Q4_1, QType::Q5_0, QType::Q5_1, QType::Q8_0];
+
+#[test]
+fn llama_order_kernels_agree_bit_for_bit_across_levels() {
+    let mut rng = Rng(7);
+    for qtype in LLAMA_ORDER {
+        let dot = vec_dot_type(qtype).unwrap();
+        for n in LENGTHS {
+            for _ in 0..3 {
+                let w = weight_row(qtype, n / 32, &mut rng);
+                for a in act_rows(dot, n, &mut rng) {
+                    let want = call(qtype, Isa::Scalar, &w, &a);
+                    for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+                        let got = call(qtype, isa, &w, &a);
+                        assert!(same(got, want), "{qtype} {isa} n={n}: {got} vs scalar {want}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The four-weight-row (matvec) kernels repeat the one-row kernels'
+/// arithmetic exactly.
+#[test]
+fn four_weight_row_kernels_equal_one_row_kernels() {
+    let mut rng = Rng(8);
+    for qtype in TYPES {
+        let dot = vec_dot_type(qtype).unwrap();
+        for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+            let Some(k4) = cols_kernel(qtype, isa) else {
+                continue;
+            };
+            for n in LENGTHS {
+                let ws: Vec<Vec<u8>> = (0..4).map(|_| weight_row(qtype, n / 32, &mut rng)).collect();
+                let a = act_row(dot, n / 32, &mut rng);
+                let mut out = [0f32; 4];
+                // SAFETY: the level is available and the rows match.
+                unsafe { k4(&a, [&ws[0][..], &ws[1][..], &ws[2][..], &ws[3][..]], &mut out) };
+                for r in 0..4 {
+                    let want = call(qtype, isa, &ws[r], &a);
+                    assert!(same(out[r], want), "{qtype} {isa} n={n} row {r}: {} vs {want}", out[r]);
+                }
+            }
         }
     }
 }

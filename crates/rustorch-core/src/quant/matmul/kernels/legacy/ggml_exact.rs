@@ -1,0 +1,312 @@
+//! Q4_0, Q4_1, Q5_0 and Q5_1 weights in llama.cpp's exact x86 order.
+//!
+//! `ggml_vec_dot_{q4_0,q5_0}_q8_0` and `ggml_vec_dot_{q4_1,q5_1}_q8_1`
+//! (arch/x86/quants.c, AVX2 branch) and tinyBLAS_Q0_AVX (Q4_0 and Q5_0 at
+//! m >= 2) all compute an output as ggml_q8_0 describes: eight f32 lanes,
+//! lane l = `fma(d_w * d_a, sum of products 4l..4l+3, lane)` per block,
+//! then `hsum`. The types with an offset add `summs = fma(m_w, s_a, summs)`
+//! per block (GCC contracts llama.cpp's `summs += m * s` into
+//! `vfmadd231ss`; seen in libggml-cpu.so) and return `hsum + summs`.
+//! The integer sums are exact at every level, so only this float order
+//! decides the bits. (Q4_0 weights with rows % 8 == 0 are repacked by
+//! llama.cpp and take another path.)
+
+use super::{Layout, W4_0, W4_1, W5_0, W5_1};
+use crate::quant::blocks::f16_to_f32;
+
+/// llama.cpp's `hsum` of eight f32 lanes (`hsum_float_8`).
+#[inline(always)]
+pub(super) fn reduce8(acc: [f32; 8]) -> f32 {
+    let r: [f32; 4] = std::array::from_fn(|i| acc[4 + i] + acc[i]);
+    (r[0] + r[2]) + (r[1] + r[3])
+}
+
+/// A weight type's quants as signed integers, in element order.
+pub(super) trait Decode: Layout {
+    fn quants(block: &[u8]) -> [i32; 32];
+}
+
+fn nibbles(qs: &[u8], off: i32) -> [i32; 32] {
+    std::array::from_fn(|j| {
+        if j < 16 {
+            (qs[j] & 0x0F) as i32 - off
+        } else {
+            (qs[j - 16] >> 4) as i32 - off
+        }
+    })
+}
+
+fn fives(qh: &[u8], qs: &[u8], off: i32) -> [i32; 32] {
+    let h = u32::from_le_bytes([qh[0], qh[1], qh[2], qh[3]]);
+    let n = nibbles(qs, 0);
+    std::array::from_fn(|j| n[j] | (((h >> j) & 1) as i32) << 4).map(|q| q - off)
+}
+
+impl Decode for W4_0 {
+    fn quants(b: &[u8]) -> [i32; 32] {
+        nibbles(&b[2..18], 8)
+    }
+}
+impl Decode for W4_1 {
+    fn quants(b: &[u8]) -> [i32; 32] {
+        nibbles(&b[4..20], 0)
+    }
+}
+impl Decode for W5_0 {
+    fn quants(b: &[u8]) -> [i32; 32] {
+        fives(&b[2..6], &b[6..22], 16)
+    }
+}
+impl Decode for W5_1 {
+    fn quants(b: &[u8]) -> [i32; 32] {
+        fives(&b[4..8], &b[8..24], 0)
+    }
+}
+
+#[inline(always)]
+fn f16_at(b: &[u8], at: usize) -> f32 {
+    f16_to_f32([b[at], b[at + 1]])
+}
+
+/// Portable version of the order above.
+///
+/// # Safety
+/// None beyond the `DotFn` contract (it is `unsafe` only to share its type).
+pub(super) unsafe fn dot_scalar<T: Decode>(w: &[u8], a: &[u8]) -> f32 {
+    let Some(nb) = super::blocks::<T>(w, a) else {
+        return f32::NAN;
+    };
+    let mut acc = [0f32; 8];
+    let mut summs = 0f32;
+    for i in 0..nb {
+        let x = &w[i * T::W_BYTES..(i + 1) * T::W_BYTES];
+        let y = &a[i * T::A_BYTES..(i + 1) * T::A_BYTES];
+        let q = T::quants(x);
+        let yq = &y[T::A_QS..T::A_QS + 32];
+        let d = f16_at(x, 0) * f16_at(y, 0);
+        for (l, lane) in acc.iter_mut().enumerate() {
+            let s: i32 = (0..4).map(|t| q[4 * l + t] * yq[4 * l + t] as i8 as i32).sum();
+            *lane = d.mul_add(s as f32, *lane);
+        }
+        if T::MIN {
+            summs = f16_at(x, 2).mul_add(f16_at(y, 2), summs);
+        }
+    }
+    if T::MIN {
+        reduce8(acc) + summs
+    } else {
+        reduce8(acc)
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(super) use simd::{dot_avx2, dot_cols_vnni, dot_rows_vnni};
+
+#[cfg(target_arch = "x86_64")]
+mod simd {
+    use super::super::avx2::{u16_at, Avx2Dot};
+    use super::super::vnni::VnniDot;
+    use super::super::{blocks, blocks4};
+    use super::reduce8;
+    use std::arch::x86_64::*;
+
+    #[inline(always)]
+    unsafe fn hsum8(v: __m256) -> f32 {
+        let mut lanes = [0f32; 8];
+        // SAFETY: `lanes` holds eight f32 values; AVX in every caller.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), v) };
+        reduce8(lanes)
+    }
+
+    #[inline(always)]
+    fn f16(h: u64) -> f32 {
+        crate::quant::blocks::f16_bits_to_f32(h as u16)
+    }
+
+    /// # Safety
+    /// AVX2, FMA and F16C must be available (`Isa::Avx2`).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(in super::super) unsafe fn dot_avx2<T: Avx2Dot>(w: &[u8], a: &[u8]) -> f32 {
+        let Some(nb) = blocks::<T>(w, a) else {
+            return f32::NAN;
+        };
+        let (wp, ap) = (w.as_ptr(), a.as_ptr());
+        let mut acc = _mm256_setzero_ps();
+        let mut summs = 0f32;
+        for i in 0..nb {
+            // SAFETY: block i < nb of both rows (`blocks`).
+            unsafe {
+                let (wb, ab) = (wp.add(i * T::W_BYTES), ap.add(i * T::A_BYTES));
+                let d = f16(u16_at(wb)) * f16(u16_at(ab));
+                let p = T::block(wb, _mm256_loadu_si256(ab.add(T::A_QS).cast()));
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), acc);
+                if T::MIN {
+                    summs = f16(u16_at(wb.add(2))).mul_add(f16(u16_at(ab.add(2))), summs);
+                }
+            }
+        }
+        // SAFETY: AVX enabled above.
+        let h = unsafe { hsum8(acc) };
+        if T::MIN {
+            h + summs
+        } else {
+            h
+        }
+    }
+
+    /// The low and high 256-bit halves of 16 i32 lanes, as f32.
+    #[inline(always)]
+    unsafe fn halves(p: __m512i) -> (__m256, __m256) {
+        // SAFETY: AVX-512F in the calling kernel.
+        unsafe {
+            let f = _mm512_cvtepi32_ps(p);
+            (
+                _mm512_castps512_ps256(f),
+                _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(f))),
+            )
+        }
+    }
+
+    /// The 64 quant bytes of activation blocks i and i + 1 at `ab`.
+    #[inline(always)]
+    unsafe fn act2<T: Avx2Dot>(ab: *const u8) -> __m512i {
+        // SAFETY: two whole activation blocks at `ab` (caller).
+        unsafe {
+            let a0 = _mm256_loadu_si256(ab.add(T::A_QS).cast());
+            let a1 = _mm256_loadu_si256(ab.add(T::A_BYTES + T::A_QS).cast());
+            _mm512_inserti64x4::<1>(_mm512_castsi256_si512(a0), a1)
+        }
+    }
+
+    /// One weight row against four activation rows; each output goes
+    /// through exactly `dot_avx2`'s f32 operations (two blocks' integer
+    /// sums per `vpdpbusd`, then one FMA per block in order).
+    ///
+    /// # Safety
+    /// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C must be available.
+    #[allow(clippy::needless_range_loop)]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    pub(in super::super) unsafe fn dot_rows_vnni<T: VnniDot>(w: &[u8], a: [&[u8]; 4], out: &mut [f32; 4]) {
+        let Some(nb) = blocks4::<T>(w, &a) else {
+            *out = [f32::NAN; 4];
+            return;
+        };
+        let wp = w.as_ptr();
+        let ap = a.map(|r| r.as_ptr());
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut summs = [0f32; 4];
+        let mut i = 0;
+        // SAFETY (pointer reads): blocks i, i + 1 < nb of every row, which
+        // `blocks4` checked.
+        while i + 2 <= nb {
+            unsafe {
+                let wb = wp.add(i * T::W_BYTES);
+                let u = T::decode2(wb);
+                let (dw0, dw1) = (f16(u16_at(wb)), f16(u16_at(wb.add(T::W_BYTES))));
+                for r in 0..4 {
+                    let ab = ap[r].add(i * T::A_BYTES);
+                    let (lo, hi) = halves(T::mul2(u, act2::<T>(ab)));
+                    let d0 = dw0 * f16(u16_at(ab));
+                    let d1 = dw1 * f16(u16_at(ab.add(T::A_BYTES)));
+                    acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d0), lo, acc[r]);
+                    acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d1), hi, acc[r]);
+                    if T::MIN {
+                        let (m0, m1) = (f16(u16_at(wb.add(2))), f16(u16_at(wb.add(T::W_BYTES + 2))));
+                        summs[r] = m0.mul_add(f16(u16_at(ab.add(2))), summs[r]);
+                        summs[r] = m1.mul_add(f16(u16_at(ab.add(T::A_BYTES + 2))), summs[r]);
+                    }
+                }
+            }
+            i += 2;
+        }
+        if i < nb {
+            unsafe {
+                let wb = wp.add(i * T::W_BYTES);
+                let u = <T as Avx2Dot>::decode(wb);
+                let dw = f16(u16_at(wb));
+                for r in 0..4 {
+                    let ab = ap[r].add(i * T::A_BYTES);
+                    let p = <T as Avx2Dot>::mul(u, _mm256_loadu_si256(ab.add(T::A_QS).cast()));
+                    let d = dw * f16(u16_at(ab));
+                    acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), acc[r]);
+                    if T::MIN {
+                        summs[r] = f16(u16_at(wb.add(2))).mul_add(f16(u16_at(ab.add(2))), summs[r]);
+                    }
+                }
+            }
+        }
+        for r in 0..4 {
+            // SAFETY: AVX enabled above.
+            let h = unsafe { hsum8(acc[r]) };
+            out[r] = if T::MIN { h + summs[r] } else { h };
+        }
+    }
+
+    /// Four weight rows against one activation row, as `dot_rows_vnni`
+    /// with the roles of the rows exchanged (each weight row decoded once,
+    /// the activation blocks loaded once for the four).
+    ///
+    /// # Safety
+    /// As `dot_rows_vnni`.
+    #[allow(clippy::needless_range_loop)]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    pub(in super::super) unsafe fn dot_cols_vnni<T: VnniDot>(a: &[u8], w: [&[u8]; 4], out: &mut [f32; 4]) {
+        let Some(nb) = blocks::<T>(w[0], a) else {
+            *out = [f32::NAN; 4];
+            return;
+        };
+        if w[1..].iter().any(|r| r.len() != w[0].len()) {
+            *out = [f32::NAN; 4];
+            return;
+        }
+        let ap = a.as_ptr();
+        let wp = w.map(|r| r.as_ptr());
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut summs = [0f32; 4];
+        let mut i = 0;
+        // SAFETY (pointer reads): blocks i, i + 1 < nb of every row, which
+        // the checks above established.
+        while i + 2 <= nb {
+            unsafe {
+                let ab = ap.add(i * T::A_BYTES);
+                let av = act2::<T>(ab);
+                let (da0, da1) = (f16(u16_at(ab)), f16(u16_at(ab.add(T::A_BYTES))));
+                for r in 0..4 {
+                    let wb = wp[r].add(i * T::W_BYTES);
+                    let (lo, hi) = halves(T::pair(wb, av));
+                    let d0 = f16(u16_at(wb)) * da0;
+                    let d1 = f16(u16_at(wb.add(T::W_BYTES))) * da1;
+                    acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d0), lo, acc[r]);
+                    acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d1), hi, acc[r]);
+                    if T::MIN {
+                        summs[r] = f16(u16_at(wb.add(2))).mul_add(f16(u16_at(ab.add(2))), summs[r]);
+                        summs[r] =
+                            f16(u16_at(wb.add(T::W_BYTES + 2))).mul_add(f16(u16_at(ab.add(T::A_BYTES + 2))), summs[r]);
+                    }
+                }
+            }
+            i += 2;
+        }
+        if i < nb {
+            unsafe {
+                let ab = ap.add(i * T::A_BYTES);
+                let av = _mm256_loadu_si256(ab.add(T::A_QS).cast());
+                let da = f16(u16_at(ab));
+                for r in 0..4 {
+                    let wb = wp[r].add(i * T::W_BYTES);
+                    let p = <T as Avx2Dot>::block(wb, av);
+                    let d = f16(u16_at(wb)) * da;
+                    acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), acc[r]);
+                    if T::MIN {
+                        summs[r] = f16(u16_at(wb.add(2))).mul_add(f16(u16_at(ab.add(2))), summs[r]);
+                    }
+                }
+            }
+        }
+        for r in 0..4 {
+            // SAFETY: AVX enabled above.
+            let h = unsafe { hsum8(acc[r]) };
+            out[r] = if T::MIN { h + summs[r] } else { h };
+        }
+    }
+}

@@ -1,0 +1,189 @@
+//! Q8_0 weights against Q8_0 activations in llama.cpp's exact x86 order.
+//!
+//! llama.cpp computes every output of a Q8_0 product the same way, whether
+//! through `ggml_vec_dot_q8_0_q8_0` (arch/x86/quants.c, m = 1) or
+//! tinyBLAS_Q0_AVX (llamafile/sgemm.cpp, m >= 2; all its tile shapes do
+//! the same per-element work): eight f32 lanes, lane l holding
+//! `fma(d_w * d_a, sum of the four products 4l..4l+3 of the block, lane)`
+//! block after block, then `hsum`: `r[i] = lane[4 + i] + lane[i]`,
+//! `(r[0] + r[2]) + (r[1] + r[3])`. The four-product sums are exact
+//! integers (at most 4 * 128 * 128 in magnitude, exact in f32), so any
+//! exact way of forming them gives the same bits; only the float order
+//! matters, and every level here follows it.
+//!
+//! The kernels are symmetric in their two operands (both are Q8_0 blocks
+//! and every operation commutes), so the four-pair kernel serves both
+//! one weight row against four activation rows (batches) and four weight
+//! rows against one activation row (matvec).
+
+use crate::quant::blocks::f16_to_f32;
+
+/// Bytes per Q8_0 block: an f16 scale, then 32 signed quants.
+const B: usize = 34;
+
+/// The block count of two matching rows; `None` if they do not match
+/// (the driver never passes such rows, so kernels answer NaN).
+#[inline(always)]
+fn blocks(w: &[u8], a: &[u8]) -> Option<usize> {
+    (w.len() == a.len() && w.len().is_multiple_of(B)).then_some(w.len() / B)
+}
+
+#[inline(always)]
+fn scale(block: &[u8]) -> f32 {
+    f16_to_f32([block[0], block[1]])
+}
+
+/// llama.cpp's `hsum` of eight f32 lanes (`hsum_float_8`).
+#[inline(always)]
+fn reduce8(acc: [f32; 8]) -> f32 {
+    let r: [f32; 4] = std::array::from_fn(|i| acc[4 + i] + acc[i]);
+    (r[0] + r[2]) + (r[1] + r[3])
+}
+
+/// Portable version: the same lanes, `f32::mul_add` (one rounding, as
+/// `_mm256_fmadd_ps`) per lane and block.
+///
+/// # Safety
+/// None beyond the `DotFn` contract (it is `unsafe` only to share its type).
+pub(super) unsafe fn dot_scalar(w: &[u8], a: &[u8]) -> f32 {
+    if blocks(w, a).is_none() {
+        return f32::NAN;
+    }
+    let mut acc = [0f32; 8];
+    for (x, y) in w.chunks_exact(B).zip(a.chunks_exact(B)) {
+        let d = scale(x) * scale(y);
+        for (l, lane) in acc.iter_mut().enumerate() {
+            let s: i32 = (0..4)
+                .map(|t| x[2 + 4 * l + t] as i8 as i32 * y[2 + 4 * l + t] as i8 as i32)
+                .sum();
+            *lane = d.mul_add(s as f32, *lane);
+        }
+    }
+    reduce8(acc)
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(super) use simd::{dot_avx2, dot_pairs_vnni};
+
+#[cfg(target_arch = "x86_64")]
+mod simd {
+    use super::{blocks, reduce8, scale, B};
+    use std::arch::x86_64::*;
+
+    /// The eight four-product sums of the 32 quants at `x` and `y`, exact
+    /// for any byte values (sign-extended to i16, `vpmaddwd` into pairs,
+    /// pairs added).
+    #[inline(always)]
+    unsafe fn lanes_avx2(x: *const u8, y: *const u8) -> __m256i {
+        // SAFETY: 32 readable bytes at `x` and `y` (caller); AVX2 enabled
+        // in the calling kernel.
+        unsafe {
+            let xv = _mm256_loadu_si256(x.cast());
+            let yv = _mm256_loadu_si256(y.cast());
+            let lo = _mm256_madd_epi16(
+                _mm256_cvtepi8_epi16(_mm256_castsi256_si128(xv)),
+                _mm256_cvtepi8_epi16(_mm256_castsi256_si128(yv)),
+            );
+            let hi = _mm256_madd_epi16(
+                _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(xv)),
+                _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(yv)),
+            );
+            // hadd gives sums [0, 1, 4, 5 | 2, 3, 6, 7]; restore 0..8.
+            _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_hadd_epi32(lo, hi))
+        }
+    }
+
+    /// `hsum` of a vector's eight lanes, in llama.cpp's order.
+    #[inline(always)]
+    unsafe fn hsum8(v: __m256) -> f32 {
+        let mut lanes = [0f32; 8];
+        // SAFETY: `lanes` holds eight f32 values.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), v) };
+        reduce8(lanes)
+    }
+
+    /// # Safety
+    /// AVX2, FMA and F16C must be available (`Isa::Avx2`).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(in super::super) unsafe fn dot_avx2(w: &[u8], a: &[u8]) -> f32 {
+        let Some(nb) = blocks(w, a) else {
+            return f32::NAN;
+        };
+        let mut acc = _mm256_setzero_ps();
+        for i in 0..nb {
+            let (x, y) = (&w[i * B..(i + 1) * B], &a[i * B..(i + 1) * B]);
+            let d = scale(x) * scale(y);
+            // SAFETY: each block has 32 quant bytes after its scale.
+            let l = unsafe { lanes_avx2(x.as_ptr().add(2), y.as_ptr().add(2)) };
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(l), acc);
+        }
+        // SAFETY: AVX enabled above.
+        unsafe { hsum8(acc) }
+    }
+
+    /// `out[p] = dot(s, o[p])` for four rows `o` sharing the row `s`, two
+    /// pairs per 512-bit vector (pair 2k in the low half, 2k + 1 in the
+    /// high half), each half doing exactly `dot_avx2`'s f32 operations.
+    ///
+    /// The integer sums come from `vpdpbusd`, which multiplies unsigned by
+    /// signed bytes: `o` is made unsigned by flipping its sign bit
+    /// (`q + 128`) and `128 * sum(s)`, shared by the four pairs, is taken
+    /// off again: exact for any bytes.
+    ///
+    /// # Safety
+    /// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C must be available
+    /// (`Isa::Avx512Vnni`).
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    pub(in super::super) unsafe fn dot_pairs_vnni(s: &[u8], o: [&[u8]; 4], out: &mut [f32; 4]) {
+        let Some(nb) = blocks(s, o[0]) else {
+            *out = [f32::NAN; 4];
+            return;
+        };
+        if o[1..].iter().any(|r| r.len() != s.len()) {
+            *out = [f32::NAN; 4];
+            return;
+        }
+        let sp = s.as_ptr();
+        let op = o.map(|r| r.as_ptr());
+        let zero = _mm512_setzero_si512();
+        let flip = _mm512_set1_epi8(i8::MIN);
+        let idx01 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+        let idx23 = _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+        let mut acc01 = _mm512_setzero_ps();
+        let mut acc23 = _mm512_setzero_ps();
+        for i in 0..nb {
+            let at = i * B;
+            // SAFETY (pointer reads): block i < nb of every row, checked
+            // above: 2 scale bytes and 32 quant bytes from `at`.
+            unsafe {
+                let sv = _mm512_broadcast_i64x4(_mm256_loadu_si256(sp.add(at + 2).cast()));
+                let corr = _mm512_dpbusd_epi32(zero, flip, sv);
+                let load2 = |a: *const u8, b: *const u8| {
+                    let lo = _mm512_castsi256_si512(_mm256_loadu_si256(a.add(at + 2).cast()));
+                    _mm512_xor_si512(
+                        _mm512_inserti64x4::<1>(lo, _mm256_loadu_si256(b.add(at + 2).cast())),
+                        flip,
+                    )
+                };
+                let p01 = _mm512_sub_epi32(_mm512_dpbusd_epi32(zero, load2(op[0], op[1]), sv), corr);
+                let p23 = _mm512_sub_epi32(_mm512_dpbusd_epi32(zero, load2(op[2], op[3]), sv), corr);
+                let h = |p: *const u8| u16::from_le_bytes([*p.add(at), *p.add(at + 1)]) as i64;
+                let packed = h(op[0]) | h(op[1]) << 16 | h(op[2]) << 32 | h(op[3]) << 48;
+                let ds = _mm_mul_ps(
+                    _mm_cvtph_ps(_mm_set_epi64x(0, packed)),
+                    _mm_set1_ps(scale(std::slice::from_raw_parts(sp.add(at), 2))),
+                );
+                let dz = _mm512_castps128_ps512(ds);
+                acc01 = _mm512_fmadd_ps(_mm512_permutexvar_ps(idx01, dz), _mm512_cvtepi32_ps(p01), acc01);
+                acc23 = _mm512_fmadd_ps(_mm512_permutexvar_ps(idx23, dz), _mm512_cvtepi32_ps(p23), acc23);
+            }
+        }
+        // SAFETY: AVX enabled above.
+        unsafe {
+            out[0] = hsum8(_mm512_castps512_ps256(acc01));
+            out[1] = hsum8(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(acc01))));
+            out[2] = hsum8(_mm512_castps512_ps256(acc23));
+            out[3] = hsum8(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(acc23))));
+        }
+    }
+}
