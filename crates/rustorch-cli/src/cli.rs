@@ -212,6 +212,11 @@ pub struct ChatArgs {
     /// Chat template to use instead of the model's (Jinja source, or "chatml")
     #[arg(long, value_name = "TEMPLATE")]
     pub chat_template: Option<String>,
+
+    /// After each reply, print to stderr how many prompt tokens were reused
+    /// from the cache, how many were computed, and the speed
+    #[arg(long)]
+    pub verbose: bool,
 }
 
 #[derive(Args, Debug)]
