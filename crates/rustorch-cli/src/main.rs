@@ -17,6 +17,7 @@ mod fetch;
 mod format;
 mod generate;
 mod info;
+mod interrupt;
 mod loader;
 mod perplexity;
 mod quantize;
