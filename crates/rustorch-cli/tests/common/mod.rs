@@ -73,3 +73,43 @@ pub fn assert_one_line_error(o: &Output, needle: &str) {
 pub fn exists(p: &Path) -> bool {
     p.exists()
 }
+
+/// The path in environment variable `env` (a real model from
+/// tools/fetch_models.py), or `None` (with a note) outside CI when it is
+/// not set. Under CI the variable must be set.
+pub fn real_model(env: &str) -> Option<String> {
+    match std::env::var(env) {
+        Ok(p) => Some(p),
+        Err(_) => {
+            assert!(
+                std::env::var("CI").is_err(),
+                "{env} must be set under CI (tools/fetch_models.py --print-env)"
+            );
+            eprintln!("skipping: {env} is not set (tools/fetch_models.py --print-env)");
+            None
+        }
+    }
+}
+
+/// Runs the built `rustorch-cli` with `args`, feeding `input` on stdin.
+pub fn cli_with_stdin<I, S>(args: I, input: &[u8], envs: &[(&str, &std::ffi::OsStr)]) -> Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rustorch-cli"))
+        .args(args)
+        .envs(envs.iter().copied())
+        .env("RUST_BACKTRACE", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary runs");
+    let mut stdin = child.stdin.take().expect("stdin is piped");
+    stdin.write_all(input).expect("the child reads its stdin");
+    drop(stdin);
+    child.wait_with_output().expect("the binary runs")
+}

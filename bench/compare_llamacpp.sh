@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# Speed of rustorch-cli against llama.cpp on this machine, in one run.
+#
+# For each model, `llama-bench -t T -p P -n N` and `rustorch-cli bench -t T -p P -n N` run
+# interleaved: repetition i of llama.cpp, then repetition i of ours (each a fresh process with
+# its own warm-up run), so that a change in the machine's load affects both alike. The table
+# gives both tokens/s (mean ± sample sd over the repetitions) and the ratio ours / llama.cpp,
+# plus our load time (model file to ready, mean) and our peak RSS (/usr/bin/time -v, largest
+# over the repetitions) next to the model file's size.
+#
+# usage: bench/compare_llamacpp.sh [-p 512] [-n 128] [-r 5] [-t 2] [-m MODELS]
+#   MODELS: comma-separated subset of
+#           tinyllama-q4_k_m, tinyllama-q8_0, smollm2-q4_1, gemma3-q4_k_m (default: all)
+#   quick check: bench/compare_llamacpp.sh -p 32 -n 16 -r 1 -m smollm2-q4_1
+#
+# Needs: llama.cpp's tools (tools/build_llamacpp.sh builds or finds them), cargo, python3 with
+# numpy and gguf (for the TinyLlama-shaped models: ../shared/tools/mkmodel.py, or $MKMODEL),
+# /usr/bin/time. Environment: RUSTORCH_CACHE (default ~/.cache/rustorch), CARGO_TARGET_DIR,
+# RUSTORCH_CLI (a prebuilt rustorch-cli to use instead of building one).
+#
+# The TinyLlama-1.1B-shaped models (random weights: speed does not depend on their values) are
+# made once as F16 with mkmodel.py, quantized with llama-quantize to Q4_K_M and Q8_0, and cached
+# under $RUSTORCH_CACHE/models/bench (the F16 file is deleted after).
+set -euo pipefail
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+n_prompt=512
+n_gen=128
+reps=5
+threads=2
+models="tinyllama-q4_k_m,tinyllama-q8_0,smollm2-q4_1,gemma3-q4_k_m"
+
+usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+while [ $# -gt 0 ]; do
+    case "$1" in
+        -p) n_prompt="$2"; shift 2 ;;
+        -n) n_gen="$2"; shift 2 ;;
+        -r) reps="$2"; shift 2 ;;
+        -t) threads="$2"; shift 2 ;;
+        -m) models="$2"; shift 2 ;;
+        -h|--help) usage 0 ;;
+        *) echo "compare_llamacpp: unknown option $1" >&2; usage 2 ;;
+    esac
+done
+for v in "$n_prompt" "$n_gen" "$reps" "$threads"; do
+    [[ "$v" =~ ^[0-9]+$ ]] || { echo "compare_llamacpp: not a number: $v" >&2; exit 2; }
+done
+[ "$reps" -ge 1 ] || { echo "compare_llamacpp: -r must be at least 1" >&2; exit 2; }
+
+log() { echo "compare_llamacpp: $*" >&2; }
+
+IFS=',' read -r -a chosen <<< "$models"
+for m in "${chosen[@]}"; do
+    case "$m" in
+        tinyllama-q4_k_m|tinyllama-q8_0|smollm2-q4_1|gemma3-q4_k_m) ;;
+        *) log "unknown model $m (choose from tinyllama-q4_k_m, tinyllama-q8_0, smollm2-q4_1, gemma3-q4_k_m)"; exit 2 ;;
+    esac
+done
+
+cache="${RUSTORCH_CACHE:-$HOME/.cache/rustorch}"
+bench_dir="$cache/models/bench"
+
+# --- tools ---------------------------------------------------------------------------------
+llama_bin="$("$root/tools/build_llamacpp.sh" | tail -n 1)"
+[ -x "$llama_bin/llama-bench" ] || { log "no llama-bench in $llama_bin"; exit 1; }
+if [ -n "${RUSTORCH_CLI:-}" ]; then
+    cli="$RUSTORCH_CLI"
+else
+    log "building rustorch-cli (release)"
+    (cd "$root" && cargo build --release -p rustorch-cli >&2)
+    cli="${CARGO_TARGET_DIR:-$root/target}/release/rustorch-cli"
+fi
+[ -x "$cli" ] || { log "no rustorch-cli at $cli"; exit 1; }
+[ -x /usr/bin/time ] || { log "/usr/bin/time is needed for the peak memory"; exit 1; }
+
+# --- models --------------------------------------------------------------------------------
+model_path() {
+    case "$1" in
+        smollm2-q4_1) echo "$RUSTORCH_SMOLLM2_GGUF" ;;
+        gemma3-q4_k_m) echo "$RUSTORCH_GEMMA3_GGUF" ;;
+        tinyllama-q4_k_m) echo "$bench_dir/tinyllama-q4_k_m.gguf" ;;
+        tinyllama-q8_0) echo "$bench_dir/tinyllama-q8_0.gguf" ;;
+        *) log "unknown model $1"; exit 2 ;;
+    esac
+}
+
+make_tinyllama() { # QTYPE FILE
+    local qtype="$1" out="$2"
+    [ -s "$out" ] && return 0
+    local mkmodel="${MKMODEL:-$root/../shared/tools/mkmodel.py}"
+    [ -f "$mkmodel" ] || { log "mkmodel.py not found at $mkmodel (set MKMODEL)"; exit 1; }
+    mkdir -p "$bench_dir"
+    local f16="$bench_dir/tinyllama-f16.gguf"
+    if [ ! -s "$f16" ]; then
+        log "making the TinyLlama-shaped F16 model (mkmodel.py)"
+        python3 "$mkmodel" tinyllama "$f16.partial" >&2
+        mv "$f16.partial" "$f16"
+    fi
+    log "llama-quantize -> $qtype"
+    "$llama_bin/llama-quantize" "$f16" "$out.partial" "$qtype" "$threads" >/dev/null 2>&1 \
+        || { log "llama-quantize $qtype failed"; exit 1; }
+    mv "$out.partial" "$out"
+}
+
+only=()
+for m in "${chosen[@]}"; do
+    case "$m" in smollm2-*|gemma3-*) only+=(--only "${m%%-*}") ;; esac
+done
+if [ "${#only[@]}" -gt 0 ]; then
+    eval "$(python3 "$root/tools/fetch_models.py" --print-env "${only[@]}")"
+fi
+for m in "${chosen[@]}"; do
+    case "$m" in
+        tinyllama-q4_k_m) make_tinyllama Q4_K_M "$(model_path "$m")" ;;
+        tinyllama-q8_0) make_tinyllama Q8_0 "$(model_path "$m")" ;;
+        *) model_path "$m" >/dev/null ;;
+    esac
+done
+rm -f "$bench_dir/tinyllama-f16.gguf"
+
+# --- runs ----------------------------------------------------------------------------------
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+for m in "${chosen[@]}"; do
+    path="$(model_path "$m")"
+    for ((i = 1; i <= reps; i++)); do
+        log "$m: repetition $i/$reps: llama-bench"
+        "$llama_bin/llama-bench" -m "$path" -t "$threads" -p "$n_prompt" -n "$n_gen" -r 1 -o json \
+            > "$work/$m.llama.$i.json" 2> "$work/$m.llama.$i.err" \
+            || { cat "$work/$m.llama.$i.err" >&2; log "llama-bench failed on $m"; exit 1; }
+        log "$m: repetition $i/$reps: rustorch-cli bench"
+        /usr/bin/time -v -o "$work/$m.ours.$i.time" \
+            "$cli" bench -m "$path" -t "$threads" -p "$n_prompt" -n "$n_gen" -r 1 -o json \
+            > "$work/$m.ours.$i.json" 2> "$work/$m.ours.$i.err" \
+            || { cat "$work/$m.ours.$i.err" >&2; log "rustorch-cli bench failed on $m"; exit 1; }
+    done
+done
+
+# --- table ---------------------------------------------------------------------------------
+python3 - "$work" "$reps" "$threads" "${chosen[@]}" <<'EOF'
+import json, os, re, statistics, sys
+
+work, reps, threads, models = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
+
+def stats(xs):
+    return statistics.mean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
+
+def fmt(xs):
+    m, s = stats(xs)
+    return f"{m:.2f} ± {s:.2f}"
+
+rows = []
+for m in models:
+    theirs, ours, load_ms, rss_kib = {}, {}, [], []
+    size = None
+    for i in range(1, reps + 1):
+        for t in json.load(open(f"{work}/{m}.llama.{i}.json")):
+            name = f"pp{t['n_prompt']}" if t["n_gen"] == 0 else f"tg{t['n_gen']}"
+            theirs.setdefault(name, []).extend(t["samples_ts"])
+        for t in json.load(open(f"{work}/{m}.ours.{i}.json")):
+            ours.setdefault(t["test"], []).extend(t["samples_ts"])
+            load_ms.append(t["load_ms"])
+            size = os.path.getsize(t["model_filename"])
+        text = open(f"{work}/{m}.ours.{i}.time").read()
+        rss_kib.append(int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", text).group(1)))
+    for name in theirs:
+        a, b = stats(theirs[name])[0], stats(ours[name])[0]
+        rows.append([m, name, fmt(theirs[name]), fmt(ours[name]), f"{b / a:.2f}x",
+                     f"{statistics.mean(load_ms):.0f}", f"{max(rss_kib) / 1024:.0f}", f"{size / 2**20:.0f}"])
+
+head = ["model", "test", "llama.cpp t/s", "rustorch t/s", "ratio", "load ms", "peak RSS MiB", "file MiB"]
+width = [max(len(r[c]) for r in rows + [head]) for c in range(len(head))]
+line = lambda r: "| " + " | ".join(c.rjust(w) if i > 1 else c.ljust(w) for i, (c, w) in enumerate(zip(r, width))) + " |"
+print(f"threads: {threads}, repetitions: {reps} (interleaved, one process each)")
+print(line(head))
+print("| " + " | ".join(("-" * w) if i < 2 else ("-" * (w - 1) + ":") for i, w in enumerate(width)) + " |")
+for r in rows:
+    print(line(r))
+EOF

@@ -1,0 +1,313 @@
+//! `bench -m MODEL -p 512 -n 128 -r 5`: llama-bench's protocol and its
+//! markdown table (tools/llama-bench/llama-bench.cpp).
+//!
+//! Two tests, each on a fresh context of `n_prompt + n_gen` positions:
+//! - `ppN`: N random tokens (BOS first when the model adds it) run as
+//!   prompt batches of up to 512 (llama-bench's default ubatch), logits of
+//!   the last position only;
+//! - `tgN`: N tokens decoded one at a time from an empty cache, starting
+//!   from BOS (or a random token), each next token random (the speed does
+//!   not depend on which token comes).
+//!
+//! Each test runs once to warm up (the whole prompt for pp, one token for
+//! tg, as llama-bench does), then `-r` timed repetitions with the cache
+//! cleared before each. The figure is tokens/s per repetition, as mean ±
+//! sample standard deviation.
+
+use crate::cli::BenchArgs;
+use crate::error::CliError;
+use crate::loader;
+use rustorch_core::gguf::Gguf;
+use rustorch_core::quant::mix::FileType;
+use rustorch_llm::model::{KvCache, Logits};
+use rustorch_llm::Model;
+use std::time::{Duration, Instant};
+
+/// Prompt tokens per forward pass (llama-bench's default n_ubatch).
+const UBATCH: usize = 512;
+
+struct TestResult {
+    name: String,
+    n_prompt: usize,
+    n_gen: usize,
+    samples: Vec<Duration>,
+}
+
+impl TestResult {
+    fn tokens_per_s(&self) -> Vec<f64> {
+        let n = (self.n_prompt + self.n_gen) as f64;
+        self.samples.iter().map(|d| n / d.as_secs_f64().max(1e-12)).collect()
+    }
+}
+
+/// Mean and sample standard deviation, as llama-bench computes them.
+fn mean_sd(v: &[f64]) -> (f64, f64) {
+    let n = v.len() as f64;
+    let mean = v.iter().sum::<f64>() / n;
+    if v.len() <= 1 {
+        return (mean, 0.0);
+    }
+    let sq: f64 = v.iter().map(|x| x * x).sum();
+    let var = sq / (n - 1.0) - mean * mean * n / (n - 1.0);
+    (mean, var.max(0.0).sqrt())
+}
+
+/// A small deterministic generator for the random token ids (llama-bench
+/// uses `std::rand`; which ids come has no effect on the speed).
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: usize) -> u32 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((self.0 >> 33) % n as u64) as u32
+    }
+}
+
+pub fn run(args: &BenchArgs) -> Result<(), CliError> {
+    let json = match args.output.as_str() {
+        "md" => false,
+        "json" => true,
+        other => {
+            return Err(CliError::msg(format!(
+                "unknown output format '{other}'; choose md or json"
+            )))
+        }
+    };
+    if args.repetitions == 0 {
+        return Err(CliError::msg("--repetitions must be at least 1"));
+    }
+    if args.n_prompt == 0 && args.n_gen == 0 {
+        return Err(CliError::msg("nothing to measure: -p and -n are both 0"));
+    }
+    let path = loader::prepare(&args.model)?;
+    let threads = args.model.threads.unwrap_or_else(rayon::current_num_threads);
+    let (model, load_time) = loader::load(&path, &args.model.backend)?;
+    eprintln!("load: {:.2} ms", load_time.as_secs_f64() * 1e3);
+    let n_ctx = args.n_prompt + args.n_gen;
+    if n_ctx > model.config().n_ctx_train {
+        eprintln!(
+            "note: {n_ctx} positions exceed the model's training context of {}",
+            model.config().n_ctx_train
+        );
+    }
+    let g = Gguf::open(&path).map_err(|e| CliError::msg(format!("{}: {e}", path.display())))?;
+    let size: u64 = g.tensors().iter().map(|t| t.n_bytes() as u64).sum();
+    let params: u64 = g.tensors().iter().map(|t| t.numel() as u64).sum();
+    let label = model_label(&model, &g, params);
+
+    let mut rng = Lcg(1);
+    let mut results = Vec::new();
+    if args.n_prompt > 0 {
+        let mut cache = model.new_cache(n_ctx)?;
+        prompt(&model, &mut cache, args.n_prompt, &mut rng)?; // warm-up
+        let mut samples = Vec::with_capacity(args.repetitions);
+        for _ in 0..args.repetitions {
+            cache.clear();
+            let t = Instant::now();
+            prompt(&model, &mut cache, args.n_prompt, &mut rng)?;
+            samples.push(t.elapsed());
+        }
+        results.push(TestResult {
+            name: format!("pp{}", args.n_prompt),
+            n_prompt: args.n_prompt,
+            n_gen: 0,
+            samples,
+        });
+    }
+    if args.n_gen > 0 {
+        let mut cache = model.new_cache(n_ctx)?;
+        generate(&model, &mut cache, 1, &mut rng)?; // warm-up
+        let mut samples = Vec::with_capacity(args.repetitions);
+        for _ in 0..args.repetitions {
+            cache.clear();
+            let t = Instant::now();
+            generate(&model, &mut cache, args.n_gen, &mut rng)?;
+            samples.push(t.elapsed());
+        }
+        results.push(TestResult {
+            name: format!("tg{}", args.n_gen),
+            n_prompt: 0,
+            n_gen: args.n_gen,
+            samples,
+        });
+    }
+
+    if json {
+        print_json(
+            &path.display().to_string(),
+            &label,
+            size,
+            params,
+            threads,
+            load_time,
+            &results,
+        );
+    } else {
+        print_markdown(&label, size, params, threads, &results);
+    }
+    Ok(())
+}
+
+/// `ARCH SIZE FTYPE`, like llama.cpp's model description (`llama 135M Q4_1`).
+fn model_label(model: &Model, g: &Gguf, params: u64) -> String {
+    let size = if params < 1_000_000_000 {
+        format!("{}M", (params as f64 / 1e6).round())
+    } else {
+        format!("{:.1}B", params as f64 / 1e9)
+    };
+    let ftype = g
+        .metadata()
+        .get_u32("general.file_type")
+        .ok()
+        .and_then(|id| FileType::ALL.into_iter().find(|f| f.id() == id))
+        .map_or("?", |f| f.name());
+    format!("{} {size} {ftype}", model.config().arch.name())
+}
+
+fn prompt(model: &Model, cache: &mut KvCache, n: usize, rng: &mut Lcg) -> Result<(), CliError> {
+    let tok = model.tokenizer();
+    let n_vocab = model.config().n_vocab;
+    let mut done = 0;
+    while done < n {
+        let len = (n - done).min(UBATCH);
+        let batch: Vec<u32> = (0..len)
+            .map(|i| match (done + i, tok.add_bos(), tok.bos()) {
+                (0, true, Some(bos)) => bos,
+                _ => rng.below(n_vocab),
+            })
+            .collect();
+        model.forward(cache, &batch, Logits::Last)?;
+        done += len;
+    }
+    Ok(())
+}
+
+fn generate(model: &Model, cache: &mut KvCache, n: usize, rng: &mut Lcg) -> Result<(), CliError> {
+    let tok = model.tokenizer();
+    let n_vocab = model.config().n_vocab;
+    let mut next = match (tok.add_bos(), tok.bos()) {
+        (true, Some(bos)) => bos,
+        _ => rng.below(n_vocab),
+    };
+    for _ in 0..n {
+        model.forward(cache, &[next], Logits::Last)?;
+        next = rng.below(n_vocab);
+    }
+    Ok(())
+}
+
+fn size_cell(size: u64) -> String {
+    if size < 1 << 30 {
+        format!("{:.2} MiB", size as f64 / (1u64 << 20) as f64)
+    } else {
+        format!("{:.2} GiB", size as f64 / (1u64 << 30) as f64)
+    }
+}
+
+fn params_cell(params: u64) -> String {
+    if params < 1_000_000_000 {
+        format!("{:.2} M", params as f64 / 1e6)
+    } else {
+        format!("{:.2} B", params as f64 / 1e9)
+    }
+}
+
+/// llama-bench's markdown printer: fixed widths, negative = left-aligned.
+fn print_markdown(label: &str, size: u64, params: u64, threads: usize, results: &[TestResult]) {
+    let fields: [(&str, i32); 7] = [
+        ("model", -30),
+        ("size", 10),
+        ("params", 10),
+        ("backend", -10),
+        ("threads", 7),
+        ("test", 15),
+        ("t/s", 20),
+    ];
+    let cell = |w: i32, v: &str| {
+        let width = w.unsigned_abs() as usize;
+        if w < 0 {
+            format!(" {v:<width$} |")
+        } else {
+            format!(" {v:>width$} |")
+        }
+    };
+    let mut out = String::from("|");
+    for (name, w) in fields {
+        out.push_str(&cell(w, name));
+    }
+    out.push_str("\n|");
+    for (_, w) in fields {
+        let dashes = "-".repeat(w.unsigned_abs() as usize - 1);
+        out.push_str(&format!(" {dashes}{} |", if w > 0 { ":" } else { "-" }));
+    }
+    out.push('\n');
+    for r in results {
+        let (mean, sd) = mean_sd(&r.tokens_per_s());
+        let values = [
+            label.to_string(),
+            size_cell(size),
+            params_cell(params),
+            "CPU".to_string(),
+            threads.to_string(),
+            r.name.clone(),
+            format!("{mean:.2} ± {sd:.2}"),
+        ];
+        out.push('|');
+        for ((_, w), v) in fields.iter().zip(&values) {
+            out.push_str(&cell(*w, v));
+        }
+        out.push('\n');
+    }
+    print!("{out}");
+}
+
+fn print_json(file: &str, label: &str, size: u64, params: u64, threads: usize, load: Duration, results: &[TestResult]) {
+    let tests: Vec<serde_json::Value> = results
+        .iter()
+        .map(|r| {
+            let ts = r.tokens_per_s();
+            let (avg_ts, stddev_ts) = mean_sd(&ts);
+            let ns: Vec<f64> = r.samples.iter().map(|d| d.as_nanos() as f64).collect();
+            let (avg_ns, stddev_ns) = mean_sd(&ns);
+            serde_json::json!({
+                "model_filename": file,
+                "model_type": label,
+                "model_size": size,
+                "model_n_params": params,
+                "backend": "CPU",
+                "n_threads": threads,
+                "n_prompt": r.n_prompt,
+                "n_gen": r.n_gen,
+                "test": r.name,
+                "load_ms": load.as_secs_f64() * 1e3,
+                "avg_ns": avg_ns.round() as u64,
+                "stddev_ns": stddev_ns.round() as u64,
+                "avg_ts": avg_ts,
+                "stddev_ts": stddev_ts,
+                "samples_ns": r.samples.iter().map(|d| d.as_nanos() as u64).collect::<Vec<_>>(),
+                "samples_ts": ts,
+            })
+        })
+        .collect();
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&tests).expect("JSON values always serialize")
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mean_and_sample_sd() {
+        let (m, s) = mean_sd(&[2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]);
+        assert!((m - 5.0).abs() < 1e-12);
+        // Sample variance: 32 / 7.
+        assert!((s - (32.0f64 / 7.0).sqrt()).abs() < 1e-12, "{s}");
+        assert_eq!(mean_sd(&[3.0]), (3.0, 0.0));
+    }
+}

@@ -1,0 +1,90 @@
+//! `rustorch-cli bench`: llama-bench's table shape (its header and rule
+//! lines are copied from a llama-bench run on this build) and figures that
+//! agree with the run's own timings in JSON.
+
+mod common;
+
+use common::{assert_one_line_error, cli, real_model, stderr, stdout};
+
+/// llama-bench's header and rule lines for the default CPU columns
+/// (`llama-bench -m SmolLM2 -p 64 -n 16 -r 2 -t 2`, llama.cpp 0.3.36).
+const HEADER: &str = "| model                          |       size |     params | backend    | threads |            test |                  t/s |";
+const RULE: &str = "| ------------------------------ | ---------: | ---------: | ---------- | ------: | --------------: | -------------------: |";
+
+#[test]
+fn markdown_table_has_llama_bench_shape() {
+    let Some(model) = real_model("RUSTORCH_SMOLLM2_GGUF") else {
+        return;
+    };
+    let o = cli(["bench", "-m", &model, "-p", "8", "-n", "4", "-r", "2", "-t", "2"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 4, "{out}");
+    assert_eq!(lines[0], HEADER);
+    assert_eq!(lines[1], RULE);
+    // llama-bench's row for this file starts `| llama ... Q4_1 | 92.10 MiB | 134.52 M | CPU | 2 |`
+    // (its size and params are the tensors' bytes and elements).
+    for (line, test) in lines[2..].iter().zip(["pp8", "tg4"]) {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        assert_eq!(line.chars().count(), HEADER.chars().count(), "{line}");
+        assert_eq!(&cells[2..6], ["92.10 MiB", "134.52 M", "CPU", "2"], "{line}");
+        assert!(cells[1].starts_with("llama ") && cells[1].ends_with(" Q4_1"), "{line}");
+        assert_eq!(cells[6], test);
+        let (mean, sd) = cells[7].split_once(" ± ").expect(line);
+        let mean: f64 = mean.parse().unwrap();
+        let sd: f64 = sd.parse().unwrap();
+        assert!(mean > 0.0 && sd >= 0.0, "{line}");
+    }
+    assert!(stderr(&o).contains("load: "), "{}", stderr(&o));
+}
+
+#[test]
+fn json_figures_follow_from_the_samples() {
+    let Some(model) = real_model("RUSTORCH_SMOLLM2_GGUF") else {
+        return;
+    };
+    let o = cli([
+        "bench", "-m", &model, "-p", "8", "-n", "4", "-r", "3", "-t", "2", "-o", "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let tests = v.as_array().unwrap();
+    assert_eq!(tests.len(), 2);
+    for t in tests {
+        let n = (t["n_prompt"].as_u64().unwrap() + t["n_gen"].as_u64().unwrap()) as f64;
+        let ns: Vec<f64> = t["samples_ns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        assert_eq!(ns.len(), 3);
+        // Tokens/s per repetition, their mean and sample standard deviation, recomputed here.
+        let ts: Vec<f64> = ns.iter().map(|x| n * 1e9 / x).collect();
+        let mean = ts.iter().sum::<f64>() / 3.0;
+        let sd = (ts.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / 2.0).sqrt();
+        let rel = |a: f64, b: f64| (a - b).abs() / b.abs().max(1e-9);
+        // Nanosecond samples are integers: 1e-6 covers their rounding.
+        assert!(rel(t["avg_ts"].as_f64().unwrap(), mean) < 1e-6, "{t}");
+        assert!((t["stddev_ts"].as_f64().unwrap() - sd).abs() < 1e-6 * mean, "{t}");
+        // The tensors' bytes and elements, as the gguf package counts them.
+        assert_eq!(t["model_size"], 96_576_768u64);
+        assert_eq!(t["model_n_params"], 134_515_008u64);
+        assert_eq!(t["n_threads"], 2);
+    }
+    assert_eq!(tests[0]["test"], "pp8");
+    assert_eq!(tests[1]["test"], "tg4");
+}
+
+#[test]
+fn bench_errors_are_one_line() {
+    let o = cli(["bench", "-m", "/no/model.gguf", "-o", "xml"]);
+    assert_one_line_error(&o, "unknown output format 'xml'; choose md or json");
+    let o = cli(["bench", "-m", "/no/model.gguf", "-r", "0"]);
+    assert_one_line_error(&o, "--repetitions must be at least 1");
+    let o = cli(["bench", "-m", "/no/model.gguf", "-p", "0", "-n", "0"]);
+    assert_one_line_error(&o, "nothing to measure");
+    let o = cli(["bench", "-m", "/no/model.gguf"]);
+    assert_one_line_error(&o, "/no/model.gguf: no such file");
+}
