@@ -3,12 +3,19 @@
 run, on the same machine, and print throughput ratios (RusTorch / PyTorch,
 higher is better).
 
-usage: python3 bench/compare_torch.py [--threads N] [--skip-rust] [--filter SUBSTR]
+usage: python3 bench/compare_torch.py [--threads N] [--rounds R] [--filter SUBSTR]
 
-RusTorch side: `cargo bench -p rustorch-core --bench cpu_ops` (criterion);
-its mean time per benchmark is read from target/criterion/<id>/new/estimates.json.
+Shared machines drift: a neighbour's build can halve either side's speed for
+seconds at a time. So the two sides are interleaved: for each benchmark, R
+rounds of (RusTorch, then PyTorch), each a short measurement, and the table
+shows the median over rounds of each side and the ratio of the medians, plus
+the spread (min-max ratio over rounds) so a noisy result shows as noisy.
+
+RusTorch side: the criterion bench binary of `cargo bench -p rustorch-core
+--bench cpu_ops` (built once), run per round with a filter for one benchmark;
+its median per round is read from target/criterion/<id>/new/estimates.json.
 PyTorch side: torch.utils.benchmark with the same thread count.
-Both use all threads given (default: every core). Needs `torch` (CPU build is enough).
+Both use the threads given (default: every core). Needs `torch` (CPU build is enough).
 """
 import argparse
 import json
@@ -50,47 +57,81 @@ def torch_cases():
     return cases
 
 
-def criterion_mean_ns(bench_id):
+def criterion_median_ns(bench_id):
     path = ROOT / "target" / "criterion" / bench_id / "new" / "estimates.json"
     if not path.exists():
         return None
     with open(path) as f:
-        return json.load(f)["mean"]["point_estimate"]
+        return json.load(f)["median"]["point_estimate"]
+
+
+def build_bench(env):
+    """Builds the criterion bench once; returns the path of its binary."""
+    cmd = ["cargo", "bench", "-p", "rustorch-core", "--bench", "cpu_ops", "--no-run",
+           "--message-format", "json"]
+    print("+", " ".join(cmd), file=sys.stderr)
+    out = subprocess.run(cmd, cwd=ROOT, env=env, check=True, stdout=subprocess.PIPE, text=True).stdout
+    for line in out.splitlines():
+        msg = json.loads(line)
+        if msg.get("reason") == "compiler-artifact" and msg.get("target", {}).get("name") == "cpu_ops" \
+                and msg.get("executable"):
+            return msg["executable"]
+    sys.exit("could not find the cpu_ops bench binary in cargo's output")
+
+
+def run_ours(binary, bench_id, env, seconds):
+    # Criterion matches the filter as a regex: anchor it to this one id.
+    cmd = [binary, "--bench", "--noplot", "--warm-up-time", "0.5", "--measurement-time", str(seconds),
+           "^" + bench_id + "$"]
+    subprocess.run(cmd, cwd=ROOT / "crates" / "rustorch-core", env=env, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return criterion_median_ns(bench_id)
+
+
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--skip-rust", action="store_true", help="reuse the last criterion results")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds per benchmark")
+    ap.add_argument("--seconds", type=float, default=1.0, help="measurement time per side per round")
     ap.add_argument("--filter", default="")
     args = ap.parse_args()
 
-    env = dict(os.environ, RAYON_NUM_THREADS=str(args.threads))
-    if not args.skip_rust:
-        cmd = ["cargo", "bench", "-p", "rustorch-core", "--bench", "cpu_ops", "--", "--noplot"]
-        if args.filter:
-            cmd.append(args.filter)
-        print("+", " ".join(cmd), file=sys.stderr)
-        subprocess.run(cmd, cwd=ROOT, env=env, check=True)
-
+    env = dict(os.environ, RAYON_NUM_THREADS=str(args.threads), CARGO_TARGET_DIR=str(ROOT / "target"))
+    binary = build_bench(env)
     torch.set_num_threads(args.threads)
     rows = []
     for bid, (setup, stmt) in torch_cases().items():
         if args.filter and args.filter not in bid:
             continue
-        t = benchmark.Timer(stmt=stmt, globals=setup(), num_threads=args.threads)
-        torch_ns = t.blocked_autorange(min_run_time=2.0).median * 1e9
-        ours = criterion_mean_ns(bid)
-        rows.append((bid, ours, torch_ns))
+        timer = benchmark.Timer(stmt=stmt, globals=setup(), num_threads=args.threads)
+        ours, theirs = [], []
+        for _ in range(args.rounds):
+            o = run_ours(binary, bid, env, args.seconds)
+            if o is None:
+                break
+            ours.append(o)
+            theirs.append(timer.blocked_autorange(min_run_time=args.seconds).median * 1e9)
+        rows.append((bid, ours, theirs))
+        if ours:
+            print(f"{bid}: ours {median(ours) / 1e6:.3f} ms, torch {median(theirs) / 1e6:.3f} ms", file=sys.stderr)
 
-    print(f"\nthreads: {args.threads}, torch {torch.__version__}\n")
-    print("| benchmark | RusTorch | PyTorch | speed ratio (PyTorch time / RusTorch time) |")
-    print("|---|---|---|---|")
+    print(f"\nthreads: {args.threads}, torch {torch.__version__}, {args.rounds} interleaved rounds of "
+          f"{args.seconds:g} s per side\n")
+    print("| benchmark | RusTorch (median) | PyTorch (median) | ratio of medians (PyTorch / RusTorch) | per-round ratio min-max |")
+    print("|---|---|---|---|---|")
     for bid, ours, theirs in rows:
-        if ours is None:
-            print(f"| {bid} | (no result) | {theirs / 1e6:.3f} ms | - |")
-        else:
-            print(f"| {bid} | {ours / 1e6:.3f} ms | {theirs / 1e6:.3f} ms | {theirs / ours:.2f}x |")
+        if not ours:
+            print(f"| {bid} | (no result) | - | - | - |")
+            continue
+        per_round = [t / o for o, t in zip(ours, theirs)]
+        print(f"| {bid} | {median(ours) / 1e6:.3f} ms | {median(theirs) / 1e6:.3f} ms | "
+              f"{median(theirs) / median(ours):.2f}x | {min(per_round):.2f}-{max(per_round):.2f}x |")
 
 
 if __name__ == "__main__":
