@@ -180,6 +180,11 @@ fn written_files_open_through_the_map() {
     let data = g.tensor_data("w").unwrap();
     let file = g.as_bytes();
     assert_eq!(data.as_ptr(), file[g.data_offset() as usize..].as_ptr());
+    // Releasing a tensor's pages keeps its bytes readable (the kernel reads
+    // them back from the file).
+    let before = data.to_vec();
+    g.release(g.tensor_info("w").unwrap());
+    assert_eq!(g.tensor_data("w").unwrap(), &before[..]);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -163,6 +163,28 @@ impl Gguf {
         self.as_bytes().get(start..end).unwrap_or(&[])
     }
 
+    /// Tells the kernel that a tensor's bytes in a memory-mapped file will
+    /// not be read again soon, so that their pages leave this process's
+    /// resident memory (the file stays mapped; a later read brings them
+    /// back from the file). A loader that copies weights out of the map
+    /// calls this after each copy, so that the process never holds both the
+    /// mapped file and its copy. Nothing happens for files read into memory.
+    pub fn release(&self, info: &TensorInfo) {
+        if let Bytes::Mapped(map) = &self.bytes {
+            let start = self.parsed.data_offset.saturating_add(info.offset) as usize;
+            let len = info.n_bytes.min(map.len().saturating_sub(start));
+            if len == 0 {
+                return;
+            }
+            // SAFETY: the map is a read-only shared mapping of the file
+            // (`Mmap::map`), never written, so MADV_DONTNEED only drops clean
+            // pages, and any later access reads the same bytes back from the
+            // file. Slices into the map stay valid. A failed advice changes
+            // nothing, so its error is ignored.
+            let _ = unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, len) };
+        }
+    }
+
     /// An F32, F16, BF16, F64, I32 or I64 tensor as a `Tensor` (a copy, in
     /// row-major shape `info.shape()`). Other types give `NotDense`.
     pub fn to_tensor(&self, name: &str) -> Result<Tensor> {

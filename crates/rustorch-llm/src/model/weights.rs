@@ -77,6 +77,9 @@ impl Loader<'_> {
             )));
         }
         let bytes = self.g.data_of(info).to_vec();
+        // The copy is what the model keeps: let the map's pages go, so that
+        // loading peaks near one copy of the weights rather than two.
+        self.g.release(info);
         Ok(QWeight::from_bytes_in(self.exec, qtype, rows, cols, bytes)?)
     }
 
