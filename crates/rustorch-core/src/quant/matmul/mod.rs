@@ -13,6 +13,7 @@
 //! result `m x rows`: `out[i][j] = sum_k x[i][k] * w[j][k]`.
 
 mod activations;
+mod f16_path;
 mod isa;
 mod kernels;
 #[cfg(test)]
@@ -179,6 +180,11 @@ pub fn qmatmul_quantized_into(
         what: "matmul",
     })?;
     if m == 0 || n == 0 {
+        return Ok(());
+    }
+    if w.qtype == QType::F16 {
+        // llama.cpp's two f16 orders, chosen by shape (see `f16_path`).
+        f16_path::product(w, act, out);
         return Ok(());
     }
     let call = |j: usize, i: usize| {

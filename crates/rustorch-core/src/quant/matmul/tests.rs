@@ -33,8 +33,10 @@ fn batched_outputs_equal_one_row_kernels() {
         QType::Q4K,
         QType::Q5K,
         QType::Q6K,
-        QType::F16,
     ];
+    // F16 is not here: llama.cpp sums it in another order from two
+    // activation rows on (tinyBLAS, not ggml_vec_dot_f16), and so does
+    // `qmatmul`; tests/ggml_matmul.rs checks both paths against llama.cpp.
     let cols = 512;
     for (t, qtype) in types.into_iter().enumerate() {
         for rows in [37, 70] {

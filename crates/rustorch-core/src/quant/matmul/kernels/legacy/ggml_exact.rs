@@ -1,4 +1,5 @@
-//! Q4_0, Q4_1, Q5_0 and Q5_1 weights in llama.cpp's exact x86 order.
+//! Q4_0, Q4_1, Q5_0 and Q5_1 weights (and Q8_0 matvecs) in llama.cpp's
+//! exact x86 order.
 //!
 //! `ggml_vec_dot_{q4_0,q5_0}_q8_0` and `ggml_vec_dot_{q4_1,q5_1}_q8_1`
 //! (arch/x86/quants.c, AVX2 branch) and tinyBLAS_Q0_AVX (Q4_0 and Q5_0 at
@@ -118,9 +119,12 @@ mod simd {
         reduce8(lanes)
     }
 
+    /// The f16 in the low 16 bits of `h`, converted by F16C (`vcvtph2ps`;
+    /// exact, as every f16 conversion is).
     #[inline(always)]
     fn f16(h: u64) -> f32 {
-        crate::quant::blocks::f16_bits_to_f32(h as u16)
+        // SAFETY: only called from kernels with F16C enabled.
+        unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as u16 as i32))) }
     }
 
     /// # Safety

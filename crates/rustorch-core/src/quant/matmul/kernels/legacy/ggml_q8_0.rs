@@ -12,9 +12,9 @@
 //! matters, and every level here follows it.
 //!
 //! The kernels are symmetric in their two operands (both are Q8_0 blocks
-//! and every operation commutes), so the four-pair kernel serves both
-//! one weight row against four activation rows (batches) and four weight
-//! rows against one activation row (matvec).
+//! and every operation commutes); the four-pair kernel serves one weight
+//! row against four activation rows (batches). Matvecs use ggml_exact's
+//! generic four-weight-row kernel, which has the same order.
 
 use crate::quant::blocks::f16_to_f32;
 
@@ -67,7 +67,7 @@ pub(super) use simd::{dot_avx2, dot_pairs_vnni};
 
 #[cfg(target_arch = "x86_64")]
 mod simd {
-    use super::{blocks, reduce8, scale, B};
+    use super::{blocks, reduce8, B};
     use std::arch::x86_64::*;
 
     /// The eight four-product sums of the 32 quants at `x` and `y`, exact
@@ -112,7 +112,10 @@ mod simd {
         let mut acc = _mm256_setzero_ps();
         for i in 0..nb {
             let (x, y) = (&w[i * B..(i + 1) * B], &a[i * B..(i + 1) * B]);
-            let d = scale(x) * scale(y);
+            // F16C is enabled in this kernel.
+            let f16 =
+                |b: &[u8]| _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(u16::from_le_bytes([b[0], b[1]]) as i32)));
+            let d = f16(x) * f16(y);
             // SAFETY: each block has 32 quant bytes after its scale.
             let l = unsafe { lanes_avx2(x.as_ptr().add(2), y.as_ptr().add(2)) };
             acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(l), acc);
@@ -171,7 +174,7 @@ mod simd {
                 let packed = h(op[0]) | h(op[1]) << 16 | h(op[2]) << 32 | h(op[3]) << 48;
                 let ds = _mm_mul_ps(
                     _mm_cvtph_ps(_mm_set_epi64x(0, packed)),
-                    _mm_set1_ps(scale(std::slice::from_raw_parts(sp.add(at), 2))),
+                    _mm_set1_ps(_mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h(sp) as i32)))),
                 );
                 let dz = _mm512_castps128_ps512(ds);
                 acc01 = _mm512_fmadd_ps(_mm512_permutexvar_ps(idx01, dz), _mm512_cvtepi32_ps(p01), acc01);
