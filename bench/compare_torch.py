@@ -4,6 +4,12 @@ run, on the same machine, and print throughput ratios (RusTorch / PyTorch,
 higher is better).
 
 usage: python3 bench/compare_torch.py [--threads N] [--rounds R] [--filter SUBSTR]
+                                    [--cpus 2,3] [--bench-bin PATH]
+
+--cpus pins both sides (this process and the bench it starts) to the listed
+cores, for a machine with more cores than the comparison uses. --bench-bin runs
+a cpu_ops bench binary built elsewhere (for a machine without a Rust toolchain:
+`cargo bench -p rustorch-core --bench cpu_ops --no-run` prints its path).
 
 Shared machines drift: a neighbour's build can halve either side's speed for
 seconds at a time. So the two sides are interleaved: for each benchmark, R
@@ -100,10 +106,15 @@ def main():
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds per benchmark")
     ap.add_argument("--seconds", type=float, default=1.0, help="measurement time per side per round")
     ap.add_argument("--filter", default="")
+    ap.add_argument("--cpus", default="", help="comma-separated cores to pin both sides to")
+    ap.add_argument("--bench-bin", default="", help="prebuilt cpu_ops bench binary (skips the build)")
     args = ap.parse_args()
 
+    if args.cpus:
+        # Inherited by the bench processes started below, so both sides share the same cores.
+        os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})
     env = dict(os.environ, RAYON_NUM_THREADS=str(args.threads), CARGO_TARGET_DIR=str(ROOT / "target"))
-    binary = build_bench(env)
+    binary = args.bench_bin or build_bench(env)
     torch.set_num_threads(args.threads)
     rows = []
     for bid, (setup, stmt) in torch_cases().items():
@@ -121,7 +132,8 @@ def main():
         if ours:
             print(f"{bid}: ours {median(ours) / 1e6:.3f} ms, torch {median(theirs) / 1e6:.3f} ms", file=sys.stderr)
 
-    print(f"\nthreads: {args.threads}, torch {torch.__version__}, {args.rounds} interleaved rounds of "
+    pinned = f", pinned to cores {args.cpus}" if args.cpus else ""
+    print(f"\nthreads: {args.threads}{pinned}, torch {torch.__version__}, {args.rounds} interleaved rounds of "
           f"{args.seconds:g} s per side\n")
     print("| benchmark | RusTorch (median) | PyTorch (median) | ratio of medians (PyTorch / RusTorch) | per-round ratio min-max |")
     print("|---|---|---|---|---|")

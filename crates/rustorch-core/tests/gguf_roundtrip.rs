@@ -167,6 +167,9 @@ fn written_files_open_through_the_map() {
     w.add_metadata("general.name", "mapped").unwrap();
     let t = Tensor::randn([4, 8], DType::F16, 9).unwrap();
     w.add_tensor("w", &t).unwrap();
+    // Over 4 MiB, so that `copy_out` copies and releases it in several slices.
+    let big = Tensor::randn([1100, 1024], DType::F32, 10).unwrap();
+    w.add_tensor("big", &big).unwrap();
     let n = w.write_file(&path).unwrap();
     assert_eq!(n, std::fs::metadata(&path).unwrap().len());
     let g = Gguf::open(&path).unwrap();
@@ -185,6 +188,16 @@ fn written_files_open_through_the_map() {
     let before = data.to_vec();
     g.release(g.tensor_info("w").unwrap());
     assert_eq!(g.tensor_data("w").unwrap(), &before[..]);
+    // copy_out releases as it goes and still returns every byte.
+    let big_bytes: Vec<u8> = big
+        .to_vec::<f32>()
+        .unwrap()
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let copied = g.copy_out(g.tensor_info("big").unwrap());
+    assert_eq!(copied, big_bytes);
+    assert_eq!(g.tensor_data("big").unwrap(), &big_bytes[..]);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

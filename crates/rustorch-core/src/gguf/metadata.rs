@@ -122,6 +122,18 @@ impl Metadata {
         }
     }
 
+    /// Removes an entry, returning its value.
+    pub fn remove(&mut self, key: &str) -> Option<Value> {
+        let i = self.index.remove(key)?;
+        let (_, value) = self.entries.remove(i);
+        for slot in self.index.values_mut() {
+            if *slot > i {
+                *slot -= 1;
+            }
+        }
+        Some(value)
+    }
+
     pub fn len(&self) -> usize {
         self.entries.len()
     }

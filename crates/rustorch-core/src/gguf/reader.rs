@@ -120,6 +120,20 @@ impl Gguf {
         &self.parsed.metadata
     }
 
+    /// Removes a metadata entry, returning its value. A loader that has read
+    /// a large array (a tokenizer's quarter-million token strings) can free
+    /// it before the weights are copied, lowering peak memory.
+    pub fn remove_metadata(&mut self, key: &str) -> Option<Value> {
+        self.parsed.metadata.remove(key)
+    }
+
+    /// Releases the mapped pages of the header (metadata and tensor table),
+    /// as `release` does for a tensor: parsing read them all, and nothing
+    /// needs them again.
+    pub fn release_header(&self) {
+        self.release_range(0, self.parsed.data_offset as usize);
+    }
+
     /// The value of a metadata key.
     pub fn get(&self, key: &str) -> Result<&Value> {
         self.parsed.metadata.get(key)
@@ -170,9 +184,33 @@ impl Gguf {
     /// calls this after each copy, so that the process never holds both the
     /// mapped file and its copy. Nothing happens for files read into memory.
     pub fn release(&self, info: &TensorInfo) {
+        let start = self.parsed.data_offset.saturating_add(info.offset) as usize;
+        self.release_range(start, info.n_bytes);
+    }
+
+    /// A copy of a tensor's bytes that, for a mapped file, releases the
+    /// mapped pages slice by slice as it copies them (see `release`). A
+    /// whole-tensor copy followed by `release` briefly holds both the mapped
+    /// pages and the copy: for Gemma 3's 170 MB embedding table that
+    /// transient alone would push peak memory far above the file size.
+    pub fn copy_out(&self, info: &TensorInfo) -> Vec<u8> {
+        // Small enough that the transient is negligible, large enough that
+        // the madvise calls cost nothing next to the copy.
+        const SLICE: usize = 4 << 20;
+        let src = self.data_of(info);
+        let base = self.parsed.data_offset.saturating_add(info.offset) as usize;
+        let mut out = Vec::with_capacity(src.len());
+        for (i, part) in src.chunks(SLICE).enumerate() {
+            out.extend_from_slice(part);
+            self.release_range(base + i * SLICE, part.len());
+        }
+        out
+    }
+
+    /// `release` for a byte range of the file.
+    fn release_range(&self, start: usize, len: usize) {
         if let Bytes::Mapped(map) = &self.bytes {
-            let start = self.parsed.data_offset.saturating_add(info.offset) as usize;
-            let len = info.n_bytes.min(map.len().saturating_sub(start));
+            let len = len.min(map.len().saturating_sub(start));
             if len == 0 {
                 return;
             }

@@ -20,6 +20,7 @@
 mod config;
 mod forward;
 mod kv_cache;
+mod memory;
 mod rope;
 mod weights;
 
@@ -46,6 +47,14 @@ pub struct Model {
     exec: Arc<Executor>,
 }
 
+/// Metadata arrays the tokenizer copies when it is built; nothing reads them after.
+const TOKENIZER_ARRAYS: [&str; 4] = [
+    "tokenizer.ggml.tokens",
+    "tokenizer.ggml.scores",
+    "tokenizer.ggml.token_type",
+    "tokenizer.ggml.merges",
+];
+
 impl Model {
     /// Loads a GGUF file with the global executor.
     pub fn load(path: impl AsRef<Path>) -> Result<Model> {
@@ -58,14 +67,36 @@ impl Model {
         exec: &Arc<Executor>,
         progress: impl FnMut(usize, usize),
     ) -> Result<Model> {
-        let g = Gguf::open(path.as_ref())?;
-        Self::from_gguf(&g, exec, progress)
+        let mut g = Gguf::open(path.as_ref())?;
+        let config = ModelConfig::from_gguf(&g)?;
+        let tokenizer = Tokenizer::from_gguf(&g)?;
+        // The tokenizer now holds what it needs in compact form. Free the
+        // parsed arrays (one heap string per token and merge: ~20 MB for
+        // Gemma 3) and the header's mapped pages before the weights are
+        // copied, so that they do not add to the load's peak memory.
+        for key in TOKENIZER_ARRAYS {
+            g.remove_metadata(key);
+        }
+        g.release_header();
+        memory::return_freed_heap();
+        Self::assemble(&g, config, tokenizer, exec, progress)
     }
 
     /// Builds a model from a parsed file (the file may be dropped after).
     pub fn from_gguf(g: &Gguf, exec: &Arc<Executor>, progress: impl FnMut(usize, usize)) -> Result<Model> {
         let config = ModelConfig::from_gguf(g)?;
         let tokenizer = Tokenizer::from_gguf(g)?;
+        Self::assemble(g, config, tokenizer, exec, progress)
+    }
+
+    /// Loads the weights and completes the model.
+    fn assemble(
+        g: &Gguf,
+        config: ModelConfig,
+        tokenizer: Tokenizer,
+        exec: &Arc<Executor>,
+        progress: impl FnMut(usize, usize),
+    ) -> Result<Model> {
         let weights = Weights::load(g, &config, exec, progress)?;
         let md = g.metadata();
         let text = |k: &str| md.get_str(k).ok().map(str::to_string);

@@ -76,10 +76,10 @@ impl Loader<'_> {
                 "tensor {name} has type {qtype}, which has no matmul kernels yet"
             )));
         }
-        let bytes = self.g.data_of(info).to_vec();
-        // The copy is what the model keeps: let the map's pages go, so that
-        // loading peaks near one copy of the weights rather than two.
-        self.g.release(info);
+        // The copy is what the model keeps: `copy_out` lets the map's pages
+        // go as it copies, so that loading peaks near one copy of the weights
+        // rather than two.
+        let bytes = self.g.copy_out(info);
         Ok(QWeight::from_bytes_in(self.exec, qtype, rows, cols, bytes)?)
     }
 

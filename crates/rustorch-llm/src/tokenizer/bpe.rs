@@ -137,7 +137,7 @@ fn add_bigram(
     let lt = &word.as_bytes()[l.start..l.start + l.n];
     let rt = &word.as_bytes()[r.start..r.start + r.n];
     merge_key(key, lt, rt);
-    if let Some(&rank) = vocab.merges.get(key.as_slice()) {
+    if let Some(rank) = vocab.merge_rank(key) {
         queue.push(Bigram {
             rank,
             left,

@@ -32,15 +32,17 @@
 mod bpe;
 mod pretok;
 mod spm;
+mod table;
 mod unicode;
 mod unicode_data;
 mod vocab;
 
 pub use vocab::{TokenAttr, VocabType};
 
-use crate::error::Result;
+use crate::error::{LlmError, Result};
 use rustorch_core::gguf::{Gguf, Metadata};
 use std::collections::HashMap;
+use table::Strings;
 use vocab::Vocab;
 
 /// A tokenizer: encoding text to ids and ids back to text.
@@ -49,7 +51,8 @@ pub struct Tokenizer {
     vocab: Vocab,
     byte_chars: [char; 256],
     /// `token_to_piece(id, special = true)` of every token, as llama.cpp caches it.
-    pieces: Vec<Vec<u8>>,
+    /// Each token's piece (`token_to_piece` with `special`), precomputed.
+    pieces: Strings,
 }
 
 /// One fragment of the input after special-token splitting.
@@ -69,9 +72,16 @@ impl Tokenizer {
         let vocab = Vocab::from_metadata(md)?;
         let byte_chars = unicode::byte_to_char_table();
         let char_bytes: HashMap<char, u8> = byte_chars.iter().enumerate().map(|(b, &c)| (c, b as u8)).collect();
-        let pieces = (0..vocab.tokens.len() as u32)
-            .map(|id| piece_uncached(&vocab, &char_bytes, id, true))
-            .collect();
+        let mut pieces = Strings::with_capacity(vocab.n_tokens(), 0);
+        for id in 0..vocab.n_tokens() as u32 {
+            pieces
+                .push(&piece_uncached(&vocab, &char_bytes, id, true))
+                .ok_or_else(|| LlmError::BadMetadata {
+                    key: "tokenizer.ggml.tokens".into(),
+                    reason: "the token pieces pass 4 GiB".into(),
+                })?;
+        }
+        pieces.shrink_to_fit();
         Ok(Tokenizer {
             vocab,
             byte_chars,
@@ -81,7 +91,7 @@ impl Tokenizer {
 
     /// Number of tokens in the vocabulary.
     pub fn n_tokens(&self) -> usize {
-        self.vocab.tokens.len()
+        self.vocab.n_tokens()
     }
 
     pub fn vocab_type(&self) -> VocabType {
@@ -133,13 +143,13 @@ impl Tokenizer {
 
     /// The token's text as stored in the vocabulary (`None` when out of range).
     pub fn token_text(&self, id: u32) -> Option<&str> {
-        self.vocab.tokens.get(id as usize).map(|t| t.text.as_str())
+        self.vocab.texts.get(id)
     }
     pub fn token_score(&self, id: u32) -> Option<f32> {
-        self.vocab.tokens.get(id as usize).map(|t| t.score)
+        self.vocab.scores.get(id as usize).copied()
     }
     pub fn token_attr(&self, id: u32) -> Option<TokenAttr> {
-        self.vocab.tokens.get(id as usize).map(|t| t.attr)
+        self.vocab.attrs.get(id as usize).copied()
     }
     /// The id of a token text, if it is one.
     pub fn token_id(&self, text: &str) -> Option<u32> {
@@ -200,11 +210,11 @@ impl Tokenizer {
     fn partition<'a>(&self, text: &'a str, parse_special: bool) -> Vec<Fragment<'a>> {
         let mut frags = vec![Fragment::Text(text)];
         for &id in &self.vocab.special_tokens {
-            let tok = &self.vocab.tokens[id as usize];
-            if !parse_special && tok.attr.has(TokenAttr::CONTROL | TokenAttr::UNKNOWN) {
+            let attr = self.vocab.attrs[id as usize];
+            if !parse_special && attr.has(TokenAttr::CONTROL | TokenAttr::UNKNOWN) {
                 continue;
             }
-            let needle = tok.text.as_str();
+            let needle = self.vocab.text(id);
             if !frags
                 .iter()
                 .any(|f| matches!(f, Fragment::Text(t) if t.contains(needle)))
@@ -219,7 +229,7 @@ impl Tokenizer {
                 };
                 while let Some(pos) = rest.find(needle) {
                     let mut left = &rest[..pos];
-                    if tok.attr.has(TokenAttr::LSTRIP) {
+                    if attr.has(TokenAttr::LSTRIP) {
                         left = left.trim_end_matches(is_c_space);
                     }
                     if !left.is_empty() {
@@ -227,7 +237,7 @@ impl Tokenizer {
                     }
                     next.push(Fragment::Token(id));
                     rest = &rest[pos + needle.len()..];
-                    if tok.attr.has(TokenAttr::RSTRIP) {
+                    if attr.has(TokenAttr::RSTRIP) {
                         rest = rest.trim_start_matches(is_c_space);
                     }
                 }
@@ -244,19 +254,18 @@ impl Tokenizer {
     /// ids out of range. A byte token's piece is its single byte, so pieces are not
     /// necessarily UTF-8.
     pub fn token_to_piece(&self, id: u32) -> &[u8] {
-        self.pieces.get(id as usize).map_or(&[], |p| p.as_slice())
+        self.pieces.get(id as usize).unwrap_or(&[])
     }
 
     /// `llama_token_to_piece(id, lstrip, special)`: control and unknown tokens are empty unless
     /// `special`; up to `lstrip` leading spaces are removed.
     pub fn token_to_piece_with(&self, id: u32, lstrip: usize, special: bool) -> &[u8] {
-        let Some(t) = self.vocab.tokens.get(id as usize) else {
+        let (Some(attr), Some(p)) = (self.vocab.attrs.get(id as usize), self.pieces.get(id as usize)) else {
             return &[];
         };
-        if !special && t.attr.has(TokenAttr::UNKNOWN | TokenAttr::CONTROL) {
+        if !special && attr.has(TokenAttr::UNKNOWN | TokenAttr::CONTROL) {
             return &[];
         }
-        let p = self.pieces[id as usize].as_slice();
         let skip = p.iter().take(lstrip).take_while(|&&c| c == b' ').count();
         &p[skip..]
     }
@@ -312,22 +321,22 @@ fn is_c_space(c: char) -> bool {
 
 /// `llama_vocab::impl::token_to_piece` without the cache.
 fn piece_uncached(v: &Vocab, char_bytes: &HashMap<char, u8>, id: u32, special: bool) -> Vec<u8> {
-    let t = &v.tokens[id as usize];
-    let a = t.attr;
+    let text = v.text(id);
+    let a = v.attrs[id as usize];
     if !special && a.has(TokenAttr::UNKNOWN | TokenAttr::CONTROL) {
         return Vec::new();
     }
     if a.has(TokenAttr::UNKNOWN | TokenAttr::CONTROL | TokenAttr::USER_DEFINED) {
-        return t.text.as_bytes().to_vec();
+        return text.as_bytes().to_vec();
     }
     if a.has(TokenAttr::NORMAL) {
         return match v.vtype {
-            VocabType::Spm => t.text.replace('\u{2581}', " ").into_bytes(),
-            VocabType::Bpe => decode_gpt2_text(char_bytes, &t.text),
+            VocabType::Spm => text.replace('\u{2581}', " ").into_bytes(),
+            VocabType::Bpe => decode_gpt2_text(char_bytes, text),
         };
     }
     if a.has(TokenAttr::BYTE) {
-        return vec![parse_byte_token(&t.text)];
+        return vec![parse_byte_token(text)];
     }
     Vec::new()
 }

@@ -118,7 +118,7 @@ impl<'a> Session<'a> {
         self.queue.push(Bigram {
             left,
             right,
-            score: self.vocab.tokens[id as usize].score,
+            score: self.vocab.scores[id as usize],
             size: text.len(),
         });
         self.rev_merge.insert(text, (left, right));

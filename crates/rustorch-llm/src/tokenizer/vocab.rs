@@ -2,9 +2,10 @@
 //! the way llama.cpp's `llama_vocab::impl::load` reads them.
 
 use super::pretok::PreTokenizer;
+use super::table::{KeyTable, PushError, TextTable};
 use crate::error::{LlmError, Result};
 use rustorch_core::gguf::{Array, Metadata, Value};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 
 /// Which tokenizer algorithm the vocabulary uses (`tokenizer.ggml.model`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,23 +61,20 @@ impl std::ops::BitOr for TokenAttr {
     }
 }
 
-#[derive(Clone, Debug)]
-pub(crate) struct TokenData {
-    pub text: String,
-    pub score: f32,
-    pub attr: TokenAttr,
-}
-
 /// Everything the tokenizer needs from the metadata.
 #[derive(Debug)]
 pub(crate) struct Vocab {
     pub vtype: VocabType,
     pub pre_name: String,
     pub pre: Option<PreTokenizer>,
-    pub tokens: Vec<TokenData>,
-    pub token_to_id: HashMap<String, u32>,
+    /// Token texts by id, with the text-to-id index.
+    pub texts: TextTable,
+    pub scores: Vec<f32>,
+    pub attrs: Vec<TokenAttr>,
     /// BPE merge ranks, keyed by [`merge_key`].
-    pub merges: HashMap<Vec<u8>, u32>,
+    pub merges: KeyTable,
+    /// The rank of each merge in `merges`, by its id there.
+    pub merge_ranks: Vec<u32>,
     pub bos: Option<u32>,
     pub eos: Option<u32>,
     pub eot: Option<u32>,
@@ -301,34 +299,44 @@ impl Vocab {
         } else {
             None
         };
-        let mut tokens = Vec::with_capacity(n);
-        let mut token_to_id = HashMap::with_capacity(n);
+        let text_bytes = texts.iter().map(String::len).sum();
+        let mut table = TextTable::with_capacity(n, text_bytes);
         for (i, text) in texts.iter().enumerate() {
             // llama.cpp renames empty tokens so that every text is unique and non-empty.
+            let renamed;
             let text = if text.is_empty() {
-                format!("[EMPTY_{i}]")
+                renamed = format!("[EMPTY_{i}]");
+                renamed.as_str()
             } else {
-                text.clone()
+                text.as_str()
             };
-            if token_to_id.insert(text.clone(), i as u32).is_some() {
+            match table.push(text) {
+                Ok(_) => {}
                 // llama.cpp asserts on this (id_to_token.size() == token_to_id.size()).
-                return Err(bad(
-                    "tokenizer.ggml.tokens",
-                    format!("token {i} {text:?} appears twice"),
-                ));
+                Err(PushError::Duplicate(_)) => {
+                    return Err(bad(
+                        "tokenizer.ggml.tokens",
+                        format!("token {i} {text:?} appears twice"),
+                    ))
+                }
+                Err(PushError::TooLarge) => {
+                    return Err(bad("tokenizer.ggml.tokens", "the token texts pass 4 GiB"));
+                }
             }
-            tokens.push(TokenData {
-                text,
-                score: scores.as_ref().map_or(0.0, |s| s[i]),
-                attr: types.map_or(TokenAttr::NORMAL, |t| TokenAttr::from_token_type(t[i])),
-            });
         }
+        table.shrink_to_fit();
+        let scores: Vec<f32> = scores.map_or_else(|| vec![0.0; n], |s| s[..n].to_vec());
+        let attrs: Vec<TokenAttr> = (0..n)
+            .map(|i| types.map_or(TokenAttr::NORMAL, |t| TokenAttr::from_token_type(t[i])))
+            .collect();
 
         // Merges (BPE only).
-        let mut merges = HashMap::new();
+        let mut merges = KeyTable::default();
+        let mut merge_ranks = Vec::new();
         if vtype == VocabType::Bpe {
             let list = md.get_str_array("tokenizer.ggml.merges")?;
-            merges.reserve(list.len());
+            merges = KeyTable::with_capacity(list.len(), list.iter().map(|m| m.len() + 8).sum());
+            merge_ranks.reserve(list.len());
             let mut key = Vec::new();
             for (rank, m) in list.iter().enumerate() {
                 // llama.cpp splits at the first space after the first byte; a merge without one
@@ -340,8 +348,13 @@ impl Vocab {
                 };
                 merge_key(&mut key, l, r);
                 // emplace: the first rank of a repeated pair wins.
-                merges.entry(key.clone()).or_insert(rank as u32);
+                match merges.push(&key) {
+                    Ok(_) => merge_ranks.push(rank as u32),
+                    Err(PushError::Duplicate(_)) => {}
+                    Err(PushError::TooLarge) => return Err(bad("tokenizer.ggml.merges", "the merges pass 4 GiB")),
+                }
             }
+            merges.shrink_to_fit();
         }
 
         // Special ids: defaults out of range are dropped, metadata ids out of range ignored.
@@ -398,9 +411,11 @@ impl Vocab {
             vtype,
             pre_name,
             pre,
-            tokens,
-            token_to_id,
+            texts: table,
+            scores,
+            attrs,
             merges,
+            merge_ranks,
             bos: ids[0],
             eos: ids[1],
             eot: ids[2],
@@ -437,7 +452,7 @@ impl Vocab {
     }
 
     fn set_control(&mut self, id: u32) {
-        let a = &mut self.tokens[id as usize].attr;
+        let a = &mut self.attrs[id as usize];
         *a = *a | TokenAttr::CONTROL;
     }
 
@@ -447,7 +462,7 @@ impl Vocab {
     /// depends on hash order; here the lowest id wins (it agrees with llama.cpp on SmolLM2 and
     /// Gemma 3, whose EOT ids are 0 and 106).
     fn detect_special_by_text(&mut self) {
-        let n = self.tokens.len() as u32;
+        let n = self.n_tokens() as u32;
         let lists: [(usize, &[&str]); 8] = [
             (0, EOT_NAMES),
             (1, EOM_NAMES),
@@ -459,22 +474,24 @@ impl Vocab {
             (7, FIM_SEP_NAMES),
         ];
         for id in 0..n {
+            let text = self.texts.get(id).expect("id below n_tokens");
             for (which, names) in lists {
                 let slot = match which {
                     0 => &mut self.eot,
                     1 => &mut self.eom,
                     k => &mut self.fim[k - 2],
                 };
-                if slot.is_none() && names.contains(&self.tokens[id as usize].text.as_str()) {
+                if slot.is_none() && names.contains(&text) {
                     *slot = Some(id);
-                    self.set_control(id);
+                    self.attrs[id as usize] = self.attrs[id as usize] | TokenAttr::CONTROL;
                 }
             }
         }
         // Control tokens named "unused" are unused.
-        for t in &mut self.tokens {
-            if t.attr.has(TokenAttr::CONTROL) && t.text.contains("unused") {
-                t.attr = t.attr | TokenAttr::UNUSED;
+        for id in 0..n {
+            let a = self.attrs[id as usize];
+            if a.has(TokenAttr::CONTROL) && self.text(id).contains("unused") {
+                self.attrs[id as usize] = a | TokenAttr::UNUSED;
             }
         }
         // End-of-generation tokens.
@@ -483,43 +500,43 @@ impl Vocab {
             eog.insert(id);
         }
         for id in 0..n {
-            if EOG_NAMES.contains(&self.tokens[id as usize].text.as_str()) {
+            if EOG_NAMES.contains(&self.text(id)) {
                 eog.insert(id);
                 self.set_control(id);
             }
         }
         // gpt-oss: these are always rendered.
-        for t in &mut self.tokens {
+        for id in 0..n {
             if matches!(
-                t.text.as_str(),
+                self.text(id),
                 "<|channel|>" | "<|message|>" | "<|start|>" | "<|constrain|>"
             ) {
-                t.attr = TokenAttr::USER_DEFINED;
+                self.attrs[id as usize] = TokenAttr::USER_DEFINED;
             }
         }
         for id in [self.eos, self.eot, self.eom].into_iter().flatten() {
             eog.insert(id);
         }
-        fn find(tokens: &[TokenData], eog: &BTreeSet<u32>, names: &[&str]) -> Option<u32> {
+        fn find(texts: &TextTable, eog: &BTreeSet<u32>, names: &[&str]) -> Option<u32> {
             eog.iter()
                 .copied()
-                .find(|&id| names.contains(&tokens[id as usize].text.as_str()))
+                .find(|&id| texts.get(id).is_some_and(|t| names.contains(&t)))
         }
         // o200k_harmony / solar-open: "<|end|>" is not an end of generation there.
-        let has_return = find(&self.tokens, &eog, &["<|return|>"]).is_some();
-        let has_call = find(&self.tokens, &eog, &["<|call|>", "<|calls|>"]).is_some();
-        let has_flush = find(&self.tokens, &eog, &["<|flush|>"]).is_some();
-        if let Some(end) = find(&self.tokens, &eog, &["<|end|>"]) {
+        let has_return = find(&self.texts, &eog, &["<|return|>"]).is_some();
+        let has_call = find(&self.texts, &eog, &["<|call|>", "<|calls|>"]).is_some();
+        let has_flush = find(&self.texts, &eog, &["<|flush|>"]).is_some();
+        if let Some(end) = find(&self.texts, &eog, &["<|end|>"]) {
             if has_call && (has_return || has_flush) {
                 eog.remove(&end);
-                self.tokens[end as usize].attr = TokenAttr::USER_DEFINED;
+                self.attrs[end as usize] = TokenAttr::USER_DEFINED;
             }
         }
         // gemma4 / plamo: "</s>" is a normal token there.
-        if find(&self.tokens, &eog, &["<|tool_response>", "<|plamo:eos|>"]).is_some() {
-            if let Some(s) = find(&self.tokens, &eog, &["</s>"]) {
+        if find(&self.texts, &eog, &["<|tool_response>", "<|plamo:eos|>"]).is_some() {
+            if let Some(s) = find(&self.texts, &eog, &["</s>"]) {
                 eog.remove(&s);
-                self.tokens[s as usize].attr = TokenAttr::NORMAL;
+                self.attrs[s as usize] = TokenAttr::NORMAL;
             }
         }
         self.eog = eog;
@@ -531,8 +548,8 @@ impl Vocab {
         let arch = opt_str(md, "general.architecture")?.unwrap_or("");
         let pre = self.pre_name.clone();
         let set = |v: &mut Vocab, text: &str, attr: TokenAttr, on: bool| {
-            if let Some(&id) = v.token_to_id.get(text) {
-                let a = &mut v.tokens[id as usize].attr;
+            if let Some(id) = v.texts.id_of(text) {
+                let a = &mut v.attrs[id as usize];
                 a.0 = if on { a.0 | attr.0 } else { a.0 & !attr.0 };
             }
         };
@@ -543,11 +560,11 @@ impl Vocab {
         {
             set(self, "<mask>", TokenAttr::LSTRIP, true);
         } else if name.contains("phi-3") || name.contains("phi3") {
-            let special: Vec<u32> = (0..self.tokens.len() as u32)
+            let special: Vec<u32> = (0..self.n_tokens() as u32)
                 .filter(|&i| self.is_special_candidate(i))
                 .collect();
             for id in special {
-                let a = &mut self.tokens[id as usize].attr;
+                let a = &mut self.attrs[id as usize];
                 *a = *a | TokenAttr::RSTRIP;
             }
             set(self, "</s>", TokenAttr::RSTRIP, true);
@@ -561,28 +578,36 @@ impl Vocab {
     }
 
     fn is_special_candidate(&self, id: u32) -> bool {
-        self.tokens[id as usize]
-            .attr
-            .has(TokenAttr::CONTROL | TokenAttr::USER_DEFINED | TokenAttr::UNKNOWN)
+        self.attrs[id as usize].has(TokenAttr::CONTROL | TokenAttr::USER_DEFINED | TokenAttr::UNKNOWN)
     }
 
     /// Control, user-defined and unknown tokens, longest text first (llama.cpp's
     /// `cache_special_tokens`). llama.cpp's sort is not stable; equal lengths keep id order here,
     /// which can only matter for two different texts of one length overlapping in the input.
     fn build_special_cache(&mut self) {
-        let mut ids: Vec<u32> = (0..self.tokens.len() as u32)
+        let mut ids: Vec<u32> = (0..self.n_tokens() as u32)
             .filter(|&i| self.is_special_candidate(i))
             .collect();
-        ids.sort_by(|&a, &b| {
-            self.tokens[b as usize]
-                .text
-                .len()
-                .cmp(&self.tokens[a as usize].text.len())
-        });
+        ids.sort_by_key(|&id| std::cmp::Reverse(self.text(id).len()));
         self.special_tokens = ids;
     }
 
     pub fn text_to_token(&self, text: &str) -> Option<u32> {
-        self.token_to_id.get(text).copied()
+        self.texts.id_of(text)
+    }
+
+    /// The rank of the merge with this [`merge_key`].
+    pub fn merge_rank(&self, key: &[u8]) -> Option<u32> {
+        self.merges.id_of(key).map(|id| self.merge_ranks[id as usize])
+    }
+
+    pub fn n_tokens(&self) -> usize {
+        self.texts.len()
+    }
+
+    /// The text of token `id`, which must be below `n_tokens()` (callers check ids from
+    /// outside; ids made here are in range by construction).
+    pub fn text(&self, id: u32) -> &str {
+        self.texts.get(id).expect("token id below n_tokens")
     }
 }
