@@ -6,7 +6,8 @@
 # its own warm-up run), so that a change in the machine's load affects both alike. The table
 # gives both tokens/s (mean ± sample sd over the repetitions) and the ratio ours / llama.cpp,
 # plus our load time (model file to ready, mean) and our peak RSS (/usr/bin/time -v, largest
-# over the repetitions) next to the model file's size.
+# over the repetitions) next to the model file's size and issue 5's memory budget: file + KV
+# cache + 15% (the KV cache size is the one `rustorch-cli bench` reports).
 #
 # usage: bench/compare_llamacpp.sh [-p 512] [-n 128] [-r 5] [-t 2] [-m MODELS]
 #   MODELS: comma-separated subset of
@@ -151,7 +152,7 @@ def fmt(xs):
 
 rows = []
 for m in models:
-    theirs, ours, load_ms, rss_kib = {}, {}, [], []
+    theirs, ours, load_ms, rss_kib, kv = {}, {}, [], [], 0
     size = None
     for i in range(1, reps + 1):
         for t in json.load(open(f"{work}/{m}.llama.{i}.json")):
@@ -160,15 +161,19 @@ for m in models:
         for t in json.load(open(f"{work}/{m}.ours.{i}.json")):
             ours.setdefault(t["test"], []).extend(t["samples_ts"])
             load_ms.append(t["load_ms"])
+            kv = max(kv, t["kv_bytes"])
             size = os.path.getsize(t["model_filename"])
         text = open(f"{work}/{m}.ours.{i}.time").read()
         rss_kib.append(int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", text).group(1)))
     for name in theirs:
         a, b = stats(theirs[name])[0], stats(ours[name])[0]
         rows.append([m, name, fmt(theirs[name]), fmt(ours[name]), f"{b / a:.2f}x",
-                     f"{statistics.mean(load_ms):.0f}", f"{max(rss_kib) / 1024:.0f}", f"{size / 2**20:.0f}"])
+                     f"{statistics.mean(load_ms):.0f}", f"{max(rss_kib) / 1024:.0f}", f"{size / 2**20:.0f}",
+                     f"{kv / 2**20:.1f}", f"{(size + kv) * 1.15 / 2**20:.0f}",
+                     "yes" if max(rss_kib) * 1024 <= (size + kv) * 1.15 else "NO"])
 
-head = ["model", "test", "llama.cpp t/s", "rustorch t/s", "ratio", "load ms", "peak RSS MiB", "file MiB"]
+head = ["model", "test", "llama.cpp t/s", "rustorch t/s", "ratio", "load ms", "peak RSS MiB", "file MiB",
+        "KV MiB", "budget MiB", "within"]
 width = [max(len(r[c]) for r in rows + [head]) for c in range(len(head))]
 line = lambda r: "| " + " | ".join(c.rjust(w) if i > 1 else c.ljust(w) for i, (c, w) in enumerate(zip(r, width))) + " |"
 print(f"threads: {threads}, repetitions: {reps} (interleaved, one process each)")

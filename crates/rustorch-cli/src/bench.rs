@@ -84,6 +84,14 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
     }
     let path = loader::prepare(&args.model)?;
     let threads = args.model.threads.unwrap_or_else(rayon::current_num_threads);
+    // The file's description, read before the model loads: parsing the
+    // metadata again after would add its token strings to peak memory.
+    let (label, size, params) = {
+        let g = Gguf::open(&path).map_err(|e| CliError::msg(format!("{}: {e}", path.display())))?;
+        let size: u64 = g.tensors().iter().map(|t| t.n_bytes() as u64).sum();
+        let params: u64 = g.tensors().iter().map(|t| t.numel() as u64).sum();
+        (model_label(&g, params), size, params)
+    };
     let (model, load_time) = loader::load(&path, &args.model.backend)?;
     eprintln!("load: {:.2} ms", load_time.as_secs_f64() * 1e3);
     let n_ctx = args.n_prompt + args.n_gen;
@@ -93,15 +101,13 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
             model.config().n_ctx_train
         );
     }
-    let g = Gguf::open(&path).map_err(|e| CliError::msg(format!("{}: {e}", path.display())))?;
-    let size: u64 = g.tensors().iter().map(|t| t.n_bytes() as u64).sum();
-    let params: u64 = g.tensors().iter().map(|t| t.numel() as u64).sum();
-    let label = model_label(&model, &g, params);
 
     let mut rng = Lcg(1);
     let mut results = Vec::new();
+    let mut kv_bytes = 0;
     if args.n_prompt > 0 {
         let mut cache = model.new_cache(n_ctx)?;
+        kv_bytes = kv_bytes.max(cache.n_bytes());
         prompt(&model, &mut cache, args.n_prompt, &mut rng)?; // warm-up
         let mut samples = Vec::with_capacity(args.repetitions);
         for _ in 0..args.repetitions {
@@ -119,6 +125,7 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
     }
     if args.n_gen > 0 {
         let mut cache = model.new_cache(n_ctx)?;
+        kv_bytes = kv_bytes.max(cache.n_bytes());
         generate(&model, &mut cache, 1, &mut rng)?; // warm-up
         let mut samples = Vec::with_capacity(args.repetitions);
         for _ in 0..args.repetitions {
@@ -143,6 +150,7 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
             params,
             threads,
             load_time,
+            kv_bytes,
             &results,
         );
     } else {
@@ -152,7 +160,7 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
 }
 
 /// `ARCH SIZE FTYPE`, like llama.cpp's model description (`llama 135M Q4_1`).
-fn model_label(model: &Model, g: &Gguf, params: u64) -> String {
+fn model_label(g: &Gguf, params: u64) -> String {
     let size = if params < 1_000_000_000 {
         format!("{}M", (params as f64 / 1e6).round())
     } else {
@@ -164,7 +172,8 @@ fn model_label(model: &Model, g: &Gguf, params: u64) -> String {
         .ok()
         .and_then(|id| FileType::ALL.into_iter().find(|f| f.id() == id))
         .map_or("?", |f| f.name());
-    format!("{} {size} {ftype}", model.config().arch.name())
+    let arch = g.get_str("general.architecture").unwrap_or("?");
+    format!("{arch} {size} {ftype}")
 }
 
 fn prompt(model: &Model, cache: &mut KvCache, n: usize, rng: &mut Lcg) -> Result<(), CliError> {
@@ -264,7 +273,17 @@ fn print_markdown(label: &str, size: u64, params: u64, threads: usize, results: 
     print!("{out}");
 }
 
-fn print_json(file: &str, label: &str, size: u64, params: u64, threads: usize, load: Duration, results: &[TestResult]) {
+#[allow(clippy::too_many_arguments)] // one per JSON field group; a struct would only rename them
+fn print_json(
+    file: &str,
+    label: &str,
+    size: u64,
+    params: u64,
+    threads: usize,
+    load: Duration,
+    kv_bytes: usize,
+    results: &[TestResult],
+) {
     let tests: Vec<serde_json::Value> = results
         .iter()
         .map(|r| {
@@ -283,6 +302,7 @@ fn print_json(file: &str, label: &str, size: u64, params: u64, threads: usize, l
                 "n_gen": r.n_gen,
                 "test": r.name,
                 "load_ms": load.as_secs_f64() * 1e3,
+                "kv_bytes": kv_bytes,
                 "avg_ns": avg_ns.round() as u64,
                 "stddev_ns": stddev_ns.round() as u64,
                 "avg_ts": avg_ts,
