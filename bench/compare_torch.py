@@ -114,7 +114,7 @@ def main():
         # Inherited by the bench processes started below, so both sides share the same cores.
         os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})
     env = dict(os.environ, RAYON_NUM_THREADS=str(args.threads), CARGO_TARGET_DIR=str(ROOT / "target"))
-    binary = args.bench_bin or build_bench(env)
+    binary = os.path.abspath(args.bench_bin) if args.bench_bin else build_bench(env)
     torch.set_num_threads(args.threads)
     rows = []
     for bid, (setup, stmt) in torch_cases().items():
