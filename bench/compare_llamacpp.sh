@@ -9,15 +9,18 @@
 # over the repetitions) next to the model file's size and issue 5's memory budget: file + KV
 # cache + 15% (the KV cache size is the one `rustorch-cli bench` reports).
 #
-# usage: bench/compare_llamacpp.sh [-p 512] [-n 128] [-r 5] [-t 2] [-m MODELS]
+# usage: bench/compare_llamacpp.sh [-p 512] [-n 128] [-r 5] [-t 2] [-m MODELS] [-c CPUS]
 #   MODELS: comma-separated subset of
 #           tinyllama-q4_k_m, tinyllama-q8_0, smollm2-q4_1, gemma3-q4_k_m (default: all)
+#   CPUS: pin both programs to these cores (taskset -c), for a machine with more cores than -t
 #   quick check: bench/compare_llamacpp.sh -p 32 -n 16 -r 1 -m smollm2-q4_1
 #
 # Needs: llama.cpp's tools (tools/build_llamacpp.sh builds or finds them), cargo, python3 with
 # numpy and gguf (for the TinyLlama-shaped models: ../shared/tools/mkmodel.py, or $MKMODEL),
 # /usr/bin/time. Environment: RUSTORCH_CACHE (default ~/.cache/rustorch), CARGO_TARGET_DIR,
-# RUSTORCH_CLI (a prebuilt rustorch-cli to use instead of building one).
+# RUSTORCH_CLI (a prebuilt rustorch-cli to use instead of building one), LLAMA_BIN (a folder
+# with prebuilt llama-bench and llama-quantize), RUSTORCH_SMOLLM2_GGUF / RUSTORCH_GEMMA3_GGUF
+# (model files to use instead of fetching them).
 #
 # The TinyLlama-1.1B-shaped models (random weights: speed does not depend on their values) are
 # made once as F16 with mkmodel.py, quantized with llama-quantize to Q4_K_M and Q8_0, and cached
@@ -29,6 +32,7 @@ n_prompt=512
 n_gen=128
 reps=5
 threads=2
+pin=""
 models="tinyllama-q4_k_m,tinyllama-q8_0,smollm2-q4_1,gemma3-q4_k_m"
 
 usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
@@ -39,6 +43,7 @@ while [ $# -gt 0 ]; do
         -r) reps="$2"; shift 2 ;;
         -t) threads="$2"; shift 2 ;;
         -m) models="$2"; shift 2 ;;
+        -c) pin="$2"; shift 2 ;;
         -h|--help) usage 0 ;;
         *) echo "compare_llamacpp: unknown option $1" >&2; usage 2 ;;
     esac
@@ -62,7 +67,7 @@ cache="${RUSTORCH_CACHE:-$HOME/.cache/rustorch}"
 bench_dir="$cache/models/bench"
 
 # --- tools ---------------------------------------------------------------------------------
-llama_bin="$("$root/tools/build_llamacpp.sh" | tail -n 1)"
+llama_bin="${LLAMA_BIN:-$("$root/tools/build_llamacpp.sh" | tail -n 1)}"
 [ -x "$llama_bin/llama-bench" ] || { log "no llama-bench in $llama_bin"; exit 1; }
 if [ -n "${RUSTORCH_CLI:-}" ]; then
     cli="$RUSTORCH_CLI"
@@ -105,7 +110,10 @@ make_tinyllama() { # QTYPE FILE
 
 only=()
 for m in "${chosen[@]}"; do
-    case "$m" in smollm2-*|gemma3-*) only+=(--only "${m%%-*}") ;; esac
+    case "$m" in
+        smollm2-*) [ -s "${RUSTORCH_SMOLLM2_GGUF:-}" ] || only+=(--only smollm2) ;;
+        gemma3-*) [ -s "${RUSTORCH_GEMMA3_GGUF:-}" ] || only+=(--only gemma3) ;;
+    esac
 done
 if [ "${#only[@]}" -gt 0 ]; then
     eval "$(python3 "$root/tools/fetch_models.py" --print-env "${only[@]}")"
@@ -120,25 +128,27 @@ done
 rm -f "$bench_dir/tinyllama-f16.gguf"
 
 # --- runs ----------------------------------------------------------------------------------
+pinned=()
+[ -n "$pin" ] && pinned=(taskset -c "$pin")
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 for m in "${chosen[@]}"; do
     path="$(model_path "$m")"
     for ((i = 1; i <= reps; i++)); do
         log "$m: repetition $i/$reps: llama-bench"
-        "$llama_bin/llama-bench" -m "$path" -t "$threads" -p "$n_prompt" -n "$n_gen" -r 1 -o json \
+        "${pinned[@]}" "$llama_bin/llama-bench" -m "$path" -t "$threads" -p "$n_prompt" -n "$n_gen" -r 1 -o json \
             > "$work/$m.llama.$i.json" 2> "$work/$m.llama.$i.err" \
             || { cat "$work/$m.llama.$i.err" >&2; log "llama-bench failed on $m"; exit 1; }
         log "$m: repetition $i/$reps: rustorch-cli bench"
         /usr/bin/time -v -o "$work/$m.ours.$i.time" \
-            "$cli" bench -m "$path" -t "$threads" -p "$n_prompt" -n "$n_gen" -r 1 -o json \
+            "${pinned[@]}" "$cli" bench -m "$path" -t "$threads" -p "$n_prompt" -n "$n_gen" -r 1 -o json \
             > "$work/$m.ours.$i.json" 2> "$work/$m.ours.$i.err" \
             || { cat "$work/$m.ours.$i.err" >&2; log "rustorch-cli bench failed on $m"; exit 1; }
     done
 done
 
 # --- table ---------------------------------------------------------------------------------
-python3 - "$work" "$reps" "$threads" "${chosen[@]}" <<'EOF'
+python3 - "$work" "$reps" "$threads${pin:+, pinned to cores $pin}" "${chosen[@]}" <<'EOF'
 import json, os, re, statistics, sys
 
 work, reps, threads, models = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]

@@ -85,13 +85,25 @@ pub(crate) fn cached_attention(op: &Op, inputs: &[CpuInput<'_>], scale: f32) -> 
     let work = |(row, o): (usize, &mut [f32])| {
         let (h, i) = (row / t, row % t);
         let hk = h / group;
+        let mask_row = &mask[i * l..(i + 1) * l];
         let q16: Vec<f16> = q[row * d..(row + 1) * d].iter().map(|&v| f16::from_f32(v)).collect();
-        let scores: Vec<f32> = (0..l).map(|j| dot(kq_path, k.row(hk, j), &q16)).collect();
+        // A score under a -inf mask becomes -inf whatever its value, so it
+        // is not computed (half of a causal prompt's products).
+        let scores: Vec<f32> = (0..l)
+            .map(|j| {
+                if mask_row[j] == f32::NEG_INFINITY {
+                    0.0
+                } else {
+                    dot(kq_path, k.row(hk, j), &q16)
+                }
+            })
+            .collect();
         let mut p = vec![0f32; l];
-        soft_max_ext_row(&scores, Some(&mask[i * l..(i + 1) * l]), scale, &mut p);
+        soft_max_ext_row(&scores, Some(mask_row), scale, &mut p);
         let p16: Vec<f16> = p.iter().map(|&v| f16::from_f32(v)).collect();
+        let span = nonzero_span(&p16);
         for (c, v) in o.iter_mut().enumerate() {
-            *v = dot(kqv_path, vt.row(hk, c), &p16);
+            *v = dot(kqv_path, &vt.row(hk, c)[span.clone()], &p16[span.clone()]);
         }
     };
     if dv == 0 {
@@ -103,6 +115,30 @@ pub(crate) fn cached_attention(op: &Op, inputs: &[CpuInput<'_>], scale: f32) -> 
         out.par_chunks_mut(dv).enumerate().for_each(work);
     }
     Ok(vec![CpuStorage::from_vec(out)])
+}
+
+/// The part of a probability row that the value products must read: whole
+/// 64-element blocks from the first to the last nonzero one (all of it
+/// when the row has no zero block at either end).
+///
+/// Skipping zero blocks keeps GGML's bits: a zero probability adds an exact
+/// zero (`acc + v * 0 == acc` for the finite cache values, and an
+/// accumulator that starts at +0 never becomes -0). Blocks of 64 keep the
+/// lane assignment of both orders (tinyBLAS's 16 lanes, and
+/// `ggml_vec_dot_f16`'s four 16-lane accumulators over 64-element steps);
+/// a span that ends before the row's end is a multiple of 64 long, so
+/// `ggml_vec_dot_f16`'s f64 tail then only drops zeros too.
+fn nonzero_span(p: &[f16]) -> std::ops::Range<usize> {
+    const STEP: usize = 64;
+    let is_zero = |v: &f16| v.to_bits() & 0x7fff == 0;
+    let first = p.iter().position(|v| !is_zero(v));
+    let Some(first) = first else {
+        return 0..0;
+    };
+    let last = p.iter().rposition(|v| !is_zero(v)).unwrap_or(first);
+    let start = first / STEP * STEP;
+    let end = ((last / STEP + 1) * STEP).min(p.len());
+    start..end
 }
 
 /// Inputs: x and g f32 of one shape; `act(x) * g` row by row over the last
