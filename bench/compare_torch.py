@@ -105,7 +105,7 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds per benchmark")
     ap.add_argument("--seconds", type=float, default=1.0, help="measurement time per side per round")
-    ap.add_argument("--filter", default="")
+    ap.add_argument("--filter", default="", help="comma-separated substrings; a benchmark runs if its id has one")
     ap.add_argument("--cpus", default="", help="comma-separated cores to pin both sides to")
     ap.add_argument("--bench-bin", default="", help="prebuilt cpu_ops bench binary (skips the build)")
     args = ap.parse_args()
@@ -118,7 +118,7 @@ def main():
     torch.set_num_threads(args.threads)
     rows = []
     for bid, (setup, stmt) in torch_cases().items():
-        if args.filter and args.filter not in bid:
+        if args.filter and not any(f in bid for f in args.filter.split(",")):
             continue
         timer = benchmark.Timer(stmt=stmt, globals=setup(), num_threads=args.threads)
         ours, theirs = [], []
