@@ -23,12 +23,10 @@ use super::{DotFn, DotRowsFn};
 use crate::quant::matmul::Isa;
 use crate::quant::QType;
 
+mod ggml_k;
 mod iq4xs;
 mod q2k;
 mod q3k;
-mod q4k;
-mod q5k;
-mod q6k;
 mod q8k;
 
 #[cfg(test)]
@@ -38,9 +36,7 @@ pub(super) fn kernel(qtype: QType, isa: Isa) -> Option<DotFn> {
     let by_type: fn(Isa) -> Option<DotFn> = match qtype {
         QType::Q2K => q2k::kernel,
         QType::Q3K => q3k::kernel,
-        QType::Q4K => q4k::kernel,
-        QType::Q5K => q5k::kernel,
-        QType::Q6K => q6k::kernel,
+        QType::Q4K | QType::Q5K | QType::Q6K => return ggml_kernel(qtype, isa),
         QType::Q8K => q8k::kernel,
         QType::IQ4XS => iq4xs::kernel,
         _ => return None,
@@ -48,38 +44,28 @@ pub(super) fn kernel(qtype: QType, isa: Isa) -> Option<DotFn> {
     by_type(isa)
 }
 
-/// The four-activation-row kernel at exactly `isa`, where one exists.
-pub(super) fn rows_kernel(qtype: QType, isa: Isa) -> Option<DotRowsFn> {
-    #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512Vnni {
-        return match qtype {
-            QType::Q4K => Some(q4k::dot4_avx512),
-            QType::Q6K => Some(q6k::dot4_avx512),
-            QType::Q5K => Some(q5k::dot4_avx512),
-            _ => None,
-        };
-    }
-    let _ = (qtype, isa);
-    None
+/// The kernels in llama.cpp's exact order (`ggml_k`): the portable one
+/// and the AVX2 one, which is also what llama.cpp runs on AVX-512 CPUs.
+fn ggml_kernel(qtype: QType, isa: Isa) -> Option<DotFn> {
+    let k: DotFn = match (qtype, isa) {
+        (QType::Q4K, Isa::Scalar) => ggml_k::dot_q4k_scalar,
+        (QType::Q5K, Isa::Scalar) => ggml_k::dot_q5k_scalar,
+        (QType::Q6K, Isa::Scalar) => ggml_k::dot_q6k_scalar,
+        #[cfg(target_arch = "x86_64")]
+        (QType::Q4K, Isa::Avx2) => ggml_k::dot_q4k_avx2,
+        #[cfg(target_arch = "x86_64")]
+        (QType::Q5K, Isa::Avx2) => ggml_k::dot_q5k_avx2,
+        #[cfg(target_arch = "x86_64")]
+        (QType::Q6K, Isa::Avx2) => ggml_k::dot_q6k_avx2,
+        _ => return None,
+    };
+    Some(k)
 }
 
-/// One weight row and four activation rows as blocks, if each activation
-/// row has as many Q8_K blocks as the weight row has blocks; `None`
-/// otherwise (kernels then answer NaN, as the one-row kernels do).
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-fn blocks4<'a, W: crate::quant::blocks::Block>(
-    w: &'a [u8],
-    a: [&'a [u8]; 4],
-) -> Option<(&'a [W], [&'a [crate::quant::blocks::BlockQ8K]; 4])> {
-    use crate::quant::blocks::cast_blocks;
-    let w: &[W] = cast_blocks(w)?;
-    let rows = [
-        cast_blocks(a[0])?,
-        cast_blocks(a[1])?,
-        cast_blocks(a[2])?,
-        cast_blocks(a[3])?,
-    ];
-    rows.iter().all(|r| r.len() == w.len()).then_some((w, rows))
+/// The four-activation-row kernel at exactly `isa`, where one exists.
+pub(super) fn rows_kernel(qtype: QType, isa: Isa) -> Option<DotRowsFn> {
+    let _ = (qtype, isa);
+    None
 }
 
 /// The eight 6-bit scales and mins of a Q4_K/Q5_K block, unpacked with
