@@ -25,7 +25,7 @@ const ENCODED_ROWS: usize = 4;
 
 /// Weight types whose llama.cpp paths `qmatmul` does not reproduce yet.
 const PENDING: &[&str] = &[
-    "F32", "BF16", "Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS",
+    "F32", "BF16", "IQ4_NL",
 ];
 /// Types whose repacked path (llama.cpp's CPU_REPACK buffer, used when
 /// rows % 8 == 0) `qmatmul` reproduces; other repacked fixtures are pending.

@@ -18,8 +18,12 @@
 //! that makes them so (32 for Q6_K). The integer sums equal the
 //! mathematical ones, so any exact method gives llama.cpp's bits.
 
-use super::{OutPtr, QMatRef, QuantizedRows};
-use crate::quant::blocks::{cast_blocks, f16_to_f32, scale_min_k4, Block, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
+use super::ggml_superblock::{bsum_terms, chunk_sums_for, Unpack, Unpacked};
+use super::{Isa, OutPtr, QMatRef, QuantizedRows};
+use crate::quant::blocks::{
+    cast_blocks, f16_to_f32, q3k_scales, Block, BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K,
+    KVALUES_IQ4NL,
+};
 use crate::quant::QType;
 use rayon::prelude::*;
 
@@ -29,7 +33,7 @@ pub(super) const MIN_ROWS: usize = 8;
 /// Whether llama.cpp's tiled path multiplies (unrepacked) weights of this
 /// type, from `MIN_ROWS` activation rows on.
 pub(super) fn applies(qtype: QType) -> bool {
-    matches!(qtype, QType::Q4K | QType::Q5K | QType::Q6K)
+    matches!(qtype, QType::Q2K | QType::Q3K | QType::Q4K | QType::Q5K | QType::Q6K | QType::IQ4XS)
 }
 
 /// One super-block's share of an output: `f32(s1) * d_w`, minus
@@ -38,66 +42,60 @@ trait Tiled: Block {
     fn block_term(x: &Self, y: &BlockQ8K) -> f32;
 }
 
-/// The sums of the activation's eight 32-value groups.
-#[inline(always)]
-fn group_sums(y: &BlockQ8K) -> [i32; 8] {
-    std::array::from_fn(|g| y.bsum(2 * g) as i32 + y.bsum(2 * g + 1) as i32)
-}
-
-/// `s1` and `s2` of a Q4_K/Q5_K block whose unsigned quant `e` (0..32) of
-/// group `g` is `q(g, e)`.
-#[inline(always)]
-fn k4_sums(scales: &[u8; 12], y: &BlockQ8K, q: impl Fn(usize, usize) -> i32) -> (i32, i32) {
-    let q8s = group_sums(y);
-    let (mut s1, mut s2) = (0i32, 0i32);
-    for g in 0..8 {
-        let (sc, mn) = scale_min_k4(g, scales);
-        let a = &y.qs[32 * g..32 * g + 32];
-        let raw: i32 = (0..32).map(|e| q(g, e) * a[e] as i32).sum();
-        s1 += sc as i32 * raw;
-        s2 += mn as i32 * q8s[g];
-    }
-    (s1, s2)
-}
-
 #[inline(always)]
 fn with_mins(s1: i32, s2: i32, d: [u8; 2], dmin: [u8; 2]) -> f32 {
     let r = s1 as f32 * f16_to_f32(d);
     (-f16_to_f32(dmin)).mul_add(s2 as f32, r)
 }
 
-impl Tiled for BlockQ4K {
+impl Tiled for BlockQ2K {
     fn block_term(x: &Self, y: &BlockQ8K) -> f32 {
-        let (s1, s2) = k4_sums(&x.scales, y, |g, e| ((x.qs[32 * (g / 2) + e] >> (4 * (g % 2))) & 0xF) as i32);
+        let (mut s1, mut s2) = (0i32, 0i32);
+        for s in 0..16 {
+            let (c, half) = (s / 2, s % 2);
+            let raw: i32 = (16 * half..16 * half + 16)
+                .map(|e| ((x.qs[32 * (c / 4) + e] >> (2 * (c % 4))) & 3) as i32 * y.qs[32 * c + e] as i32)
+                .sum();
+            s1 += (x.scales[s] & 0xF) as i32 * raw;
+            s2 += (x.scales[s] >> 4) as i32 * y.bsum(s) as i32;
+        }
         with_mins(s1, s2, x.d, x.dmin)
     }
 }
 
-impl Tiled for BlockQ5K {
+impl Tiled for BlockQ3K {
     fn block_term(x: &Self, y: &BlockQ8K) -> f32 {
-        let (s1, s2) = k4_sums(&x.scales, y, |g, e| {
-            let lo = (x.qs[32 * (g / 2) + e] >> (4 * (g % 2))) & 0xF;
-            (lo | ((x.qh[e] >> g) & 1) << 4) as i32
-        });
-        with_mins(s1, s2, x.d, x.dmin)
-    }
-}
-
-impl Tiled for BlockQ6K {
-    fn block_term(x: &Self, y: &BlockQ8K) -> f32 {
+        let sc = q3k_scales(&x.scales);
         let mut s1 = 0i32;
-        for c in 0..8 {
-            let (h, k) = (c / 4, c % 4);
-            for half in 0..2 {
-                let mut raw = 0i32;
-                for e in 16 * half..16 * half + 16 {
-                    let lo = (x.ql[64 * h + 32 * (k % 2) + e] >> (4 * (k / 2))) & 0xF;
-                    let hi = (x.qh[32 * h + e] >> (2 * k)) & 3;
-                    raw += (lo | hi << 4) as i32 * y.qs[32 * c + e] as i32;
-                }
-                let s = 2 * c + half;
-                s1 += x.scales[s] as i32 * (raw - 32 * y.bsum(s) as i32);
-            }
+        for s in 0..16 {
+            let (c, half) = (s / 2, s % 2);
+            let raw: i32 = (16 * half..16 * half + 16)
+                .map(|e| {
+                    let lo = ((x.qs[32 * (c / 4) + e] >> (2 * (c % 4))) & 3) as i32;
+                    let v = lo - if (x.hmask[e] >> c) & 1 == 0 { 4 } else { 0 };
+                    v * y.qs[32 * c + e] as i32
+                })
+                .sum();
+            s1 += sc[s] as i32 * raw;
+        }
+        s1 as f32 * f16_to_f32(x.d)
+    }
+}
+
+impl Tiled for BlockIQ4XS {
+    fn block_term(x: &Self, y: &BlockQ8K) -> f32 {
+        let sh = u16::from_le_bytes(x.scales_h);
+        let mut s1 = 0i32;
+        for g in 0..8 {
+            let lo = (x.scales_l[g / 2] >> (4 * (g % 2))) & 0xF;
+            let ls = (lo | (((sh >> (2 * g)) & 3) as u8) << 4) as i32 - 32;
+            let raw: i32 = (0..32)
+                .map(|e| {
+                    let q = (x.qs[16 * g + e % 16] >> (4 * (e / 16))) & 0xF;
+                    KVALUES_IQ4NL[q as usize] as i32 * y.qs[32 * g + e] as i32
+                })
+                .sum();
+            s1 += ls * raw;
         }
         s1 as f32 * f16_to_f32(x.d)
     }
@@ -128,13 +126,49 @@ fn run<W: Tiled>(w: &QMatRef<'_>, act: &QuantizedRows, out: &mut [f32]) {
     });
 }
 
+/// Q4_K, Q5_K and Q6_K through `ggml_superblock`: each weight row's
+/// super-blocks unpacked once, then the exact sums with every activation
+/// row (`BIAS` = 32 for Q6_K, whose `bias_scales` are its scales; the
+/// others have none, and no mins for Q6_K: `fma(-0, 0, r) = r`).
+fn run_unpacked<W: Unpack + Block>(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut [f32]) {
+    let (m, n) = (act.rows(), w.rows());
+    let acts: Vec<&[BlockQ8K]> = (0..m)
+        .map(|i| cast_blocks(act.row(i)).expect("Q8_K activation rows are whole blocks"))
+        .collect();
+    let sums = chunk_sums_for(isa);
+    let out_ptr = OutPtr(out.as_mut_ptr());
+    const JB: usize = 4;
+    (0..n.div_ceil(JB)).into_par_iter().for_each(|jb| {
+        for j in jb * JB..((jb + 1) * JB).min(n) {
+            let wr: &[W] = cast_blocks(w.row(j)).expect("weight rows are whole blocks");
+            let us: Vec<Unpacked> = wr.iter().map(Unpack::unpack).collect();
+            for (i, a) in acts.iter().enumerate() {
+                let mut acc = 0f32;
+                for (u, y) in us.iter().zip(a.iter()) {
+                    let c = sums(u, y);
+                    let (mins, bias) = bsum_terms(u, y);
+                    let s1 = (c[0] + c[1]) + (c[2] + c[3]) - 32 * bias;
+                    let r = (-u.dmin).mul_add(mins as f32, s1 as f32 * u.d);
+                    acc = r.mul_add(y.scale(), acc);
+                }
+                // SAFETY: each task writes the outputs of its own weight
+                // rows j (column j of every output row); see `OutPtr`.
+                unsafe { out_ptr.write(i * n + j, acc) };
+            }
+        }
+    });
+}
+
 /// `out = act @ w^T` in the tiled order (shapes and types checked by the
 /// caller; `applies(w.qtype())`).
-pub(super) fn product(w: &QMatRef<'_>, act: &QuantizedRows, out: &mut [f32]) {
+pub(super) fn product(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut [f32]) {
     match w.qtype() {
-        QType::Q4K => run::<BlockQ4K>(w, act, out),
-        QType::Q5K => run::<BlockQ5K>(w, act, out),
-        QType::Q6K => run::<BlockQ6K>(w, act, out),
+        QType::Q4K => run_unpacked::<BlockQ4K>(isa, w, act, out),
+        QType::Q5K => run_unpacked::<BlockQ5K>(isa, w, act, out),
+        QType::Q6K => run_unpacked::<BlockQ6K>(isa, w, act, out),
+        QType::Q2K => run::<BlockQ2K>(w, act, out),
+        QType::Q3K => run::<BlockQ3K>(w, act, out),
+        QType::IQ4XS => run::<BlockIQ4XS>(w, act, out),
         other => unreachable!("the tiled path has no {other} kernel (`applies` said so)"),
     }
 }

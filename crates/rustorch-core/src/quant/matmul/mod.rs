@@ -15,6 +15,7 @@
 mod activations;
 mod f16_path;
 mod ggml_repack;
+mod ggml_superblock;
 mod ggml_tiled;
 mod isa;
 mod kernels;
@@ -210,12 +211,12 @@ pub fn qmatmul_quantized_into(
         return Ok(());
     }
     if w.repacked {
-        ggml_repack::product(w, act, out);
+        ggml_repack::product(isa, w, act, out);
         return Ok(());
     }
     if m >= ggml_tiled::MIN_ROWS && ggml_tiled::applies(w.qtype) {
         // llama.cpp's tiled K-quant path (see `ggml_tiled`).
-        ggml_tiled::product(w, act, out);
+        ggml_tiled::product(isa, w, act, out);
         return Ok(());
     }
     let call = |j: usize, i: usize| {

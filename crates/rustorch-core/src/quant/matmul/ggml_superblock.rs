@@ -1,0 +1,194 @@
+//! Exact integer sums of K-quant super-blocks for the tiled and repacked
+//! paths (`ggml_tiled`, `ggml_repack`), which need, per output and
+//! super-block, the scaled integer dot product of each 64-value chunk.
+//!
+//! A weight super-block is unpacked once into 256 unsigned codes in the
+//! activations' order plus the scale of each i32 lane of the AVX-512
+//! product below (`Unpacked`); every activation row then costs four
+//! `vpdpbusd` (u8 x i8, four products per i32 lane), four `vpdpwssd` that
+//! multiply each lane by its scale, and one reduction. Sums are exact:
+//! with codes below 64 and activations in -127..=127 (what
+//! `quantize_row_q8_K` produces) a lane's four products stay below 2^15 in
+//! magnitude, so the lane equals its low i16, which `vpdpwssd` multiplies
+//! by the scale held in the low i16 of the other operand (the high i16 is
+//! zero). The portable version computes the same integers directly.
+
+use crate::quant::blocks::{f16_to_f32, scale_min_k4, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
+
+/// One weight super-block: codes in activation order and the scale of
+/// each group of four codes (one i32 lane of the product), plus the f32
+/// scales and the integer min/offset terms' factors.
+#[repr(C, align(64))]
+#[derive(Clone)]
+pub(super) struct Unpacked {
+    pub codes: [u8; 256],
+    /// `lane_scales[l]` scales codes `4l..4l + 4`: the scale as an i16 in
+    /// the low half, zero in the high half (`vpdpwssd`'s operand; see
+    /// `lane_scale`).
+    pub lane_scales: [i32; 64],
+    pub d: f32,
+    pub dmin: f32,
+    /// Per 32-value group: the min (Q4_K, Q5_K); zero for Q6_K.
+    pub mins: [i32; 8],
+    /// Per 16-value group: the scale that multiplies `-BIAS * bsum`
+    /// (Q6_K: its scales, BIAS 32); zero for Q4_K and Q5_K.
+    pub bias_scales: [i32; 16],
+}
+
+impl Unpacked {
+    fn blank() -> Unpacked {
+        Unpacked {
+            codes: [0; 256],
+            lane_scales: [0; 64],
+            d: 0.0,
+            dmin: 0.0,
+            mins: [0; 8],
+            bias_scales: [0; 16],
+        }
+    }
+}
+
+/// Weight types the SIMD tiles handle.
+pub(super) trait Unpack {
+    fn unpack(&self) -> Unpacked;
+}
+
+/// A scale as `vpdpwssd` needs it: its i16 in the low half, zero above.
+fn lane_scale(s: i32) -> i32 {
+    (s as i16 as u16) as i32
+}
+
+fn unpack_k4(scales: &[u8; 12], d: [u8; 2], dmin: [u8; 2], q: impl Fn(usize, usize) -> u8) -> Unpacked {
+    let mut u = Unpacked::blank();
+    for g in 0..8 {
+        let (sc, mn) = scale_min_k4(g, scales);
+        for e in 0..32 {
+            u.codes[32 * g + e] = q(g, e);
+        }
+        u.lane_scales[8 * g..8 * g + 8].fill(lane_scale(sc as i32));
+        u.mins[g] = mn as i32;
+    }
+    u.d = f16_to_f32(d);
+    u.dmin = f16_to_f32(dmin);
+    u
+}
+
+impl Unpack for BlockQ4K {
+    fn unpack(&self) -> Unpacked {
+        unpack_k4(&self.scales, self.d, self.dmin, |g, e| {
+            (self.qs[32 * (g / 2) + e] >> (4 * (g % 2))) & 0xF
+        })
+    }
+}
+
+impl Unpack for BlockQ5K {
+    fn unpack(&self) -> Unpacked {
+        unpack_k4(&self.scales, self.d, self.dmin, |g, e| {
+            let lo = (self.qs[32 * (g / 2) + e] >> (4 * (g % 2))) & 0xF;
+            lo | ((self.qh[e] >> g) & 1) << 4
+        })
+    }
+}
+
+impl Unpack for BlockQ6K {
+    fn unpack(&self) -> Unpacked {
+        let mut u = Unpacked::blank();
+        for c in 0..8 {
+            let (h, k) = (c / 4, c % 4);
+            for e in 0..32 {
+                let lo = (self.ql[64 * h + 32 * (k % 2) + e] >> (4 * (k / 2))) & 0xF;
+                let hi = (self.qh[32 * h + e] >> (2 * k)) & 3;
+                u.codes[32 * c + e] = lo | hi << 4;
+            }
+        }
+        for s in 0..16 {
+            u.lane_scales[4 * s..4 * s + 4].fill(lane_scale(self.scales[s] as i32));
+            u.bias_scales[s] = self.scales[s] as i32;
+        }
+        u.d = f16_to_f32(self.d);
+        u
+    }
+}
+
+/// The scaled integer sums of the four 64-value chunks of `u` with `y`
+/// (without the bias term).
+pub(super) fn chunk_sums_portable(u: &Unpacked, y: &BlockQ8K) -> [i32; 4] {
+    std::array::from_fn(|c| {
+        (16 * c..16 * c + 16)
+            .map(|l| {
+                let s: i32 = (4 * l..4 * l + 4).map(|e| u.codes[e] as i32 * y.qs[e] as i32).sum();
+                (u.lane_scales[l] as i16) as i32 * s
+            })
+            .sum()
+    })
+}
+
+/// `chunk_sums_portable` with AVX-512 VNNI.
+///
+/// # Safety
+/// AVX-512 F/BW/VL/VNNI must be available.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2")]
+pub(super) unsafe fn chunk_sums_vnni(u: &Unpacked, y: &BlockQ8K) -> [i32; 4] {
+    use std::arch::x86_64::*;
+    let mut v = [_mm512_setzero_si512(); 4];
+    for (c, vc) in v.iter_mut().enumerate() {
+        // SAFETY: chunk c of the 256 codes, 64 lane scales and 256
+        // activations is in bounds; unaligned loads are allowed.
+        unsafe {
+            let w = _mm512_loadu_si512(u.codes.as_ptr().add(64 * c).cast());
+            let a = _mm512_loadu_si512(y.qs.as_ptr().add(64 * c).cast());
+            let s = _mm512_loadu_si512(u.lane_scales.as_ptr().add(16 * c).cast());
+            let p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, a);
+            *vc = _mm512_dpwssd_epi32(_mm512_setzero_si512(), p, s);
+        }
+    }
+    // Four 16-lane vectors to four sums (integers: any order is exact).
+    let h: [__m256i; 4] = v.map(|x| _mm256_add_epi32(_mm512_castsi512_si256(x), _mm512_extracti64x4_epi64::<1>(x)));
+    let h01 = _mm256_hadd_epi32(h[0], h[1]);
+    let h23 = _mm256_hadd_epi32(h[2], h[3]);
+    let hh = _mm256_hadd_epi32(h01, h23);
+    let r = _mm_add_epi32(_mm256_castsi256_si128(hh), _mm256_extracti128_si256::<1>(hh));
+    let mut out = [0i32; 4];
+    // SAFETY: `out` holds four i32 values.
+    unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), r) };
+    out
+}
+
+/// The chunk-sum function for this CPU.
+pub(super) type ChunkSums = fn(&Unpacked, &BlockQ8K) -> [i32; 4];
+
+/// The widest chunk-sum function this CPU runs at or below `isa`.
+pub(super) fn chunk_sums_for(isa: super::Isa) -> ChunkSums {
+    #[cfg(target_arch = "x86_64")]
+    if isa >= super::Isa::Avx512Vnni && super::Isa::Avx512Vnni.is_available() {
+        // SAFETY: AVX-512 VNNI is available (checked just above).
+        return |u, y| unsafe { chunk_sums_vnni(u, y) };
+    }
+    let _ = isa;
+    chunk_sums_portable
+}
+
+/// `sum_g mins[g] * (bsums[2g] + bsums[2g + 1])` and
+/// `sum_s bias_scales[s] * bsums[s]`.
+#[inline(always)]
+pub(super) fn bsum_terms(u: &Unpacked, y: &BlockQ8K) -> (i32, i32) {
+    let mut m = 0i32;
+    let mut b = 0i32;
+    for g in 0..8 {
+        m += u.mins[g] * (y.bsum(2 * g) as i32 + y.bsum(2 * g + 1) as i32);
+    }
+    for s in 0..16 {
+        b += u.bias_scales[s] * y.bsum(s) as i32;
+    }
+    (m, b)
+}
+
+/// Per 64-value chunk `sb`: `mins[2sb] * q8s[2sb] + mins[2sb+1] * q8s[2sb+1]`.
+#[inline(always)]
+pub(super) fn min_pairs(u: &Unpacked, y: &BlockQ8K) -> [i32; 4] {
+    std::array::from_fn(|sb| {
+        let q = |g: usize| y.bsum(2 * g) as i32 + y.bsum(2 * g + 1) as i32;
+        u.mins[2 * sb] * q(2 * sb) + u.mins[2 * sb + 1] * q(2 * sb + 1)
+    })
+}
