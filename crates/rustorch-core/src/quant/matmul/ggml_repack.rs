@@ -51,12 +51,13 @@ pub(super) fn product(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut 
         .map(|i| cast_blocks(act.row(i)).expect("Q8_K activation rows are whole blocks"))
         .collect();
     let sums = chunk_sums_for(isa);
+    let unpack = BlockQ4K::unpacker(isa);
     let out_ptr = OutPtr(out.as_mut_ptr());
     const JB: usize = 4;
     (0..n.div_ceil(JB)).into_par_iter().for_each(|jb| {
         for j in jb * JB..((jb + 1) * JB).min(n) {
             let wr: &[BlockQ4K] = cast_blocks(w.row(j)).expect("Q4_K weight rows are whole blocks");
-            let us: Vec<Unpacked> = wr.iter().map(Unpack::unpack).collect();
+            let us: Vec<Unpacked> = wr.iter().map(unpack).collect();
             for (i, a) in acts.iter().enumerate() {
                 let mut acc = 0f32;
                 let mut acc_min = 0f32;

@@ -49,8 +49,27 @@ impl Unpacked {
 }
 
 /// Weight types the SIMD tiles handle.
-pub(super) trait Unpack {
+pub(super) trait Unpack: Sized {
+    /// Portable unpacking.
     fn unpack(&self) -> Unpacked;
+
+    /// The same with AVX2 (bytes shifted and masked 32 at a time).
+    ///
+    /// # Safety
+    /// AVX2 must be available.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn unpack_avx2(&self) -> Unpacked;
+
+    /// The fastest unpacking this CPU runs at or below `isa`.
+    fn unpacker(isa: super::Isa) -> fn(&Self) -> Unpacked {
+        #[cfg(target_arch = "x86_64")]
+        if isa >= super::Isa::Avx2 && super::Isa::Avx2.is_available() {
+            // SAFETY: AVX2 is available (checked just above).
+            return |x| unsafe { x.unpack_avx2() };
+        }
+        let _ = isa;
+        Self::unpack
+    }
 }
 
 /// A scale as `vpdpwssd` needs it: its i16 in the low half, zero above.
@@ -79,9 +98,27 @@ impl Unpack for BlockQ4K {
             (self.qs[32 * (g / 2) + e] >> (4 * (g % 2))) & 0xF
         })
     }
+
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn unpack_avx2(&self) -> Unpacked {
+        // SAFETY: forwarded from the caller.
+        unsafe { simd::k4(self, None) }
+    }
 }
 
 impl Unpack for BlockQ5K {
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn unpack_avx2(&self) -> Unpacked {
+        let q4 = BlockQ4K {
+            d: self.d,
+            dmin: self.dmin,
+            scales: self.scales,
+            qs: self.qs,
+        };
+        // SAFETY: forwarded from the caller.
+        unsafe { simd::k4(&q4, Some(&self.qh)) }
+    }
+
     fn unpack(&self) -> Unpacked {
         unpack_k4(&self.scales, self.d, self.dmin, |g, e| {
             let lo = (self.qs[32 * (g / 2) + e] >> (4 * (g % 2))) & 0xF;
@@ -91,6 +128,12 @@ impl Unpack for BlockQ5K {
 }
 
 impl Unpack for BlockQ6K {
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn unpack_avx2(&self) -> Unpacked {
+        // SAFETY: forwarded from the caller.
+        unsafe { simd::q6k(self) }
+    }
+
     fn unpack(&self) -> Unpacked {
         let mut u = Unpacked::blank();
         for c in 0..8 {
@@ -106,6 +149,98 @@ impl Unpack for BlockQ6K {
             u.bias_scales[s] = self.scales[s] as i32;
         }
         u.d = f16_to_f32(self.d);
+        u
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod simd {
+    use super::{lane_scale, Unpacked};
+    use crate::quant::blocks::{f16_to_f32, scale_min_k4, BlockQ4K, BlockQ6K};
+    use std::arch::x86_64::*;
+
+    /// Q4_K, or Q5_K with its `qh`: group `2c` is chunk `c`'s low nibbles
+    /// (plus bit `2c` of `qh`), group `2c + 1` its high nibbles (bit `2c + 1`).
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn k4(x: &BlockQ4K, qh: Option<&[u8; 32]>) -> Unpacked {
+        let mut u = Unpacked::blank();
+        let m4 = _mm256_set1_epi8(0xF);
+        let one = _mm256_set1_epi8(1);
+        // SAFETY: `qh` is 32 bytes.
+        let h = qh.map(|q| unsafe { _mm256_loadu_si256(q.as_ptr().cast()) });
+        for c in 0..4 {
+            // SAFETY: 32 of the 128 quant bytes; 64 of the 256 codes.
+            unsafe {
+                let v = _mm256_loadu_si256(x.qs.as_ptr().add(32 * c).cast());
+                let mut lo = _mm256_and_si256(v, m4);
+                let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
+                if let Some(h) = h {
+                    // Bit g of each byte to bit 4 (16-bit shifts: the mask
+                    // keeps bits that came from the same byte).
+                    let b0 = _mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(2 * c as i32)), one);
+                    let b1 = _mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(2 * c as i32 + 1)), one);
+                    lo = _mm256_or_si256(lo, _mm256_slli_epi16::<4>(b0));
+                    hi = _mm256_or_si256(hi, _mm256_slli_epi16::<4>(b1));
+                }
+                _mm256_storeu_si256(u.codes.as_mut_ptr().add(64 * c).cast(), lo);
+                _mm256_storeu_si256(u.codes.as_mut_ptr().add(64 * c + 32).cast(), hi);
+            }
+        }
+        for g in 0..8 {
+            let (sc, mn) = scale_min_k4(g, &x.scales);
+            // SAFETY: lanes 8g..8g + 8 of 64.
+            unsafe {
+                _mm256_storeu_si256(
+                    u.lane_scales.as_mut_ptr().add(8 * g).cast(),
+                    _mm256_set1_epi32(lane_scale(sc as i32)),
+                )
+            };
+            u.mins[g] = mn as i32;
+        }
+        u.d = f16_to_f32(x.d);
+        u.dmin = f16_to_f32(x.dmin);
+        u
+    }
+
+    /// Q6_K: chunk `4h + k` takes the low (k < 2) or high nibbles of
+    /// `ql[64h + 32 (k % 2) ..]` and bits `2k..2k + 2` of `qh[32h ..]`.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn q6k(x: &BlockQ6K) -> Unpacked {
+        let mut u = Unpacked::blank();
+        let m4 = _mm256_set1_epi8(0xF);
+        let m3 = _mm256_set1_epi8(3);
+        for h in 0..2 {
+            // SAFETY: 64 of the 128 `ql` bytes, 32 of the 64 `qh` bytes and
+            // 128 of the 256 codes.
+            unsafe {
+                let l0 = _mm256_loadu_si256(x.ql.as_ptr().add(64 * h).cast());
+                let l1 = _mm256_loadu_si256(x.ql.as_ptr().add(64 * h + 32).cast());
+                let qh = _mm256_loadu_si256(x.qh.as_ptr().add(32 * h).cast());
+                let nib = [
+                    _mm256_and_si256(l0, m4),
+                    _mm256_and_si256(l1, m4),
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(l0), m4),
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(l1), m4),
+                ];
+                for (k, n) in nib.into_iter().enumerate() {
+                    let hb = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * k as i32)), m3);
+                    let code = _mm256_or_si256(n, _mm256_slli_epi16::<4>(hb));
+                    _mm256_storeu_si256(u.codes.as_mut_ptr().add(128 * h + 32 * k).cast(), code);
+                }
+            }
+        }
+        for s in 0..16 {
+            let sc = x.scales[s] as i32;
+            // SAFETY: lanes 4s..4s + 4 of 64.
+            unsafe {
+                _mm_storeu_si128(
+                    u.lane_scales.as_mut_ptr().add(4 * s).cast(),
+                    _mm_set1_epi32(lane_scale(sc)),
+                )
+            };
+            u.bias_scales[s] = sc;
+        }
+        u.d = f16_to_f32(x.d);
         u
     }
 }

@@ -33,7 +33,10 @@ pub(super) const MIN_ROWS: usize = 8;
 /// Whether llama.cpp's tiled path multiplies (unrepacked) weights of this
 /// type, from `MIN_ROWS` activation rows on.
 pub(super) fn applies(qtype: QType) -> bool {
-    matches!(qtype, QType::Q2K | QType::Q3K | QType::Q4K | QType::Q5K | QType::Q6K | QType::IQ4XS)
+    matches!(
+        qtype,
+        QType::Q2K | QType::Q3K | QType::Q4K | QType::Q5K | QType::Q6K | QType::IQ4XS
+    )
 }
 
 /// One super-block's share of an output: `f32(s1) * d_w`, minus
@@ -136,12 +139,13 @@ fn run_unpacked<W: Unpack + Block>(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRow
         .map(|i| cast_blocks(act.row(i)).expect("Q8_K activation rows are whole blocks"))
         .collect();
     let sums = chunk_sums_for(isa);
+    let unpack = W::unpacker(isa);
     let out_ptr = OutPtr(out.as_mut_ptr());
     const JB: usize = 4;
     (0..n.div_ceil(JB)).into_par_iter().for_each(|jb| {
         for j in jb * JB..((jb + 1) * JB).min(n) {
             let wr: &[W] = cast_blocks(w.row(j)).expect("weight rows are whole blocks");
-            let us: Vec<Unpacked> = wr.iter().map(Unpack::unpack).collect();
+            let us: Vec<Unpacked> = wr.iter().map(unpack).collect();
             for (i, a) in acts.iter().enumerate() {
                 let mut acc = 0f32;
                 for (u, y) in us.iter().zip(a.iter()) {

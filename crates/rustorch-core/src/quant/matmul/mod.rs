@@ -14,6 +14,8 @@
 
 mod activations;
 mod f16_path;
+#[cfg(test)]
+mod ggml_paths_tests;
 mod ggml_repack;
 mod ggml_superblock;
 mod ggml_tiled;

@@ -152,8 +152,9 @@ pub(super) unsafe fn dot_q6k_scalar(w: &[u8], a: &[u8]) -> f32 {
     for (x, y) in w.iter().zip(a) {
         let d = y.scale() * f16_to_f32(x.d);
         let sc = x.scales.map(|s| s as i32);
-        let mut lanes: [i32; 8] =
-            std::array::from_fn(|l| -32 * (y.bsum(2 * l) as i32 * sc[2 * l] + y.bsum(2 * l + 1) as i32 * sc[2 * l + 1]));
+        let mut lanes: [i32; 8] = std::array::from_fn(|l| {
+            -32 * (y.bsum(2 * l) as i32 * sc[2 * l] + y.bsum(2 * l + 1) as i32 * sc[2 * l + 1])
+        });
         for c in 0..8 {
             let q8 = &y.qs[32 * c..32 * c + 32];
             for l in 0..8 {
@@ -280,7 +281,10 @@ mod simd {
                     _mm256_slli_epi16::<4>(b1),
                 );
                 let p0 = _mm256_madd_epi16(_mm256_set1_epi16(sm[2 * j] as i16), _mm256_maddubs_epi16(q5_0, q8_0));
-                let p1 = _mm256_madd_epi16(_mm256_set1_epi16(sm[2 * j + 1] as i16), _mm256_maddubs_epi16(q5_1, q8_1));
+                let p1 = _mm256_madd_epi16(
+                    _mm256_set1_epi16(sm[2 * j + 1] as i16),
+                    _mm256_maddubs_epi16(q5_1, q8_1),
+                );
                 sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
             }
             acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
@@ -304,8 +308,12 @@ mod simd {
         for (x, y) in w.iter().zip(a) {
             let d = y.scale() * f16(x.d);
             // SAFETY: `bsums` is 32 bytes, `scales` 16.
-            let (q8sums, scales) =
-                unsafe { (_mm256_loadu_si256(y.bsums.as_ptr().cast()), _mm_loadu_si128(x.scales.as_ptr().cast())) };
+            let (q8sums, scales) = unsafe {
+                (
+                    _mm256_loadu_si256(y.bsums.as_ptr().cast()),
+                    _mm_loadu_si128(x.scales.as_ptr().cast()),
+                )
+            };
             let q8sclsub = _mm256_slli_epi32::<5>(_mm256_madd_epi16(q8sums, _mm256_cvtepi8_epi16(scales)));
             let sc = x.scales.map(|s| s as i16);
             let mut sumi = _mm256_setzero_si256();

@@ -170,10 +170,18 @@ mod simd {
             let d = y.scale() * f16(x.d);
             let dmin = -y.scale() * f16(x.dmin);
             // SAFETY: `scales` is 16 bytes, `bsums` 32.
-            let (ms, bsums) =
-                unsafe { (_mm_loadu_si128(x.scales.as_ptr().cast()), _mm256_loadu_si256(y.bsums.as_ptr().cast())) };
+            let (ms, bsums) = unsafe {
+                (
+                    _mm_loadu_si128(x.scales.as_ptr().cast()),
+                    _mm256_loadu_si256(y.bsums.as_ptr().cast()),
+                )
+            };
             let mins = _mm256_cvtepi8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(ms), m4));
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(_mm256_madd_epi16(mins, bsums)), acc);
+            acc = _mm256_fmadd_ps(
+                _mm256_set1_ps(dmin),
+                _mm256_cvtepi32_ps(_mm256_madd_epi16(mins, bsums)),
+                acc,
+            );
             let sc = x.scales.map(|s| (s & 0xF) as i16);
             let mut sumi = _mm256_setzero_si256();
             for j in 0..2 {

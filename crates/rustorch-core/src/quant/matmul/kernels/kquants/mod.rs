@@ -61,7 +61,9 @@ fn ggml_kernel(qtype: QType, isa: Isa) -> Option<DotFn> {
     Some(k)
 }
 
-/// The four-activation-row kernel at exactly `isa`, where one exists.
+/// The four-activation-row kernel at exactly `isa`, where one exists (none
+/// today: llama.cpp's batched K-quant paths are `ggml_tiled` and
+/// `ggml_repack`, and below 8 rows it runs one `vec_dot` per output).
 pub(super) fn rows_kernel(qtype: QType, isa: Isa) -> Option<DotRowsFn> {
     let _ = (qtype, isa);
     None
