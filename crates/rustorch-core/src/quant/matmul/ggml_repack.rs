@@ -28,11 +28,10 @@
 //! weights stay in GGUF's layout: the kernels read eight rows at a time
 //! where llama.cpp reads one interleaved block.
 
-use super::ggml_superblock::{chunk_sums_for, min_pairs, Unpack, Unpacked};
-use super::{Isa, OutPtr, QMatRef, QuantizedRows};
+use super::ggml_superblock::{run_tiles, Order};
+use super::{Isa, QMatRef, QuantizedRows};
 use crate::quant::blocks::{cast_blocks, BlockQ4K, BlockQ8K};
 use crate::quant::QType;
-use rayon::prelude::*;
 
 /// Whether llama.cpp (on an AVX2 CPU) would repack a weight matrix of this
 /// type and row count, and so multiply it in this module's order.
@@ -45,44 +44,17 @@ pub fn llama_repacks(qtype: QType, rows: usize) -> bool {
 /// super-blocks are unpacked once (`ggml_superblock`), then met by every
 /// activation row.
 pub(super) fn product(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut [f32]) {
-    let (m, n) = (act.rows(), w.rows());
+    let m = act.rows();
     let gemm_rows = m - m % 4;
     let acts: Vec<&[BlockQ8K]> = (0..m)
         .map(|i| cast_blocks(act.row(i)).expect("Q8_K activation rows are whole blocks"))
         .collect();
-    let sums = chunk_sums_for(isa);
-    let unpack = BlockQ4K::unpacker(isa);
-    let out_ptr = OutPtr(out.as_mut_ptr());
-    const JB: usize = 4;
-    (0..n.div_ceil(JB)).into_par_iter().for_each(|jb| {
-        for j in jb * JB..((jb + 1) * JB).min(n) {
-            let wr: &[BlockQ4K] = cast_blocks(w.row(j)).expect("Q4_K weight rows are whole blocks");
-            let us: Vec<Unpacked> = wr.iter().map(unpack).collect();
-            for (i, a) in acts.iter().enumerate() {
-                let mut acc = 0f32;
-                let mut acc_min = 0f32;
-                for (u, y) in us.iter().zip(a.iter()) {
-                    let s = sums(u, y);
-                    let mp = min_pairs(u, y);
-                    let d = u.d * y.scale();
-                    let dmin = u.dmin * y.scale();
-                    if i < gemm_rows {
-                        // gemm: one FMA per pair of groups.
-                        for sb in 0..4 {
-                            acc = (s[sb] as f32).mul_add(d, acc);
-                            acc_min = (mp[sb] as f32).mul_add(dmin, acc_min);
-                        }
-                    } else {
-                        // gemv: one FMA per super-block.
-                        let (s, mp) = ((s[0] + s[1]) + (s[2] + s[3]), (mp[0] + mp[1]) + (mp[2] + mp[3]));
-                        acc = (s as f32).mul_add(d, acc);
-                        acc_min = (mp as f32).mul_add(dmin, acc_min);
-                    }
-                }
-                // SAFETY: each task writes the outputs of its own weight
-                // rows j (column j of every output row); see `OutPtr`.
-                unsafe { out_ptr.write(i * n + j, acc - acc_min) };
-            }
+    let order = |i: usize| {
+        if i < gemm_rows {
+            Order::RepackGemm
+        } else {
+            Order::RepackGemv
         }
-    });
+    };
+    run_tiles::<BlockQ4K>(isa, w, &acts, &order, out);
 }

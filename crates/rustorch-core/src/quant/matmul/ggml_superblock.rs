@@ -290,18 +290,163 @@ pub(super) unsafe fn chunk_sums_vnni(u: &Unpacked, y: &BlockQ8K) -> [i32; 4] {
     out
 }
 
-/// The chunk-sum function for this CPU.
-pub(super) type ChunkSums = fn(&Unpacked, &BlockQ8K) -> [i32; 4];
+/// How an output sums its super-blocks (see `ggml_tiled`, `ggml_repack`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Order {
+    /// `acc = fma(f32(s1) * d_w - dmin_w * f32(s2), d_a, acc)` per block.
+    Tiled,
+    /// Repacked gemv: one FMA per block for the products and the mins.
+    RepackGemv,
+    /// Repacked gemm: one FMA per 64-value chunk for each.
+    RepackGemm,
+}
 
-/// The widest chunk-sum function this CPU runs at or below `isa`.
-pub(super) fn chunk_sums_for(isa: super::Isa) -> ChunkSums {
+/// One output: weight super-blocks `us` against activation row `a`.
+#[inline(always)]
+fn output(order: Order, us: &[Unpacked], a: &[BlockQ8K], sums: impl Fn(&Unpacked, &BlockQ8K) -> [i32; 4]) -> f32 {
+    let (mut acc, mut acc_min) = (0f32, 0f32);
+    for (u, y) in us.iter().zip(a) {
+        let s = sums(u, y);
+        match order {
+            Order::Tiled => {
+                let (mins, bias) = bsum_terms(u, y);
+                let s1 = (s[0] + s[1]) + (s[2] + s[3]) - 32 * bias;
+                // Types without mins have dmin = 0 and mins = 0, and
+                // fma(-0, 0, r) = r.
+                let r = (-u.dmin).mul_add(mins as f32, s1 as f32 * u.d);
+                acc = r.mul_add(y.scale(), acc);
+            }
+            Order::RepackGemv | Order::RepackGemm => {
+                let mp = min_pairs(u, y);
+                let d = u.d * y.scale();
+                let dmin = u.dmin * y.scale();
+                if order == Order::RepackGemm {
+                    for sb in 0..4 {
+                        acc = (s[sb] as f32).mul_add(d, acc);
+                        acc_min = (mp[sb] as f32).mul_add(dmin, acc_min);
+                    }
+                } else {
+                    let (s, mp) = ((s[0] + s[1]) + (s[2] + s[3]), (mp[0] + mp[1]) + (mp[2] + mp[3]));
+                    acc = (s as f32).mul_add(d, acc);
+                    acc_min = (mp as f32).mul_add(dmin, acc_min);
+                }
+            }
+        }
+    }
+    if order == Order::Tiled {
+        acc
+    } else {
+        acc - acc_min
+    }
+}
+
+/// A tile of weight rows `rows` (of `n`), each unpacked into `nb`
+/// super-blocks of `us`, against every activation row: output (i, j) goes
+/// to `out` at `i * n + j` in the order `order(i)`.
+pub(super) struct Tile<'a> {
+    pub us: &'a [Unpacked],
+    pub nb: usize,
+    pub rows: std::ops::Range<usize>,
+    pub n: usize,
+}
+
+#[inline(always)]
+fn run_tile_with(
+    tile: &Tile<'_>,
+    acts: &[&[BlockQ8K]],
+    order: &dyn Fn(usize) -> Order,
+    out: &super::OutPtr,
+    sums: impl Fn(&Unpacked, &BlockQ8K) -> [i32; 4] + Copy,
+) {
+    for (i, a) in acts.iter().enumerate() {
+        let o = order(i);
+        for (j, us) in tile.rows.clone().zip(tile.us.chunks_exact(tile.nb.max(1))) {
+            let v = output(o, us, a, sums);
+            // SAFETY: the caller's task owns weight rows `tile.rows`, so
+            // column j of every output row (see `OutPtr`); i < m, j < n.
+            unsafe { out.write(i * tile.n + j, v) };
+        }
+    }
+}
+
+/// `run_tile_with` compiled for AVX-512 VNNI (and FMA, so that `mul_add`
+/// is one instruction).
+///
+/// # Safety
+/// AVX-512 F/BW/VL/VNNI, AVX2 and FMA must be available; as `run_tile`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
+unsafe fn run_tile_vnni(tile: &Tile<'_>, acts: &[&[BlockQ8K]], order: &dyn Fn(usize) -> Order, out: &super::OutPtr) {
+    // SAFETY: the features `chunk_sums_vnni` needs are enabled here.
+    run_tile_with(tile, acts, order, out, |u, y| unsafe { chunk_sums_vnni(u, y) })
+}
+
+/// The portable sums compiled with FMA.
+///
+/// # Safety
+/// AVX2 and FMA must be available; as `run_tile`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn run_tile_fma(tile: &Tile<'_>, acts: &[&[BlockQ8K]], order: &dyn Fn(usize) -> Order, out: &super::OutPtr) {
+    run_tile_with(tile, acts, order, out, chunk_sums_portable)
+}
+
+/// Every output of `tile` with the widest code this CPU runs at or below
+/// `isa` (all give the same bits). The caller's task must own the tile's
+/// weight rows, and `out` must hold `acts.len() * tile.n` values.
+pub(super) fn run_tile(
+    isa: super::Isa,
+    tile: &Tile<'_>,
+    acts: &[&[BlockQ8K]],
+    order: &dyn Fn(usize) -> Order,
+    out: &super::OutPtr,
+) {
     #[cfg(target_arch = "x86_64")]
-    if isa >= super::Isa::Avx512Vnni && super::Isa::Avx512Vnni.is_available() {
-        // SAFETY: AVX-512 VNNI is available (checked just above).
-        return |u, y| unsafe { chunk_sums_vnni(u, y) };
+    {
+        use super::Isa;
+        if isa >= Isa::Avx512Vnni && Isa::Avx512Vnni.is_available() {
+            // SAFETY: the features are available (checked just above).
+            return unsafe { run_tile_vnni(tile, acts, order, out) };
+        }
+        if isa >= Isa::Avx2 && Isa::Avx2.is_available() {
+            // SAFETY: as above (`Isa::Avx2` includes FMA).
+            return unsafe { run_tile_fma(tile, acts, order, out) };
+        }
     }
     let _ = isa;
-    chunk_sums_portable
+    run_tile_with(tile, acts, order, out, chunk_sums_portable)
+}
+
+/// `out = acts @ w^T` with `w` of type `W`, in tiles of weight rows that
+/// are unpacked once and met by every activation row, in `order(i)`.
+pub(super) fn run_tiles<W: Unpack + crate::quant::blocks::Block>(
+    isa: super::Isa,
+    w: &super::QMatRef<'_>,
+    acts: &[&[BlockQ8K]],
+    order: &(dyn Fn(usize) -> Order + Sync),
+    out: &mut [f32],
+) {
+    use rayon::prelude::*;
+    let n = w.rows();
+    let unpack = W::unpacker(isa);
+    let out_ptr = super::OutPtr(out.as_mut_ptr());
+    // Tiles of JB weight rows, unpacked once (about 10 KB per row of 4096
+    // values: a tile stays in L2), met by each activation row in turn (which
+    // stays in L1 while it goes past the tile's rows).
+    const JB: usize = 16;
+    (0..n.div_ceil(JB)).into_par_iter().for_each(|jb| {
+        let rows = jb * JB..((jb + 1) * JB).min(n);
+        let us: Vec<Unpacked> = rows
+            .clone()
+            .flat_map(|j| {
+                let wr: &[W] = crate::quant::blocks::cast_blocks(w.row(j)).expect("weight rows are whole blocks");
+                wr.iter().map(unpack)
+            })
+            .collect();
+        let nb = us.len() / rows.len();
+        let tile = Tile { us: &us, nb, rows, n };
+        run_tile(isa, &tile, acts, order, &out_ptr);
+    });
 }
 
 /// `sum_g mins[g] * (bsums[2g] + bsums[2g + 1])` and

@@ -18,7 +18,7 @@
 //! that makes them so (32 for Q6_K). The integer sums equal the
 //! mathematical ones, so any exact method gives llama.cpp's bits.
 
-use super::ggml_superblock::{bsum_terms, chunk_sums_for, Unpack, Unpacked};
+use super::ggml_superblock::{run_tiles, Order, Unpack};
 use super::{Isa, OutPtr, QMatRef, QuantizedRows};
 use crate::quant::blocks::{
     cast_blocks, f16_to_f32, q3k_scales, Block, BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K,
@@ -134,33 +134,10 @@ fn run<W: Tiled>(w: &QMatRef<'_>, act: &QuantizedRows, out: &mut [f32]) {
 /// row (`BIAS` = 32 for Q6_K, whose `bias_scales` are its scales; the
 /// others have none, and no mins for Q6_K: `fma(-0, 0, r) = r`).
 fn run_unpacked<W: Unpack + Block>(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut [f32]) {
-    let (m, n) = (act.rows(), w.rows());
-    let acts: Vec<&[BlockQ8K]> = (0..m)
+    let acts: Vec<&[BlockQ8K]> = (0..act.rows())
         .map(|i| cast_blocks(act.row(i)).expect("Q8_K activation rows are whole blocks"))
         .collect();
-    let sums = chunk_sums_for(isa);
-    let unpack = W::unpacker(isa);
-    let out_ptr = OutPtr(out.as_mut_ptr());
-    const JB: usize = 4;
-    (0..n.div_ceil(JB)).into_par_iter().for_each(|jb| {
-        for j in jb * JB..((jb + 1) * JB).min(n) {
-            let wr: &[W] = cast_blocks(w.row(j)).expect("weight rows are whole blocks");
-            let us: Vec<Unpacked> = wr.iter().map(unpack).collect();
-            for (i, a) in acts.iter().enumerate() {
-                let mut acc = 0f32;
-                for (u, y) in us.iter().zip(a.iter()) {
-                    let c = sums(u, y);
-                    let (mins, bias) = bsum_terms(u, y);
-                    let s1 = (c[0] + c[1]) + (c[2] + c[3]) - 32 * bias;
-                    let r = (-u.dmin).mul_add(mins as f32, s1 as f32 * u.d);
-                    acc = r.mul_add(y.scale(), acc);
-                }
-                // SAFETY: each task writes the outputs of its own weight
-                // rows j (column j of every output row); see `OutPtr`.
-                unsafe { out_ptr.write(i * n + j, acc) };
-            }
-        }
-    });
+    run_tiles::<W>(isa, w, &acts, &|_| Order::Tiled, out);
 }
 
 /// `out = act @ w^T` in the tiled order (shapes and types checked by the
