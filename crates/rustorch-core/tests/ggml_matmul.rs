@@ -27,7 +27,7 @@ const ENCODED_ROWS: usize = 4;
 const PENDING: &[&str] = &["F32", "BF16", "IQ4_NL"];
 /// Types whose repacked path (llama.cpp's CPU_REPACK buffer, used when
 /// rows % 8 == 0) `qmatmul` reproduces; other repacked fixtures are pending.
-const REPACK_DONE: &[&str] = &["Q4_K"];
+const REPACK_DONE: &[&str] = &["Q4_K", "Q2_K"];
 
 fn dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/ggml_matmul")

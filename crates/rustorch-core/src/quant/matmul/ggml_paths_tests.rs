@@ -124,13 +124,13 @@ fn simd_unpacking_and_super_block_sums_equal_portable_ones() {
 fn tiled_and_repacked_products_match_f64() {
     let cols = 512;
     for qtype in [QType::Q2K, QType::Q3K, QType::Q4K, QType::Q5K, QType::Q6K, QType::IQ4XS] {
-        // 24 rows: Q4_K takes the repacked order; 20: the tiled one.
+        // 24 rows: Q4_K and Q2_K take the repacked order; 20: the tiled one.
         for rows in [20, 24] {
             let w = QTensor::quantize(qtype, [rows, cols], &values(rows * cols, 3)).unwrap();
             let wf = dequantize(qtype, w.bytes(), rows * cols).unwrap();
             let parts = scale_and_min_parts(qtype, w.bytes(), rows * cols);
             let mat = w.as_matrix().unwrap();
-            assert_eq!(mat.repacked(), qtype == QType::Q4K && rows == 24);
+            assert_eq!(mat.repacked(), matches!(qtype, QType::Q4K | QType::Q2K) && rows == 24);
             for m in [5, 8, 9] {
                 let act = QuantizedRows::quantize(QType::Q8K, &values(m * cols, 40 + m as u64), cols).unwrap();
                 let af = dequantize(QType::Q8K, act.bytes(), m * cols).unwrap();

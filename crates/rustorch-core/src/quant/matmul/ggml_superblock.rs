@@ -13,7 +13,7 @@
 //! by the scale held in the low i16 of the other operand (the high i16 is
 //! zero). The portable version computes the same integers directly.
 
-use crate::quant::blocks::{f16_to_f32, scale_min_k4, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
+use crate::quant::blocks::{f16_to_f32, scale_min_k4, BlockQ2K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
 
 /// One weight super-block: codes in activation order and the scale of
 /// each group of four codes (one i32 lane of the product), plus the f32
@@ -28,8 +28,9 @@ pub(super) struct Unpacked {
     pub lane_scales: [i32; 64],
     pub d: f32,
     pub dmin: f32,
-    /// Per 32-value group: the min (Q4_K, Q5_K); zero for Q6_K.
-    pub mins: [i32; 8],
+    /// Per 16-value group: the min (Q2_K; Q4_K and Q5_K repeat each
+    /// 32-value group's); zero for Q6_K.
+    pub mins: [i32; 16],
     /// Per 16-value group: the scale that multiplies `-BIAS * bsum`
     /// (Q6_K: its scales, BIAS 32); zero for Q4_K and Q5_K.
     pub bias_scales: [i32; 16],
@@ -42,7 +43,7 @@ impl Unpacked {
             lane_scales: [0; 64],
             d: 0.0,
             dmin: 0.0,
-            mins: [0; 8],
+            mins: [0; 16],
             bias_scales: [0; 16],
         }
     }
@@ -85,7 +86,7 @@ fn unpack_k4(scales: &[u8; 12], d: [u8; 2], dmin: [u8; 2], q: impl Fn(usize, usi
             u.codes[32 * g + e] = q(g, e);
         }
         u.lane_scales[8 * g..8 * g + 8].fill(lane_scale(sc as i32));
-        u.mins[g] = mn as i32;
+        u.mins[2 * g..2 * g + 2].fill(mn as i32);
     }
     u.d = f16_to_f32(d);
     u.dmin = f16_to_f32(dmin);
@@ -195,7 +196,7 @@ mod simd {
                     _mm256_set1_epi32(lane_scale(sc as i32)),
                 )
             };
-            u.mins[g] = mn as i32;
+            u.mins[2 * g..2 * g + 2].fill(mn as i32);
         }
         u.d = f16_to_f32(x.d);
         u.dmin = f16_to_f32(x.dmin);
@@ -242,6 +243,30 @@ mod simd {
         }
         u.d = f16_to_f32(x.d);
         u
+    }
+}
+
+impl Unpack for BlockQ2K {
+    fn unpack(&self) -> Unpacked {
+        let mut u = Unpacked::blank();
+        for c in 0..8 {
+            for e in 0..32 {
+                u.codes[32 * c + e] = (self.qs[32 * (c / 4) + e] >> (2 * (c % 4))) & 3;
+            }
+        }
+        for s in 0..16 {
+            u.lane_scales[4 * s..4 * s + 4].fill(lane_scale((self.scales[s] & 0xF) as i32));
+            u.mins[s] = (self.scales[s] >> 4) as i32;
+        }
+        u.d = f16_to_f32(self.d);
+        u.dmin = f16_to_f32(self.dmin);
+        u
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn unpack_avx2(&self) -> Unpacked {
+        // (Q2_K is rare; the portable unpacking is cheap next to the sums.)
+        self.unpack()
     }
 }
 
@@ -297,8 +322,10 @@ pub(super) enum Order {
     Tiled,
     /// Repacked gemv: one FMA per block for the products and the mins.
     RepackGemv,
-    /// Repacked gemm: one FMA per 64-value chunk for each.
+    /// Repacked Q4_K gemm: one FMA per 64-value chunk for each.
     RepackGemm,
+    /// Repacked Q2_K gemm: one FMA per 128-value half for each.
+    RepackGemmHalves,
 }
 
 /// One output: weight super-blocks `us` against activation row `a`.
@@ -316,14 +343,19 @@ fn output(order: Order, us: &[Unpacked], a: &[BlockQ8K], sums: impl Fn(&Unpacked
                 let r = (-u.dmin).mul_add(mins as f32, s1 as f32 * u.d);
                 acc = r.mul_add(y.scale(), acc);
             }
-            Order::RepackGemv | Order::RepackGemm => {
-                let mp = min_pairs(u, y);
+            Order::RepackGemv | Order::RepackGemm | Order::RepackGemmHalves => {
+                let mp = min_chunks(u, y);
                 let d = u.d * y.scale();
                 let dmin = u.dmin * y.scale();
                 if order == Order::RepackGemm {
                     for sb in 0..4 {
                         acc = (s[sb] as f32).mul_add(d, acc);
                         acc_min = (mp[sb] as f32).mul_add(dmin, acc_min);
+                    }
+                } else if order == Order::RepackGemmHalves {
+                    for h in 0..2 {
+                        acc = ((s[2 * h] + s[2 * h + 1]) as f32).mul_add(d, acc);
+                        acc_min = ((mp[2 * h] + mp[2 * h + 1]) as f32).mul_add(dmin, acc_min);
                     }
                 } else {
                     let (s, mp) = ((s[0] + s[1]) + (s[2] + s[3]), (mp[0] + mp[1]) + (mp[2] + mp[3]));
@@ -449,26 +481,21 @@ pub(super) fn run_tiles<W: Unpack + crate::quant::blocks::Block>(
     });
 }
 
-/// `sum_g mins[g] * (bsums[2g] + bsums[2g + 1])` and
-/// `sum_s bias_scales[s] * bsums[s]`.
+/// `sum_s mins[s] * bsums[s]` and `sum_s bias_scales[s] * bsums[s]`.
 #[inline(always)]
 pub(super) fn bsum_terms(u: &Unpacked, y: &BlockQ8K) -> (i32, i32) {
     let mut m = 0i32;
     let mut b = 0i32;
-    for g in 0..8 {
-        m += u.mins[g] * (y.bsum(2 * g) as i32 + y.bsum(2 * g + 1) as i32);
-    }
     for s in 0..16 {
-        b += u.bias_scales[s] * y.bsum(s) as i32;
+        let q = y.bsum(s) as i32;
+        m += u.mins[s] * q;
+        b += u.bias_scales[s] * q;
     }
     (m, b)
 }
 
-/// Per 64-value chunk `sb`: `mins[2sb] * q8s[2sb] + mins[2sb+1] * q8s[2sb+1]`.
+/// Per 64-value chunk `c`: `sum_{s in 4c..4c + 4} mins[s] * bsums[s]`.
 #[inline(always)]
-pub(super) fn min_pairs(u: &Unpacked, y: &BlockQ8K) -> [i32; 4] {
-    std::array::from_fn(|sb| {
-        let q = |g: usize| y.bsum(2 * g) as i32 + y.bsum(2 * g + 1) as i32;
-        u.mins[2 * sb] * q(2 * sb) + u.mins[2 * sb + 1] * q(2 * sb + 1)
-    })
+pub(super) fn min_chunks(u: &Unpacked, y: &BlockQ8K) -> [i32; 4] {
+    std::array::from_fn(|c| (4 * c..4 * c + 4).map(|s| u.mins[s] * y.bsum(s) as i32).sum())
 }

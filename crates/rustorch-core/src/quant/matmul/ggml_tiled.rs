@@ -45,27 +45,6 @@ trait Tiled: Block {
     fn block_term(x: &Self, y: &BlockQ8K) -> f32;
 }
 
-#[inline(always)]
-fn with_mins(s1: i32, s2: i32, d: [u8; 2], dmin: [u8; 2]) -> f32 {
-    let r = s1 as f32 * f16_to_f32(d);
-    (-f16_to_f32(dmin)).mul_add(s2 as f32, r)
-}
-
-impl Tiled for BlockQ2K {
-    fn block_term(x: &Self, y: &BlockQ8K) -> f32 {
-        let (mut s1, mut s2) = (0i32, 0i32);
-        for s in 0..16 {
-            let (c, half) = (s / 2, s % 2);
-            let raw: i32 = (16 * half..16 * half + 16)
-                .map(|e| ((x.qs[32 * (c / 4) + e] >> (2 * (c % 4))) & 3) as i32 * y.qs[32 * c + e] as i32)
-                .sum();
-            s1 += (x.scales[s] & 0xF) as i32 * raw;
-            s2 += (x.scales[s] >> 4) as i32 * y.bsum(s) as i32;
-        }
-        with_mins(s1, s2, x.d, x.dmin)
-    }
-}
-
 impl Tiled for BlockQ3K {
     fn block_term(x: &Self, y: &BlockQ8K) -> f32 {
         let sc = q3k_scales(&x.scales);
@@ -147,7 +126,7 @@ pub(super) fn product(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut 
         QType::Q4K => run_unpacked::<BlockQ4K>(isa, w, act, out),
         QType::Q5K => run_unpacked::<BlockQ5K>(isa, w, act, out),
         QType::Q6K => run_unpacked::<BlockQ6K>(isa, w, act, out),
-        QType::Q2K => run::<BlockQ2K>(w, act, out),
+        QType::Q2K => run_unpacked::<BlockQ2K>(isa, w, act, out),
         QType::Q3K => run::<BlockQ3K>(w, act, out),
         QType::IQ4XS => run::<BlockIQ4XS>(w, act, out),
         other => unreachable!("the tiled path has no {other} kernel (`applies` said so)"),
