@@ -328,39 +328,50 @@ pub(super) enum Order {
     RepackGemmHalves,
 }
 
-/// One output: weight super-blocks `us` against activation row `a`.
+/// `N` outputs: weight rows `us[r]` (super-blocks) against activation row
+/// `a`. Each output's f32 operations form one dependent chain; running `N`
+/// of them side by side hides the FMA latency.
 #[inline(always)]
-fn output(order: Order, us: &[Unpacked], a: &[BlockQ8K], sums: impl Fn(&Unpacked, &BlockQ8K) -> [i32; 4]) -> f32 {
-    let (mut acc, mut acc_min) = (0f32, 0f32);
-    for (u, y) in us.iter().zip(a) {
-        let s = sums(u, y);
-        match order {
-            Order::Tiled => {
-                let (mins, bias) = bsum_terms(u, y);
-                let s1 = (s[0] + s[1]) + (s[2] + s[3]) - 32 * bias;
-                // Types without mins have dmin = 0 and mins = 0, and
-                // fma(-0, 0, r) = r.
-                let r = (-u.dmin).mul_add(mins as f32, s1 as f32 * u.d);
-                acc = r.mul_add(y.scale(), acc);
-            }
-            Order::RepackGemv | Order::RepackGemm | Order::RepackGemmHalves => {
-                let mp = min_chunks(u, y);
-                let d = u.d * y.scale();
-                let dmin = u.dmin * y.scale();
-                if order == Order::RepackGemm {
-                    for sb in 0..4 {
-                        acc = (s[sb] as f32).mul_add(d, acc);
-                        acc_min = (mp[sb] as f32).mul_add(dmin, acc_min);
+fn outputs<const N: usize>(
+    order: Order,
+    us: [&[Unpacked]; N],
+    a: &[BlockQ8K],
+    sums: impl Fn(&Unpacked, &BlockQ8K) -> [i32; 4],
+) -> [f32; N] {
+    let mut acc = [0f32; N];
+    let mut acc_min = [0f32; N];
+    for (b, y) in a.iter().enumerate() {
+        for r in 0..N {
+            let u = &us[r][b];
+            let s = sums(u, y);
+            match order {
+                Order::Tiled => {
+                    let (mins, bias) = bsum_terms(u, y);
+                    let s1 = (s[0] + s[1]) + (s[2] + s[3]) - 32 * bias;
+                    // Types without mins have dmin = 0 and mins = 0, and
+                    // fma(-0, 0, x) = x.
+                    let t = (-u.dmin).mul_add(mins as f32, s1 as f32 * u.d);
+                    acc[r] = t.mul_add(y.scale(), acc[r]);
+                }
+                Order::RepackGemv | Order::RepackGemm | Order::RepackGemmHalves => {
+                    let mp = min_chunks(u, y);
+                    let d = u.d * y.scale();
+                    let dmin = u.dmin * y.scale();
+                    if order == Order::RepackGemm {
+                        for sb in 0..4 {
+                            acc[r] = (s[sb] as f32).mul_add(d, acc[r]);
+                            acc_min[r] = (mp[sb] as f32).mul_add(dmin, acc_min[r]);
+                        }
+                    } else if order == Order::RepackGemmHalves {
+                        for h in 0..2 {
+                            acc[r] = ((s[2 * h] + s[2 * h + 1]) as f32).mul_add(d, acc[r]);
+                            acc_min[r] = ((mp[2 * h] + mp[2 * h + 1]) as f32).mul_add(dmin, acc_min[r]);
+                        }
+                    } else {
+                        let (s, mp) = ((s[0] + s[1]) + (s[2] + s[3]), (mp[0] + mp[1]) + (mp[2] + mp[3]));
+                        acc[r] = (s as f32).mul_add(d, acc[r]);
+                        acc_min[r] = (mp as f32).mul_add(dmin, acc_min[r]);
                     }
-                } else if order == Order::RepackGemmHalves {
-                    for h in 0..2 {
-                        acc = ((s[2 * h] + s[2 * h + 1]) as f32).mul_add(d, acc);
-                        acc_min = ((mp[2 * h] + mp[2 * h + 1]) as f32).mul_add(dmin, acc_min);
-                    }
-                } else {
-                    let (s, mp) = ((s[0] + s[1]) + (s[2] + s[3]), (mp[0] + mp[1]) + (mp[2] + mp[3]));
-                    acc = (s as f32).mul_add(d, acc);
-                    acc_min = (mp as f32).mul_add(dmin, acc_min);
                 }
             }
         }
@@ -368,7 +379,7 @@ fn output(order: Order, us: &[Unpacked], a: &[BlockQ8K], sums: impl Fn(&Unpacked
     if order == Order::Tiled {
         acc
     } else {
-        acc - acc_min
+        std::array::from_fn(|r| acc[r] - acc_min[r])
     }
 }
 
@@ -390,13 +401,26 @@ fn run_tile_with(
     out: &super::OutPtr,
     sums: impl Fn(&Unpacked, &BlockQ8K) -> [i32; 4] + Copy,
 ) {
+    let nb = tile.nb.max(1);
+    let j0 = tile.rows.start;
     for (i, a) in acts.iter().enumerate() {
         let o = order(i);
-        for (j, us) in tile.rows.clone().zip(tile.us.chunks_exact(tile.nb.max(1))) {
-            let v = output(o, us, a, sums);
-            // SAFETY: the caller's task owns weight rows `tile.rows`, so
-            // column j of every output row (see `OutPtr`); i < m, j < n.
+        let mut quads = tile.us.chunks_exact(4 * nb);
+        let mut j = j0;
+        for q in quads.by_ref() {
+            let us: [&[Unpacked]; 4] = std::array::from_fn(|r| &q[r * nb..(r + 1) * nb]);
+            for (r, v) in outputs(o, us, a, sums).into_iter().enumerate() {
+                // SAFETY: the caller's task owns weight rows `tile.rows`, so
+                // column j + r of every output row (see `OutPtr`).
+                unsafe { out.write(i * tile.n + j + r, v) };
+            }
+            j += 4;
+        }
+        for us in quads.remainder().chunks_exact(nb) {
+            let [v] = outputs(o, [us], a, sums);
+            // SAFETY: as above.
             unsafe { out.write(i * tile.n + j, v) };
+            j += 1;
         }
     }
 }
