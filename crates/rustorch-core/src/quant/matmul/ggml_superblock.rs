@@ -30,10 +30,10 @@ pub(super) struct Unpacked {
     pub dmin: f32,
     /// Per 16-value group: the min (Q2_K; Q4_K and Q5_K repeat each
     /// 32-value group's); zero for Q6_K.
-    pub mins: [i32; 16],
+    pub mins: [i16; 16],
     /// Per 16-value group: the scale that multiplies `-BIAS * bsum`
     /// (Q6_K: its scales, BIAS 32); zero for Q4_K and Q5_K.
-    pub bias_scales: [i32; 16],
+    pub bias_scales: [i16; 16],
 }
 
 impl Unpacked {
@@ -86,7 +86,7 @@ fn unpack_k4(scales: &[u8; 12], d: [u8; 2], dmin: [u8; 2], q: impl Fn(usize, usi
             u.codes[32 * g + e] = q(g, e);
         }
         u.lane_scales[8 * g..8 * g + 8].fill(lane_scale(sc as i32));
-        u.mins[2 * g..2 * g + 2].fill(mn as i32);
+        u.mins[2 * g..2 * g + 2].fill(mn as i16);
     }
     u.d = f16_to_f32(d);
     u.dmin = f16_to_f32(dmin);
@@ -147,7 +147,7 @@ impl Unpack for BlockQ6K {
         }
         for s in 0..16 {
             u.lane_scales[4 * s..4 * s + 4].fill(lane_scale(self.scales[s] as i32));
-            u.bias_scales[s] = self.scales[s] as i32;
+            u.bias_scales[s] = self.scales[s] as i16;
         }
         u.d = f16_to_f32(self.d);
         u
@@ -196,7 +196,7 @@ mod simd {
                     _mm256_set1_epi32(lane_scale(sc as i32)),
                 )
             };
-            u.mins[2 * g..2 * g + 2].fill(mn as i32);
+            u.mins[2 * g..2 * g + 2].fill(mn as i16);
         }
         u.d = f16_to_f32(x.d);
         u.dmin = f16_to_f32(x.dmin);
@@ -239,7 +239,7 @@ mod simd {
                     _mm_set1_epi32(lane_scale(sc)),
                 )
             };
-            u.bias_scales[s] = sc;
+            u.bias_scales[s] = sc as i16;
         }
         u.d = f16_to_f32(x.d);
         u
@@ -256,7 +256,7 @@ impl Unpack for BlockQ2K {
         }
         for s in 0..16 {
             u.lane_scales[4 * s..4 * s + 4].fill(lane_scale((self.scales[s] & 0xF) as i32));
-            u.mins[s] = (self.scales[s] >> 4) as i32;
+            u.mins[s] = (self.scales[s] >> 4) as i16;
         }
         u.d = f16_to_f32(self.d);
         u.dmin = f16_to_f32(self.dmin);
@@ -270,17 +270,30 @@ impl Unpack for BlockQ2K {
     }
 }
 
-/// The scaled integer sums of the four 64-value chunks of `u` with `y`
-/// (without the bias term).
-pub(super) fn chunk_sums_portable(u: &Unpacked, y: &BlockQ8K) -> [i32; 4] {
-    std::array::from_fn(|c| {
-        (16 * c..16 * c + 16)
+/// Per 64-value chunk of a super-block against an activation block: the
+/// scaled products minus `32 * sum(bias_scales * bsums)` (Q6_K's offset),
+/// and the min terms `sum(mins * bsums)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Sums {
+    pub sums: [i32; 4],
+    pub mins: [i32; 4],
+}
+
+/// The `Sums` of `u` with `y`.
+pub(super) fn chunk_sums_portable(u: &Unpacked, y: &BlockQ8K) -> Sums {
+    let bsum = |s: usize| y.bsum(s) as i32;
+    let sums = std::array::from_fn(|c| {
+        let products: i32 = (16 * c..16 * c + 16)
             .map(|l| {
                 let s: i32 = (4 * l..4 * l + 4).map(|e| u.codes[e] as i32 * y.qs[e] as i32).sum();
                 (u.lane_scales[l] as i16) as i32 * s
             })
-            .sum()
-    })
+            .sum();
+        let bias: i32 = (4 * c..4 * c + 4).map(|s| u.bias_scales[s] as i32 * bsum(s)).sum();
+        products - 32 * bias
+    });
+    let mins = std::array::from_fn(|c| (4 * c..4 * c + 4).map(|s| u.mins[s] as i32 * bsum(s)).sum());
+    Sums { sums, mins }
 }
 
 /// `chunk_sums_portable` with AVX-512 VNNI.
@@ -289,7 +302,7 @@ pub(super) fn chunk_sums_portable(u: &Unpacked, y: &BlockQ8K) -> [i32; 4] {
 /// AVX-512 F/BW/VL/VNNI must be available.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2")]
-pub(super) unsafe fn chunk_sums_vnni(u: &Unpacked, y: &BlockQ8K) -> [i32; 4] {
+pub(super) unsafe fn chunk_sums_vnni(u: &Unpacked, y: &BlockQ8K) -> Sums {
     use std::arch::x86_64::*;
     let mut v = [_mm512_setzero_si512(); 4];
     for (c, vc) in v.iter_mut().enumerate() {
@@ -308,10 +321,31 @@ pub(super) unsafe fn chunk_sums_vnni(u: &Unpacked, y: &BlockQ8K) -> [i32; 4] {
     let h01 = _mm256_hadd_epi32(h[0], h[1]);
     let h23 = _mm256_hadd_epi32(h[2], h[3]);
     let hh = _mm256_hadd_epi32(h01, h23);
-    let r = _mm_add_epi32(_mm256_castsi256_si128(hh), _mm256_extracti128_si256::<1>(hh));
-    let mut out = [0i32; 4];
-    // SAFETY: `out` holds four i32 values.
-    unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), r) };
+    let products = _mm_add_epi32(_mm256_castsi256_si128(hh), _mm256_extracti128_si256::<1>(hh));
+    // The bsums terms: lanes 2c, 2c + 1 of each `madd` belong to chunk c.
+    // SAFETY: `bsums`, `mins` and `bias_scales` are 32 bytes each.
+    let (bs, mn, bi) = unsafe {
+        (
+            _mm256_loadu_si256(y.bsums.as_ptr().cast()),
+            _mm256_loadu_si256(u.mins.as_ptr().cast()),
+            _mm256_loadu_si256(u.bias_scales.as_ptr().cast()),
+        )
+    };
+    // [m01 m23 b01 b23 | m45 m67 b45 b67] (per chunk: m0 m1 b0 b1 | m2 m3 b2 b3)
+    let t = _mm256_hadd_epi32(_mm256_madd_epi16(bs, mn), _mm256_madd_epi16(bs, bi));
+    let t = _mm256_permutevar8x32_epi32(t, _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
+    let mins = _mm256_castsi256_si128(t);
+    let bias = _mm256_extracti128_si256::<1>(t);
+    let sums = _mm_sub_epi32(products, _mm_slli_epi32::<5>(bias));
+    let mut out = Sums {
+        sums: [0; 4],
+        mins: [0; 4],
+    };
+    // SAFETY: each array holds four i32 values.
+    unsafe {
+        _mm_storeu_si128(out.sums.as_mut_ptr().cast(), sums);
+        _mm_storeu_si128(out.mins.as_mut_ptr().cast(), mins);
+    }
     out
 }
 
@@ -336,25 +370,24 @@ fn outputs<const N: usize>(
     order: Order,
     us: [&[Unpacked]; N],
     a: &[BlockQ8K],
-    sums: impl Fn(&Unpacked, &BlockQ8K) -> [i32; 4],
+    sums: impl Fn(&Unpacked, &BlockQ8K) -> Sums,
 ) -> [f32; N] {
     let mut acc = [0f32; N];
     let mut acc_min = [0f32; N];
     for (b, y) in a.iter().enumerate() {
         for r in 0..N {
             let u = &us[r][b];
-            let s = sums(u, y);
+            let Sums { sums: s, mins: mp } = sums(u, y);
             match order {
                 Order::Tiled => {
-                    let (mins, bias) = bsum_terms(u, y);
-                    let s1 = (s[0] + s[1]) + (s[2] + s[3]) - 32 * bias;
+                    let s1 = (s[0] + s[1]) + (s[2] + s[3]);
+                    let mins = (mp[0] + mp[1]) + (mp[2] + mp[3]);
                     // Types without mins have dmin = 0 and mins = 0, and
                     // fma(-0, 0, x) = x.
                     let t = (-u.dmin).mul_add(mins as f32, s1 as f32 * u.d);
                     acc[r] = t.mul_add(y.scale(), acc[r]);
                 }
                 Order::RepackGemv | Order::RepackGemm | Order::RepackGemmHalves => {
-                    let mp = min_chunks(u, y);
                     let d = u.d * y.scale();
                     let dmin = u.dmin * y.scale();
                     if order == Order::RepackGemm {
@@ -399,7 +432,7 @@ fn run_tile_with(
     acts: &[&[BlockQ8K]],
     order: &dyn Fn(usize) -> Order,
     out: &super::OutPtr,
-    sums: impl Fn(&Unpacked, &BlockQ8K) -> [i32; 4] + Copy,
+    sums: impl Fn(&Unpacked, &BlockQ8K) -> Sums + Copy,
 ) {
     let nb = tile.nb.max(1);
     let j0 = tile.rows.start;
@@ -503,23 +536,4 @@ pub(super) fn run_tiles<W: Unpack + crate::quant::blocks::Block>(
         let tile = Tile { us: &us, nb, rows, n };
         run_tile(isa, &tile, acts, order, &out_ptr);
     });
-}
-
-/// `sum_s mins[s] * bsums[s]` and `sum_s bias_scales[s] * bsums[s]`.
-#[inline(always)]
-pub(super) fn bsum_terms(u: &Unpacked, y: &BlockQ8K) -> (i32, i32) {
-    let mut m = 0i32;
-    let mut b = 0i32;
-    for s in 0..16 {
-        let q = y.bsum(s) as i32;
-        m += u.mins[s] * q;
-        b += u.bias_scales[s] * q;
-    }
-    (m, b)
-}
-
-/// Per 64-value chunk `c`: `sum_{s in 4c..4c + 4} mins[s] * bsums[s]`.
-#[inline(always)]
-pub(super) fn min_chunks(u: &Unpacked, y: &BlockQ8K) -> [i32; 4] {
-    std::array::from_fn(|c| (4 * c..4 * c + 4).map(|s| u.mins[s] * y.bsum(s) as i32).sum())
 }
