@@ -362,58 +362,68 @@ pub(super) enum Order {
     RepackGemmHalves,
 }
 
-/// `N` outputs: weight rows `us[r]` (super-blocks) against activation row
-/// `a`. Each output's f32 operations form one dependent chain; running `N`
-/// of them side by side hides the FMA latency.
+/// `W x A` outputs: weight rows `us[r]` (super-blocks) against activation
+/// rows `a[k]`, each summed in `orders[k]`. Every output's f32 operations
+/// form one dependent chain; running several side by side hides the FMA
+/// latency, and each unpacked weight block is loaded once for `A` rows.
 #[inline(always)]
-fn outputs<const N: usize>(
-    order: Order,
-    us: [&[Unpacked]; N],
-    a: &[BlockQ8K],
+fn outputs<const W: usize, const A: usize>(
+    orders: [Order; A],
+    us: [&[Unpacked]; W],
+    a: [&[BlockQ8K]; A],
     sums: impl Fn(&Unpacked, &BlockQ8K) -> Sums,
-) -> [f32; N] {
-    let mut acc = [0f32; N];
-    let mut acc_min = [0f32; N];
-    for (b, y) in a.iter().enumerate() {
-        for r in 0..N {
+) -> [[f32; A]; W] {
+    let mut acc = [[0f32; A]; W];
+    let mut acc_min = [[0f32; A]; W];
+    for b in 0..a[0].len() {
+        for r in 0..W {
             let u = &us[r][b];
-            let Sums { sums: s, mins: mp } = sums(u, y);
-            match order {
-                Order::Tiled => {
-                    let s1 = (s[0] + s[1]) + (s[2] + s[3]);
-                    let mins = (mp[0] + mp[1]) + (mp[2] + mp[3]);
-                    // Types without mins have dmin = 0 and mins = 0, and
-                    // fma(-0, 0, x) = x.
-                    let t = (-u.dmin).mul_add(mins as f32, s1 as f32 * u.d);
-                    acc[r] = t.mul_add(y.scale(), acc[r]);
-                }
-                Order::RepackGemv | Order::RepackGemm | Order::RepackGemmHalves => {
-                    let d = u.d * y.scale();
-                    let dmin = u.dmin * y.scale();
-                    if order == Order::RepackGemm {
+            for k in 0..A {
+                let y = &a[k][b];
+                let Sums { sums: s, mins: mp } = sums(u, y);
+                let (acc, acc_min) = (&mut acc[r][k], &mut acc_min[r][k]);
+                match orders[k] {
+                    Order::Tiled => {
+                        let s1 = (s[0] + s[1]) + (s[2] + s[3]);
+                        let mins = (mp[0] + mp[1]) + (mp[2] + mp[3]);
+                        // Types without mins have dmin = 0 and mins = 0, and
+                        // fma(-0, 0, x) = x.
+                        let t = (-u.dmin).mul_add(mins as f32, s1 as f32 * u.d);
+                        *acc = t.mul_add(y.scale(), *acc);
+                    }
+                    Order::RepackGemm => {
+                        let (d, dmin) = (u.d * y.scale(), u.dmin * y.scale());
                         for sb in 0..4 {
-                            acc[r] = (s[sb] as f32).mul_add(d, acc[r]);
-                            acc_min[r] = (mp[sb] as f32).mul_add(dmin, acc_min[r]);
+                            *acc = (s[sb] as f32).mul_add(d, *acc);
+                            *acc_min = (mp[sb] as f32).mul_add(dmin, *acc_min);
                         }
-                    } else if order == Order::RepackGemmHalves {
+                    }
+                    Order::RepackGemmHalves => {
+                        let (d, dmin) = (u.d * y.scale(), u.dmin * y.scale());
                         for h in 0..2 {
-                            acc[r] = ((s[2 * h] + s[2 * h + 1]) as f32).mul_add(d, acc[r]);
-                            acc_min[r] = ((mp[2 * h] + mp[2 * h + 1]) as f32).mul_add(dmin, acc_min[r]);
+                            *acc = ((s[2 * h] + s[2 * h + 1]) as f32).mul_add(d, *acc);
+                            *acc_min = ((mp[2 * h] + mp[2 * h + 1]) as f32).mul_add(dmin, *acc_min);
                         }
-                    } else {
+                    }
+                    Order::RepackGemv => {
+                        let (d, dmin) = (u.d * y.scale(), u.dmin * y.scale());
                         let (s, mp) = ((s[0] + s[1]) + (s[2] + s[3]), (mp[0] + mp[1]) + (mp[2] + mp[3]));
-                        acc[r] = (s as f32).mul_add(d, acc[r]);
-                        acc_min[r] = (mp as f32).mul_add(dmin, acc_min[r]);
+                        *acc = (s as f32).mul_add(d, *acc);
+                        *acc_min = (mp as f32).mul_add(dmin, *acc_min);
                     }
                 }
             }
         }
     }
-    if order == Order::Tiled {
-        acc
-    } else {
-        std::array::from_fn(|r| acc[r] - acc_min[r])
-    }
+    std::array::from_fn(|r| {
+        std::array::from_fn(|k| {
+            if orders[k] == Order::Tiled {
+                acc[r][k]
+            } else {
+                acc[r][k] - acc_min[r][k]
+            }
+        })
+    })
 }
 
 /// A tile of weight rows `rows` (of `n`), each unpacked into `nb`
@@ -436,25 +446,55 @@ fn run_tile_with(
 ) {
     let nb = tile.nb.max(1);
     let j0 = tile.rows.start;
-    for (i, a) in acts.iter().enumerate() {
-        let o = order(i);
-        let mut quads = tile.us.chunks_exact(4 * nb);
-        let mut j = j0;
-        for q in quads.by_ref() {
-            let us: [&[Unpacked]; 4] = std::array::from_fn(|r| &q[r * nb..(r + 1) * nb]);
-            for (r, v) in outputs(o, us, a, sums).into_iter().enumerate() {
+    let rows: Vec<&[Unpacked]> = tile.us.chunks_exact(nb).collect();
+    // Activation rows four at a time, weight rows four at a time within.
+    let mut i = 0;
+    while i < acts.len() {
+        let quad = i + 4 <= acts.len();
+        let mut j = 0;
+        while j < rows.len() {
+            let wq = j + 4 <= rows.len();
+            let put = |r: usize, k: usize, v: f32| {
                 // SAFETY: the caller's task owns weight rows `tile.rows`, so
-                // column j + r of every output row (see `OutPtr`).
-                unsafe { out.write(i * tile.n + j + r, v) };
+                // column j0 + j + r of every output row (see `OutPtr`).
+                unsafe { out.write((i + k) * tile.n + j0 + j + r, v) };
+            };
+            match (wq, quad) {
+                (true, true) => {
+                    let o = std::array::from_fn(|k| order(i + k));
+                    let v = outputs::<4, 4>(
+                        o,
+                        std::array::from_fn(|r| rows[j + r]),
+                        std::array::from_fn(|k| acts[i + k]),
+                        sums,
+                    );
+                    for (r, vr) in v.iter().enumerate() {
+                        for (k, &x) in vr.iter().enumerate() {
+                            put(r, k, x);
+                        }
+                    }
+                }
+                (true, false) => {
+                    let v = outputs::<4, 1>([order(i)], std::array::from_fn(|r| rows[j + r]), [acts[i]], sums);
+                    for (r, vr) in v.iter().enumerate() {
+                        put(r, 0, vr[0]);
+                    }
+                }
+                (false, true) => {
+                    let o = std::array::from_fn(|k| order(i + k));
+                    let [v] = outputs::<1, 4>(o, [rows[j]], std::array::from_fn(|k| acts[i + k]), sums);
+                    for (k, &x) in v.iter().enumerate() {
+                        put(0, k, x);
+                    }
+                }
+                (false, false) => {
+                    let [[v]] = outputs::<1, 1>([order(i)], [rows[j]], [acts[i]], sums);
+                    put(0, 0, v);
+                }
             }
-            j += 4;
+            j += if wq { 4 } else { 1 };
         }
-        for us in quads.remainder().chunks_exact(nb) {
-            let [v] = outputs(o, [us], a, sums);
-            // SAFETY: as above.
-            unsafe { out.write(i * tile.n + j, v) };
-            j += 1;
-        }
+        i += if quad { 4 } else { 1 };
     }
 }
 
