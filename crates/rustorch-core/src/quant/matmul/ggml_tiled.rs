@@ -18,6 +18,9 @@
 //! that makes them so (32 for Q6_K). The integer sums equal the
 //! mathematical ones, so any exact method gives llama.cpp's bits.
 
+// Sub-block, chunk and value indices address several arrays.
+#![allow(clippy::needless_range_loop)]
+
 use super::ggml_superblock::{run_tiles, Order, Unpack};
 use super::{Isa, OutPtr, QMatRef, QuantizedRows};
 use crate::quant::blocks::{
