@@ -14,12 +14,18 @@
 
 mod activations;
 mod f16_path;
+#[cfg(test)]
+mod ggml_paths_tests;
+mod ggml_repack;
+mod ggml_superblock;
+mod ggml_tiled;
 mod isa;
 mod kernels;
 #[cfg(test)]
 mod tests;
 
 pub use activations::QuantizedRows;
+pub use ggml_repack::llama_repacks;
 pub use isa::Isa;
 
 use super::{QTensor, QType, QuantError};
@@ -62,6 +68,9 @@ pub struct QMatRef<'a> {
     cols: usize,
     row_bytes: usize,
     bytes: &'a [u8],
+    /// Whether products take llama.cpp's order for the weights it
+    /// repacks (`ggml_repack`); `llama_repacks` decides by default.
+    repacked: bool,
 }
 
 impl<'a> QMatRef<'a> {
@@ -88,7 +97,23 @@ impl<'a> QMatRef<'a> {
             cols,
             row_bytes,
             bytes,
+            repacked: llama_repacks(qtype, rows),
         })
+    }
+
+    /// This matrix multiplied in llama.cpp's order for repacked weights
+    /// (`on`, possible only where `llama_repacks` holds) or in its plain
+    /// `vec_dot` order. llama.cpp repacks a weight unless its loader keeps
+    /// it in the input buffer (`token_embd`, also the output matrix of
+    /// models with tied embeddings): such weights need `with_repack(false)`.
+    pub fn with_repack(mut self, on: bool) -> Self {
+        self.repacked = on && llama_repacks(self.qtype, self.rows);
+        self
+    }
+
+    /// Whether products use llama.cpp's repacked order (see `with_repack`).
+    pub fn repacked(&self) -> bool {
+        self.repacked
     }
 
     pub fn qtype(&self) -> QType {
@@ -185,6 +210,15 @@ pub fn qmatmul_quantized_into(
     if w.qtype == QType::F16 {
         // llama.cpp's two f16 orders, chosen by shape (see `f16_path`).
         f16_path::product(w, act, out);
+        return Ok(());
+    }
+    if w.repacked {
+        ggml_repack::product(isa, w, act, out);
+        return Ok(());
+    }
+    if m >= ggml_tiled::MIN_ROWS && ggml_tiled::applies(w.qtype) {
+        // llama.cpp's tiled K-quant path (see `ggml_tiled`).
+        ggml_tiled::product(isa, w, act, out);
         return Ok(());
     }
     let call = |j: usize, i: usize| {

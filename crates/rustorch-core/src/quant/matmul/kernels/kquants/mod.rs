@@ -1,34 +1,23 @@
 //! K-quant (Q2_K .. Q8_K) and IQ4_XS weights against Q8_K activations.
 //!
-//! One module per weight type, each with three kernels:
-//! - scalar: llama.cpp's generic `ggml_vec_dot_*_q8_K` arithmetic (the same
-//!   integer sums and the same f32 lanes and order);
-//! - AVX2: the structure of llama.cpp's x86 kernels (`maddubs` products of
-//!   unsigned weights and signed activations, `madd` with the 16-bit scales
-//!   of each 16- or 32-value group), with the same f32 accumulation;
-//! - AVX-512 VNNI: `vpdpbusd` (u8 x i8, four products per i32 lane, no
-//!   saturation) on 64 values at a time, then the group scales applied with
-//!   `vpdpwssd` (see `avx512`), or `vpmulld` where a lane can leave i16.
-//!
-//! The min and offset terms use the activations' `bsums` (sums of 16
-//! quants), as llama.cpp does: `sum -= dmin * sum(mins * bsums)`.
+//! Q2_K .. Q6_K and IQ4_XS follow llama.cpp's `vec_dot` arithmetic bit for
+//! bit (`ggml_k`, `ggml_k2`: a portable kernel that emulates the AVX2
+//! branch's lanes, and AVX2 kernels where written; llama.cpp has no wider
+//! branch for them). Products of 8 or more rows, and repacked Q4_K weights,
+//! take llama.cpp's other paths (`matmul::ggml_tiled`, `matmul::ggml_repack`).
+//! Q8_K weights, which llama.cpp cannot multiply, have their own kernels
+//! (`q8k`).
 //!
 //! Every kernel computes each super-block's integer sums exactly (for
-//! activations in -127..=127, the range `quantize_row_q8_K_ref` produces;
-//! the AVX2 IQ4_XS kernel, like llama.cpp's, needs that range, the others
-//! are exact for any i8), so levels differ only in how the per-block f32
-//! terms are added.
+//! activations in -127..=127, the range `quantize_row_q8_K_ref` produces),
+//! so only the f32 operations decide the bits.
 
 use super::{DotFn, DotRowsFn};
 use crate::quant::matmul::Isa;
 use crate::quant::QType;
 
-mod iq4xs;
-mod q2k;
-mod q3k;
-mod q4k;
-mod q5k;
-mod q6k;
+mod ggml_k;
+mod ggml_k2;
 mod q8k;
 
 #[cfg(test)]
@@ -36,50 +25,48 @@ mod tests;
 
 pub(super) fn kernel(qtype: QType, isa: Isa) -> Option<DotFn> {
     let by_type: fn(Isa) -> Option<DotFn> = match qtype {
-        QType::Q2K => q2k::kernel,
-        QType::Q3K => q3k::kernel,
-        QType::Q4K => q4k::kernel,
-        QType::Q5K => q5k::kernel,
-        QType::Q6K => q6k::kernel,
+        QType::Q2K | QType::Q3K | QType::Q4K | QType::Q5K | QType::Q6K | QType::IQ4XS => {
+            return ggml_kernel(qtype, isa)
+        }
         QType::Q8K => q8k::kernel,
-        QType::IQ4XS => iq4xs::kernel,
         _ => return None,
     };
     by_type(isa)
 }
 
-/// The four-activation-row kernel at exactly `isa`, where one exists.
-pub(super) fn rows_kernel(qtype: QType, isa: Isa) -> Option<DotRowsFn> {
-    #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512Vnni {
-        return match qtype {
-            QType::Q4K => Some(q4k::dot4_avx512),
-            QType::Q6K => Some(q6k::dot4_avx512),
-            QType::Q5K => Some(q5k::dot4_avx512),
-            _ => None,
-        };
-    }
-    let _ = (qtype, isa);
-    None
+/// The kernels in llama.cpp's exact order (`ggml_k`): the portable one
+/// and the AVX2 one, which is also what llama.cpp runs on AVX-512 CPUs.
+fn ggml_kernel(qtype: QType, isa: Isa) -> Option<DotFn> {
+    let k: DotFn = match (qtype, isa) {
+        (QType::Q4K, Isa::Scalar) => ggml_k::dot_q4k_scalar,
+        (QType::Q5K, Isa::Scalar) => ggml_k::dot_q5k_scalar,
+        (QType::Q6K, Isa::Scalar) => ggml_k::dot_q6k_scalar,
+        (QType::Q2K, Isa::Scalar) => ggml_k2::dot_q2k_scalar,
+        (QType::Q3K, Isa::Scalar) => ggml_k2::dot_q3k_scalar,
+        (QType::IQ4XS, Isa::Scalar) => ggml_k2::dot_iq4xs_scalar,
+        #[cfg(target_arch = "x86_64")]
+        (QType::Q4K, Isa::Avx2) => ggml_k::dot_q4k_avx2,
+        #[cfg(target_arch = "x86_64")]
+        (QType::Q5K, Isa::Avx2) => ggml_k::dot_q5k_avx2,
+        #[cfg(target_arch = "x86_64")]
+        (QType::Q6K, Isa::Avx2) => ggml_k::dot_q6k_avx2,
+        #[cfg(target_arch = "x86_64")]
+        (QType::Q2K, Isa::Avx2) => ggml_k2::dot_q2k_avx2,
+        #[cfg(target_arch = "x86_64")]
+        (QType::Q3K, Isa::Avx2) => ggml_k2::dot_q3k_avx2,
+        #[cfg(target_arch = "x86_64")]
+        (QType::IQ4XS, Isa::Avx2) => ggml_k2::dot_iq4xs_avx2,
+        _ => return None,
+    };
+    Some(k)
 }
 
-/// One weight row and four activation rows as blocks, if each activation
-/// row has as many Q8_K blocks as the weight row has blocks; `None`
-/// otherwise (kernels then answer NaN, as the one-row kernels do).
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-fn blocks4<'a, W: crate::quant::blocks::Block>(
-    w: &'a [u8],
-    a: [&'a [u8]; 4],
-) -> Option<(&'a [W], [&'a [crate::quant::blocks::BlockQ8K]; 4])> {
-    use crate::quant::blocks::cast_blocks;
-    let w: &[W] = cast_blocks(w)?;
-    let rows = [
-        cast_blocks(a[0])?,
-        cast_blocks(a[1])?,
-        cast_blocks(a[2])?,
-        cast_blocks(a[3])?,
-    ];
-    rows.iter().all(|r| r.len() == w.len()).then_some((w, rows))
+/// The four-activation-row kernel at exactly `isa`, where one exists (none
+/// today: llama.cpp's batched K-quant paths are `ggml_tiled` and
+/// `ggml_repack`, and below 8 rows it runs one `vec_dot` per output).
+pub(super) fn rows_kernel(qtype: QType, isa: Isa) -> Option<DotRowsFn> {
+    let _ = (qtype, isa);
+    None
 }
 
 /// The eight 6-bit scales and mins of a Q4_K/Q5_K block, unpacked with
@@ -126,13 +113,6 @@ fn q3k_scales(packed: &[u8; 12]) -> [i8; 16] {
     out
 }
 
-/// The `pshufb` control word (as an i16 to broadcast) that copies i16
-/// element `e` of each 128-bit lane to every element.
-#[inline(always)]
-fn word(e: usize) -> i16 {
-    (((2 * e + 1) << 8) | (2 * e)) as i16
-}
-
 /// Sum of the 8 lanes as llama.cpp's `hsum_float_8`: high half plus low
 /// half, then pairs, then the last two.
 #[cfg(target_arch = "x86_64")]
@@ -144,45 +124,4 @@ fn hsum_float_8(x: std::arch::x86_64::__m256) -> f32 {
     res = _mm_add_ps(res, _mm_movehl_ps(res, res));
     res = _mm_add_ss(res, _mm_movehdup_ps(res));
     _mm_cvtss_f32(res)
-}
-
-/// Shared pieces of the AVX-512 VNNI kernels.
-///
-/// `vpdpbusd` leaves in each i32 lane the sum of four u8 x i8 products.
-/// With weights below 64 and activations in -128..=127 that sum has
-/// magnitude at most 4 * 63 * 128 = 32256, so it fits in the low i16 of
-/// the lane (the high i16 is its sign extension). `vpdpwssd` against a
-/// vector whose i32 lanes hold `(scale as i16, 0)` then adds exactly
-/// `lane * scale` to an i32 accumulator: one instruction applies a group
-/// scale, where AVX2 needs `maddubs` + `madd` + `add`.
-#[cfg(target_arch = "x86_64")]
-mod avx512 {
-    use std::arch::x86_64::*;
-
-    /// i32 lanes `(scales[lane] as i16, 0)` for the 16 signed scales, the
-    /// operand `vpdpwssd` needs (see the module comment).
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    pub(super) fn scales_i8_to_dpwssd(scales: __m128i) -> __m512i {
-        _mm512_cvtepu16_epi32(_mm256_cvtepi8_epi16(scales))
-    }
-
-    /// Index vector for `_mm512_permutexvar_epi32` that repeats each of
-    /// the lanes `first..first + 16 / reps` of a vector `reps` times.
-    pub(super) const fn spread(first: i32, reps: i32) -> [i32; 16] {
-        let mut idx = [0i32; 16];
-        let mut l = 0;
-        while l < 16 {
-            idx[l] = first + l as i32 / reps;
-            l += 1;
-        }
-        idx
-    }
-
-    /// `_mm512_permutexvar_epi32` with a constant index array.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    pub(super) fn permute(v: __m512i, idx: &[i32; 16]) -> __m512i {
-        // SAFETY: `idx` is 64 readable bytes; unaligned loads are allowed.
-        let idx = unsafe { _mm512_loadu_si512(idx.as_ptr().cast()) };
-        _mm512_permutexvar_epi32(idx, v)
-    }
 }

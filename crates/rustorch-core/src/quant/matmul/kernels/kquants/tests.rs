@@ -187,7 +187,12 @@ fn simd_kernels_match_scalar() {
             if !isa.is_available() {
                 continue;
             }
-            let kernel = exact(qtype, isa).unwrap_or_else(|| panic!("{qtype} has no {isa} kernel"));
+            // The widest kernel at or below `isa` (llama.cpp has no AVX-512
+            // K-quant dot products, so neither do we for most types).
+            let (level, kernel) = super::super::find(qtype, isa).expect("every type has a kernel");
+            if level == Isa::Scalar {
+                continue;
+            }
             for n in LENGTHS {
                 let acts = activation_rows(n, &mut rng);
                 for (wname, w) in weight_rows(qtype, n, &mut rng) {
@@ -289,61 +294,5 @@ fn unpacked_scales_match_the_bit_layout() {
             assert_eq!((sm[j], sm[8 + j]), crate::quant::blocks::scale_min_k4(j, &packed));
         }
         assert_eq!(super::q3k_scales(&packed), crate::quant::blocks::q3k_scales(&packed));
-    }
-}
-
-/// The four-row kernels repeat the one-row kernel's integer and f32
-/// operations for each row, so every output must be bit-identical.
-#[test]
-fn four_row_kernels_equal_one_row_kernels() {
-    let mut rng = Rng(11);
-    let mut checked = 0;
-    for qtype in TYPES {
-        for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
-            let Some(k4) = super::super::exact_rows(qtype, isa) else {
-                continue;
-            };
-            let one = exact(qtype, isa).expect("a four-row kernel has a one-row twin");
-            for n in LENGTHS {
-                let mut acts = activation_rows(n, &mut rng);
-                acts.extend(activation_rows(n, &mut rng));
-                for (wname, w) in weight_rows(qtype, n, &mut rng) {
-                    for first in 0..acts.len() - 3 {
-                        let a = [
-                            &acts[first].1[..],
-                            &acts[first + 1].1,
-                            &acts[first + 2].1,
-                            &acts[first + 3].1,
-                        ];
-                        let mut out = [0f32; 4];
-                        // SAFETY: `isa` is available and all rows cover `n` values.
-                        unsafe { k4(&w, a, &mut out) };
-                        for r in 0..4 {
-                            // SAFETY: as above.
-                            let want = unsafe { one(&w, a[r]) };
-                            assert_eq!(
-                                out[r].to_bits(),
-                                want.to_bits(),
-                                "{qtype} {isa} n={n} {wname} x {}: {} vs {want}",
-                                acts[first + r].0,
-                                out[r]
-                            );
-                            checked += 1;
-                        }
-                    }
-                }
-            }
-            // A row of another length gives NaN for all four.
-            let w = &weight_rows(qtype, 512, &mut rng)[0].1;
-            let long = &activation_rows(512, &mut rng)[0].1;
-            let short = &activation_rows(256, &mut rng)[0].1;
-            let mut out = [0f32; 4];
-            // SAFETY: `isa` is available; the kernel checks the lengths.
-            unsafe { k4(w, [long, long, short, long], &mut out) };
-            assert!(out.iter().all(|v| v.is_nan()), "{qtype} {isa}: {out:?}");
-        }
-    }
-    if Isa::Avx512Vnni.is_available() {
-        assert!(checked > 0, "no four-row kernel was checked");
     }
 }
