@@ -19,6 +19,8 @@ use crate::quant::QType;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod exact512;
 mod ggml_exact;
 mod ggml_q8_0;
 mod scalar;
@@ -81,11 +83,11 @@ pub(super) fn rows_kernel(qtype: QType, isa: Isa) -> Option<DotRowsFn> {
         },
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512Vnni => match qtype {
-            Q4_0 => ggml_exact::dot_rows_vnni::<W4_0>,
-            Q4_1 => ggml_exact::dot_rows_vnni::<W4_1>,
-            Q5_0 => ggml_exact::dot_rows_vnni::<W5_0>,
-            Q5_1 => ggml_exact::dot_rows_vnni::<W5_1>,
-            Q8_0 => ggml_q8_0::dot_pairs_vnni,
+            Q4_0 => exact512::dot_rows::<W4_0>,
+            Q4_1 => exact512::dot_rows::<W4_1>,
+            Q5_0 => exact512::dot_rows::<W5_0>,
+            Q5_1 => exact512::dot_rows::<W5_1>,
+            Q8_0 => exact512::dot_rows::<W8_0>,
             Q8_1 => vnni::dot4::<W8_1>,
             IQ4NL => vnni::dot4::<WIq4Nl>,
             _ => return None,
@@ -99,21 +101,20 @@ pub(super) fn rows_kernel(qtype: QType, isa: Isa) -> Option<DotRowsFn> {
 /// any: `out[r]` is the dot product of `w[r]` with `a`, equal bit for bit
 /// to `kernel(qtype, isa)` on that pair.
 pub(super) fn cols_kernel(qtype: QType, isa: Isa) -> Option<DotColsFn> {
-    match (qtype, isa) {
-        // (ggml_q8_0's symmetric pair kernel also fits here, but measured
-        // 2x slower than this one for 4096-column matvecs.)
+    use QType::*;
+    let k: DotColsFn = match isa {
         #[cfg(target_arch = "x86_64")]
-        (QType::Q8_0, Isa::Avx512Vnni) => Some(ggml_exact::dot_cols_vnni::<W8_0>),
-        #[cfg(target_arch = "x86_64")]
-        (QType::Q4_0, Isa::Avx512Vnni) => Some(ggml_exact::dot_cols_vnni::<W4_0>),
-        #[cfg(target_arch = "x86_64")]
-        (QType::Q4_1, Isa::Avx512Vnni) => Some(ggml_exact::dot_cols_vnni::<W4_1>),
-        #[cfg(target_arch = "x86_64")]
-        (QType::Q5_0, Isa::Avx512Vnni) => Some(ggml_exact::dot_cols_vnni::<W5_0>),
-        #[cfg(target_arch = "x86_64")]
-        (QType::Q5_1, Isa::Avx512Vnni) => Some(ggml_exact::dot_cols_vnni::<W5_1>),
-        _ => None,
-    }
+        Isa::Avx512Vnni => match qtype {
+            Q4_0 => exact512::dot_cols::<W4_0>,
+            Q4_1 => exact512::dot_cols::<W4_1>,
+            Q5_0 => exact512::dot_cols::<W5_0>,
+            Q5_1 => exact512::dot_cols::<W5_1>,
+            Q8_0 => exact512::dot_cols::<W8_0>,
+            _ => return None,
+        },
+        _ => return None,
+    };
+    Some(k)
 }
 
 /// Where a weight type keeps its fields, and which activation type it
