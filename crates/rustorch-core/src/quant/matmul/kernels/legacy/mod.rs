@@ -13,7 +13,7 @@
 //! integer parts exact but sum the scaled partial products in another
 //! order (as llama.cpp's x86 kernels do).
 
-use super::{DotColsFn, DotFn, DotRowsFn};
+use super::{DotColsFn, DotFn, DotRowsFn, DotTileFn};
 use crate::quant::matmul::Isa;
 use crate::quant::QType;
 
@@ -26,6 +26,8 @@ mod ggml_q8_0;
 mod scalar;
 #[cfg(test)]
 mod tests;
+#[cfg(target_arch = "x86_64")]
+mod tile512;
 #[cfg(target_arch = "x86_64")]
 mod vnni;
 
@@ -110,6 +112,26 @@ pub(super) fn cols_kernel(qtype: QType, isa: Isa) -> Option<DotColsFn> {
             Q5_0 => exact512::dot_cols::<W5_0>,
             Q5_1 => exact512::dot_cols::<W5_1>,
             Q8_0 => exact512::dot_cols::<W8_0>,
+            _ => return None,
+        },
+        _ => return None,
+    };
+    Some(k)
+}
+
+/// Four weight rows against four activation rows at exactly `isa`, if
+/// any: `out[r][i]` equals `kernel(qtype, isa)` on `w[r]`, `a[i]` bit for
+/// bit.
+pub(super) fn tile_kernel(qtype: QType, isa: Isa) -> Option<DotTileFn> {
+    use QType::*;
+    let k: DotTileFn = match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vnni => match qtype {
+            Q4_0 => tile512::dot_tile::<W4_0>,
+            Q4_1 => tile512::dot_tile::<W4_1>,
+            Q5_0 => tile512::dot_tile::<W5_0>,
+            Q5_1 => tile512::dot_tile::<W5_1>,
+            Q8_0 => tile512::dot_tile::<W8_0>,
             _ => return None,
         },
         _ => return None,
