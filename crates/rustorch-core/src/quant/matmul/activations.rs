@@ -127,9 +127,8 @@ fn cvt_i32(f: f32) -> i32 {
 /// `quantize_row_q8_1` multiplies by d). The SIMD version below must give
 /// the same bits for every input, NaN and infinities included.
 fn q8_0_block(x: &[f32]) -> (f32, [i8; 32], i32) {
-    let m: [f32; 8] = std::array::from_fn(|l| {
-        xmax(xmax(xmax(x[l].abs(), x[8 + l].abs()), x[16 + l].abs()), x[24 + l].abs())
-    });
+    let m: [f32; 8] =
+        std::array::from_fn(|l| xmax(xmax(xmax(x[l].abs(), x[8 + l].abs()), x[16 + l].abs()), x[24 + l].abs()));
     let r: [f32; 4] = std::array::from_fn(|l| xmax(m[4 + l], m[l]));
     let amax = xmax(xmax(r[0], r[2]), xmax(r[1], r[3]));
     let d = amax / 127.0;
@@ -237,9 +236,8 @@ mod simd {
                 let d = amax / 127.0;
                 let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
                 let mul = _mm256_set1_ps(id);
-                let round = |v: __m256| {
-                    _mm256_cvtps_epi32(_mm256_round_ps::<_MM_FROUND_TO_NEAREST_INT>(_mm256_mul_ps(v, mul)))
-                };
+                let round =
+                    |v: __m256| _mm256_cvtps_epi32(_mm256_round_ps::<_MM_FROUND_TO_NEAREST_INT>(_mm256_mul_ps(v, mul)));
                 let (i0, i1, i2, i3) = (round(v0), round(v1), round(v2), round(v3));
                 let ob = out.as_mut_ptr().add(bb * i);
                 ob.cast::<[u8; 2]>().write_unaligned(f16_bits(d));

@@ -526,8 +526,14 @@ fn four_by_four_kernels_equal_one_row_kernels() {
             let good_a = act_row(dot, 3, &mut rng);
             let short_a = act_row(dot, 2, &mut rng);
             for (w, a) in [
-                ([&good_w[..], &good_w, &short_w, &good_w], [&good_a[..], &good_a, &good_a, &good_a]),
-                ([&good_w[..], &good_w, &good_w, &good_w], [&good_a[..], &short_a, &good_a, &good_a]),
+                (
+                    [&good_w[..], &good_w, &short_w, &good_w],
+                    [&good_a[..], &good_a, &good_a, &good_a],
+                ),
+                (
+                    [&good_w[..], &good_w, &good_w, &good_w],
+                    [&good_a[..], &short_a, &good_a, &good_a],
+                ),
             ] {
                 let mut out = [[0f32; 4]; 4];
                 // SAFETY: the level is available; the kernel checks lengths.
