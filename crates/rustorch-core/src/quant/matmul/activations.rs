@@ -110,7 +110,7 @@ fn xmax(a: f32, b: f32) -> f32 {
 /// give the "integer indefinite" `i32::MIN`.
 #[inline(always)]
 fn cvt_i32(f: f32) -> i32 {
-    if f >= -2147483648.0 && f < 2147483648.0 {
+    if (-2147483648.0..2147483648.0).contains(&f) {
         f as i32
     } else {
         i32::MIN

@@ -8,10 +8,13 @@
 //!
 //! Every level computes, per block, an exact integer dot product of the
 //! weight quants with the activation quants and scales it by
-//! `d_w * d_a` in f32. `scalar` follows llama.cpp's generic
-//! `ggml_vec_dot_*` float operations exactly; the SIMD levels keep the
-//! integer parts exact but sum the scaled partial products in another
-//! order (as llama.cpp's x86 kernels do).
+//! `d_w * d_a` in f32. Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 follow llama.cpp's
+//! x86 float order at every level, bit for bit (`ggml_exact`,
+//! `ggml_q8_0`; with AVX-512 VNNI the four-output matvec and batch
+//! kernels of `exact512` and the four-by-four batch kernel of `tile512`).
+//! For Q8_1 and IQ4_NL, `scalar` follows llama.cpp's generic
+//! `ggml_vec_dot_*` float operations; their SIMD levels keep the integer
+//! parts exact but sum the scaled partial products in another order.
 
 use super::{DotColsFn, DotFn, DotRowsFn, DotTileFn};
 use crate::quant::matmul::Isa;
