@@ -302,6 +302,13 @@ pub(super) unsafe fn dot_cols<T: Unsigned>(a: &[u8], w: [&[u8]; 4], out: &mut [f
         unsafe {
             let ab = ap.add(i * T::A_BYTES);
             let wb = wp.map(|p| p.add(i * T::W_BYTES));
+            // Four interleaved row streams advance slowly (one block per
+            // iteration each); fetching ~512 bytes ahead keeps them ahead
+            // of the loads. A prefetch never faults, and the address is
+            // formed with wrapping arithmetic, so past a row's end is fine.
+            for p in wb {
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(512).cast());
+            }
             let av = _mm512_broadcast_i64x4(_mm256_loadu_si256(ab.add(T::A_QS).cast()));
             let nc = neg_corr::<T>(av);
             let p01 = dot_lanes(nc, T::two(wb[0], wb[1]), av);
