@@ -269,10 +269,15 @@ pub fn qmatmul_quantized_into(
     // contiguous splits give each thread its own weight rows.
     const TILE_WEIGHT_BYTES: usize = 48 << 10;
     let ib = m.min(64);
-    let jb = (TILE_WEIGHT_BYTES / w.row_bytes.max(1))
+    let tile = kernels::exact_tile(w.qtype, level);
+    let mut jb = (TILE_WEIGHT_BYTES / w.row_bytes.max(1))
         .clamp(4, 64)
         .min(n.div_ceil(threads * 4))
         .max(1);
+    if tile.is_some() && jb > 4 {
+        // Whole groups of four weight rows for the four-by-four kernel.
+        jb -= jb % 4;
+    }
     let (nj, ni) = (n.div_ceil(jb), m.div_ceil(ib));
     let rows = kernels::exact_rows(w.qtype, level);
     let out_ptr = OutPtr(out.as_mut_ptr());
@@ -283,7 +288,20 @@ pub fn qmatmul_quantized_into(
         if let Some(rows) = rows {
             while i + 4 <= i1 {
                 let a = [act.row(i), act.row(i + 1), act.row(i + 2), act.row(i + 3)];
-                for j in j0..j1 {
+                let mut j = j0;
+                while let Some(tile) = tile.filter(|_| j + 4 <= j1) {
+                    let mut r = [[0f32; 4]; 4];
+                    // SAFETY: as for `rows` below, for four weight rows.
+                    unsafe { tile([w.row(j), w.row(j + 1), w.row(j + 2), w.row(j + 3)], a, &mut r) };
+                    for (dj, rj) in r.into_iter().enumerate() {
+                        for (k, v) in rj.into_iter().enumerate() {
+                            // SAFETY: (i + k, j + dj) lies in this tile; see `OutPtr`.
+                            unsafe { out_ptr.write((i + k) * n + j + dj, v) };
+                        }
+                    }
+                    j += 4;
+                }
+                for j in j..j1 {
                     let mut r = [0f32; 4];
                     // SAFETY: as for `call`; `exact_rows` gave a kernel at
                     // `level`, which this CPU supports, for four rows

@@ -39,6 +39,19 @@ pub(crate) type DotRowsFn = unsafe fn(w: &[u8], a: [&[u8]; 4], out: &mut [f32; 4
 /// As `DotFn`, for each of the four weight rows.
 pub(crate) type DotColsFn = unsafe fn(a: &[u8], w: [&[u8]; 4], out: &mut [f32; 4]);
 
+/// Four weight rows against four activation rows: `out[r][i]` is the dot
+/// product of `w[r]` with `a[i]`, equal bit for bit to the `DotFn` of the
+/// same type and level on that pair (batches).
+///
+/// # Safety
+/// As `DotFn`, for each of the sixteen pairs.
+pub(crate) type DotTileFn = unsafe fn(w: [&[u8]; 4], a: [&[u8]; 4], out: &mut [[f32; 4]; 4]);
+
+/// The four-by-four kernel implemented at exactly this level, if any.
+pub(crate) fn exact_tile(qtype: QType, isa: Isa) -> Option<DotTileFn> {
+    legacy::tile_kernel(qtype, isa)
+}
+
 /// The four-weight-row kernel implemented at exactly this level, if any.
 pub(crate) fn exact_cols(qtype: QType, isa: Isa) -> Option<DotColsFn> {
     legacy::cols_kernel(qtype, isa)

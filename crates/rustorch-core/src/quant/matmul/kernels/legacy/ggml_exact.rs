@@ -101,13 +101,12 @@ pub(super) unsafe fn dot_scalar<T: Decode>(w: &[u8], a: &[u8]) -> f32 {
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(super) use simd::{dot_avx2, dot_cols_vnni, dot_rows_vnni};
+pub(super) use simd::dot_avx2;
 
 #[cfg(target_arch = "x86_64")]
 mod simd {
     use super::super::avx2::{u16_at, Avx2Dot};
-    use super::super::vnni::VnniDot;
-    use super::super::{blocks, blocks4};
+    use super::super::blocks;
     use super::reduce8;
     use std::arch::x86_64::*;
 
@@ -119,12 +118,17 @@ mod simd {
         reduce8(lanes)
     }
 
-    /// The f16 in the low 16 bits of `h`, converted by F16C (`vcvtph2ps`;
-    /// exact, as every f16 conversion is).
+    /// The f16 values in the low and high 16 bits of `h`, converted by
+    /// F16C (`vcvtph2ps`; exact, as every f16 conversion is). Both come
+    /// from one zeroing `vmovd`: a lone u16 would be inserted into a
+    /// stale register (`vpinsrw`), a false dependency on the accumulator.
     #[inline(always)]
-    fn f16(h: u64) -> f32 {
+    fn f16x2(h: u64) -> (f32, f32) {
         // SAFETY: only called from kernels with F16C enabled.
-        unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as u16 as i32))) }
+        unsafe {
+            let v = _mm_cvtph_ps(_mm_cvtsi32_si128(h as u32 as i32));
+            (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
+        }
     }
 
     /// # Safety
@@ -141,11 +145,13 @@ mod simd {
             // SAFETY: block i < nb of both rows (`blocks`).
             unsafe {
                 let (wb, ab) = (wp.add(i * T::W_BYTES), ap.add(i * T::A_BYTES));
-                let d = f16(u16_at(wb)) * f16(u16_at(ab));
+                let (dw, da) = f16x2(u16_at(wb) | u16_at(ab) << 16);
+                let d = dw * da;
                 let p = T::block(wb, _mm256_loadu_si256(ab.add(T::A_QS).cast()));
                 acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), acc);
                 if T::MIN {
-                    summs = f16(u16_at(wb.add(2))).mul_add(f16(u16_at(ab.add(2))), summs);
+                    let (m, s) = f16x2(u16_at(wb.add(2)) | u16_at(ab.add(2)) << 16);
+                    summs = m.mul_add(s, summs);
                 }
             }
         }
@@ -155,162 +161,6 @@ mod simd {
             h + summs
         } else {
             h
-        }
-    }
-
-    /// The low and high 256-bit halves of 16 i32 lanes, as f32.
-    #[inline(always)]
-    unsafe fn halves(p: __m512i) -> (__m256, __m256) {
-        // SAFETY: AVX-512F in the calling kernel.
-        unsafe {
-            let f = _mm512_cvtepi32_ps(p);
-            (
-                _mm512_castps512_ps256(f),
-                _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(f))),
-            )
-        }
-    }
-
-    /// The 64 quant bytes of activation blocks i and i + 1 at `ab`.
-    #[inline(always)]
-    unsafe fn act2<T: Avx2Dot>(ab: *const u8) -> __m512i {
-        // SAFETY: two whole activation blocks at `ab` (caller).
-        unsafe {
-            let a0 = _mm256_loadu_si256(ab.add(T::A_QS).cast());
-            let a1 = _mm256_loadu_si256(ab.add(T::A_BYTES + T::A_QS).cast());
-            _mm512_inserti64x4::<1>(_mm512_castsi256_si512(a0), a1)
-        }
-    }
-
-    /// One weight row against four activation rows; each output goes
-    /// through exactly `dot_avx2`'s f32 operations (two blocks' integer
-    /// sums per `vpdpbusd`, then one FMA per block in order).
-    ///
-    /// # Safety
-    /// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C must be available.
-    #[allow(clippy::needless_range_loop)]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    pub(in super::super) unsafe fn dot_rows_vnni<T: VnniDot>(w: &[u8], a: [&[u8]; 4], out: &mut [f32; 4]) {
-        let Some(nb) = blocks4::<T>(w, &a) else {
-            *out = [f32::NAN; 4];
-            return;
-        };
-        let wp = w.as_ptr();
-        let ap = a.map(|r| r.as_ptr());
-        let mut acc = [_mm256_setzero_ps(); 4];
-        let mut summs = [0f32; 4];
-        let mut i = 0;
-        // SAFETY (pointer reads): blocks i, i + 1 < nb of every row, which
-        // `blocks4` checked.
-        while i + 2 <= nb {
-            unsafe {
-                let wb = wp.add(i * T::W_BYTES);
-                let u = T::decode2(wb);
-                let (dw0, dw1) = (f16(u16_at(wb)), f16(u16_at(wb.add(T::W_BYTES))));
-                for r in 0..4 {
-                    let ab = ap[r].add(i * T::A_BYTES);
-                    let (lo, hi) = halves(T::mul2(u, act2::<T>(ab)));
-                    let d0 = dw0 * f16(u16_at(ab));
-                    let d1 = dw1 * f16(u16_at(ab.add(T::A_BYTES)));
-                    acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d0), lo, acc[r]);
-                    acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d1), hi, acc[r]);
-                    if T::MIN {
-                        let (m0, m1) = (f16(u16_at(wb.add(2))), f16(u16_at(wb.add(T::W_BYTES + 2))));
-                        summs[r] = m0.mul_add(f16(u16_at(ab.add(2))), summs[r]);
-                        summs[r] = m1.mul_add(f16(u16_at(ab.add(T::A_BYTES + 2))), summs[r]);
-                    }
-                }
-            }
-            i += 2;
-        }
-        if i < nb {
-            unsafe {
-                let wb = wp.add(i * T::W_BYTES);
-                let u = <T as Avx2Dot>::decode(wb);
-                let dw = f16(u16_at(wb));
-                for r in 0..4 {
-                    let ab = ap[r].add(i * T::A_BYTES);
-                    let p = <T as Avx2Dot>::mul(u, _mm256_loadu_si256(ab.add(T::A_QS).cast()));
-                    let d = dw * f16(u16_at(ab));
-                    acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), acc[r]);
-                    if T::MIN {
-                        summs[r] = f16(u16_at(wb.add(2))).mul_add(f16(u16_at(ab.add(2))), summs[r]);
-                    }
-                }
-            }
-        }
-        for r in 0..4 {
-            // SAFETY: AVX enabled above.
-            let h = unsafe { hsum8(acc[r]) };
-            out[r] = if T::MIN { h + summs[r] } else { h };
-        }
-    }
-
-    /// Four weight rows against one activation row, as `dot_rows_vnni`
-    /// with the roles of the rows exchanged (each weight row decoded once,
-    /// the activation blocks loaded once for the four).
-    ///
-    /// # Safety
-    /// As `dot_rows_vnni`.
-    #[allow(clippy::needless_range_loop)]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    pub(in super::super) unsafe fn dot_cols_vnni<T: VnniDot>(a: &[u8], w: [&[u8]; 4], out: &mut [f32; 4]) {
-        let Some(nb) = blocks::<T>(w[0], a) else {
-            *out = [f32::NAN; 4];
-            return;
-        };
-        if w[1..].iter().any(|r| r.len() != w[0].len()) {
-            *out = [f32::NAN; 4];
-            return;
-        }
-        let ap = a.as_ptr();
-        let wp = w.map(|r| r.as_ptr());
-        let mut acc = [_mm256_setzero_ps(); 4];
-        let mut summs = [0f32; 4];
-        let mut i = 0;
-        // SAFETY (pointer reads): blocks i, i + 1 < nb of every row, which
-        // the checks above established.
-        while i + 2 <= nb {
-            unsafe {
-                let ab = ap.add(i * T::A_BYTES);
-                let av = act2::<T>(ab);
-                let (da0, da1) = (f16(u16_at(ab)), f16(u16_at(ab.add(T::A_BYTES))));
-                for r in 0..4 {
-                    let wb = wp[r].add(i * T::W_BYTES);
-                    let (lo, hi) = halves(T::pair(wb, av));
-                    let d0 = f16(u16_at(wb)) * da0;
-                    let d1 = f16(u16_at(wb.add(T::W_BYTES))) * da1;
-                    acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d0), lo, acc[r]);
-                    acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d1), hi, acc[r]);
-                    if T::MIN {
-                        summs[r] = f16(u16_at(wb.add(2))).mul_add(f16(u16_at(ab.add(2))), summs[r]);
-                        summs[r] =
-                            f16(u16_at(wb.add(T::W_BYTES + 2))).mul_add(f16(u16_at(ab.add(T::A_BYTES + 2))), summs[r]);
-                    }
-                }
-            }
-            i += 2;
-        }
-        if i < nb {
-            unsafe {
-                let ab = ap.add(i * T::A_BYTES);
-                let av = _mm256_loadu_si256(ab.add(T::A_QS).cast());
-                let da = f16(u16_at(ab));
-                for r in 0..4 {
-                    let wb = wp[r].add(i * T::W_BYTES);
-                    let p = <T as Avx2Dot>::block(wb, av);
-                    let d = f16(u16_at(wb)) * da;
-                    acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), acc[r]);
-                    if T::MIN {
-                        summs[r] = f16(u16_at(wb.add(2))).mul_add(f16(u16_at(ab.add(2))), summs[r]);
-                    }
-                }
-            }
-        }
-        for r in 0..4 {
-            // SAFETY: AVX enabled above.
-            let h = unsafe { hsum8(acc[r]) };
-            out[r] = if T::MIN { h + summs[r] } else { h };
         }
     }
 }

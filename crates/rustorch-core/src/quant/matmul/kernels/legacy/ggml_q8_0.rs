@@ -12,9 +12,8 @@
 //! matters, and every level here follows it.
 //!
 //! The kernels are symmetric in their two operands (both are Q8_0 blocks
-//! and every operation commutes); the four-pair kernel serves one weight
-//! row against four activation rows (batches). Matvecs use ggml_exact's
-//! generic four-weight-row kernel, which has the same order.
+//! and every operation commutes). The four-output kernels (matvecs and
+//! batches) are `exact512`'s, which have the same order.
 
 use crate::quant::blocks::f16_to_f32;
 
@@ -63,7 +62,7 @@ pub(super) unsafe fn dot_scalar(w: &[u8], a: &[u8]) -> f32 {
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(super) use simd::{dot_avx2, dot_pairs_vnni};
+pub(super) use simd::dot_avx2;
 
 #[cfg(target_arch = "x86_64")]
 mod simd {
@@ -112,81 +111,17 @@ mod simd {
         let mut acc = _mm256_setzero_ps();
         for i in 0..nb {
             let (x, y) = (&w[i * B..(i + 1) * B], &a[i * B..(i + 1) * B]);
-            // F16C is enabled in this kernel.
-            let f16 =
-                |b: &[u8]| _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(u16::from_le_bytes([b[0], b[1]]) as i32)));
-            let d = f16(x) * f16(y);
+            // F16C is enabled in this kernel. Both scales go through one
+            // zeroing `vmovd` (a lone u16 would be inserted into a stale
+            // register: a false dependency on the accumulator).
+            let h = u16::from_le_bytes([x[0], x[1]]) as u32 | (u16::from_le_bytes([y[0], y[1]]) as u32) << 16;
+            let v = _mm_cvtph_ps(_mm_cvtsi32_si128(h as i32));
+            let d = _mm_cvtss_f32(v) * _mm_cvtss_f32(_mm_movehdup_ps(v));
             // SAFETY: each block has 32 quant bytes after its scale.
             let l = unsafe { lanes_avx2(x.as_ptr().add(2), y.as_ptr().add(2)) };
             acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(l), acc);
         }
         // SAFETY: AVX enabled above.
         unsafe { hsum8(acc) }
-    }
-
-    /// `out[p] = dot(s, o[p])` for four rows `o` sharing the row `s`, two
-    /// pairs per 512-bit vector (pair 2k in the low half, 2k + 1 in the
-    /// high half), each half doing exactly `dot_avx2`'s f32 operations.
-    ///
-    /// The integer sums come from `vpdpbusd`, which multiplies unsigned by
-    /// signed bytes: `o` is made unsigned by flipping its sign bit
-    /// (`q + 128`) and `128 * sum(s)`, shared by the four pairs, is taken
-    /// off again: exact for any bytes.
-    ///
-    /// # Safety
-    /// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C must be available
-    /// (`Isa::Avx512Vnni`).
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    pub(in super::super) unsafe fn dot_pairs_vnni(s: &[u8], o: [&[u8]; 4], out: &mut [f32; 4]) {
-        let Some(nb) = blocks(s, o[0]) else {
-            *out = [f32::NAN; 4];
-            return;
-        };
-        if o[1..].iter().any(|r| r.len() != s.len()) {
-            *out = [f32::NAN; 4];
-            return;
-        }
-        let sp = s.as_ptr();
-        let op = o.map(|r| r.as_ptr());
-        let zero = _mm512_setzero_si512();
-        let flip = _mm512_set1_epi8(i8::MIN);
-        let idx01 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-        let idx23 = _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-        let mut acc01 = _mm512_setzero_ps();
-        let mut acc23 = _mm512_setzero_ps();
-        for i in 0..nb {
-            let at = i * B;
-            // SAFETY (pointer reads): block i < nb of every row, checked
-            // above: 2 scale bytes and 32 quant bytes from `at`.
-            unsafe {
-                let sv = _mm512_broadcast_i64x4(_mm256_loadu_si256(sp.add(at + 2).cast()));
-                let corr = _mm512_dpbusd_epi32(zero, flip, sv);
-                let load2 = |a: *const u8, b: *const u8| {
-                    let lo = _mm512_castsi256_si512(_mm256_loadu_si256(a.add(at + 2).cast()));
-                    _mm512_xor_si512(
-                        _mm512_inserti64x4::<1>(lo, _mm256_loadu_si256(b.add(at + 2).cast())),
-                        flip,
-                    )
-                };
-                let p01 = _mm512_sub_epi32(_mm512_dpbusd_epi32(zero, load2(op[0], op[1]), sv), corr);
-                let p23 = _mm512_sub_epi32(_mm512_dpbusd_epi32(zero, load2(op[2], op[3]), sv), corr);
-                let h = |p: *const u8| u16::from_le_bytes([*p.add(at), *p.add(at + 1)]) as i64;
-                let packed = h(op[0]) | h(op[1]) << 16 | h(op[2]) << 32 | h(op[3]) << 48;
-                let ds = _mm_mul_ps(
-                    _mm_cvtph_ps(_mm_set_epi64x(0, packed)),
-                    _mm_set1_ps(_mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h(sp) as i32)))),
-                );
-                let dz = _mm512_castps128_ps512(ds);
-                acc01 = _mm512_fmadd_ps(_mm512_permutexvar_ps(idx01, dz), _mm512_cvtepi32_ps(p01), acc01);
-                acc23 = _mm512_fmadd_ps(_mm512_permutexvar_ps(idx23, dz), _mm512_cvtepi32_ps(p23), acc23);
-            }
-        }
-        // SAFETY: AVX enabled above.
-        unsafe {
-            out[0] = hsum8(_mm512_castps512_ps256(acc01));
-            out[1] = hsum8(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(acc01))));
-            out[2] = hsum8(_mm512_castps512_ps256(acc23));
-            out[3] = hsum8(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(acc23))));
-        }
     }
 }

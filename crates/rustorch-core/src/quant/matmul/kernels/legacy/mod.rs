@@ -8,22 +8,29 @@
 //!
 //! Every level computes, per block, an exact integer dot product of the
 //! weight quants with the activation quants and scales it by
-//! `d_w * d_a` in f32. `scalar` follows llama.cpp's generic
-//! `ggml_vec_dot_*` float operations exactly; the SIMD levels keep the
-//! integer parts exact but sum the scaled partial products in another
-//! order (as llama.cpp's x86 kernels do).
+//! `d_w * d_a` in f32. Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 follow llama.cpp's
+//! x86 float order at every level, bit for bit (`ggml_exact`,
+//! `ggml_q8_0`; with AVX-512 VNNI the four-output matvec and batch
+//! kernels of `exact512` and the four-by-four batch kernel of `tile512`).
+//! For Q8_1 and IQ4_NL, `scalar` follows llama.cpp's generic
+//! `ggml_vec_dot_*` float operations; their SIMD levels keep the integer
+//! parts exact but sum the scaled partial products in another order.
 
-use super::{DotColsFn, DotFn, DotRowsFn};
+use super::{DotColsFn, DotFn, DotRowsFn, DotTileFn};
 use crate::quant::matmul::Isa;
 use crate::quant::QType;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod exact512;
 mod ggml_exact;
 mod ggml_q8_0;
 mod scalar;
 #[cfg(test)]
 mod tests;
+#[cfg(target_arch = "x86_64")]
+mod tile512;
 #[cfg(target_arch = "x86_64")]
 mod vnni;
 
@@ -81,11 +88,11 @@ pub(super) fn rows_kernel(qtype: QType, isa: Isa) -> Option<DotRowsFn> {
         },
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512Vnni => match qtype {
-            Q4_0 => ggml_exact::dot_rows_vnni::<W4_0>,
-            Q4_1 => ggml_exact::dot_rows_vnni::<W4_1>,
-            Q5_0 => ggml_exact::dot_rows_vnni::<W5_0>,
-            Q5_1 => ggml_exact::dot_rows_vnni::<W5_1>,
-            Q8_0 => ggml_q8_0::dot_pairs_vnni,
+            Q4_0 => exact512::dot_rows::<W4_0>,
+            Q4_1 => exact512::dot_rows::<W4_1>,
+            Q5_0 => exact512::dot_rows::<W5_0>,
+            Q5_1 => exact512::dot_rows::<W5_1>,
+            Q8_0 => exact512::dot_rows::<W8_0>,
             Q8_1 => vnni::dot4::<W8_1>,
             IQ4NL => vnni::dot4::<WIq4Nl>,
             _ => return None,
@@ -99,21 +106,40 @@ pub(super) fn rows_kernel(qtype: QType, isa: Isa) -> Option<DotRowsFn> {
 /// any: `out[r]` is the dot product of `w[r]` with `a`, equal bit for bit
 /// to `kernel(qtype, isa)` on that pair.
 pub(super) fn cols_kernel(qtype: QType, isa: Isa) -> Option<DotColsFn> {
-    match (qtype, isa) {
-        // (ggml_q8_0's symmetric pair kernel also fits here, but measured
-        // 2x slower than this one for 4096-column matvecs.)
+    use QType::*;
+    let k: DotColsFn = match isa {
         #[cfg(target_arch = "x86_64")]
-        (QType::Q8_0, Isa::Avx512Vnni) => Some(ggml_exact::dot_cols_vnni::<W8_0>),
+        Isa::Avx512Vnni => match qtype {
+            Q4_0 => exact512::dot_cols::<W4_0>,
+            Q4_1 => exact512::dot_cols::<W4_1>,
+            Q5_0 => exact512::dot_cols::<W5_0>,
+            Q5_1 => exact512::dot_cols::<W5_1>,
+            Q8_0 => exact512::dot_cols::<W8_0>,
+            _ => return None,
+        },
+        _ => return None,
+    };
+    Some(k)
+}
+
+/// Four weight rows against four activation rows at exactly `isa`, if
+/// any: `out[r][i]` equals `kernel(qtype, isa)` on `w[r]`, `a[i]` bit for
+/// bit.
+pub(super) fn tile_kernel(qtype: QType, isa: Isa) -> Option<DotTileFn> {
+    use QType::*;
+    let k: DotTileFn = match isa {
         #[cfg(target_arch = "x86_64")]
-        (QType::Q4_0, Isa::Avx512Vnni) => Some(ggml_exact::dot_cols_vnni::<W4_0>),
-        #[cfg(target_arch = "x86_64")]
-        (QType::Q4_1, Isa::Avx512Vnni) => Some(ggml_exact::dot_cols_vnni::<W4_1>),
-        #[cfg(target_arch = "x86_64")]
-        (QType::Q5_0, Isa::Avx512Vnni) => Some(ggml_exact::dot_cols_vnni::<W5_0>),
-        #[cfg(target_arch = "x86_64")]
-        (QType::Q5_1, Isa::Avx512Vnni) => Some(ggml_exact::dot_cols_vnni::<W5_1>),
-        _ => None,
-    }
+        Isa::Avx512Vnni => match qtype {
+            Q4_0 => tile512::dot_tile::<W4_0>,
+            Q4_1 => tile512::dot_tile::<W4_1>,
+            Q5_0 => tile512::dot_tile::<W5_0>,
+            Q5_1 => tile512::dot_tile::<W5_1>,
+            Q8_0 => tile512::dot_tile::<W8_0>,
+            _ => return None,
+        },
+        _ => return None,
+    };
+    Some(k)
 }
 
 /// Where a weight type keeps its fields, and which activation type it

@@ -14,7 +14,7 @@
 //! of the exact sum of its terms, gamma(n) = n * u / (1 - n * u); two
 //! kernels are within twice that of each other.
 
-use super::{cols_kernel, kernel, rows_kernel};
+use super::{cols_kernel, kernel, rows_kernel, tile_kernel};
 use crate::quant::blocks::{f16_to_f32, f32_to_f16, KVALUES_IQ4NL};
 use crate::quant::matmul::{qmatmul_isa, vec_dot_type, Isa, QMatRef, QuantizedRows};
 use crate::quant::{dequantize, QType};
@@ -488,6 +488,57 @@ fn four_weight_row_kernels_equal_one_row_kernels() {
                     let want = call(qtype, isa, &ws[r], &a);
                     assert!(same(out[r], want), "{qtype} {isa} n={n} row {r}: {} vs {want}", out[r]);
                 }
+            }
+        }
+    }
+}
+
+/// The four-by-four (batch) kernels repeat the one-row kernels'
+/// arithmetic exactly for each of their sixteen pairs, and answer NaN for
+/// rows that do not match.
+#[test]
+fn four_by_four_kernels_equal_one_row_kernels() {
+    let mut rng = Rng(9);
+    for qtype in TYPES {
+        let dot = vec_dot_type(qtype).unwrap();
+        for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+            let Some(k16) = tile_kernel(qtype, isa) else {
+                continue;
+            };
+            for n in LENGTHS {
+                let ws: Vec<Vec<u8>> = (0..4).map(|_| weight_row(qtype, n / 32, &mut rng)).collect();
+                let acts: Vec<Vec<u8>> = (0..4).map(|_| act_row(dot, n / 32, &mut rng)).collect();
+                let w = [&ws[0][..], &ws[1][..], &ws[2][..], &ws[3][..]];
+                let a = [&acts[0][..], &acts[1][..], &acts[2][..], &acts[3][..]];
+                let mut out = [[0f32; 4]; 4];
+                // SAFETY: the level is available and the rows match.
+                unsafe { k16(w, a, &mut out) };
+                for r in 0..4 {
+                    for i in 0..4 {
+                        let want = call(qtype, isa, w[r], a[i]);
+                        let got = out[r][i];
+                        assert!(same(got, want), "{qtype} {isa} n={n} ({r}, {i}): {got} vs {want}");
+                    }
+                }
+            }
+            let good_w = weight_row(qtype, 3, &mut rng);
+            let short_w = weight_row(qtype, 2, &mut rng);
+            let good_a = act_row(dot, 3, &mut rng);
+            let short_a = act_row(dot, 2, &mut rng);
+            for (w, a) in [
+                (
+                    [&good_w[..], &good_w, &short_w, &good_w],
+                    [&good_a[..], &good_a, &good_a, &good_a],
+                ),
+                (
+                    [&good_w[..], &good_w, &good_w, &good_w],
+                    [&good_a[..], &short_a, &good_a, &good_a],
+                ),
+            ] {
+                let mut out = [[0f32; 4]; 4];
+                // SAFETY: the level is available; the kernel checks lengths.
+                unsafe { k16(w, a, &mut out) };
+                assert!(out.iter().flatten().all(|v| v.is_nan()), "{qtype} {isa}: {out:?}");
             }
         }
     }
