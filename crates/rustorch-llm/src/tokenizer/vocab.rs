@@ -325,7 +325,13 @@ impl Vocab {
             }
         }
         table.shrink_to_fit();
-        let scores: Vec<f32> = scores.map_or_else(|| vec![0.0; n], |s| s[..n].to_vec());
+        let scores: Vec<f32> = scores.map_or_else(
+            || vec![0.0; n],
+            |mut s| {
+                s.truncate(n);
+                s
+            },
+        );
         let attrs: Vec<TokenAttr> = (0..n)
             .map(|i| types.map_or(TokenAttr::NORMAL, |t| TokenAttr::from_token_type(t[i])))
             .collect();

@@ -102,8 +102,9 @@ pub(crate) fn cached_attention(op: &Op, inputs: &[CpuInput<'_>], scale: f32) -> 
         soft_max_ext_row(&scores, Some(mask_row), scale, &mut p);
         let p16: Vec<f16> = p.iter().map(|&v| f16::from_f32(v)).collect();
         let span = nonzero_span(&p16);
+        let probs = &p16[span.clone()];
         for (c, v) in o.iter_mut().enumerate() {
-            *v = dot(kqv_path, &vt.row(hk, c)[span.clone()], &p16[span.clone()]);
+            *v = dot(kqv_path, &vt.row(hk, c)[span.clone()], probs);
         }
     };
     if dv == 0 {
