@@ -65,6 +65,10 @@ pub(super) fn product(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut 
         _ => (Order::RepackGemm, QType::Q4K),
     };
     let order = |i: usize| if i < gemm_rows { gemm } else { Order::RepackGemv };
+    if super::ggml_panel::available(isa) {
+        super::ggml_panel::product(isa, w, act, out, &order);
+        return;
+    }
     if qtype == QType::Q2K {
         run_tiles::<BlockQ2K>(isa, w, &acts, &order, out);
     } else {

@@ -125,6 +125,10 @@ fn run_unpacked<W: Unpack + Block>(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRow
 /// `out = act @ w^T` in the tiled order (shapes and types checked by the
 /// caller; `applies(w.qtype())`).
 pub(super) fn product(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut [f32]) {
+    if super::ggml_panel::available(isa) {
+        super::ggml_panel::product(isa, w, act, out, &|_| Order::Tiled);
+        return;
+    }
     match w.qtype() {
         QType::Q4K => run_unpacked::<BlockQ4K>(isa, w, act, out),
         QType::Q5K => run_unpacked::<BlockQ5K>(isa, w, act, out),

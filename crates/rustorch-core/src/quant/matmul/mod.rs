@@ -14,6 +14,7 @@
 
 mod activations;
 mod f16_path;
+mod ggml_panel;
 #[cfg(test)]
 mod ggml_paths_tests;
 mod ggml_repack;

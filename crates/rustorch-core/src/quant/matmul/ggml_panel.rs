@@ -1,0 +1,512 @@
+//! K-quant batches in llama.cpp's tiled and repacked orders, with AVX-512
+//! VNNI, sixteen weight rows at a time ("panels").
+//!
+//! The orders (`ggml_superblock::Order`, documented in `ggml_tiled` and
+//! `ggml_repack`) fix the f32 operations of each output, once per 64, 128
+//! or 256 values, but the integers they start from are exact sums that any
+//! method may compute. Here each i32 lane of a 512-bit register is one
+//! weight row, so the integers come out vertical and the f32 operations
+//! run on sixteen outputs at once, with no horizontal reduction:
+//!
+//! - a panel super-block holds the sixteen rows' codes (unsigned, in the
+//!   activations' order) interleaved by four: `codes[q]` is values
+//!   `4q..4q + 4` of every row, so one `vpdpbusd` against four broadcast
+//!   activation bytes adds four products to each row's lane;
+//! - per scale group (16 or 32 values) the lanes are multiplied by the
+//!   rows' group scales (`vpmulld`) and added to the chunk's sum;
+//! - the terms that use the activation's 16-value sums `bsums` (the mins of
+//!   Q2_K/Q4_K/Q5_K, and `-BIAS * scale` for the types whose codes are
+//!   offset: Q3_K, Q6_K, IQ4_XS) are `vpdpwssd` of i16 pairs with pairs of
+//!   broadcast `bsums`.
+//!
+//! Every sum is exact (codes below 256, activations in -127..=127, at most
+//! 256 products per i32), so the bits equal llama.cpp's in each order.
+
+// Group, quad, pair and lane indices address several arrays.
+#![allow(clippy::needless_range_loop)]
+
+use super::ggml_superblock::{Order, Unpack};
+use super::{Isa, OutPtr, QMatRef, QuantizedRows};
+use crate::quant::blocks::{
+    cast_blocks, f16_to_f32, q3k_scales, Block, BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K,
+    KVALUES_IQ4NL,
+};
+use crate::quant::QType;
+use rayon::prelude::*;
+
+/// Weight rows per panel: the i32 lanes of a 512-bit register.
+const LANES: usize = 16;
+
+/// One weight row's super-block as the panel kernel reads it.
+struct SuperRow {
+    /// Unsigned codes in activation order (value = code - bias).
+    codes: [u8; 256],
+    /// The scale of each group (16 groups of 16 or 8 of 32 values).
+    scales: [i32; 16],
+    /// Per 16 values: the min (types with mins), or `-bias * scale`.
+    corr: [i16; 16],
+    d: f32,
+    dmin: f32,
+}
+
+impl SuperRow {
+    fn blank() -> SuperRow {
+        SuperRow {
+            codes: [0; 256],
+            scales: [0; 16],
+            corr: [0; 16],
+            d: 0.0,
+            dmin: 0.0,
+        }
+    }
+}
+
+/// Sixteen rows' super-block `b`, interleaved for the kernel.
+#[repr(C, align(64))]
+struct PanelBlock {
+    /// `codes[q][4r + e]` is value `4q + e` of row `r`.
+    codes: [[u8; 64]; 64],
+    /// `scales[g][r]`: group g's scale for row r.
+    scales: [[i32; LANES]; 16],
+    /// `corr[p][r]`: row r's `corr[2p]` in the low i16, `corr[2p + 1]` in
+    /// the high one (`vpdpwssd` against `bsums[2p..2p + 2]`).
+    corr: [[i32; LANES]; 8],
+    d: [f32; LANES],
+    /// `-dmin` (the tiled order subtracts by a negated FMA operand).
+    neg_dmin: [f32; LANES],
+    dmin: [f32; LANES],
+}
+
+impl PanelBlock {
+    fn zeroed() -> PanelBlock {
+        PanelBlock {
+            codes: [[0; 64]; 64],
+            scales: [[0; LANES]; 16],
+            corr: [[0; LANES]; 8],
+            d: [0.0; LANES],
+            neg_dmin: [0.0; LANES],
+            dmin: [0.0; LANES],
+        }
+    }
+
+    fn put(&mut self, r: usize, s: &SuperRow) {
+        for q in 0..64 {
+            self.codes[q][4 * r..4 * r + 4].copy_from_slice(&s.codes[4 * q..4 * q + 4]);
+        }
+        for g in 0..16 {
+            self.scales[g][r] = s.scales[g];
+        }
+        for p in 0..8 {
+            let (lo, hi) = (s.corr[2 * p] as u16 as u32, s.corr[2 * p + 1] as u16 as u32);
+            self.corr[p][r] = (lo | hi << 16) as i32;
+        }
+        self.d[r] = s.d;
+        self.neg_dmin[r] = -s.dmin;
+        self.dmin[r] = s.dmin;
+    }
+}
+
+/// A weight type the panels take: how its super-blocks unpack and how the
+/// kernel groups them.
+trait PanelType: Block + Sync {
+    /// Values per scale group: 16 or 32.
+    const GROUP: usize;
+    /// Whether `corr` holds mins (summed apart and scaled by `dmin`) or
+    /// bias terms (added to the products).
+    const MINS: bool;
+    fn unpack_row(isa: Isa) -> fn(&Self) -> SuperRow;
+}
+
+/// From the shared unpacking (Q2_K, Q4_K, Q5_K, Q6_K); `bias` is Q6_K's 32.
+fn from_unpacked<W: Unpack>(isa: Isa, group: usize, bias: i32) -> impl Fn(&W) -> SuperRow {
+    let unpack = W::unpacker(isa);
+    move |x| {
+        let u = unpack(x);
+        let mut s = SuperRow::blank();
+        s.codes = u.codes;
+        for g in 0..256 / group {
+            // Lane l scales codes 4l..4l + 4 (its low i16).
+            s.scales[g] = u.lane_scales[g * group / 4] as i16 as i32;
+        }
+        for k in 0..16 {
+            s.corr[k] = if bias == 0 {
+                u.mins[k]
+            } else {
+                (-bias * u.bias_scales[k] as i32) as i16
+            };
+        }
+        s.d = u.d;
+        s.dmin = u.dmin;
+        s
+    }
+}
+
+macro_rules! via_unpacked {
+    ($t:ty, $group:expr, $mins:expr, $bias:expr) => {
+        impl PanelType for $t {
+            const GROUP: usize = $group;
+            const MINS: bool = $mins;
+            fn unpack_row(isa: Isa) -> fn(&Self) -> SuperRow {
+                #[cfg(target_arch = "x86_64")]
+                if isa >= Isa::Avx2 && Isa::Avx2.is_available() {
+                    // SAFETY: AVX2 is available (checked just above).
+                    return |x| from_unpacked::<$t>(Isa::Avx2, $group, $bias)(x);
+                }
+                let _ = isa;
+                |x| from_unpacked::<$t>(Isa::Scalar, $group, $bias)(x)
+            }
+        }
+    };
+}
+
+via_unpacked!(BlockQ4K, 32, true, 0);
+via_unpacked!(BlockQ5K, 32, true, 0);
+via_unpacked!(BlockQ2K, 16, true, 0);
+via_unpacked!(BlockQ6K, 16, false, 32);
+
+impl PanelType for BlockQ3K {
+    const GROUP: usize = 16;
+    const MINS: bool = false;
+    fn unpack_row(_: Isa) -> fn(&Self) -> SuperRow {
+        |x| {
+            // Value v = low2 - 4 * !hbit, so the code v + 4 = low2 | hbit << 2.
+            let mut s = SuperRow::blank();
+            for c in 0..8 {
+                let (src, shift) = (32 * (c / 4), 2 * (c % 4));
+                for e in 0..32 {
+                    let lo = (x.qs[src + e] >> shift) & 3;
+                    let hb = (x.hmask[e] >> c) & 1;
+                    s.codes[32 * c + e] = lo | hb << 2;
+                }
+            }
+            let sc = q3k_scales(&x.scales);
+            for k in 0..16 {
+                s.scales[k] = sc[k] as i32;
+                s.corr[k] = -4 * sc[k] as i16;
+            }
+            s.d = f16_to_f32(x.d);
+            s
+        }
+    }
+}
+
+impl PanelType for BlockIQ4XS {
+    const GROUP: usize = 32;
+    const MINS: bool = false;
+    fn unpack_row(_: Isa) -> fn(&Self) -> SuperRow {
+        |x| {
+            // Levels in -127..=113, as codes level + 128.
+            let mut s = SuperRow::blank();
+            let sh = u16::from_le_bytes(x.scales_h);
+            for g in 0..8 {
+                for e in 0..32 {
+                    let q = (x.qs[16 * g + e % 16] >> (4 * (e / 16))) & 0xF;
+                    s.codes[32 * g + e] = (KVALUES_IQ4NL[q as usize] as i16 + 128) as u8;
+                }
+                let lo = (x.scales_l[g / 2] >> (4 * (g % 2))) & 0xF;
+                let ls = (lo | (((sh >> (2 * g)) & 3) as u8) << 4) as i32 - 32;
+                s.scales[g] = ls;
+                s.corr[2 * g] = (-128 * ls) as i16;
+                s.corr[2 * g + 1] = (-128 * ls) as i16;
+            }
+            s.d = f16_to_f32(x.d);
+            s
+        }
+    }
+}
+
+/// The order's code for the kernel's const parameter.
+const fn order_code(o: Order) -> u8 {
+    match o {
+        Order::Tiled => 0,
+        Order::RepackGemv => 1,
+        Order::RepackGemm => 2,
+        Order::RepackGemmHalves => 3,
+    }
+}
+const TILED: u8 = order_code(Order::Tiled);
+const GEMV: u8 = order_code(Order::RepackGemv);
+const GEMM: u8 = order_code(Order::RepackGemm);
+const HALVES: u8 = order_code(Order::RepackGemmHalves);
+
+/// Whether this CPU runs the panel kernels at or below `isa`.
+pub(super) fn available(isa: Isa) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        isa >= Isa::Avx512Vnni && Isa::Avx512Vnni.is_available()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = isa;
+        false
+    }
+}
+
+/// `out = act @ w^T`, output row i in `order(i)`, which must be the same for
+/// the rows of each aligned group of four below `m - m % 4` (llama.cpp's
+/// gemm rows) and may differ only for the rest. The caller checked shapes
+/// and types, `applies(w.qtype())` and `available(isa)`.
+pub(super) fn product(
+    isa: Isa,
+    w: &QMatRef<'_>,
+    act: &QuantizedRows,
+    out: &mut [f32],
+    order: &(dyn Fn(usize) -> Order + Sync),
+) {
+    match w.qtype() {
+        QType::Q4K => run::<BlockQ4K>(isa, w, act, out, order),
+        QType::Q5K => run::<BlockQ5K>(isa, w, act, out, order),
+        QType::Q6K => run::<BlockQ6K>(isa, w, act, out, order),
+        QType::Q2K => run::<BlockQ2K>(isa, w, act, out, order),
+        QType::Q3K => run::<BlockQ3K>(isa, w, act, out, order),
+        QType::IQ4XS => run::<BlockIQ4XS>(isa, w, act, out, order),
+        other => unreachable!("the panels have no {other} kernel (`applies` said so)"),
+    }
+}
+
+/// Panels per task: about 256 KB of interleaved weights (it stays in L2
+/// while every activation row goes past it).
+fn panels_per_task(nb: usize, panels: usize) -> usize {
+    let bytes = nb * std::mem::size_of::<PanelBlock>();
+    let by_cache = ((256 << 10) / bytes.max(1)).max(1);
+    let threads = rayon::current_num_threads().max(1);
+    // Enough tasks for every thread to get several.
+    by_cache.min(panels.div_ceil(threads * 4)).max(1)
+}
+
+fn run<W: PanelType>(
+    isa: Isa,
+    w: &QMatRef<'_>,
+    act: &QuantizedRows,
+    out: &mut [f32],
+    order: &(dyn Fn(usize) -> Order + Sync),
+) {
+    let (m, n) = (act.rows(), w.rows());
+    let acts: Vec<&[BlockQ8K]> = (0..m)
+        .map(|i| cast_blocks(act.row(i)).expect("Q8_K activation rows are whole blocks"))
+        .collect();
+    let nb = w.cols() / 256;
+    let panels = n.div_ceil(LANES);
+    let per_task = panels_per_task(nb, panels);
+    let unpack = W::unpack_row(isa);
+    let out_ptr = OutPtr(out.as_mut_ptr());
+    (0..panels.div_ceil(per_task)).into_par_iter().for_each(|t| {
+        let first = t * per_task;
+        let count = per_task.min(panels - first);
+        let mut blocks: Vec<PanelBlock> = (0..count * nb).map(|_| PanelBlock::zeroed()).collect();
+        for p in 0..count {
+            for r in 0..LANES {
+                let j = (first + p) * LANES + r;
+                if j >= n {
+                    break;
+                }
+                let row: &[W] = cast_blocks(w.row(j)).expect("weight rows are whole blocks");
+                for (b, x) in row.iter().enumerate() {
+                    blocks[p * nb + b].put(r, &unpack(x));
+                }
+            }
+        }
+        for p in 0..count {
+            let j0 = (first + p) * LANES;
+            let valid = LANES.min(n - j0);
+            let panel = &blocks[p * nb..(p + 1) * nb];
+            let mut i = 0;
+            while i < m {
+                let four = i + 4 <= m && (0..4).all(|k| order(i + k) == order(i));
+                let rows = if four { 4 } else { 1 };
+                let mut res = [[0f32; LANES]; 4];
+                // SAFETY: `available(isa)` was checked by the caller.
+                #[cfg(target_arch = "x86_64")]
+                unsafe {
+                    if four {
+                        let a = [acts[i], acts[i + 1], acts[i + 2], acts[i + 3]];
+                        res = dispatch::<W, 4>(panel, a, order(i));
+                    } else {
+                        res[0] = dispatch::<W, 1>(panel, [acts[i]], order(i))[0];
+                    }
+                }
+                for (k, r) in res.iter().enumerate().take(rows) {
+                    for (l, &v) in r.iter().enumerate().take(valid) {
+                        // SAFETY: this task owns weight rows j0..j0 + 16
+                        // (column j0 + l of every output row); see `OutPtr`.
+                        unsafe { out_ptr.write((i + k) * n + j0 + l, v) };
+                    }
+                }
+                i += rows;
+            }
+        }
+    });
+}
+
+/// The kernel for `W`'s grouping and the order.
+///
+/// # Safety
+/// AVX-512 F/BW/VL/VNNI, AVX2 and FMA must be available.
+#[cfg(target_arch = "x86_64")]
+unsafe fn dispatch<W: PanelType, const A: usize>(
+    panel: &[PanelBlock],
+    acts: [&[BlockQ8K]; A],
+    order: Order,
+) -> [[f32; LANES]; 4] {
+    macro_rules! go {
+        ($g32:expr, $mins:expr) => {
+            // SAFETY: forwarded from the caller.
+            unsafe {
+                match order {
+                    Order::Tiled => vnni::outputs::<A, $g32, $mins, TILED>(panel, acts),
+                    Order::RepackGemv => vnni::outputs::<A, $g32, $mins, GEMV>(panel, acts),
+                    Order::RepackGemm => vnni::outputs::<A, $g32, $mins, GEMM>(panel, acts),
+                    Order::RepackGemmHalves => vnni::outputs::<A, $g32, $mins, HALVES>(panel, acts),
+                }
+            }
+        };
+    }
+    match (W::GROUP == 32, W::MINS) {
+        (true, true) => go!(true, true),
+        (true, false) => go!(true, false),
+        (false, true) => go!(false, true),
+        (false, false) => go!(false, false),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod vnni {
+    use super::{PanelBlock, GEMM, GEMV, HALVES, LANES, TILED};
+    use crate::quant::blocks::BlockQ8K;
+    use std::arch::x86_64::*;
+
+    /// Four activation bytes (values `4q..4q + 4` of `y`) in every lane.
+    #[inline(always)]
+    unsafe fn quad(y: &BlockQ8K, q: usize) -> __m512i {
+        // SAFETY: q < 64, so the four bytes are inside `qs`.
+        unsafe { _mm512_set1_epi32(std::ptr::read_unaligned(y.qs.as_ptr().add(4 * q).cast::<i32>())) }
+    }
+
+    /// `bsums[2p]` and `bsums[2p + 1]` as an i16 pair in every lane.
+    #[inline(always)]
+    unsafe fn bsum_pair(y: &BlockQ8K, p: usize) -> __m512i {
+        // SAFETY: p < 8, so the two i16 are inside `bsums`.
+        unsafe { _mm512_set1_epi32(std::ptr::read_unaligned(y.bsums.as_ptr().add(2 * p).cast::<i32>())) }
+    }
+
+    /// Sixteen weight rows (`panel`, one entry per super-block) against `A`
+    /// activation rows, summed in order `ORDER`; `G32`: scale groups of 32
+    /// values (else 16); `MINS`: `corr` holds mins (else bias terms).
+    ///
+    /// # Safety
+    /// AVX-512 F/BW/VL/VNNI, AVX2 and FMA must be available.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
+    pub(super) unsafe fn outputs<const A: usize, const G32: bool, const MINS: bool, const ORDER: u8>(
+        panel: &[PanelBlock],
+        acts: [&[BlockQ8K]; A],
+    ) -> [[f32; LANES]; 4] {
+        let zero_i = _mm512_setzero_si512();
+        let mut acc = [_mm512_setzero_ps(); A];
+        let mut acc_min = [_mm512_setzero_ps(); A];
+        let (group, groups_per_chunk) = if G32 { (32, 2) } else { (16, 4) };
+        let quads = group / 4;
+        for (b, pb) in panel.iter().enumerate() {
+            let ys: [&BlockQ8K; A] = std::array::from_fn(|k| &acts[k][b]);
+            // SAFETY: the panel's arrays are 64-byte aligned and 16 lanes wide.
+            let (d, neg_dmin, dmin) = unsafe {
+                (
+                    _mm512_load_ps(pb.d.as_ptr()),
+                    _mm512_load_ps(pb.neg_dmin.as_ptr()),
+                    _mm512_load_ps(pb.dmin.as_ptr()),
+                )
+            };
+            let da: [__m512; A] = std::array::from_fn(|k| _mm512_set1_ps(ys[k].scale()));
+            let mut s_block = [zero_i; A];
+            let mut m_block = [zero_i; A];
+            let mut s_half = [zero_i; A];
+            let mut m_half = [zero_i; A];
+            for c in 0..4 {
+                let mut s = [zero_i; A];
+                for gi in 0..groups_per_chunk {
+                    let g = c * groups_per_chunk + gi;
+                    let mut ga = [zero_i; A];
+                    for qi in 0..quads {
+                        let q = g * quads + qi;
+                        // SAFETY: q < 64; aligned 64-byte row of the panel.
+                        let wv = unsafe { _mm512_load_si512(pb.codes[q].as_ptr().cast()) };
+                        for k in 0..A {
+                            // SAFETY: q < 64.
+                            ga[k] = _mm512_dpbusd_epi32(ga[k], wv, unsafe { quad(ys[k], q) });
+                        }
+                    }
+                    // SAFETY: g < 16; aligned.
+                    let sc = unsafe { _mm512_load_si512(pb.scales[g].as_ptr().cast()) };
+                    for k in 0..A {
+                        s[k] = _mm512_add_epi32(s[k], _mm512_mullo_epi32(ga[k], sc));
+                    }
+                }
+                let mut mc = [zero_i; A];
+                for p in 2 * c..2 * c + 2 {
+                    // SAFETY: p < 8; aligned.
+                    let cv = unsafe { _mm512_load_si512(pb.corr[p].as_ptr().cast()) };
+                    for k in 0..A {
+                        // SAFETY: p < 8.
+                        let bs = unsafe { bsum_pair(ys[k], p) };
+                        if MINS {
+                            mc[k] = _mm512_dpwssd_epi32(mc[k], cv, bs);
+                        } else {
+                            s[k] = _mm512_dpwssd_epi32(s[k], cv, bs);
+                        }
+                    }
+                }
+                for k in 0..A {
+                    match ORDER {
+                        GEMM => {
+                            let (dd, dm) = (_mm512_mul_ps(d, da[k]), _mm512_mul_ps(dmin, da[k]));
+                            acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[k]), dd, acc[k]);
+                            acc_min[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mc[k]), dm, acc_min[k]);
+                        }
+                        HALVES => {
+                            s_half[k] = _mm512_add_epi32(s_half[k], s[k]);
+                            m_half[k] = _mm512_add_epi32(m_half[k], mc[k]);
+                            if c % 2 == 1 {
+                                let (dd, dm) = (_mm512_mul_ps(d, da[k]), _mm512_mul_ps(dmin, da[k]));
+                                acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s_half[k]), dd, acc[k]);
+                                acc_min[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m_half[k]), dm, acc_min[k]);
+                                s_half[k] = zero_i;
+                                m_half[k] = zero_i;
+                            }
+                        }
+                        _ => {
+                            s_block[k] = _mm512_add_epi32(s_block[k], s[k]);
+                            m_block[k] = _mm512_add_epi32(m_block[k], mc[k]);
+                        }
+                    }
+                }
+            }
+            for k in 0..A {
+                match ORDER {
+                    TILED => {
+                        // r = f32(s1) * d; r = fma(-dmin, f32(mins), r);
+                        // acc = fma(r, d_a, acc).
+                        let r = _mm512_mul_ps(_mm512_cvtepi32_ps(s_block[k]), d);
+                        let r = _mm512_fmadd_ps(neg_dmin, _mm512_cvtepi32_ps(m_block[k]), r);
+                        acc[k] = _mm512_fmadd_ps(r, da[k], acc[k]);
+                    }
+                    GEMV => {
+                        let (dd, dm) = (_mm512_mul_ps(d, da[k]), _mm512_mul_ps(dmin, da[k]));
+                        acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s_block[k]), dd, acc[k]);
+                        acc_min[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m_block[k]), dm, acc_min[k]);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let mut res = [[0f32; LANES]; 4];
+        for k in 0..A {
+            let v = if ORDER == TILED {
+                acc[k]
+            } else {
+                _mm512_sub_ps(acc[k], acc_min[k])
+            };
+            // SAFETY: 16 f32 into a 16-element array.
+            unsafe { _mm512_storeu_ps(res[k].as_mut_ptr(), v) };
+        }
+        res
+    }
+}
