@@ -7,7 +7,9 @@
 //! `qmatmul/<TYPE>_<rows>x<cols>x<batch>` and `membw/read_1GiB`. Weights
 //! are `rows x cols` (`rows` outputs, `cols` inputs). Each run includes
 //! quantizing the activations, as llama.cpp's MUL_MAT does.
-//! Filter with criterion's usual argument: `-- qmatvec/Q4_K_`.
+//! Filter with criterion's usual argument: `-- qmatvec/Q4_K_`. The
+//! 262144x640 matvec (a large vocabulary's output matrix) runs for Q8_0 and
+//! Q6_K only.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use rayon::prelude::*;
@@ -62,12 +64,16 @@ fn weights(qtype: QType, rows: usize, cols: usize) -> Vec<u8> {
 }
 
 fn bench_shape(c: &mut Criterion, group: &str, rows: usize, cols: usize, batch: usize) {
+    bench_types(c, group, rows, cols, batch, &TYPES);
+}
+
+fn bench_types(c: &mut Criterion, group: &str, rows: usize, cols: usize, batch: usize, types: &[QType]) {
     let mut g = c.benchmark_group(group);
     g.sample_size(10)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
     let x = values(batch * cols, 11);
-    for qtype in TYPES {
+    for &qtype in types {
         if !matmul::can_matmul(qtype) {
             eprintln!("{group}/{qtype}: no kernel, skipped");
             continue;
@@ -88,6 +94,10 @@ fn bench_shape(c: &mut Criterion, group: &str, rows: usize, cols: usize, batch: 
 fn qmatvec(c: &mut Criterion) {
     bench_shape(c, "qmatvec", 4096, 4096, 1);
     bench_shape(c, "qmatvec", 5632, 2048, 1);
+    // A tied output matrix far larger than the caches: Gemma 3 270M's
+    // 262144-token vocabulary at 640 columns (Q8_0 in its Q4_K_M file;
+    // SmolLM2's is 49152 x 576), which dominates their generation.
+    bench_types(c, "qmatvec", 262144, 640, 1, &[QType::Q8_0, QType::Q6K]);
 }
 
 fn qmatmul(c: &mut Criterion) {
