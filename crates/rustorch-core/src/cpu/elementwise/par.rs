@@ -8,17 +8,24 @@
 //! ~256K elements and a few percent of a 4M-element add. Here, like an
 //! OpenMP parallel loop, the caller works too:
 //! - it spawns `threads - 1` helper jobs and starts on the first chunk at
-//!   once, so a helper that wakes late only means it takes fewer chunks;
+//!   once, so a helper that wakes late only means it takes fewer chunks,
+//!   and one that starts after the work is gone leaves at once without the
+//!   caller waiting for it (the jobs are detached `rayon::spawn`s that
+//!   enter the op through a counter the caller closes; see `Shared`);
 //! - chunks are claimed from a shared cursor with sizes that shrink as the
 //!   work runs out (guided scheduling: remaining / (2 threads), at least
 //!   `MIN_CHUNK`), so the threads finish within a small chunk of each other
 //!   whatever their start times and speeds (other processes share the cores);
 //! - at the end the caller spins (then yields) while a helper is still
 //!   inside a chunk, instead of sleeping and waiting to be woken.
+//! A panic in a helper's chunk is caught there and re-raised in the caller.
 
 use crate::cpu::copy::PAR_THRESHOLD;
+use std::any::Any;
 use std::mem::MaybeUninit;
+use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Smallest chunk a thread claims (a few microseconds of the cheapest op,
 /// so the claims' atomic operations stay negligible).
@@ -73,6 +80,47 @@ fn claim_loop<U: Send>(
     }
 }
 
+/// What the caller shares with its helpers. `state` holds the `CLOSED` bit
+/// and the number of helpers inside `job`.
+struct Shared {
+    state: AtomicUsize,
+    panic: Mutex<Option<Box<dyn Any + Send>>>,
+    /// The caller's claim loop, its lifetime erased: only called by a
+    /// helper that entered (incremented `state`) before the caller closed
+    /// the op, and the caller waits for every such helper before returning.
+    job: *const (dyn Fn() + Sync + 'static),
+}
+
+// SAFETY: `job` is only dereferenced under the protocol above, while the
+// closure it points to is alive; the closure itself is `Sync`.
+unsafe impl Send for Shared {}
+// SAFETY: as for `Send`; the other fields are thread-safe.
+unsafe impl Sync for Shared {}
+
+/// Set in `Shared::state` once the caller has finished its own claims: a
+/// helper that starts later leaves without touching the job.
+const CLOSED: usize = 1 << (usize::BITS - 1);
+
+/// Closes the op and waits for the helpers inside it; runs on the normal
+/// path and when the caller's own chunk work unwinds, so no helper is ever
+/// left running on the caller's (borrowed) data.
+struct CloseAndWait<'a>(&'a Shared);
+
+impl Drop for CloseAndWait<'_> {
+    fn drop(&mut self) {
+        self.0.state.fetch_or(CLOSED, Ordering::AcqRel);
+        let mut spins = 0u32;
+        while self.0.state.load(Ordering::Acquire) & !CLOSED != 0 {
+            if spins < SPINS {
+                spins += 1;
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
 /// Splits `n` outputs into chunks whose starts are multiples of `granule`,
 /// fills each with `work(start, chunk)` (in parallel from `PAR_THRESHOLD`
 /// elements on), and returns the vector. `work` must write every element of
@@ -90,33 +138,48 @@ pub(super) fn fill_chunks<U: Send>(
         let align = if granule > 1 { granule } else { ALIGN };
         let ptr = OutPtr(out.spare_capacity_mut().as_mut_ptr());
         let next = AtomicUsize::new(0);
-        // Helpers inside a chunk (not those that have not started: the
-        // scope's own join waits for them, and they find nothing to do).
-        let busy = AtomicUsize::new(0);
-        let (ptr, next, busy, work) = (&ptr, &next, &busy, &work);
-        rayon::in_place_scope(|s| {
+        let job = || claim_loop(n, threads, align, &next, &ptr, &work);
+        let job: &(dyn Fn() + Sync + '_) = &job;
+        // SAFETY: only the lifetime changes (same fat-pointer layout);
+        // `Shared::job` documents when it may be called, and
+        // `CloseAndWait` enforces it before `job` goes out of scope.
+        let job: *const (dyn Fn() + Sync + 'static) = unsafe { std::mem::transmute(job) };
+        let shared = Arc::new(Shared {
+            state: AtomicUsize::new(0),
+            panic: Mutex::new(None),
+            job,
+        });
+        {
+            let _join = CloseAndWait(&shared);
             for _ in 1..threads.min(n.div_ceil(MIN_CHUNK)) {
-                s.spawn(move |_| {
-                    busy.fetch_add(1, Ordering::Acquire);
-                    claim_loop(n, threads, align, next, ptr, work);
-                    busy.fetch_sub(1, Ordering::Release);
+                let sh = Arc::clone(&shared);
+                rayon::spawn(move || {
+                    if sh.state.fetch_add(1, Ordering::Acquire) & CLOSED == 0 {
+                        // SAFETY: this helper entered before the caller
+                        // closed the op, so the caller is still waiting in
+                        // `CloseAndWait` and `job` is alive.
+                        let r = panic::catch_unwind(AssertUnwindSafe(|| unsafe { (*sh.job)() }));
+                        if let Err(p) = r {
+                            *sh.panic.lock().unwrap_or_else(|e| e.into_inner()) = Some(p);
+                        }
+                    }
+                    sh.state.fetch_sub(1, Ordering::Release);
                 });
             }
-            claim_loop(n, threads, align, next, ptr, work);
-            let mut spins = 0u32;
-            while busy.load(Ordering::Acquire) > 0 {
-                if spins < SPINS {
-                    spins += 1;
-                    std::hint::spin_loop();
-                } else {
-                    std::thread::yield_now();
-                }
-            }
-        });
+            // SAFETY: the closure behind `job` lives until the end of this
+            // function.
+            unsafe { (*shared.job)() };
+        }
+        let payload = shared.panic.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(p) = payload {
+            // A helper's chunk is incomplete: the vector stays empty.
+            panic::resume_unwind(p);
+        }
     }
     // SAFETY: the chunks claimed by the threads cover [0, n) (the cursor
-    // only stops at n), `work` initialized every element of its chunk, the
-    // scope has joined every helper, and the capacity is n.
+    // only stops at n), `work` initialized every element of its chunk (a
+    // helper's panic was re-raised above), every helper that entered has
+    // left, and the capacity is n.
     unsafe { out.set_len(n) };
     out
 }
@@ -148,6 +211,22 @@ mod tests {
             assert_eq!(writes.load(Ordering::Relaxed), n, "n = {n}");
             assert!(v.iter().enumerate().all(|(i, &x)| i == x), "n = {n}");
         }
+    }
+
+    /// A panic in any chunk (on a helper or on the caller) reaches the
+    /// caller.
+    #[test]
+    fn a_panicking_chunk_reaches_the_caller() {
+        let n = 200_000;
+        let r = std::panic::catch_unwind(|| {
+            fill_chunks::<u32>(n, 1, |s, c| {
+                assert!(s + c.len() < n, "the last chunk fails");
+                for o in c {
+                    o.write(0);
+                }
+            })
+        });
+        assert!(r.is_err());
     }
 
     /// Called from inside a rayon worker (nested parallelism), the helpers
