@@ -18,6 +18,7 @@
 //!   whatever their start times and speeds (other processes share the cores);
 //! - at the end the caller spins (then yields) while a helper is still
 //!   inside a chunk, instead of sleeping and waiting to be woken.
+//!
 //! A panic in a helper's chunk is caught there and re-raised in the caller.
 
 use crate::cpu::copy::PAR_THRESHOLD;
