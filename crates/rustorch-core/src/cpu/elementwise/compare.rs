@@ -1,6 +1,7 @@
 //! Comparisons (bool output) and `where`, with broadcasting.
 
-use super::kernel::{fill_chunks, map2, Map2, Plain, Src, ViaF32};
+use super::kernel::{map2, Map2, Plain, Src, ViaF32};
+use super::par::fill_chunks;
 use super::plan::Plan;
 use crate::cpu::vecmath::{simd_run, SimdTask};
 use crate::cpu::{unsupported_dtype, CpuInput, CpuResult, CpuStorage, StorageElement};

@@ -1,19 +1,18 @@
 //! The generic machinery every elementwise op runs on: element functions
 //! (`Map1`, `Map2`), row loops specialized by how each input is read
-//! (`Src`), f16/bf16 handled by converting blocks to f32, and the parallel
-//! driver that splits the output over rayon threads and runs each chunk
-//! under the widest SIMD level.
+//! (`Src`), f16/bf16 handled by converting blocks to f32, and `map1`/`map2`,
+//! which run each chunk of the parallel driver (`par`) under the widest
+//! SIMD level.
 //!
 //! Hot paths avoid closures on purpose: element functions are zero-sized
 //! (or small `Copy`) types with `#[inline(always)]` methods, so the whole
 //! loop nest is compiled into each `simd_run` copy and vectorized there.
 
+use super::par::fill_chunks;
 use super::plan::Plan;
-use crate::cpu::copy::PAR_THRESHOLD;
 use crate::cpu::vecmath::{simd_run, SimdTask};
 use crate::dtype::WithDType;
 use half::{bf16, f16};
-use rayon::prelude::*;
 use std::mem::MaybeUninit;
 
 /// Elements per block when a row is staged through a stack buffer.
@@ -363,39 +362,6 @@ impl<H: Half, K: Map2<f32, bool>> Row2<H, bool> for ViaF32<K> {
     fn row(self, a: Src<'_, H>, b: Src<'_, H>, out: &mut [MaybeUninit<bool>]) {
         via_f32_row2::<H, bool, bool, K>(self.0, a, b, out)
     }
-}
-
-/// Splits `n` outputs into chunks whose starts are multiples of `granule`,
-/// fills each with `work(start, chunk)` (in parallel above `PAR_THRESHOLD`),
-/// and returns the vector. `work` must write every element of its chunk.
-pub(super) fn fill_chunks<U: Send>(
-    n: usize,
-    granule: usize,
-    work: impl Fn(usize, &mut [MaybeUninit<U>]) + Sync,
-) -> Vec<U> {
-    let mut out: Vec<U> = Vec::with_capacity(n);
-    let spare = &mut out.spare_capacity_mut()[..n];
-    let threads = rayon::current_num_threads();
-    if n < PAR_THRESHOLD || threads == 1 {
-        work(0, spare);
-    } else {
-        // A few chunks per thread balances uneven progress; multiples of
-        // 1024 keep chunk boundaries aligned for the vector loops.
-        let per = n.div_ceil(4 * threads);
-        let chunk = if granule > 1 {
-            per.div_ceil(granule).max(1) * granule
-        } else {
-            per.div_ceil(1024).max(8) * 1024
-        };
-        spare
-            .par_chunks_mut(chunk)
-            .enumerate()
-            .for_each(|(i, c)| work(i * chunk, c));
-    }
-    // SAFETY: `work` initialized all n elements (every row loop writes its
-    // whole output slice), and the capacity is n.
-    unsafe { out.set_len(n) };
-    out
 }
 
 /// One chunk of a one-input op, run under `simd_run`.

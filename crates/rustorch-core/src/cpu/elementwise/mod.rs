@@ -4,13 +4,14 @@
 //!
 //! `plan` merges the output's dims into rows; `kernel` runs an element
 //! function over rows (specialized for contiguous, broadcast and strided
-//! inputs, f16/bf16 through f32 blocks) in parallel chunks under the widest
-//! SIMD level; `unary`, `binary` and `compare` hold the element functions
+//! inputs, f16/bf16 through f32 blocks) under the widest SIMD level, in the
+//! chunks that `par` hands to the calling thread and rayon helpers; `unary`, `binary` and `compare` hold the element functions
 //! and the per-dtype dispatch.
 
 mod binary;
 mod compare;
 mod kernel;
+mod par;
 mod plan;
 mod unary;
 
