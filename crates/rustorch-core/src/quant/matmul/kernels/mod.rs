@@ -12,7 +12,7 @@ use super::Isa;
 use crate::quant::QType;
 
 mod float;
-mod kquants;
+pub(super) mod kquants;
 mod legacy;
 
 /// # Safety

@@ -21,16 +21,16 @@
 use std::arch::x86_64::*;
 
 /// Q8_K block layout: `d` (f32) at 0, 256 quants at 4, 16 `bsums` at 260.
-pub(super) const A_BYTES: usize = 292;
-pub(super) const A_QS: usize = 4;
-pub(super) const A_BSUMS: usize = 260;
+pub(in crate::quant::matmul) const A_BYTES: usize = 292;
+pub(in crate::quant::matmul) const A_QS: usize = 4;
+pub(in crate::quant::matmul) const A_BSUMS: usize = 260;
 
 /// How far ahead of the current block each weight row is prefetched.
 const PREFETCH_AHEAD: usize = 768;
 
 /// The checks every kernel makes: the rows cover the same whole number of
 /// blocks. Returns that number.
-pub(super) fn check(a: &[u8], w: &[&[u8]; 4], w_bytes: usize) -> Option<usize> {
+pub(in crate::quant::matmul) fn check(a: &[u8], w: &[&[u8]; 4], w_bytes: usize) -> Option<usize> {
     if !a.len().is_multiple_of(A_BYTES) || w.iter().any(|r| r.len() != a.len() / A_BYTES * w_bytes) {
         return None;
     }
@@ -40,7 +40,7 @@ pub(super) fn check(a: &[u8], w: &[&[u8]; 4], w_bytes: usize) -> Option<usize> {
 /// Prefetches the cache lines of the block `PREFETCH_AHEAD` bytes past
 /// each row's current one.
 #[inline(always)]
-pub(super) unsafe fn prefetch(w: [*const u8; 4], w_bytes: usize) {
+pub(in crate::quant::matmul) unsafe fn prefetch(w: [*const u8; 4], w_bytes: usize) {
     for p in w {
         let mut off = 0;
         while off < w_bytes {
@@ -54,21 +54,21 @@ pub(super) unsafe fn prefetch(w: [*const u8; 4], w_bytes: usize) {
 
 /// The 32 bytes at `p` in both 256-bit halves.
 #[inline(always)]
-pub(super) unsafe fn bcast256(p: *const u8) -> __m512i {
+pub(in crate::quant::matmul) unsafe fn bcast256(p: *const u8) -> __m512i {
     // SAFETY: 32 readable bytes at `p` (caller); AVX-512F in the kernel.
     unsafe { _mm512_broadcast_i64x4(_mm256_loadu_si256(p.cast())) }
 }
 
 /// The 64 bytes at `p`.
 #[inline(always)]
-pub(super) unsafe fn load64(p: *const u8) -> __m512i {
+pub(in crate::quant::matmul) unsafe fn load64(p: *const u8) -> __m512i {
     // SAFETY: 64 readable bytes at `p` (caller); AVX-512F in the kernel.
     unsafe { _mm512_loadu_si512(p.cast()) }
 }
 
 /// The 16 bytes at `p[r] + at` in 128-bit lane `r`.
 #[inline(always)]
-pub(super) unsafe fn load4x16(p: [*const u8; 4], at: usize) -> __m512i {
+pub(in crate::quant::matmul) unsafe fn load4x16(p: [*const u8; 4], at: usize) -> __m512i {
     // SAFETY: 16 readable bytes at each `p[r] + at` (caller); AVX-512F.
     unsafe {
         let l = |r: usize| _mm_loadu_si128(p[r].add(at).cast());
@@ -81,7 +81,7 @@ pub(super) unsafe fn load4x16(p: [*const u8; 4], at: usize) -> __m512i {
 /// `[x_lo + x_hi, y_lo + y_hi]` (256-bit halves): the two chunk parities
 /// of two rows' lanes added, row `x` in the low half.
 #[inline(always)]
-pub(super) unsafe fn fold2(x: __m512i, y: __m512i) -> __m512i {
+pub(in crate::quant::matmul) unsafe fn fold2(x: __m512i, y: __m512i) -> __m512i {
     // SAFETY: AVX-512F in the kernel.
     unsafe {
         let lo = _mm512_shuffle_i64x2::<0b01_00_01_00>(x, y);
@@ -93,14 +93,14 @@ pub(super) unsafe fn fold2(x: __m512i, y: __m512i) -> __m512i {
 /// The scales of lanes 0..16 of a chunk pair: i16 `idx[2t]` of `sc16` in
 /// the low half of lane `t`, zero in the high half.
 #[inline(always)]
-pub(super) unsafe fn lane_scales(idx: __m512i, sc16: __m512i) -> __m512i {
+pub(in crate::quant::matmul) unsafe fn lane_scales(idx: __m512i, sc16: __m512i) -> __m512i {
     // SAFETY: AVX-512BW in the kernel.
     unsafe { _mm512_maskz_permutexvar_epi16(0x5555_5555, idx, sc16) }
 }
 
 /// `acc + scale * (codes . act)` per lane (see the module comment).
 #[inline(always)]
-pub(super) unsafe fn scaled(acc: __m512i, init: __m512i, codes: __m512i, act: __m512i, sc: __m512i) -> __m512i {
+pub(in crate::quant::matmul) unsafe fn scaled(acc: __m512i, init: __m512i, codes: __m512i, act: __m512i, sc: __m512i) -> __m512i {
     // SAFETY: AVX-512 VNNI in the kernel.
     unsafe { _mm512_dpwssd_epi32(acc, _mm512_dpbusd_epi32(init, codes, act), sc) }
 }
@@ -109,7 +109,7 @@ pub(super) unsafe fn scaled(acc: __m512i, init: __m512i, codes: __m512i, act: __
 /// the row in half `h` (i16 `16 h ..`) takes scale `16 h + first + t / per`
 /// where `first = j * 16 / per` (`per` lanes share a scale: 8 for 32-value
 /// groups, 4 for 16-value ones).
-pub(super) const fn scale_idx(h: usize, j: usize, per: usize) -> [i16; 32] {
+pub(in crate::quant::matmul) const fn scale_idx(h: usize, j: usize, per: usize) -> [i16; 32] {
     let mut out = [0i16; 32];
     let mut t = 0;
     while t < 16 {
@@ -121,7 +121,7 @@ pub(super) const fn scale_idx(h: usize, j: usize, per: usize) -> [i16; 32] {
 
 /// `scale_idx` for both halves and all four chunk pairs.
 #[inline(always)]
-pub(super) unsafe fn scale_idxs(per: usize) -> [[__m512i; 4]; 2] {
+pub(in crate::quant::matmul) unsafe fn scale_idxs(per: usize) -> [[__m512i; 4]; 2] {
     // SAFETY: AVX-512F in the kernel; each array holds 64 bytes.
     std::array::from_fn(|h| {
         std::array::from_fn(|j| unsafe { _mm512_loadu_si512(scale_idx(h, j, per).as_ptr().cast()) })
@@ -138,7 +138,7 @@ unsafe fn u16_at(p: *const u8) -> i64 {
 /// The f16 at `p[r] + at` of each row, as f32, times `yd`: lane `r`
 /// (llama.cpp's `y.d * x.d`; the product of two f32 is commutative).
 #[inline(always)]
-pub(super) unsafe fn d4(p: [*const u8; 4], at: usize, yd: f32) -> __m128 {
+pub(in crate::quant::matmul) unsafe fn d4(p: [*const u8; 4], at: usize, yd: f32) -> __m128 {
     // SAFETY: two readable bytes at each `p[r] + at` (caller); F16C.
     unsafe {
         let h = u16_at(p[0].add(at))
@@ -151,14 +151,14 @@ pub(super) unsafe fn d4(p: [*const u8; 4], at: usize, yd: f32) -> __m128 {
 
 /// The f32 at `p`.
 #[inline(always)]
-pub(super) unsafe fn f32_at(p: *const u8) -> f32 {
+pub(in crate::quant::matmul) unsafe fn f32_at(p: *const u8) -> f32 {
     // SAFETY: four readable bytes at `p` (caller).
     unsafe { p.cast::<f32>().read_unaligned() }
 }
 
 /// Eight f32 lanes per row, rows 0 and 1 in `acc01` (low, high half),
 /// 2 and 3 in `acc23`.
-pub(super) struct Acc4 {
+pub(in crate::quant::matmul) struct Acc4 {
     pub acc01: __m512,
     pub acc23: __m512,
 }
@@ -221,7 +221,7 @@ impl Acc4 {
 /// The four i32 lanes of each 128-bit lane of `v`, summed: lane `r` of
 /// the result (exact integers, any order).
 #[inline(always)]
-pub(super) unsafe fn sum_lanes4(v: __m512i) -> __m128i {
+pub(in crate::quant::matmul) unsafe fn sum_lanes4(v: __m512i) -> __m128i {
     // SAFETY: AVX-512F in the kernel.
     unsafe {
         let v = _mm512_add_epi32(v, _mm512_shuffle_epi32::<0b01_00_11_10>(v));
@@ -238,7 +238,7 @@ pub(super) unsafe fn sum_lanes4(v: __m512i) -> __m128i {
 /// `utmp` arithmetic: bytes 0..8 of lane `r` are row `r`'s scales, 8..16
 /// its mins.
 #[inline(always)]
-pub(super) unsafe fn k4_scales4(x: __m512i) -> __m512i {
+pub(in crate::quant::matmul) unsafe fn k4_scales4(x: __m512i) -> __m512i {
     // SAFETY: AVX-512F in the kernel. Dwords of each lane: [dd, u0, u1, u2].
     unsafe {
         let a = _mm512_shuffle_epi32::<0b11_10_11_01>(x); // [u0, u2, u1, u2]
@@ -303,7 +303,7 @@ unsafe fn k4_min_products(h: &K4Head, q8s: __m128i) -> __m512i {
 /// The activation's eight 32-value group sums (`_mm_hadd_epi16` of the
 /// 16 `bsums`).
 #[inline(always)]
-pub(super) unsafe fn group_sums(y: *const u8) -> __m128i {
+pub(in crate::quant::matmul) unsafe fn group_sums(y: *const u8) -> __m128i {
     // SAFETY: a whole Q8_K block at `y` (caller); AVX2 in the kernel.
     unsafe {
         let bs = _mm256_loadu_si256(y.add(A_BSUMS).cast());
@@ -323,7 +323,7 @@ const Q6K_BYTES: usize = 210;
 /// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C must be available
 /// (`Isa::Avx512Vnni`).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub(super) unsafe fn dot_cols_q4k(a: &[u8], w: [&[u8]; 4], out: &mut [f32; 4]) {
+pub(in crate::quant::matmul) unsafe fn dot_cols_q4k(a: &[u8], w: [&[u8]; 4], out: &mut [f32; 4]) {
     let Some(nb) = check(a, &w, Q4K_BYTES) else {
         *out = [f32::NAN; 4];
         return;
@@ -378,7 +378,7 @@ pub(super) unsafe fn dot_cols_q4k(a: &[u8], w: [&[u8]; 4], out: &mut [f32; 4]) {
 /// # Safety
 /// As `dot_cols_q4k`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub(super) unsafe fn dot_cols_q5k(a: &[u8], w: [&[u8]; 4], out: &mut [f32; 4]) {
+pub(in crate::quant::matmul) unsafe fn dot_cols_q5k(a: &[u8], w: [&[u8]; 4], out: &mut [f32; 4]) {
     let Some(nb) = check(a, &w, Q5K_BYTES) else {
         *out = [f32::NAN; 4];
         return;
@@ -434,7 +434,7 @@ pub(super) unsafe fn dot_cols_q5k(a: &[u8], w: [&[u8]; 4], out: &mut [f32; 4]) {
 /// # Safety
 /// As `dot_cols_q4k`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub(super) unsafe fn dot_cols_q6k(a: &[u8], w: [&[u8]; 4], out: &mut [f32; 4]) {
+pub(in crate::quant::matmul) unsafe fn dot_cols_q6k(a: &[u8], w: [&[u8]; 4], out: &mut [f32; 4]) {
     let Some(nb) = check(a, &w, Q6K_BYTES) else {
         *out = [f32::NAN; 4];
         return;

@@ -17,7 +17,7 @@ use crate::quant::matmul::Isa;
 use crate::quant::QType;
 
 #[cfg(target_arch = "x86_64")]
-mod cols512;
+pub(in crate::quant::matmul) mod cols512;
 #[cfg(target_arch = "x86_64")]
 mod cols512b;
 mod ggml_k;
