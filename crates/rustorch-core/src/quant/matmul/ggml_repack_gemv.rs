@@ -115,16 +115,6 @@ mod simd {
         }
     }
 
-    /// The f16 at `p[r] + at` of each of eight rows, as f32.
-    #[inline(always)]
-    unsafe fn f16x8(p: &[*const u8; 8], at: usize) -> __m256 {
-        // SAFETY: two readable bytes at each `p[r] + at` (caller); F16C.
-        unsafe {
-            let h: [u16; 8] = std::array::from_fn(|r| p[r].add(at).cast::<u16>().read_unaligned());
-            _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr().cast()))
-        }
-    }
-
     /// Eight outputs in the gemv order: `out[r]` is weight row `w[r]`
     /// against the activation row `a` (Q8_K bytes); NaN for rows of other
     /// lengths.
@@ -156,7 +146,8 @@ mod simd {
                     }
                 }
                 let half = |h: usize| std::array::from_fn::<_, 4, _>(|k| wb[4 * h + k]);
-                let (sm0, sm1) = (k4_scales4(load4x16(half(0), 0)), k4_scales4(load4x16(half(1), 0)));
+                let (x0, x1) = (load4x16(half(0), 0), load4x16(half(1), 0));
+                let (sm0, sm1) = (k4_scales4(x0), k4_scales4(x1));
                 let sc = [
                     _mm512_cvtepu8_epi16(_mm512_castsi512_si256(sm0)),
                     _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64::<1>(sm0)),
@@ -174,8 +165,14 @@ mod simd {
                 let s = _mm256_cvtepi32_ps(sums8(lanes));
                 let m = _mm256_cvtepi32_ps(mins8(&sc, group_sums(y)));
                 let yd = _mm256_set1_ps(f32_at(y));
-                let d = _mm256_mul_ps(f16x8(&wb, 0), yd);
-                let dmin = _mm256_mul_ps(f16x8(&wb, 2), yd);
+                // Dword 0 of each row's first 16 bytes: [d, dmin] (f16).
+                let dd = _mm512_castsi512_si256(_mm512_permutex2var_epi32(
+                    x0,
+                    _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 0, 0, 0, 0, 0, 0, 0),
+                    x1,
+                ));
+                let d = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_cvtepi32_epi16(dd)), yd);
+                let dmin = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_srli_epi32::<16>(dd))), yd);
                 acc = _mm256_fmadd_ps(s, d, acc);
                 acc_min = _mm256_fmadd_ps(m, dmin, acc_min);
             }

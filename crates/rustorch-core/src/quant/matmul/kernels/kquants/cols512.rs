@@ -269,12 +269,21 @@ struct K4Head {
 unsafe fn k4_head(w: [*const u8; 4], yd: f32) -> K4Head {
     // SAFETY: whole blocks at `w` (caller); AVX-512 in the kernel.
     unsafe {
-        let sm = k4_scales4(load4x16(w, 0));
+        let x = load4x16(w, 0);
+        let sm = k4_scales4(x);
+        // Dword 0 of each lane is the row's [d, dmin]: converted together,
+        // times y.d, then split into d (low half) and dmin (high half).
+        let dd = _mm512_castsi512_si128(_mm512_permutexvar_epi32(
+            _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+            x,
+        ));
+        let f = _mm256_mul_ps(_mm256_cvtph_ps(dd), _mm256_set1_ps(yd));
+        let f = _mm256_permutevar8x32_ps(f, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
         K4Head {
             sc01: _mm512_cvtepu8_epi16(_mm512_castsi512_si256(sm)),
             sc23: _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64::<1>(sm)),
-            d: d4(w, 0, yd),
-            dmin: d4(w, 2, yd),
+            d: _mm256_castps256_ps128(f),
+            dmin: _mm256_extractf128_ps::<1>(f),
         }
     }
 }
