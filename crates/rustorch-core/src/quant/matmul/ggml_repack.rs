@@ -54,10 +54,10 @@ pub(super) fn product(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut 
         .map(|i| cast_blocks(act.row(i)).expect("Q8_K activation rows are whole blocks"))
         .collect();
     #[cfg(target_arch = "x86_64")]
-    if gemm_rows == 0 && w.qtype() == QType::Q4K && isa >= Isa::Avx512Vnni && Isa::Avx512Vnni.is_available() {
+    if gemm_rows == 0 && isa >= Isa::Avx512Vnni && Isa::Avx512Vnni.is_available() {
         // Matvec-like products: no weight row is met twice, so the blocks
         // are summed straight from their bytes (`ggml_repack_gemv`).
-        super::ggml_repack_gemv::gemv_q4k(w, &acts, out);
+        super::ggml_repack_gemv::gemv(w, &acts, out);
         return;
     }
     let (gemm, qtype) = match w.qtype() {

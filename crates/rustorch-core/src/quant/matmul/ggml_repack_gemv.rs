@@ -1,6 +1,7 @@
-//! llama.cpp's repacked Q4_K gemv order (`ggml_gemv_q4_K_8x8_q8_K`, see
-//! `ggml_repack`) with AVX-512 VNNI, for products of fewer than four
-//! activation rows (token generation).
+//! llama.cpp's repacked Q4_K and Q2_K gemv order
+//! (`ggml_gemv_{q4_K,q2_K}_8x8_q8_K`, see `ggml_repack`) with AVX-512
+//! VNNI, for products of fewer than four activation rows (token
+//! generation).
 //!
 //! Each output keeps one f32 accumulator for its products and one for its
 //! mins; per super-block `acc = fma(f32(S), d_w * d_a, acc)` and
@@ -18,11 +19,14 @@ use super::{QMatRef, OutPtr};
 use crate::quant::blocks::BlockQ8K;
 use rayon::prelude::*;
 
-/// Every output in the gemv order, Q4_K, with AVX-512 VNNI (which the
-/// caller checked is available).
+/// Every output in the gemv order, Q4_K or Q2_K weights (the types
+/// `llama_repacks`), with AVX-512 VNNI (which the caller checked is
+/// available).
 #[cfg(target_arch = "x86_64")]
-pub(super) fn gemv_q4k(w: &QMatRef<'_>, acts: &[&[BlockQ8K]], out: &mut [f32]) {
+pub(super) fn gemv(w: &QMatRef<'_>, acts: &[&[BlockQ8K]], out: &mut [f32]) {
     use crate::quant::blocks::{blocks_as_bytes, cast_blocks, BlockQ4K};
+    use crate::quant::QType;
+    let q2k = w.qtype() == QType::Q2K;
     let n = w.rows();
     let threads = rayon::current_num_threads().max(1);
     // Whole groups of eight rows; a few chunks per thread to balance.
@@ -38,7 +42,13 @@ pub(super) fn gemv_q4k(w: &QMatRef<'_>, acts: &[&[BlockQ8K]], out: &mut [f32]) {
                 let mut r = [0f32; 8];
                 // SAFETY: AVX-512 VNNI is available (the caller checked);
                 // the kernel checks the row lengths.
-                unsafe { simd::gemv8_q4k(a, rows, &mut r) };
+                unsafe {
+                    if q2k {
+                        simd::gemv8_q2k(a, rows, &mut r)
+                    } else {
+                        simd::gemv8_q4k(a, rows, &mut r)
+                    }
+                };
                 for (k, v) in r.into_iter().enumerate() {
                     // SAFETY: this task owns weight rows j0..j1 (columns
                     // of every output row); see `OutPtr`.
@@ -47,7 +57,9 @@ pub(super) fn gemv_q4k(w: &QMatRef<'_>, acts: &[&[BlockQ8K]], out: &mut [f32]) {
             }
             j += 8;
         }
-        for j in j..j1 {
+        // `llama_repacks` holds, so rows % 8 == 0 and this is only a
+        // fallback for Q4_K.
+        for j in j..if q2k { j } else { j1 } {
             let wr: &[BlockQ4K] = cast_blocks(w.row(j)).expect("Q4_K weight rows are whole blocks");
             for (i, a) in acts.iter().enumerate() {
                 let a: &[BlockQ8K] = cast_blocks(a).expect("Q8_K activation rows are whole blocks");
@@ -63,8 +75,10 @@ pub(super) fn gemv_q4k(w: &QMatRef<'_>, acts: &[&[BlockQ8K]], out: &mut [f32]) {
 #[cfg(target_arch = "x86_64")]
 mod simd {
     use super::super::kernels::kquants::cols512::{
-        bcast256, f32_at, group_sums, k4_scales4, lane_scales, load4x16, load64, scale_idxs, scaled, A_BYTES, A_QS,
+        bcast256, f32_at, group_sums, k4_scales4, lane_scales, load4x16, load64, scale_idxs, scaled, A_BSUMS, A_BYTES,
+        A_QS,
     };
+    use super::super::kernels::kquants::cols512b::{two_bit_shifts, two_bits};
     use crate::quant::blocks::{BlockQ4K, BlockQ8K};
     use std::arch::x86_64::*;
 
@@ -181,6 +195,89 @@ mod simd {
         unsafe { _mm256_storeu_ps(out.as_mut_ptr(), _mm256_sub_ps(acc, acc_min)) };
     }
 
+    const Q2K_BYTES: usize = 84;
+
+    /// The sums of each row's eight i32 lanes, `v[k]` holding rows 2k and
+    /// 2k + 1 in its 256-bit halves: lane `r` of the result is row `r`'s.
+    #[inline(always)]
+    unsafe fn sums8_halves(v: [__m512i; 4]) -> __m256i {
+        // SAFETY: AVX-512F in the kernel. Integers: any order is exact.
+        unsafe {
+            let pair = |a: __m512i, b: __m512i| _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+            let quad = |a: __m512i, b: __m512i| _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
+            // Per 128-bit lane: partials of [v0, v1, v2, v3]; lanes 0, 1
+            // are the even rows 0, 2, 4, 6, lanes 2, 3 the odd ones.
+            let z = quad(pair(v[0], v[1]), pair(v[2], v[3]));
+            let t = _mm512_add_epi32(z, _mm512_shuffle_i64x2::<0b10_11_00_01>(z, z));
+            _mm512_castsi512_si256(_mm512_permutexvar_epi32(
+                _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 0, 0, 0, 0, 0, 0, 0, 0),
+                t,
+            ))
+        }
+    }
+
+    /// `gemv8_q4k` for Q2_K: the scales and mins of its 16-value groups.
+    ///
+    /// # Safety
+    /// As `gemv8_q4k`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    pub(in super::super) unsafe fn gemv8_q2k(a: &[u8], w: [&[u8]; 8], out: &mut [f32; 8]) {
+        let nb = a.len() / A_BYTES;
+        if !a.len().is_multiple_of(A_BYTES) || w.iter().any(|r| r.len() != nb * Q2K_BYTES) {
+            *out = [f32::NAN; 8];
+            return;
+        }
+        let m4 = _mm512_set1_epi8(0x0F);
+        // SAFETY: AVX-512 enabled above.
+        let (idx, shift) = unsafe { (scale_idxs(4), two_bit_shifts()) };
+        let (mut acc, mut acc_min) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        for i in 0..nb {
+            // SAFETY (pointer reads): block i < nb of the activation row
+            // and of every weight row (checked above).
+            unsafe {
+                let y = a.as_ptr().add(i * A_BYTES);
+                let wb: [*const u8; 8] = std::array::from_fn(|r| w[r].as_ptr().add(i * Q2K_BYTES));
+                for p in wb {
+                    for off in [0, 64] {
+                        // A prefetch never faults (wrapping address).
+                        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH_AHEAD + off).cast());
+                    }
+                }
+                let half = |h: usize| std::array::from_fn::<_, 4, _>(|k| wb[4 * h + k]);
+                let packed = [load4x16(half(0), 0), load4x16(half(1), 0)];
+                // Rows 2k, 2k + 1 in sc[k] / mn[k] (i16, one row per half).
+                let widen = |v: __m512i, k: usize| {
+                    let h = if k % 2 == 0 { _mm512_castsi512_si256(v) } else { _mm512_extracti64x4_epi64::<1>(v) };
+                    _mm512_cvtepu8_epi16(h)
+                };
+                let sc: [__m512i; 4] = std::array::from_fn(|k| widen(_mm512_and_si512(packed[k / 2], m4), k));
+                let mn: [__m512i; 4] =
+                    std::array::from_fn(|k| widen(_mm512_and_si512(_mm512_srli_epi16::<4>(packed[k / 2]), m4), k));
+                let mut lanes = [_mm512_setzero_si512(); 8];
+                for j in 0..4 {
+                    let act = load64(y.add(A_QS + 64 * j));
+                    for r in 0..8 {
+                        let codes = two_bits(wb[r].add(16), j, &shift);
+                        lanes[r] = scaled(lanes[r], _mm512_setzero_si512(), codes, act, lane_scales(idx[r % 2][j], sc[r / 2]));
+                    }
+                }
+                let bs = bcast256(y.add(A_BSUMS));
+                let s = _mm256_cvtepi32_ps(sums8(lanes));
+                let m = _mm256_cvtepi32_ps(sums8_halves(mn.map(|v| _mm512_madd_epi16(bs, v))));
+                // d, dmin: bytes 80..84 of each row.
+                let dd: [i32; 8] = std::array::from_fn(|r| wb[r].add(80).cast::<i32>().read_unaligned());
+                let dd = _mm256_loadu_si256(dd.as_ptr().cast());
+                let yd = _mm256_set1_ps(f32_at(y));
+                let d = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_cvtepi32_epi16(dd)), yd);
+                let dmin = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_srli_epi32::<16>(dd))), yd);
+                acc = _mm256_fmadd_ps(s, d, acc);
+                acc_min = _mm256_fmadd_ps(m, dmin, acc_min);
+            }
+        }
+        // SAFETY: `out` holds eight f32 values.
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), _mm256_sub_ps(acc, acc_min)) };
+    }
+
     /// One output in the gemv order (rows beyond the groups of eight):
     /// per super-block, the scaled integer sums straight from the block's
     /// bytes (`vpdpbusd` on the 64 codes of each pair of groups,
@@ -253,17 +350,22 @@ mod tests {
     /// extreme codes and scales, for 1..4 activation rows.
     #[test]
     fn gemv_equals_the_portable_order_bit_for_bit() {
-        if !Isa::Avx512Vnni.is_available() {
-            return;
+        if Isa::Avx512Vnni.is_available() {
+            check(QType::Q4K, 0, 2);
+            check(QType::Q2K, 80, 82);
         }
+    }
+
+    /// `d` and `dmin` at byte offsets `d_at`, `dmin_at` of a block.
+    fn check(qtype: QType, d_at: usize, dmin_at: usize) {
         let (rows, cols) = (24, 768);
-        let mut bytes = QTensor::quantize(QType::Q4K, [rows, cols], &values(rows * cols, 3))
+        let mut bytes = QTensor::quantize(qtype, [rows, cols], &values(rows * cols, 3))
             .expect("quantize")
             .bytes()
             .to_vec();
         // Rows 8..16: random bytes; 16..24: all-ones bytes; finite f16
         // d and dmin from small to f16's largest.
-        let size = QType::Q4K.type_size();
+        let size = qtype.type_size();
         let mut s = 99u64;
         for (b, blk) in bytes.chunks_exact_mut(size).enumerate() {
             let row = b / (cols / 256);
@@ -273,11 +375,11 @@ mod tests {
                     *v = if row >= 16 { 0xFF } else { (s >> 33) as u8 };
                 }
                 let d = [0.001f32, 1.0, 65504.0][b % 3];
-                blk[0..2].copy_from_slice(&crate::quant::blocks::f32_to_f16(d));
-                blk[2..4].copy_from_slice(&crate::quant::blocks::f32_to_f16(-d / 2.0));
+                blk[d_at..d_at + 2].copy_from_slice(&crate::quant::blocks::f32_to_f16(d));
+                blk[dmin_at..dmin_at + 2].copy_from_slice(&crate::quant::blocks::f32_to_f16(-d / 2.0));
             }
         }
-        let w = QMatRef::new(QType::Q4K, rows, cols, &bytes).expect("whole rows");
+        let w = QMatRef::new(qtype, rows, cols, &bytes).expect("whole rows");
         assert!(w.repacked());
         for m in 1..4 {
             let mut x = values(m * cols, 7 + m as u64);
@@ -290,7 +392,7 @@ mod tests {
             for (k, (g, e)) in got.iter().zip(&want).enumerate() {
                 assert!(
                     g.to_bits() == e.to_bits() || (g.is_nan() && e.is_nan()),
-                    "m={m} output {k}: {g} vs portable {e}"
+                    "{qtype} m={m} output {k}: {g} vs portable {e}"
                 );
             }
         }

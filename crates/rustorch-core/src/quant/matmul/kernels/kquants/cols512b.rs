@@ -37,7 +37,7 @@ unsafe fn i16_halves(x: __m512i, signed: bool) -> (__m512i, __m512i) {
 /// Codes `(qs[32 (j / 2) + e] >> 2k) & 3` for the chunks k0 = 2 (j % 2)
 /// (low half) and k0 + 1 of the 64 two-bit bytes at `qs`.
 #[inline(always)]
-unsafe fn two_bits(qs: *const u8, j: usize, shift: &[__m512i; 2]) -> __m512i {
+pub(in crate::quant::matmul) unsafe fn two_bits(qs: *const u8, j: usize, shift: &[__m512i; 2]) -> __m512i {
     // SAFETY: 64 readable bytes at `qs` (caller); AVX-512F in the kernel.
     unsafe {
         let v = bcast256(qs.add(32 * (j / 2)));
@@ -47,7 +47,7 @@ unsafe fn two_bits(qs: *const u8, j: usize, shift: &[__m512i; 2]) -> __m512i {
 
 /// Shift counts for `two_bits`.
 #[inline(always)]
-unsafe fn two_bit_shifts() -> [__m512i; 2] {
+pub(in crate::quant::matmul) unsafe fn two_bit_shifts() -> [__m512i; 2] {
     // SAFETY: AVX-512F in the kernel.
     std::array::from_fn(|jm| unsafe {
         let (s0, s1) = (4 * jm as i64, 4 * jm as i64 + 2);

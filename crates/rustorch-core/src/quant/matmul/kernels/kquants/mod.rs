@@ -19,7 +19,7 @@ use crate::quant::QType;
 #[cfg(target_arch = "x86_64")]
 pub(in crate::quant::matmul) mod cols512;
 #[cfg(target_arch = "x86_64")]
-mod cols512b;
+pub(in crate::quant::matmul) mod cols512b;
 mod ggml_k;
 mod ggml_k2;
 mod q8k;
