@@ -15,7 +15,7 @@
 //! the f32 steps of all eight run in one 256-bit register. Each row is
 //! prefetched a few blocks ahead.
 
-use super::{QMatRef, OutPtr};
+use super::{OutPtr, QMatRef};
 use crate::quant::blocks::BlockQ8K;
 use rayon::prelude::*;
 
@@ -90,10 +90,12 @@ mod simd {
     unsafe fn sums8(v: [__m512i; 8]) -> __m256i {
         // SAFETY: AVX-512F in the kernel. Integers: any order is exact.
         unsafe {
-            let pair = |a: __m512i, b: __m512i| _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+            let pair =
+                |a: __m512i, b: __m512i| _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
             // Per 128-bit lane: [a0 + a2, b0 + b2, a1 + a3, b1 + b3].
             let (x01, x23, x45, x67) = (pair(v[0], v[1]), pair(v[2], v[3]), pair(v[4], v[5]), pair(v[6], v[7]));
-            let quad = |a: __m512i, b: __m512i| _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
+            let quad =
+                |a: __m512i, b: __m512i| _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
             // Per 128-bit lane: partial sums of rows [0, 1, 2, 3] / [4, 5, 6, 7].
             let (z0, z1) = (quad(x01, x23), quad(x45, x67));
             let t = _mm512_add_epi32(
@@ -173,7 +175,13 @@ mod simd {
                     let act = load64(y.add(A_QS + 64 * j));
                     for r in 0..8 {
                         let codes = _mm512_and_si512(_mm512_srlv_epi64(bcast256(wb[r].add(16 + 32 * j)), shift), m4);
-                        lanes[r] = scaled(lanes[r], _mm512_setzero_si512(), codes, act, lane_scales(idx[r % 2][j], sc[r / 2]));
+                        lanes[r] = scaled(
+                            lanes[r],
+                            _mm512_setzero_si512(),
+                            codes,
+                            act,
+                            lane_scales(idx[r % 2][j], sc[r / 2]),
+                        );
                     }
                 }
                 let s = _mm256_cvtepi32_ps(sums8(lanes));
@@ -203,8 +211,10 @@ mod simd {
     unsafe fn sums8_halves(v: [__m512i; 4]) -> __m256i {
         // SAFETY: AVX-512F in the kernel. Integers: any order is exact.
         unsafe {
-            let pair = |a: __m512i, b: __m512i| _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
-            let quad = |a: __m512i, b: __m512i| _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
+            let pair =
+                |a: __m512i, b: __m512i| _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+            let quad =
+                |a: __m512i, b: __m512i| _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
             // Per 128-bit lane: partials of [v0, v1, v2, v3]; lanes 0, 1
             // are the even rows 0, 2, 4, 6, lanes 2, 3 the odd ones.
             let z = quad(pair(v[0], v[1]), pair(v[2], v[3]));
@@ -247,7 +257,11 @@ mod simd {
                 let packed = [load4x16(half(0), 0), load4x16(half(1), 0)];
                 // Rows 2k, 2k + 1 in sc[k] / mn[k] (i16, one row per half).
                 let widen = |v: __m512i, k: usize| {
-                    let h = if k % 2 == 0 { _mm512_castsi512_si256(v) } else { _mm512_extracti64x4_epi64::<1>(v) };
+                    let h = if k % 2 == 0 {
+                        _mm512_castsi512_si256(v)
+                    } else {
+                        _mm512_extracti64x4_epi64::<1>(v)
+                    };
                     _mm512_cvtepu8_epi16(h)
                 };
                 let sc: [__m512i; 4] = std::array::from_fn(|k| widen(_mm512_and_si512(packed[k / 2], m4), k));
@@ -258,7 +272,13 @@ mod simd {
                     let act = load64(y.add(A_QS + 64 * j));
                     for r in 0..8 {
                         let codes = two_bits(wb[r].add(16), j, &shift);
-                        lanes[r] = scaled(lanes[r], _mm512_setzero_si512(), codes, act, lane_scales(idx[r % 2][j], sc[r / 2]));
+                        lanes[r] = scaled(
+                            lanes[r],
+                            _mm512_setzero_si512(),
+                            codes,
+                            act,
+                            lane_scales(idx[r % 2][j], sc[r / 2]),
+                        );
                     }
                 }
                 let bs = bcast256(y.add(A_BSUMS));

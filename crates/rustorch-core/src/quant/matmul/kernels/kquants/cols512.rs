@@ -100,7 +100,13 @@ pub(in crate::quant::matmul) unsafe fn lane_scales(idx: __m512i, sc16: __m512i) 
 
 /// `acc + scale * (codes . act)` per lane (see the module comment).
 #[inline(always)]
-pub(in crate::quant::matmul) unsafe fn scaled(acc: __m512i, init: __m512i, codes: __m512i, act: __m512i, sc: __m512i) -> __m512i {
+pub(in crate::quant::matmul) unsafe fn scaled(
+    acc: __m512i,
+    init: __m512i,
+    codes: __m512i,
+    act: __m512i,
+    sc: __m512i,
+) -> __m512i {
     // SAFETY: AVX-512 VNNI in the kernel.
     unsafe { _mm512_dpwssd_epi32(acc, _mm512_dpbusd_epi32(init, codes, act), sc) }
 }
@@ -108,24 +114,57 @@ pub(in crate::quant::matmul) unsafe fn scaled(acc: __m512i, init: __m512i, codes
 /// Permutation indices for `lane_scales`: lane `t` of chunk pair `j` of
 /// the row in half `h` (i16 `16 h ..`) takes scale `16 h + first + t / per`
 /// where `first = j * 16 / per` (`per` lanes share a scale: 8 for 32-value
-/// groups, 4 for 16-value ones).
-pub(in crate::quant::matmul) const fn scale_idx(h: usize, j: usize, per: usize) -> [i16; 32] {
-    let mut out = [0i16; 32];
-    let mut t = 0;
-    while t < 16 {
-        out[2 * t] = (16 * h + j * 16 / per + t / per) as i16;
-        t += 1;
+/// groups, 4 for 16-value ones), indexed `[h][j]`.
+const fn scale_idx_table(per: usize) -> [[[i16; 32]; 4]; 2] {
+    let mut out = [[[0i16; 32]; 4]; 2];
+    let mut h = 0;
+    while h < 2 {
+        let mut j = 0;
+        while j < 4 {
+            let mut t = 0;
+            while t < 16 {
+                out[h][j][2 * t] = (16 * h + j * 16 / per + t / per) as i16;
+                t += 1;
+            }
+            j += 1;
+        }
+        h += 1;
     }
     out
 }
 
-/// `scale_idx` for both halves and all four chunk pairs.
+static SCALE_IDX8: [[[i16; 32]; 4]; 2] = scale_idx_table(8);
+static SCALE_IDX4: [[[i16; 32]; 4]; 2] = scale_idx_table(4);
+
+/// The 64 bytes of `v`.
+#[inline(always)]
+unsafe fn load_idx(v: &[i16; 32]) -> __m512i {
+    // SAFETY: `v` holds 64 bytes; AVX-512F in the kernel.
+    unsafe { _mm512_loadu_si512(v.as_ptr().cast()) }
+}
+
+/// The `scale_idx_table(per)` vectors (`per` is 8 or 4), loaded once per
+/// call (no closures: they would not inherit the kernel's features).
 #[inline(always)]
 pub(in crate::quant::matmul) unsafe fn scale_idxs(per: usize) -> [[__m512i; 4]; 2] {
-    // SAFETY: AVX-512F in the kernel; each array holds 64 bytes.
-    std::array::from_fn(|h| {
-        std::array::from_fn(|j| unsafe { _mm512_loadu_si512(scale_idx(h, j, per).as_ptr().cast()) })
-    })
+    let t = if per == 8 { &SCALE_IDX8 } else { &SCALE_IDX4 };
+    // SAFETY: AVX-512F in the kernel.
+    unsafe {
+        [
+            [
+                load_idx(&t[0][0]),
+                load_idx(&t[0][1]),
+                load_idx(&t[0][2]),
+                load_idx(&t[0][3]),
+            ],
+            [
+                load_idx(&t[1][0]),
+                load_idx(&t[1][1]),
+                load_idx(&t[1][2]),
+                load_idx(&t[1][3]),
+            ],
+        ]
+    }
 }
 
 /// The little-endian u16 at `p`, widened.
@@ -141,10 +180,8 @@ unsafe fn u16_at(p: *const u8) -> i64 {
 pub(in crate::quant::matmul) unsafe fn d4(p: [*const u8; 4], at: usize, yd: f32) -> __m128 {
     // SAFETY: two readable bytes at each `p[r] + at` (caller); F16C.
     unsafe {
-        let h = u16_at(p[0].add(at))
-            | u16_at(p[1].add(at)) << 16
-            | u16_at(p[2].add(at)) << 32
-            | u16_at(p[3].add(at)) << 48;
+        let h =
+            u16_at(p[0].add(at)) | u16_at(p[1].add(at)) << 16 | u16_at(p[2].add(at)) << 32 | u16_at(p[3].add(at)) << 48;
         _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi64_si128(h)), _mm_set1_ps(yd))
     }
 }
@@ -478,7 +515,10 @@ pub(in crate::quant::matmul) unsafe fn dot_cols_q6k(a: &[u8], w: [&[u8]; 4], out
                     let ql = load64(wb[r].add(64 * (j / 2)));
                     let ql = if j % 2 == 0 { ql } else { _mm512_srli_epi16::<4>(ql) };
                     let lo = _mm512_and_si512(ql, m4);
-                    let hi = _mm512_and_si512(_mm512_rolv_epi64(bcast256(wb[r].add(128 + 32 * (j / 2))), rot[j % 2]), bits45);
+                    let hi = _mm512_and_si512(
+                        _mm512_rolv_epi64(bcast256(wb[r].add(128 + 32 * (j / 2))), rot[j % 2]),
+                        bits45,
+                    );
                     let sc = lane_scales(idx[r % 2][j], if r < 2 { sc01 } else { sc23 });
                     lanes[r] = scaled(lanes[r], _mm512_setzero_si512(), _mm512_or_si512(lo, hi), act, sc);
                 }

@@ -166,7 +166,11 @@ pub(super) unsafe fn dot_cols_q3k(a: &[u8], w: [&[u8]; 4], out: &mut [f32; 4]) {
                     lanes[r] = scaled(lanes[r], init, _mm512_or_si512(lo, hi), act, sc);
                 }
             }
-            acc.fma(d4(wb, 108, f32_at(y)), fold2(lanes[0], lanes[1]), fold2(lanes[2], lanes[3]));
+            acc.fma(
+                d4(wb, 108, f32_at(y)),
+                fold2(lanes[0], lanes[1]),
+                fold2(lanes[2], lanes[3]),
+            );
         }
     }
     // SAFETY: AVX-512F enabled above.
@@ -188,11 +192,17 @@ unsafe fn iq4xs_scales2(p0: *const u8, p1: *const u8) -> __m512i {
         let sl = both(4, |p| p.cast::<i32>().read_unaligned());
         let sh = both(2, |p| p.cast::<u16>().read_unaligned() as i32);
         let lo = _mm512_and_si512(
-            _mm512_srlv_epi32(sl, _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28)),
+            _mm512_srlv_epi32(
+                sl,
+                _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28),
+            ),
             _mm512_set1_epi32(0xF),
         );
         let hi = _mm512_and_si512(
-            _mm512_srlv_epi32(sh, _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 2, 4, 6, 8, 10, 12, 14)),
+            _mm512_srlv_epi32(
+                sh,
+                _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 2, 4, 6, 8, 10, 12, 14),
+            ),
             _mm512_set1_epi32(3),
         );
         _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32::<4>(hi)), _mm512_set1_epi32(32))
@@ -253,7 +263,11 @@ pub(super) unsafe fn dot_cols_iq4xs(a: &[u8], w: [&[u8]; 4], out: &mut [f32; 4])
                     lanes[r] = _mm512_add_epi32(lanes[r], _mm512_mullo_epi32(p, ls));
                 }
             }
-            acc.fma(d4(wb, 0, f32_at(y)), fold2(lanes[0], lanes[1]), fold2(lanes[2], lanes[3]));
+            acc.fma(
+                d4(wb, 0, f32_at(y)),
+                fold2(lanes[0], lanes[1]),
+                fold2(lanes[2], lanes[3]),
+            );
         }
     }
     // SAFETY: AVX-512F enabled above.
