@@ -15,6 +15,9 @@
 //! the f32 steps of all eight run in one 256-bit register. Each row is
 //! prefetched a few blocks ahead.
 
+// Chunk-pair indices address several arrays with different strides.
+#![allow(clippy::needless_range_loop)]
+
 use super::{OutPtr, QMatRef};
 use crate::quant::blocks::BlockQ8K;
 use rayon::prelude::*;
@@ -257,7 +260,7 @@ mod simd {
                 let packed = [load4x16(half(0), 0), load4x16(half(1), 0)];
                 // Rows 2k, 2k + 1 in sc[k] / mn[k] (i16, one row per half).
                 let widen = |v: __m512i, k: usize| {
-                    let h = if k % 2 == 0 {
+                    let h = if k.is_multiple_of(2) {
                         _mm512_castsi512_si256(v)
                     } else {
                         _mm512_extracti64x4_epi64::<1>(v)

@@ -18,6 +18,9 @@
 //!
 //! Four rows stream at once, each prefetched a few blocks ahead.
 
+// Chunk-pair indices address several arrays with different strides.
+#![allow(clippy::needless_range_loop)]
+
 use std::arch::x86_64::*;
 
 /// Q8_K block layout: `d` (f32) at 0, 256 quants at 4, 16 `bsums` at 260.

@@ -8,6 +8,9 @@
 //! which are then the signed lanes exactly. IQ4_XS lanes reach 4 * 127^2,
 //! past an i16, so they take their scales with `vpmulld`.
 
+// Chunk-pair indices address several arrays with different strides.
+#![allow(clippy::needless_range_loop)]
+
 use super::cols512::{
     bcast256, check, d4, f32_at, fold2, lane_scales, load4x16, load64, prefetch, scale_idxs, scaled, Acc4, A_BSUMS,
     A_BYTES, A_QS,
