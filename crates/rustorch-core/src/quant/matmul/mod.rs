@@ -18,6 +18,7 @@ mod ggml_panel;
 #[cfg(test)]
 mod ggml_paths_tests;
 mod ggml_repack;
+mod ggml_repack_gemv;
 mod ggml_superblock;
 mod ggml_tiled;
 mod isa;
@@ -275,8 +276,13 @@ pub fn qmatmul_quantized_into(
         .clamp(4, 64)
         .min(n.div_ceil(threads * 4))
         .max(1);
-    if tile.is_some() && jb > 4 {
-        // Whole groups of four weight rows for the four-by-four kernel.
+    // Activation rows outside groups of four (all of them for types
+    // without a four-row kernel, such as the K-quants) still stream four
+    // weight rows at once where a kernel for that exists.
+    let cols = kernels::exact_cols(w.qtype, level);
+    if (tile.is_some() || cols.is_some()) && jb > 4 {
+        // Whole groups of four weight rows for the four-by-four and the
+        // four-weight-row kernels.
         jb -= jb % 4;
     }
     let (nj, ni) = (n.div_ceil(jb), m.div_ceil(ib));
@@ -318,7 +324,20 @@ pub fn qmatmul_quantized_into(
             }
         }
         for i in i..i1 {
-            for j in j0..j1 {
+            let mut j = j0;
+            while let Some(cols) = cols.filter(|_| j + 4 <= j1) {
+                let mut r = [0f32; 4];
+                // SAFETY: as for `call`; `exact_cols` gave a kernel at
+                // `level`, which this CPU supports, for four weight rows
+                // that each match the activation row.
+                unsafe { cols(act.row(i), [w.row(j), w.row(j + 1), w.row(j + 2), w.row(j + 3)], &mut r) };
+                for (dj, v) in r.into_iter().enumerate() {
+                    // SAFETY: (i, j + dj) lies in this tile; see `OutPtr`.
+                    unsafe { out_ptr.write(i * n + j + dj, v) };
+                }
+                j += 4;
+            }
+            for j in j..j1 {
                 // SAFETY: (i, j) lies in this tile; see `OutPtr`.
                 unsafe { out_ptr.write(i * n + j, call(j, i)) };
             }

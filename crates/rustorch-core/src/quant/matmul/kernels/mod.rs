@@ -12,7 +12,7 @@ use super::Isa;
 use crate::quant::QType;
 
 mod float;
-mod kquants;
+pub(super) mod kquants;
 mod legacy;
 
 /// # Safety
@@ -54,7 +54,7 @@ pub(crate) fn exact_tile(qtype: QType, isa: Isa) -> Option<DotTileFn> {
 
 /// The four-weight-row kernel implemented at exactly this level, if any.
 pub(crate) fn exact_cols(qtype: QType, isa: Isa) -> Option<DotColsFn> {
-    legacy::cols_kernel(qtype, isa)
+    legacy::cols_kernel(qtype, isa).or_else(|| kquants::cols_kernel(qtype, isa))
 }
 
 /// The best kernel for `qtype` at or below `isa`, with its level.

@@ -12,10 +12,14 @@
 //! activations in -127..=127, the range `quantize_row_q8_K_ref` produces),
 //! so only the f32 operations decide the bits.
 
-use super::{DotFn, DotRowsFn};
+use super::{DotColsFn, DotFn, DotRowsFn};
 use crate::quant::matmul::Isa;
 use crate::quant::QType;
 
+#[cfg(target_arch = "x86_64")]
+pub(in crate::quant::matmul) mod cols512;
+#[cfg(target_arch = "x86_64")]
+pub(in crate::quant::matmul) mod cols512b;
 mod ggml_k;
 mod ggml_k2;
 mod q8k;
@@ -36,6 +40,8 @@ pub(super) fn kernel(qtype: QType, isa: Isa) -> Option<DotFn> {
 
 /// The kernels in llama.cpp's exact order (`ggml_k`): the portable one
 /// and the AVX2 one, which is also what llama.cpp runs on AVX-512 CPUs.
+/// At the AVX-512 VNNI level the single-row kernel is the AVX2 one and
+/// matvecs take four rows at a time (`cols_kernel`).
 fn ggml_kernel(qtype: QType, isa: Isa) -> Option<DotFn> {
     let k: DotFn = match (qtype, isa) {
         (QType::Q4K, Isa::Scalar) => ggml_k::dot_q4k_scalar,
@@ -45,17 +51,38 @@ fn ggml_kernel(qtype: QType, isa: Isa) -> Option<DotFn> {
         (QType::Q3K, Isa::Scalar) => ggml_k2::dot_q3k_scalar,
         (QType::IQ4XS, Isa::Scalar) => ggml_k2::dot_iq4xs_scalar,
         #[cfg(target_arch = "x86_64")]
-        (QType::Q4K, Isa::Avx2) => ggml_k::dot_q4k_avx2,
+        (QType::Q4K, Isa::Avx2 | Isa::Avx512Vnni) => ggml_k::dot_q4k_avx2,
         #[cfg(target_arch = "x86_64")]
-        (QType::Q5K, Isa::Avx2) => ggml_k::dot_q5k_avx2,
+        (QType::Q5K, Isa::Avx2 | Isa::Avx512Vnni) => ggml_k::dot_q5k_avx2,
         #[cfg(target_arch = "x86_64")]
-        (QType::Q6K, Isa::Avx2) => ggml_k::dot_q6k_avx2,
+        (QType::Q6K, Isa::Avx2 | Isa::Avx512Vnni) => ggml_k::dot_q6k_avx2,
         #[cfg(target_arch = "x86_64")]
-        (QType::Q2K, Isa::Avx2) => ggml_k2::dot_q2k_avx2,
+        (QType::Q2K, Isa::Avx2 | Isa::Avx512Vnni) => ggml_k2::dot_q2k_avx2,
         #[cfg(target_arch = "x86_64")]
-        (QType::Q3K, Isa::Avx2) => ggml_k2::dot_q3k_avx2,
+        (QType::Q3K, Isa::Avx2 | Isa::Avx512Vnni) => ggml_k2::dot_q3k_avx2,
         #[cfg(target_arch = "x86_64")]
-        (QType::IQ4XS, Isa::Avx2) => ggml_k2::dot_iq4xs_avx2,
+        (QType::IQ4XS, Isa::Avx2 | Isa::Avx512Vnni) => ggml_k2::dot_iq4xs_avx2,
+        _ => return None,
+    };
+    Some(k)
+}
+
+/// The four-weight-row kernel at exactly `isa`, where one exists: `out[r]`
+/// equals `kernel(qtype, isa)` on `w[r]` bit for bit.
+pub(super) fn cols_kernel(qtype: QType, isa: Isa) -> Option<DotColsFn> {
+    let k: DotColsFn = match (qtype, isa) {
+        #[cfg(target_arch = "x86_64")]
+        (QType::Q4K, Isa::Avx512Vnni) => cols512::dot_cols_q4k,
+        #[cfg(target_arch = "x86_64")]
+        (QType::Q5K, Isa::Avx512Vnni) => cols512::dot_cols_q5k,
+        #[cfg(target_arch = "x86_64")]
+        (QType::Q6K, Isa::Avx512Vnni) => cols512::dot_cols_q6k,
+        #[cfg(target_arch = "x86_64")]
+        (QType::Q2K, Isa::Avx512Vnni) => cols512b::dot_cols_q2k,
+        #[cfg(target_arch = "x86_64")]
+        (QType::Q3K, Isa::Avx512Vnni) => cols512b::dot_cols_q3k,
+        #[cfg(target_arch = "x86_64")]
+        (QType::IQ4XS, Isa::Avx512Vnni) => cols512b::dot_cols_iq4xs,
         _ => return None,
     };
     Some(k)

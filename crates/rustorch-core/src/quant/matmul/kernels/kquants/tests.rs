@@ -296,3 +296,69 @@ fn unpacked_scales_match_the_bit_layout() {
         assert_eq!(super::q3k_scales(&packed), crate::quant::blocks::q3k_scales(&packed));
     }
 }
+
+/// The four-weight-row matvec kernels (`cols_kernel`) equal the scalar
+/// kernel, which follows llama.cpp's order, bit for bit: every group of
+/// four rows mixes the row kinds of `weight_rows` (quantized, random,
+/// all-ones and extreme bytes, zero blocks), with super-block scales up
+/// to f16's largest finite values in some rows.
+#[test]
+fn four_row_kernels_equal_scalar_bit_for_bit() {
+    let mut rng = Rng(19);
+    let mut checked = 0;
+    for qtype in TYPES {
+        for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+            let Some(cols) = super::cols_kernel(qtype, isa) else {
+                continue;
+            };
+            for n in LENGTHS {
+                let acts = activation_rows(n, &mut rng);
+                let mut rows: Vec<Vec<u8>> = weight_rows(qtype, n, &mut rng).into_iter().map(|(_, r)| r).collect();
+                // Huge scales: products and sums near f32's range.
+                let mut huge = rows[1].clone();
+                for b in huge.chunks_exact_mut(qtype.type_size()) {
+                    set_scales(qtype, b, &mut rng, 65000.0);
+                }
+                rows.push(huge);
+                for start in 0..rows.len() {
+                    let w: [&[u8]; 4] = std::array::from_fn(|k| rows[(start + k) % rows.len()].as_slice());
+                    for (aname, a) in &acts {
+                        let mut got = [0f32; 4];
+                        // SAFETY: `isa` is available and the rows cover the
+                        // same `n` values.
+                        unsafe { cols(a, w, &mut got) };
+                        for (k, g) in got.into_iter().enumerate() {
+                            let want = scalar(qtype, w[k], a);
+                            assert!(
+                                g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
+                                "{qtype} {isa} n={n} row {k} of group {start}, activations {aname}: {g} vs scalar {want}"
+                            );
+                            checked += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if Isa::Avx512Vnni.is_available() {
+        assert!(checked > 0);
+    }
+}
+
+/// Rows of unequal length, or not whole blocks, give NaN, not a panic.
+#[test]
+fn four_row_kernels_reject_mismatched_rows() {
+    for qtype in TYPES {
+        for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+            let Some(cols) = super::cols_kernel(qtype, isa) else {
+                continue;
+            };
+            let (w, a) = (vec![0u8; 2 * qtype.type_size()], vec![0u8; 2 * QType::Q8K.type_size()]);
+            let short = &w[..qtype.type_size()];
+            let mut out = [0f32; 4];
+            // SAFETY: `isa` is available; the kernel checks the lengths.
+            unsafe { cols(&a, [&w, &w, short, &w], &mut out) };
+            assert!(out.iter().all(|v| v.is_nan()), "{qtype} {isa}");
+        }
+    }
+}

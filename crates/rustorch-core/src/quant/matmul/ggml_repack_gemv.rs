@@ -1,0 +1,423 @@
+//! llama.cpp's repacked Q4_K and Q2_K gemv order
+//! (`ggml_gemv_{q4_K,q2_K}_8x8_q8_K`, see `ggml_repack`) with AVX-512
+//! VNNI, for products of fewer than four activation rows (token
+//! generation).
+//!
+//! Each output keeps one f32 accumulator for its products and one for its
+//! mins; per super-block `acc = fma(f32(S), d_w * d_a, acc)` and
+//! `acc_min = fma(f32(M), dmin_w * d_a, acc_min)`, where `S` is the whole
+//! block's scaled integer dot product and `M` its mins times the
+//! activation's group sums: exact integers, so any instructions may form
+//! them. Eight weight rows go at once (the eight llama.cpp interleaves;
+//! `llama_repacks` guarantees rows % 8 == 0): their codes are multiplied
+//! as in `kernels::kquants::cols512` (one `vpdpbusd` and one `vpdpwssd`
+//! per 64 values), the eight rows' 16-lane sums are reduced together, and
+//! the f32 steps of all eight run in one 256-bit register. Each row is
+//! prefetched a few blocks ahead.
+
+// Chunk-pair indices address several arrays with different strides.
+#![allow(clippy::needless_range_loop)]
+
+use super::{OutPtr, QMatRef};
+use crate::quant::blocks::BlockQ8K;
+use rayon::prelude::*;
+
+/// Every output in the gemv order, Q4_K or Q2_K weights (the types
+/// `llama_repacks`), with AVX-512 VNNI (which the caller checked is
+/// available).
+#[cfg(target_arch = "x86_64")]
+pub(super) fn gemv(w: &QMatRef<'_>, acts: &[&[BlockQ8K]], out: &mut [f32]) {
+    use crate::quant::blocks::{blocks_as_bytes, cast_blocks, BlockQ4K};
+    use crate::quant::QType;
+    let q2k = w.qtype() == QType::Q2K;
+    let n = w.rows();
+    let threads = rayon::current_num_threads().max(1);
+    // Whole groups of eight rows; a few chunks per thread to balance.
+    let chunk = (n / (threads * 4)).clamp(8, 128).next_multiple_of(8);
+    let out_ptr = OutPtr(out.as_mut_ptr());
+    let acts: Vec<&[u8]> = acts.iter().map(|a| blocks_as_bytes(a)).collect();
+    (0..n.div_ceil(chunk)).into_par_iter().for_each(|c| {
+        let (j0, j1) = (c * chunk, ((c + 1) * chunk).min(n));
+        let mut j = j0;
+        while j + 8 <= j1 {
+            let rows: [&[u8]; 8] = std::array::from_fn(|k| w.row(j + k));
+            for (i, a) in acts.iter().enumerate() {
+                let mut r = [0f32; 8];
+                // SAFETY: AVX-512 VNNI is available (the caller checked);
+                // the kernel checks the row lengths.
+                unsafe {
+                    if q2k {
+                        simd::gemv8_q2k(a, rows, &mut r)
+                    } else {
+                        simd::gemv8_q4k(a, rows, &mut r)
+                    }
+                };
+                for (k, v) in r.into_iter().enumerate() {
+                    // SAFETY: this task owns weight rows j0..j1 (columns
+                    // of every output row); see `OutPtr`.
+                    unsafe { out_ptr.write(i * n + j + k, v) };
+                }
+            }
+            j += 8;
+        }
+        // `llama_repacks` holds, so rows % 8 == 0 and this is only a
+        // fallback for Q4_K.
+        for j in j..if q2k { j } else { j1 } {
+            let wr: &[BlockQ4K] = cast_blocks(w.row(j)).expect("Q4_K weight rows are whole blocks");
+            for (i, a) in acts.iter().enumerate() {
+                let a: &[BlockQ8K] = cast_blocks(a).expect("Q8_K activation rows are whole blocks");
+                // SAFETY: AVX-512 VNNI is available (the caller checked).
+                let v = unsafe { simd::gemv_q4k_vnni(wr, a) };
+                // SAFETY: as above.
+                unsafe { out_ptr.write(i * n + j, v) };
+            }
+        }
+    });
+}
+
+#[cfg(target_arch = "x86_64")]
+mod simd {
+    use super::super::kernels::kquants::cols512::{
+        bcast256, f32_at, group_sums, k4_scales4, lane_scales, load4x16, load64, scale_idxs, scaled, A_BSUMS, A_BYTES,
+        A_QS,
+    };
+    use super::super::kernels::kquants::cols512b::{two_bit_shifts, two_bits};
+    use crate::quant::blocks::{BlockQ4K, BlockQ8K};
+    use std::arch::x86_64::*;
+
+    const Q4K_BYTES: usize = 144;
+    const PREFETCH_AHEAD: usize = 768;
+
+    /// Sum of the 16 i32 lanes of each of `v[0..8]`: lane `r` of the result.
+    #[inline(always)]
+    unsafe fn sums8(v: [__m512i; 8]) -> __m256i {
+        // SAFETY: AVX-512F in the kernel. Integers: any order is exact.
+        unsafe {
+            let pair =
+                |a: __m512i, b: __m512i| _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+            // Per 128-bit lane: [a0 + a2, b0 + b2, a1 + a3, b1 + b3].
+            let (x01, x23, x45, x67) = (pair(v[0], v[1]), pair(v[2], v[3]), pair(v[4], v[5]), pair(v[6], v[7]));
+            let quad =
+                |a: __m512i, b: __m512i| _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
+            // Per 128-bit lane: partial sums of rows [0, 1, 2, 3] / [4, 5, 6, 7].
+            let (z0, z1) = (quad(x01, x23), quad(x45, x67));
+            let t = _mm512_add_epi32(
+                _mm512_shuffle_i64x2::<0b01_00_01_00>(z0, z1),
+                _mm512_shuffle_i64x2::<0b11_10_11_10>(z0, z1),
+            );
+            let u = _mm512_add_epi32(t, _mm512_shuffle_i64x2::<0b10_11_00_01>(t, t));
+            _mm512_castsi512_si256(_mm512_shuffle_i64x2::<0b00_00_10_00>(u, u))
+        }
+    }
+
+    /// The mins products `M` of rows 0..4 (`sc[0]`, `sc[1]`) and 4..8
+    /// (`sc[2]`, `sc[3]`): i16 8..16 of each row's 256-bit half are its
+    /// mins. Lane `r` of the result is row `r`'s.
+    #[inline(always)]
+    unsafe fn mins8(sc: &[__m512i; 4], q8s: __m128i) -> __m256i {
+        // SAFETY: AVX-512 in the kernel.
+        unsafe {
+            let q = _mm512_maskz_broadcast_i32x4(0xF0F0, q8s);
+            let p: [__m512i; 4] = std::array::from_fn(|k| _mm512_madd_epi16(sc[k], q));
+            // Lanes 4..8 and 12..16 of p[k] are rows 2k, 2k + 1: rows 0..4
+            // then 4..8, one per 128-bit lane.
+            let idx = _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+            let lo = _mm512_permutex2var_epi32(p[0], idx, p[1]);
+            let hi = _mm512_permutex2var_epi32(p[2], idx, p[3]);
+            let v = _mm512_add_epi32(_mm512_unpacklo_epi32(lo, hi), _mm512_unpackhi_epi32(lo, hi));
+            let v = _mm512_add_epi32(v, _mm512_shuffle_epi32::<0b01_00_11_10>(v));
+            // Lane r holds [r, r + 4, r, r + 4].
+            _mm512_castsi512_si256(_mm512_permutexvar_epi32(
+                _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0),
+                v,
+            ))
+        }
+    }
+
+    /// Eight outputs in the gemv order: `out[r]` is weight row `w[r]`
+    /// against the activation row `a` (Q8_K bytes); NaN for rows of other
+    /// lengths.
+    ///
+    /// # Safety
+    /// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C must be available.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    pub(in super::super) unsafe fn gemv8_q4k(a: &[u8], w: [&[u8]; 8], out: &mut [f32; 8]) {
+        let nb = a.len() / A_BYTES;
+        if !a.len().is_multiple_of(A_BYTES) || w.iter().any(|r| r.len() != nb * Q4K_BYTES) {
+            *out = [f32::NAN; 8];
+            return;
+        }
+        let m4 = _mm512_set1_epi8(0x0F);
+        let shift = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
+        // SAFETY: AVX-512 enabled above.
+        let idx = unsafe { scale_idxs(8) };
+        let (mut acc, mut acc_min) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        for i in 0..nb {
+            // SAFETY (pointer reads): block i < nb of the activation row
+            // and of every weight row (checked above).
+            unsafe {
+                let y = a.as_ptr().add(i * A_BYTES);
+                let wb: [*const u8; 8] = std::array::from_fn(|r| w[r].as_ptr().add(i * Q4K_BYTES));
+                for p in wb {
+                    for off in [0, 64, 128] {
+                        // A prefetch never faults (wrapping address).
+                        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH_AHEAD + off).cast());
+                    }
+                }
+                let half = |h: usize| std::array::from_fn::<_, 4, _>(|k| wb[4 * h + k]);
+                let (x0, x1) = (load4x16(half(0), 0), load4x16(half(1), 0));
+                let (sm0, sm1) = (k4_scales4(x0), k4_scales4(x1));
+                let sc = [
+                    _mm512_cvtepu8_epi16(_mm512_castsi512_si256(sm0)),
+                    _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64::<1>(sm0)),
+                    _mm512_cvtepu8_epi16(_mm512_castsi512_si256(sm1)),
+                    _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64::<1>(sm1)),
+                ];
+                let mut lanes = [_mm512_setzero_si512(); 8];
+                for j in 0..4 {
+                    let act = load64(y.add(A_QS + 64 * j));
+                    for r in 0..8 {
+                        let codes = _mm512_and_si512(_mm512_srlv_epi64(bcast256(wb[r].add(16 + 32 * j)), shift), m4);
+                        lanes[r] = scaled(
+                            lanes[r],
+                            _mm512_setzero_si512(),
+                            codes,
+                            act,
+                            lane_scales(idx[r % 2][j], sc[r / 2]),
+                        );
+                    }
+                }
+                let s = _mm256_cvtepi32_ps(sums8(lanes));
+                let m = _mm256_cvtepi32_ps(mins8(&sc, group_sums(y)));
+                let yd = _mm256_set1_ps(f32_at(y));
+                // Dword 0 of each row's first 16 bytes: [d, dmin] (f16).
+                let dd = _mm512_castsi512_si256(_mm512_permutex2var_epi32(
+                    x0,
+                    _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 0, 0, 0, 0, 0, 0, 0),
+                    x1,
+                ));
+                let d = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_cvtepi32_epi16(dd)), yd);
+                let dmin = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_srli_epi32::<16>(dd))), yd);
+                acc = _mm256_fmadd_ps(s, d, acc);
+                acc_min = _mm256_fmadd_ps(m, dmin, acc_min);
+            }
+        }
+        // SAFETY: `out` holds eight f32 values.
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), _mm256_sub_ps(acc, acc_min)) };
+    }
+
+    const Q2K_BYTES: usize = 84;
+
+    /// The sums of each row's eight i32 lanes, `v[k]` holding rows 2k and
+    /// 2k + 1 in its 256-bit halves: lane `r` of the result is row `r`'s.
+    #[inline(always)]
+    unsafe fn sums8_halves(v: [__m512i; 4]) -> __m256i {
+        // SAFETY: AVX-512F in the kernel. Integers: any order is exact.
+        unsafe {
+            let pair =
+                |a: __m512i, b: __m512i| _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+            let quad =
+                |a: __m512i, b: __m512i| _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
+            // Per 128-bit lane: partials of [v0, v1, v2, v3]; lanes 0, 1
+            // are the even rows 0, 2, 4, 6, lanes 2, 3 the odd ones.
+            let z = quad(pair(v[0], v[1]), pair(v[2], v[3]));
+            let t = _mm512_add_epi32(z, _mm512_shuffle_i64x2::<0b10_11_00_01>(z, z));
+            _mm512_castsi512_si256(_mm512_permutexvar_epi32(
+                _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 0, 0, 0, 0, 0, 0, 0, 0),
+                t,
+            ))
+        }
+    }
+
+    /// `gemv8_q4k` for Q2_K: the scales and mins of its 16-value groups.
+    ///
+    /// # Safety
+    /// As `gemv8_q4k`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    pub(in super::super) unsafe fn gemv8_q2k(a: &[u8], w: [&[u8]; 8], out: &mut [f32; 8]) {
+        let nb = a.len() / A_BYTES;
+        if !a.len().is_multiple_of(A_BYTES) || w.iter().any(|r| r.len() != nb * Q2K_BYTES) {
+            *out = [f32::NAN; 8];
+            return;
+        }
+        let m4 = _mm512_set1_epi8(0x0F);
+        // SAFETY: AVX-512 enabled above.
+        let (idx, shift) = unsafe { (scale_idxs(4), two_bit_shifts()) };
+        let (mut acc, mut acc_min) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        for i in 0..nb {
+            // SAFETY (pointer reads): block i < nb of the activation row
+            // and of every weight row (checked above).
+            unsafe {
+                let y = a.as_ptr().add(i * A_BYTES);
+                let wb: [*const u8; 8] = std::array::from_fn(|r| w[r].as_ptr().add(i * Q2K_BYTES));
+                for p in wb {
+                    for off in [0, 64] {
+                        // A prefetch never faults (wrapping address).
+                        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH_AHEAD + off).cast());
+                    }
+                }
+                let half = |h: usize| std::array::from_fn::<_, 4, _>(|k| wb[4 * h + k]);
+                let packed = [load4x16(half(0), 0), load4x16(half(1), 0)];
+                // Rows 2k, 2k + 1 in sc[k] / mn[k] (i16, one row per half).
+                let widen = |v: __m512i, k: usize| {
+                    let h = if k.is_multiple_of(2) {
+                        _mm512_castsi512_si256(v)
+                    } else {
+                        _mm512_extracti64x4_epi64::<1>(v)
+                    };
+                    _mm512_cvtepu8_epi16(h)
+                };
+                let sc: [__m512i; 4] = std::array::from_fn(|k| widen(_mm512_and_si512(packed[k / 2], m4), k));
+                let mn: [__m512i; 4] =
+                    std::array::from_fn(|k| widen(_mm512_and_si512(_mm512_srli_epi16::<4>(packed[k / 2]), m4), k));
+                let mut lanes = [_mm512_setzero_si512(); 8];
+                for j in 0..4 {
+                    let act = load64(y.add(A_QS + 64 * j));
+                    for r in 0..8 {
+                        let codes = two_bits(wb[r].add(16), j, &shift);
+                        lanes[r] = scaled(
+                            lanes[r],
+                            _mm512_setzero_si512(),
+                            codes,
+                            act,
+                            lane_scales(idx[r % 2][j], sc[r / 2]),
+                        );
+                    }
+                }
+                let bs = bcast256(y.add(A_BSUMS));
+                let s = _mm256_cvtepi32_ps(sums8(lanes));
+                let m = _mm256_cvtepi32_ps(sums8_halves(mn.map(|v| _mm512_madd_epi16(bs, v))));
+                // d, dmin: bytes 80..84 of each row.
+                let dd: [i32; 8] = std::array::from_fn(|r| wb[r].add(80).cast::<i32>().read_unaligned());
+                let dd = _mm256_loadu_si256(dd.as_ptr().cast());
+                let yd = _mm256_set1_ps(f32_at(y));
+                let d = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_cvtepi32_epi16(dd)), yd);
+                let dmin = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_srli_epi32::<16>(dd))), yd);
+                acc = _mm256_fmadd_ps(s, d, acc);
+                acc_min = _mm256_fmadd_ps(m, dmin, acc_min);
+            }
+        }
+        // SAFETY: `out` holds eight f32 values.
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), _mm256_sub_ps(acc, acc_min)) };
+    }
+
+    /// One output in the gemv order (rows beyond the groups of eight):
+    /// per super-block, the scaled integer sums straight from the block's
+    /// bytes (`vpdpbusd` on the 64 codes of each pair of groups,
+    /// `vpdpwssd` with their scales, as in `ggml_superblock`).
+    ///
+    /// # Safety
+    /// AVX-512 F/BW/VL/VNNI, AVX2 and FMA must be available.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    pub(in super::super) unsafe fn gemv_q4k_vnni(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
+        use crate::quant::blocks::{f16_to_f32, scale_min_k4};
+        let m4 = _mm256_set1_epi8(0xF);
+        let (mut acc, mut acc_min) = (0f32, 0f32);
+        for (x, y) in w.iter().zip(a) {
+            let mut sc = [0i32; 8];
+            let mut mp = 0i32;
+            for (g, s) in sc.iter_mut().enumerate() {
+                let (scale, min) = scale_min_k4(g, &x.scales);
+                *s = scale as i32;
+                mp += min as i32 * (y.bsum(2 * g) as i32 + y.bsum(2 * g + 1) as i32);
+            }
+            let mut total = _mm512_setzero_si512();
+            for c in 0..4 {
+                // SAFETY: 32 of the 128 quant bytes, 64 of the 256 activations.
+                let (v, act) = unsafe {
+                    (
+                        _mm256_loadu_si256(x.qs.as_ptr().add(32 * c).cast()),
+                        _mm512_loadu_si512(y.qs.as_ptr().add(64 * c).cast()),
+                    )
+                };
+                let lo = _mm256_and_si256(v, m4);
+                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
+                let codes = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
+                let p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes, act);
+                // Scales (below 64) in the low i16 of each lane: see
+                // `ggml_superblock`; lanes 0..8 are group 2c, 8..16 group 2c + 1.
+                let s = _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(sc[2 * c]), _mm512_set1_epi32(sc[2 * c + 1]));
+                total = _mm512_dpwssd_epi32(total, p, s);
+            }
+            let s = _mm512_reduce_add_epi32(total);
+            let d = f16_to_f32(x.d) * y.scale();
+            let dmin = f16_to_f32(x.dmin) * y.scale();
+            acc = (s as f32).mul_add(d, acc);
+            acc_min = (mp as f32).mul_add(dmin, acc_min);
+        }
+        acc - acc_min
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::quant::matmul::{qmatmul_isa, Isa, QMatRef};
+    use crate::quant::{QTensor, QType};
+
+    /// Deterministic values in [-1, 1).
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+            })
+            .collect()
+    }
+
+    /// The AVX-512 gemv equals the portable repacked gemv order
+    /// (`ggml_superblock`, which tests/ggml_matmul.rs checks against
+    /// llama.cpp) bit for bit, on quantized rows and on random bytes with
+    /// extreme codes and scales, for 1..4 activation rows.
+    #[test]
+    fn gemv_equals_the_portable_order_bit_for_bit() {
+        if Isa::Avx512Vnni.is_available() {
+            check(QType::Q4K, 0, 2);
+            check(QType::Q2K, 80, 82);
+        }
+    }
+
+    /// `d` and `dmin` at byte offsets `d_at`, `dmin_at` of a block.
+    fn check(qtype: QType, d_at: usize, dmin_at: usize) {
+        let (rows, cols) = (24, 768);
+        let mut bytes = QTensor::quantize(qtype, [rows, cols], &values(rows * cols, 3))
+            .expect("quantize")
+            .bytes()
+            .to_vec();
+        // Rows 8..16: random bytes; 16..24: all-ones bytes; finite f16
+        // d and dmin from small to f16's largest.
+        let size = qtype.type_size();
+        let mut s = 99u64;
+        for (b, blk) in bytes.chunks_exact_mut(size).enumerate() {
+            let row = b / (cols / 256);
+            if row >= 8 {
+                for v in blk.iter_mut() {
+                    s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    *v = if row >= 16 { 0xFF } else { (s >> 33) as u8 };
+                }
+                let d = [0.001f32, 1.0, 65504.0][b % 3];
+                blk[d_at..d_at + 2].copy_from_slice(&crate::quant::blocks::f32_to_f16(d));
+                blk[dmin_at..dmin_at + 2].copy_from_slice(&crate::quant::blocks::f32_to_f16(-d / 2.0));
+            }
+        }
+        let w = QMatRef::new(qtype, rows, cols, &bytes).expect("whole rows");
+        assert!(w.repacked());
+        for m in 1..4 {
+            let mut x = values(m * cols, 7 + m as u64);
+            // One row of +-extremes (activation quants at +-127).
+            for v in x[..cols].iter_mut() {
+                *v = if *v < 0.0 { -1.0 } else { 1.0 };
+            }
+            let want = qmatmul_isa(Isa::Scalar, &w, &x).expect("product");
+            let got = qmatmul_isa(Isa::Avx512Vnni, &w, &x).expect("product");
+            for (k, (g, e)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    g.to_bits() == e.to_bits() || (g.is_nan() && e.is_nan()),
+                    "{qtype} m={m} output {k}: {g} vs portable {e}"
+                );
+            }
+        }
+    }
+}
