@@ -25,8 +25,8 @@
 // Group, quad, pair and lane indices address several arrays.
 #![allow(clippy::needless_range_loop)]
 
-use super::ggml_superblock::{Order, Unpack};
-use super::{Isa, OutPtr, QMatRef, QuantizedRows};
+use super::ggml_superblock::{Order, Unpack, Unpacked};
+use super::{Isa, OutPtr, QMatRef};
 use crate::quant::blocks::{
     cast_blocks, f16_to_f32, q3k_scales, Block, BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K,
     KVALUES_IQ4NL,
@@ -72,8 +72,6 @@ struct PanelBlock {
     /// the high one (`vpdpwssd` against `bsums[2p..2p + 2]`).
     corr: [[i32; LANES]; 8],
     d: [f32; LANES],
-    /// `-dmin` (the tiled order subtracts by a negated FMA operand).
-    neg_dmin: [f32; LANES],
     dmin: [f32; LANES],
 }
 
@@ -84,7 +82,6 @@ impl PanelBlock {
             scales: [[0; LANES]; 16],
             corr: [[0; LANES]; 8],
             d: [0.0; LANES],
-            neg_dmin: [0.0; LANES],
             dmin: [0.0; LANES],
         }
     }
@@ -101,7 +98,6 @@ impl PanelBlock {
             self.corr[p][r] = (lo | hi << 16) as i32;
         }
         self.d[r] = s.d;
-        self.neg_dmin[r] = -s.dmin;
         self.dmin[r] = s.dmin;
     }
 }
@@ -114,31 +110,29 @@ trait PanelType: Block + Sync {
     /// Whether `corr` holds mins (summed apart and scaled by `dmin`) or
     /// bias terms (added to the products).
     const MINS: bool;
-    fn unpack_row(isa: Isa) -> fn(&Self) -> SuperRow;
+    /// The unpacking of one super-block, at the widest level this CPU runs
+    /// at or below `isa`.
+    fn unpack_row(isa: Isa) -> impl Fn(&Self) -> SuperRow + Sync;
 }
 
 /// From the shared unpacking (Q2_K, Q4_K, Q5_K, Q6_K); `bias` is Q6_K's 32.
-fn from_unpacked<W: Unpack>(isa: Isa, group: usize, bias: i32) -> impl Fn(&W) -> SuperRow {
-    let unpack = W::unpacker(isa);
-    move |x| {
-        let u = unpack(x);
-        let mut s = SuperRow::blank();
-        s.codes = u.codes;
-        for g in 0..256 / group {
-            // Lane l scales codes 4l..4l + 4 (its low i16).
-            s.scales[g] = u.lane_scales[g * group / 4] as i16 as i32;
-        }
-        for k in 0..16 {
-            s.corr[k] = if bias == 0 {
-                u.mins[k]
-            } else {
-                (-bias * u.bias_scales[k] as i32) as i16
-            };
-        }
-        s.d = u.d;
-        s.dmin = u.dmin;
-        s
+fn from_unpacked(u: &Unpacked, group: usize, bias: i32) -> SuperRow {
+    let mut s = SuperRow::blank();
+    s.codes = u.codes;
+    for g in 0..256 / group {
+        // Lane l scales codes 4l..4l + 4 (its low i16).
+        s.scales[g] = u.lane_scales[g * group / 4] as i16 as i32;
     }
+    for k in 0..16 {
+        s.corr[k] = if bias == 0 {
+            u.mins[k]
+        } else {
+            (-bias * u.bias_scales[k] as i32) as i16
+        };
+    }
+    s.d = u.d;
+    s.dmin = u.dmin;
+    s
 }
 
 macro_rules! via_unpacked {
@@ -146,14 +140,9 @@ macro_rules! via_unpacked {
         impl PanelType for $t {
             const GROUP: usize = $group;
             const MINS: bool = $mins;
-            fn unpack_row(isa: Isa) -> fn(&Self) -> SuperRow {
-                #[cfg(target_arch = "x86_64")]
-                if isa >= Isa::Avx2 && Isa::Avx2.is_available() {
-                    // SAFETY: AVX2 is available (checked just above).
-                    return |x| from_unpacked::<$t>(Isa::Avx2, $group, $bias)(x);
-                }
-                let _ = isa;
-                |x| from_unpacked::<$t>(Isa::Scalar, $group, $bias)(x)
+            fn unpack_row(isa: Isa) -> impl Fn(&Self) -> SuperRow + Sync {
+                let unpack = <$t as Unpack>::unpacker(isa);
+                move |x| from_unpacked(&unpack(x), $group, $bias)
             }
         }
     };
@@ -167,8 +156,8 @@ via_unpacked!(BlockQ6K, 16, false, 32);
 impl PanelType for BlockQ3K {
     const GROUP: usize = 16;
     const MINS: bool = false;
-    fn unpack_row(_: Isa) -> fn(&Self) -> SuperRow {
-        |x| {
+    fn unpack_row(_: Isa) -> impl Fn(&Self) -> SuperRow + Sync {
+        |x: &Self| {
             // Value v = low2 - 4 * !hbit, so the code v + 4 = low2 | hbit << 2.
             let mut s = SuperRow::blank();
             for c in 0..8 {
@@ -193,8 +182,8 @@ impl PanelType for BlockQ3K {
 impl PanelType for BlockIQ4XS {
     const GROUP: usize = 32;
     const MINS: bool = false;
-    fn unpack_row(_: Isa) -> fn(&Self) -> SuperRow {
-        |x| {
+    fn unpack_row(_: Isa) -> impl Fn(&Self) -> SuperRow + Sync {
+        |x: &Self| {
             // Levels in -127..=113, as codes level + 128.
             let mut s = SuperRow::blank();
             let sh = u16::from_le_bytes(x.scales_h);
@@ -242,24 +231,24 @@ pub(super) fn available(isa: Isa) -> bool {
     }
 }
 
-/// `out = act @ w^T`, output row i in `order(i)`, which must be the same for
+/// `out = acts @ w^T` (Q8_K rows), output row i in `order(i)`, which must be the same for
 /// the rows of each aligned group of four below `m - m % 4` (llama.cpp's
 /// gemm rows) and may differ only for the rest. The caller checked shapes
 /// and types, `applies(w.qtype())` and `available(isa)`.
 pub(super) fn product(
     isa: Isa,
     w: &QMatRef<'_>,
-    act: &QuantizedRows,
+    acts: &[&[BlockQ8K]],
     out: &mut [f32],
     order: &(dyn Fn(usize) -> Order + Sync),
 ) {
     match w.qtype() {
-        QType::Q4K => run::<BlockQ4K>(isa, w, act, out, order),
-        QType::Q5K => run::<BlockQ5K>(isa, w, act, out, order),
-        QType::Q6K => run::<BlockQ6K>(isa, w, act, out, order),
-        QType::Q2K => run::<BlockQ2K>(isa, w, act, out, order),
-        QType::Q3K => run::<BlockQ3K>(isa, w, act, out, order),
-        QType::IQ4XS => run::<BlockIQ4XS>(isa, w, act, out, order),
+        QType::Q4K => run::<BlockQ4K>(isa, w, acts, out, order),
+        QType::Q5K => run::<BlockQ5K>(isa, w, acts, out, order),
+        QType::Q6K => run::<BlockQ6K>(isa, w, acts, out, order),
+        QType::Q2K => run::<BlockQ2K>(isa, w, acts, out, order),
+        QType::Q3K => run::<BlockQ3K>(isa, w, acts, out, order),
+        QType::IQ4XS => run::<BlockIQ4XS>(isa, w, acts, out, order),
         other => unreachable!("the panels have no {other} kernel (`applies` said so)"),
     }
 }
@@ -277,14 +266,11 @@ fn panels_per_task(nb: usize, panels: usize) -> usize {
 fn run<W: PanelType>(
     isa: Isa,
     w: &QMatRef<'_>,
-    act: &QuantizedRows,
+    acts: &[&[BlockQ8K]],
     out: &mut [f32],
     order: &(dyn Fn(usize) -> Order + Sync),
 ) {
-    let (m, n) = (act.rows(), w.rows());
-    let acts: Vec<&[BlockQ8K]> = (0..m)
-        .map(|i| cast_blocks(act.row(i)).expect("Q8_K activation rows are whole blocks"))
-        .collect();
+    let (m, n) = (acts.len(), w.rows());
     let nb = w.cols() / 256;
     let panels = n.div_ceil(LANES);
     let per_task = panels_per_task(nb, panels);
@@ -408,13 +394,7 @@ mod vnni {
         for (b, pb) in panel.iter().enumerate() {
             let ys: [&BlockQ8K; A] = std::array::from_fn(|k| &acts[k][b]);
             // SAFETY: the panel's arrays are 64-byte aligned and 16 lanes wide.
-            let (d, neg_dmin, dmin) = unsafe {
-                (
-                    _mm512_load_ps(pb.d.as_ptr()),
-                    _mm512_load_ps(pb.neg_dmin.as_ptr()),
-                    _mm512_load_ps(pb.dmin.as_ptr()),
-                )
-            };
+            let (d, dmin) = unsafe { (_mm512_load_ps(pb.d.as_ptr()), _mm512_load_ps(pb.dmin.as_ptr())) };
             let da: [__m512; A] = std::array::from_fn(|k| _mm512_set1_ps(ys[k].scale()));
             let mut s_block = [zero_i; A];
             let mut m_block = [zero_i; A];
@@ -483,9 +463,10 @@ mod vnni {
                 match ORDER {
                     TILED => {
                         // r = f32(s1) * d; r = fma(-dmin, f32(mins), r);
-                        // acc = fma(r, d_a, acc).
+                        // acc = fma(r, d_a, acc). (`fnmadd` rounds
+                        // -(dmin * m) + r once, as fma(-dmin, m, r) does.)
                         let r = _mm512_mul_ps(_mm512_cvtepi32_ps(s_block[k]), d);
-                        let r = _mm512_fmadd_ps(neg_dmin, _mm512_cvtepi32_ps(m_block[k]), r);
+                        let r = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(m_block[k]), r);
                         acc[k] = _mm512_fmadd_ps(r, da[k], acc[k]);
                     }
                     GEMV => {

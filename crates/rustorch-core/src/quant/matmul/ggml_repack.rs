@@ -32,9 +32,9 @@
 //! weights stay in GGUF's layout: the kernels read eight rows at a time
 //! where llama.cpp reads one interleaved block.
 
-use super::ggml_superblock::{run_tiles, Order};
+use super::ggml_superblock::{q8k_rows, run_tiles, Order};
 use super::{Isa, QMatRef, QuantizedRows};
-use crate::quant::blocks::{cast_blocks, BlockQ2K, BlockQ4K, BlockQ8K};
+use crate::quant::blocks::{BlockQ2K, BlockQ4K};
 use crate::quant::QType;
 
 /// Whether llama.cpp (on an AVX-512 CPU) would repack a weight matrix of this
@@ -50,9 +50,7 @@ pub fn llama_repacks(qtype: QType, rows: usize) -> bool {
 pub(super) fn product(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut [f32]) {
     let m = act.rows();
     let gemm_rows = m - m % 4;
-    let acts: Vec<&[BlockQ8K]> = (0..m)
-        .map(|i| cast_blocks(act.row(i)).expect("Q8_K activation rows are whole blocks"))
-        .collect();
+    let acts = q8k_rows(act);
     #[cfg(target_arch = "x86_64")]
     if gemm_rows == 0 && isa >= Isa::Avx512Vnni && Isa::Avx512Vnni.is_available() {
         // Matvec-like products: no weight row is met twice, so the blocks
@@ -66,7 +64,7 @@ pub(super) fn product(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut 
     };
     let order = |i: usize| if i < gemm_rows { gemm } else { Order::RepackGemv };
     if super::ggml_panel::available(isa) {
-        super::ggml_panel::product(isa, w, act, out, &order);
+        super::ggml_panel::product(isa, w, &acts, out, &order);
         return;
     }
     if qtype == QType::Q2K {

@@ -13,7 +13,14 @@
 //! by the scale held in the low i16 of the other operand (the high i16 is
 //! zero). The portable version computes the same integers directly.
 
-use crate::quant::blocks::{f16_to_f32, scale_min_k4, BlockQ2K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
+use crate::quant::blocks::{cast_blocks, f16_to_f32, scale_min_k4, BlockQ2K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
+
+/// The Q8_K activation rows as blocks (every K-quant path reads them so).
+pub(super) fn q8k_rows(act: &super::QuantizedRows) -> Vec<&[BlockQ8K]> {
+    (0..act.rows())
+        .map(|i| cast_blocks(act.row(i)).expect("Q8_K activation rows are whole blocks"))
+        .collect()
+}
 
 /// One weight super-block: codes in activation order and the scale of
 /// each group of four codes (one i32 lane of the product), plus the f32

@@ -21,7 +21,7 @@
 // Sub-block, chunk and value indices address several arrays.
 #![allow(clippy::needless_range_loop)]
 
-use super::ggml_superblock::{run_tiles, Order, Unpack};
+use super::ggml_superblock::{q8k_rows, run_tiles, Order, Unpack};
 use super::{Isa, OutPtr, QMatRef, QuantizedRows};
 use crate::quant::blocks::{
     cast_blocks, f16_to_f32, q3k_scales, Block, BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K,
@@ -93,10 +93,8 @@ fn dot<W: Tiled>(w: &[W], a: &[BlockQ8K]) -> f32 {
 }
 
 fn run<W: Tiled>(w: &QMatRef<'_>, act: &QuantizedRows, out: &mut [f32]) {
-    let (m, n) = (act.rows(), w.rows());
-    let acts: Vec<&[BlockQ8K]> = (0..m)
-        .map(|i| cast_blocks(act.row(i)).expect("Q8_K activation rows are whole blocks"))
-        .collect();
+    let n = w.rows();
+    let acts = q8k_rows(act);
     let out_ptr = OutPtr(out.as_mut_ptr());
     const JB: usize = 8;
     (0..n.div_ceil(JB)).into_par_iter().for_each(|jb| {
@@ -116,9 +114,7 @@ fn run<W: Tiled>(w: &QMatRef<'_>, act: &QuantizedRows, out: &mut [f32]) {
 /// row (`BIAS` = 32 for Q6_K, whose `bias_scales` are its scales; the
 /// others have none, and no mins for Q6_K: `fma(-0, 0, r) = r`).
 fn run_unpacked<W: Unpack + Block>(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut [f32]) {
-    let acts: Vec<&[BlockQ8K]> = (0..act.rows())
-        .map(|i| cast_blocks(act.row(i)).expect("Q8_K activation rows are whole blocks"))
-        .collect();
+    let acts = q8k_rows(act);
     run_tiles::<W>(isa, w, &acts, &|_| Order::Tiled, out);
 }
 
@@ -126,7 +122,7 @@ fn run_unpacked<W: Unpack + Block>(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRow
 /// caller; `applies(w.qtype())`).
 pub(super) fn product(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut [f32]) {
     if super::ggml_panel::available(isa) {
-        super::ggml_panel::product(isa, w, act, out, &|_| Order::Tiled);
+        super::ggml_panel::product(isa, w, &q8k_rows(act), out, &|_| Order::Tiled);
         return;
     }
     match w.qtype() {
