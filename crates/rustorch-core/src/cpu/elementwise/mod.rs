@@ -5,14 +5,17 @@
 //! `plan` merges the output's dims into rows; `kernel` runs an element
 //! function over rows (specialized for contiguous, broadcast and strided
 //! inputs, f16/bf16 through f32 blocks) under the widest SIMD level, in the
-//! chunks that `par` hands to the calling thread and rayon helpers; `unary`, `binary` and `compare` hold the element functions
-//! and the per-dtype dispatch.
+//! chunks that `par` hands to the calling thread and rayon helpers;
+//! `unary`, `binary` and `compare` hold the element functions and the
+//! per-dtype dispatch; `stream` writes large contiguous f32 arithmetic
+//! with streaming stores.
 
 mod binary;
 mod compare;
 mod kernel;
 mod par;
 mod plan;
+mod stream;
 mod unary;
 
 use super::{CpuInput, CpuResult, CpuStorage};

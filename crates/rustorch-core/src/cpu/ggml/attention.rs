@@ -22,7 +22,7 @@
 //! sum. Any `L` that is a multiple of 64 therefore gives the same bits, as
 //! long as the cache holds finite values there (it starts zeroed).
 
-use super::f16dot::{dot, F16Path};
+use super::f16dot::{dot, dot_rows, F16Path};
 use super::softmax::soft_max_ext_row;
 use crate::cpu::copy::input_slice;
 use crate::cpu::{CpuInput, CpuStorage, StorageElement};
@@ -67,6 +67,9 @@ impl<'a> Rows<'a> {
     }
 }
 
+/// Dot products computed together (independent FMA chains; f16dot.rs).
+const ROWS: usize = 4;
+
 /// Inputs: q f32 `[Hq, T, D]`, k f16 `[Hkv, L, D]`, vt f16 `[Hkv, Dv, L]`,
 /// mask f32 `[T, L]` (added after scaling). Returns f32 `[Hq, T, Dv]`.
 pub(crate) fn cached_attention(op: &Op, inputs: &[CpuInput<'_>], scale: f32) -> Result<Vec<CpuStorage>, BackendError> {
@@ -89,22 +92,31 @@ pub(crate) fn cached_attention(op: &Op, inputs: &[CpuInput<'_>], scale: f32) -> 
         let q16: Vec<f16> = q[row * d..(row + 1) * d].iter().map(|&v| f16::from_f32(v)).collect();
         // A score under a -inf mask becomes -inf whatever its value, so it
         // is not computed (half of a causal prompt's products).
-        let scores: Vec<f32> = (0..l)
-            .map(|j| {
-                if mask_row[j] == f32::NEG_INFINITY {
-                    0.0
-                } else {
-                    dot(kq_path, k.row(hk, j), &q16)
-                }
-            })
-            .collect();
+        let mut scores = vec![0f32; l];
+        let live: Vec<usize> = (0..l).filter(|&j| mask_row[j] != f32::NEG_INFINITY).collect();
+        let mut groups = live.chunks_exact(ROWS);
+        for g in &mut groups {
+            let s = dot_rows(kq_path, std::array::from_fn::<_, ROWS, _>(|r| k.row(hk, g[r])), &q16);
+            for (&j, v) in g.iter().zip(s) {
+                scores[j] = v;
+            }
+        }
+        for &j in groups.remainder() {
+            scores[j] = dot(kq_path, k.row(hk, j), &q16);
+        }
         let mut p = vec![0f32; l];
         soft_max_ext_row(&scores, Some(mask_row), scale, &mut p);
         let p16: Vec<f16> = p.iter().map(|&v| f16::from_f32(v)).collect();
         let span = nonzero_span(&p16);
         let probs = &p16[span.clone()];
-        for (c, v) in o.iter_mut().enumerate() {
-            *v = dot(kqv_path, &vt.row(hk, c)[span.clone()], probs);
+        let mut cols = o.chunks_exact_mut(ROWS);
+        for (g, out) in (&mut cols).enumerate() {
+            let rows = std::array::from_fn::<_, ROWS, _>(|r| &vt.row(hk, g * ROWS + r)[span.clone()]);
+            out.copy_from_slice(&dot_rows(kqv_path, rows, probs));
+        }
+        let done = dv / ROWS * ROWS;
+        for (c, v) in cols.into_remainder().iter_mut().enumerate() {
+            *v = dot(kqv_path, &vt.row(hk, done + c)[span.clone()], probs);
         }
     };
     if dv == 0 {

@@ -58,6 +58,28 @@ pub(crate) fn dot(path: F16Path, w: &[f16], x: &[f16]) -> f32 {
     }
 }
 
+/// `N` dot products of rows `w[r]` with one `x`, each in `path`'s order
+/// (the same bits as `N` calls of `dot`).
+///
+/// One product is a single chain of dependent FMAs, so it runs at the
+/// FMA's latency; `N` independent chains run at its throughput, and `x`
+/// is loaded and widened once for all of them.
+#[inline]
+pub(crate) fn dot_rows<const N: usize>(path: F16Path, w: [&[f16]; N], x: &[f16]) -> [f32; N] {
+    #[cfg(target_arch = "x86_64")]
+    if super::has_avx512() && w.iter().all(|r| r.len() == x.len()) {
+        // SAFETY: AVX-512 F, FMA and F16C are present (checked above); every
+        // row is as long as `x`.
+        return unsafe {
+            match path {
+                F16Path::TinyBlas => avx512::dot_tiny_rows(w, x),
+                F16Path::VecDot => avx512::dot_vec_rows(w, x),
+            }
+        };
+    }
+    w.map(|r| dot(path, r, x))
+}
+
 /// tinyBLAS's order (portable). `w.len()` must be a multiple of 16.
 pub(crate) fn dot_tiny(w: &[f16], x: &[f16]) -> f32 {
     debug_assert!(w.len().is_multiple_of(16) && w.len() == x.len());
@@ -126,6 +148,65 @@ mod avx512 {
         unsafe { reduce16_avx512(acc) }
     }
 
+    /// `dot_tiny` of `N` rows against one `x`.
+    ///
+    /// # Safety
+    /// AVX-512 F and FMA; every row as long as `x`, a multiple of 16.
+    #[target_feature(enable = "avx512f,fma,f16c")]
+    pub(super) unsafe fn dot_tiny_rows<const N: usize>(w: [&[f16]; N], x: &[f16]) -> [f32; N] {
+        let mut acc = [_mm512_setzero_ps(); N];
+        let mut l = 0;
+        while l + 16 <= x.len() {
+            // SAFETY: l + 16 <= x.len() == every row's length.
+            unsafe {
+                let xv = load(x, l);
+                for r in 0..N {
+                    acc[r] = _mm512_fmadd_ps(load(w[r], l), xv, acc[r]);
+                }
+            }
+            l += 16;
+        }
+        // SAFETY: AVX-512 F is enabled for this function.
+        acc.map(|a| unsafe { reduce16_avx512(a) })
+    }
+
+    /// `dot_vec` of `N` rows against one `x`.
+    ///
+    /// # Safety
+    /// AVX-512 F and FMA; every row as long as `x`.
+    #[target_feature(enable = "avx512f,fma,f16c")]
+    pub(super) unsafe fn dot_vec_rows<const N: usize>(w: [&[f16]; N], x: &[f16]) -> [f32; N] {
+        let n = x.len();
+        let np = n & !63;
+        // a[j][r]: accumulator j (elements 16 j.. of each 64-element step)
+        // of row r.
+        let mut a = [[_mm512_setzero_ps(); N]; 4];
+        let mut i = 0;
+        while i < np {
+            for (j, acc) in a.iter_mut().enumerate() {
+                // SAFETY: i + 16 j + 16 <= np <= every row's length.
+                unsafe {
+                    let xv = load(x, i + 16 * j);
+                    for (r, row_acc) in acc.iter_mut().enumerate() {
+                        *row_acc = _mm512_fmadd_ps(load(w[r], i + 16 * j), xv, *row_acc);
+                    }
+                }
+            }
+            i += 64;
+        }
+        let mut out = [0f32; N];
+        for r in 0..N {
+            let s = _mm512_add_ps(_mm512_add_ps(a[0][r], a[2][r]), _mm512_add_ps(a[1][r], a[3][r]));
+            // SAFETY: AVX-512 F is enabled for this function.
+            let mut sum = unsafe { reduce16_avx512(s) } as f64;
+            for k in np..n {
+                sum += (w[r][k].to_f32() * x[k].to_f32()) as f64;
+            }
+            out[r] = sum as f32;
+        }
+        out
+    }
+
     /// # Safety
     /// AVX-512 F and FMA; `w.len() == x.len()`.
     #[target_feature(enable = "avx512f,fma,f16c")]
@@ -175,6 +256,17 @@ mod tests {
             let exact: f64 = w.iter().zip(&x).map(|(a, b)| a.to_f64() * b.to_f64()).sum();
             let mag: f64 = w.iter().zip(&x).map(|(a, b)| (a.to_f64() * b.to_f64()).abs()).sum();
             let v = dot_vec(&w, &x);
+            let (w2, w3, w4) = (row(&mut seed, n), row(&mut seed, n), row(&mut seed, n));
+            let rows = [&w[..], &w2, &w3, &w4];
+            for path in [F16Path::VecDot, F16Path::TinyBlas] {
+                if path == F16Path::TinyBlas && n % 16 != 0 {
+                    continue;
+                }
+                let many = dot_rows(path, rows, &x);
+                for (r, m) in rows.iter().zip(many) {
+                    assert_eq!(m.to_bits(), dot(path, r, &x).to_bits(), "{path:?} rows n={n}");
+                }
+            }
             assert!((v as f64 - exact).abs() <= mag * 1e-6, "vec n={n}");
             assert_eq!(dot(F16Path::VecDot, &w, &x).to_bits(), v.to_bits(), "vec n={n}");
             if n % 16 == 0 {
