@@ -20,6 +20,8 @@ pub enum FastFn {
     Exp,
     Sigmoid,
     Silu,
+    /// Exact (erf) GELU.
+    Gelu,
 }
 
 /// Writes `f(x[i])` into `out[i]` for the common length with explicit
@@ -35,7 +37,21 @@ pub fn map_f32_avx512(f: FastFn, x: &[f32], out: &mut [MaybeUninit<f32>]) -> boo
     if simd_level() == SimdLevel::Avx512 {
         // SAFETY: the CPU supports AVX-512F (checked above); the kernel
         // stays within both slices.
-        unsafe { avx512::map_f32(f, x, out) };
+        unsafe { avx512::map_f32(f, x, out, false) };
+        return true;
+    }
+    let _ = (f, x, out);
+    false
+}
+
+/// `map_f32_avx512` writing the output with streaming stores, for outputs
+/// too large to stay in the cache (see `cpu/elementwise/stream.rs`).
+#[inline]
+pub fn map_f32_avx512_streamed(f: FastFn, x: &[f32], out: &mut [MaybeUninit<f32>]) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if simd_level() == SimdLevel::Avx512 {
+        // SAFETY: as in `map_f32_avx512`.
+        unsafe { avx512::map_f32(f, x, out, true) };
         return true;
     }
     let _ = (f, x, out);

@@ -231,7 +231,7 @@ pub(super) fn binary(op: &Op, bop: BinaryOp, a: CpuInput<'_>, b: CpuInput<'_>, o
 fn stream_f32(bop: BinaryOp, a: CpuInput<'_>, b: CpuInput<'_>, out: &TensorMeta) -> Option<Vec<CpuStorage>> {
     let n = out.shape.numel();
     let dims = out.shape.dims();
-    if a.layout.dims() != dims || b.layout.dims() != dims || !super::stream::worth_streaming(3 * 4 * n) {
+    if a.layout.dims() != dims || b.layout.dims() != dims || !super::stream::worth_streaming(4 * n) {
         return None;
     }
     let x = &a.storage.as_slice::<f32>()?[a.layout.contiguous_range()?];

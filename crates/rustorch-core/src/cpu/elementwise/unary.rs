@@ -72,7 +72,7 @@ float_map1!(Tanh, |x| f32: vm::tanh_f32(x), f64: x.tanh());
 fast_map1!(Sigmoid, FastFn::Sigmoid, |x| f32: vm::sigmoid_f32(x), f64: 1.0 / (1.0 + (-x).exp()));
 // `x < 0` is false for NaN, so NaN passes through as in PyTorch.
 float_map1!(Relu, |x| f32: if x < 0.0 { 0.0 } else { x }, f64: if x < 0.0 { 0.0 } else { x });
-float_map1!(Gelu, |x| f32: vm::gelu_f32(x),
+fast_map1!(Gelu, FastFn::Gelu, |x| f32: vm::gelu_f32(x),
     f64: 0.5 * x * libm::erfc(-x * std::f64::consts::FRAC_1_SQRT_2));
 float_map1!(GeluTanh, |x| f32: vm::gelu_tanh_f32(x),
     f64: 0.5 * x * (1.0 + (0.797_884_560_802_865_4 * (x + 0.044_715 * x * x * x)).tanh()));
@@ -290,6 +290,9 @@ macro_rules! with_float_unary {
 }
 
 pub(super) fn unary(op: &Op, u: UnaryOp, x: CpuInput<'_>, out: &TensorMeta) -> CpuResult {
+    if let Some(r) = stream_f32(u, x, out) {
+        return Ok(r);
+    }
     let plan = Plan::new(op, &out.shape, [x.layout])?;
     let p = &plan;
     match x.dtype() {
@@ -372,3 +375,24 @@ macro_rules! bounded {
     ($($t:ty),*) => {$( impl Bounded for $t { const MIN: $t = <$t>::MIN; const MAX: $t = <$t>::MAX; } )*};
 }
 bounded!(u8, i32, i64);
+
+/// A contiguous f32 input too large for the cache, under a function with
+/// an AVX-512 kernel: the output is written with streaming stores
+/// (`stream.rs`).
+fn stream_f32(u: UnaryOp, x: CpuInput<'_>, out: &TensorMeta) -> Option<Vec<CpuStorage>> {
+    let f = match u {
+        UnaryOp::Exp => FastFn::Exp,
+        UnaryOp::Sigmoid => FastFn::Sigmoid,
+        UnaryOp::Silu => FastFn::Silu,
+        UnaryOp::Gelu => FastFn::Gelu,
+        _ => return None,
+    };
+    if x.dtype() != DType::F32
+        || x.layout.dims() != out.shape.dims()
+        || !super::stream::worth_streaming(4 * out.shape.numel())
+    {
+        return None;
+    }
+    let data = &x.storage.as_slice::<f32>()?[x.layout.contiguous_range()?];
+    super::stream::unary_f32(f, data).map(|v| vec![CpuStorage::from_vec(v)])
+}

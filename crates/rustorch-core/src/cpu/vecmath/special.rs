@@ -251,12 +251,12 @@ pub fn erfc_f32(x: f32) -> f32 {
 }
 
 /// Φ(-x) e^{x^2/2} = P(x) / Q(x) on [0, GELU_XMAX] (relative error 5e-8).
-const GELU_P: [f32; 5] = [0.499_999_97, 0.325_602_38, 0.100_313_26, 0.012_790_804, 5.562_681_6e-7];
-const GELU_Q: [f32; 5] = [1.0, 1.449_086_3, 0.856_858_5, 0.250_567_62, 0.032_114_673];
+pub(super) const GELU_P: [f32; 5] = [0.499_999_97, 0.325_602_38, 0.100_313_26, 0.012_790_804, 5.562_681_6e-7];
+pub(super) const GELU_Q: [f32; 5] = [1.0, 1.449_086_3, 0.856_858_5, 0.250_567_62, 0.032_114_673];
 /// Below -GELU_XMAX, x Φ(x) is smaller than 1e-17 in magnitude and is
 /// returned as -0 (PyTorch's f32 GELU already returns -0 below x = -5.9);
 /// above GELU_XMAX, Φ(x) rounds to 1.
-const GELU_XMAX: f32 = 9.0;
+pub(super) const GELU_XMAX: f32 = 9.0;
 
 /// Exact GELU x Φ(x), within 7 ulp where |x Φ(x)| > 1e-17.
 ///
