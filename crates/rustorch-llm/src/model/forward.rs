@@ -115,52 +115,57 @@ impl Model {
                 .expect("a table was built for every layer's rope settings above");
             let last_layer = il + 1 == cfg.n_layer;
 
-            // Attention.
-            let h = x.rms_norm(Some(&lw.attn_norm), cfg.rms_eps as f64)?;
-            inspect("attn_norm", il, &h)?;
-            // One quantization of h for the three projections.
-            let [q, k, v]: [Tensor; 3] = h
-                .qmatmul_many(&[&lw.wq, &lw.wk, &lw.wv])?
-                .try_into()
-                .expect("qmatmul_many returns one product per weight");
-            let q = q.reshape([t, cfg.n_head, cfg.head_dim_k])?;
-            let k = k.reshape([t, cfg.n_head_kv, cfg.head_dim_k])?;
-            let v = v.reshape([t, cfg.n_head_kv, cfg.head_dim_v])?;
-            let (q, k) = match (&lw.q_norm, &lw.k_norm) {
-                (Some(qn), Some(kn)) => (
-                    q.rms_norm(Some(qn), cfg.rms_eps as f64)?,
-                    k.rms_norm(Some(kn), cfg.rms_eps as f64)?,
-                ),
-                _ => (q, k),
-            };
-            // [T, H, D] -> [H, T, D]: heads outermost, as attention wants.
-            let mut q = q.transpose(0, 1)?.rope(&rt.cos, &rt.sin, rt.params.layout)?;
-            let k = k.transpose(0, 1)?.rope(&rt.cos, &rt.sin, rt.params.layout)?;
-            inspect("Qcur", il, &q.transpose(0, 1)?)?;
-            inspect("Kcur", il, &k.transpose(0, 1)?)?;
-            inspect("Vcur", il, &v)?;
-            let v = v.transpose(0, 1)?;
-            let sdpa_scale = if cfg.arch == Arch::Gemma3 {
-                // Gemma scales the queries (f32) before attention, then
-                // attends with scale 1.
-                q = q.mul_scalar(cfg.attn_scale as f64)?;
-                1.0
-            } else {
-                cfg.attn_scale as f64
-            };
-            cache.write(il, &k, &v)?;
+            // Attention. Blocks scope the intermediate tensors, so that
+            // each is freed as soon as it is used (a batch's activations
+            // are most of the memory above the weights and the cache).
             let attn = {
-                let (kc, vtc) = cache.view(il, attn_len)?;
-                let mask = match cfg.window_for_layer(il) {
-                    Some(_) => &masks.window,
-                    None => &masks.causal,
+                let h = x.rms_norm(Some(&lw.attn_norm), cfg.rms_eps as f64)?;
+                inspect("attn_norm", il, &h)?;
+                // One quantization of h for the three projections.
+                let [q, k, v]: [Tensor; 3] = h
+                    .qmatmul_many(&[&lw.wq, &lw.wk, &lw.wv])?
+                    .try_into()
+                    .expect("qmatmul_many returns one product per weight");
+                let q = q.reshape([t, cfg.n_head, cfg.head_dim_k])?;
+                let k = k.reshape([t, cfg.n_head_kv, cfg.head_dim_k])?;
+                let v = v.reshape([t, cfg.n_head_kv, cfg.head_dim_v])?;
+                let (q, k) = match (&lw.q_norm, &lw.k_norm) {
+                    (Some(qn), Some(kn)) => (
+                        q.rms_norm(Some(qn), cfg.rms_eps as f64)?,
+                        k.rms_norm(Some(kn), cfg.rms_eps as f64)?,
+                    ),
+                    _ => (q, k),
                 };
-                Tensor::cached_attention(&q, &kc, &vtc, mask, sdpa_scale as f32)?
-                    .transpose(0, 1)?
-                    .reshape([t, cfg.n_head * cfg.head_dim_v])?
+                // [T, H, D] -> [H, T, D]: heads outermost, as attention wants.
+                let mut q = q.transpose(0, 1)?.rope(&rt.cos, &rt.sin, rt.params.layout)?;
+                let k = k.transpose(0, 1)?.rope(&rt.cos, &rt.sin, rt.params.layout)?;
+                inspect("Qcur", il, &q.transpose(0, 1)?)?;
+                inspect("Kcur", il, &k.transpose(0, 1)?)?;
+                inspect("Vcur", il, &v)?;
+                let v = v.transpose(0, 1)?;
+                let sdpa_scale = if cfg.arch == Arch::Gemma3 {
+                    // Gemma scales the queries (f32) before attention, then
+                    // attends with scale 1.
+                    q = q.mul_scalar(cfg.attn_scale as f64)?;
+                    1.0
+                } else {
+                    cfg.attn_scale as f64
+                };
+                cache.write(il, &k, &v)?;
+                {
+                    let (kc, vtc) = cache.view(il, attn_len)?;
+                    let mask = match cfg.window_for_layer(il) {
+                        Some(_) => &masks.window,
+                        None => &masks.causal,
+                    };
+                    Tensor::cached_attention(&q, &kc, &vtc, mask, sdpa_scale as f32)?
+                        .transpose(0, 1)?
+                        .reshape([t, cfg.n_head * cfg.head_dim_v])?
+                }
             };
             inspect("kqv_out", il, &attn)?;
             let mut a = attn.qmatmul(&lw.wo)?;
+            drop(attn);
             inspect("attn_out", il, &a)?;
             if last_layer && which == Logits::Last && t > 1 {
                 // Only the last row feeds the logits (llama.cpp's
@@ -175,17 +180,20 @@ impl Model {
             inspect("ffn_inp", il, &x)?;
 
             // Feed-forward.
-            let h = x.rms_norm(Some(&lw.ffn_norm), cfg.rms_eps as f64)?;
-            inspect("ffn_norm", il, &h)?;
-            let [gate, up]: [Tensor; 2] = h
-                .qmatmul_many(&[&lw.ffn_gate, &lw.ffn_up])?
-                .try_into()
-                .expect("qmatmul_many returns one product per weight");
-            let act = match cfg.arch {
-                Arch::Llama => gate.swiglu(&up)?,
-                Arch::Gemma3 => gate.geglu(&up)?,
+            let act = {
+                let h = x.rms_norm(Some(&lw.ffn_norm), cfg.rms_eps as f64)?;
+                inspect("ffn_norm", il, &h)?;
+                let [gate, up]: [Tensor; 2] = h
+                    .qmatmul_many(&[&lw.ffn_gate, &lw.ffn_up])?
+                    .try_into()
+                    .expect("qmatmul_many returns one product per weight");
+                match cfg.arch {
+                    Arch::Llama => gate.swiglu(&up)?,
+                    Arch::Gemma3 => gate.geglu(&up)?,
+                }
             };
             let mut d = act.qmatmul(&lw.ffn_down)?;
+            drop(act);
             if let Some(n) = &lw.post_ffn_norm {
                 d = d.rms_norm(Some(n), cfg.rms_eps as f64)?;
             }
