@@ -48,6 +48,7 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<(), CliError> {
+    rustorch_llm::model::keep_freed_buffers();
     match cli.command {
         Some(Command::Info(args)) => info::run(&args),
         Some(Command::Devices) => devices::run(),
