@@ -22,7 +22,7 @@
 //! sum. Any `L` that is a multiple of 64 therefore gives the same bits, as
 //! long as the cache holds finite values there (it starts zeroed).
 
-use super::f16dot::{dot, dot_rows, F16Path};
+use super::f16dot::{dot, dot_rows, dot_tiny_4x4, F16Path};
 use super::softmax::soft_max_ext_row;
 use crate::cpu::copy::input_slice;
 use crate::cpu::{CpuInput, CpuStorage, StorageElement};
@@ -73,6 +73,12 @@ const ROWS: usize = 4;
 /// Inputs: q f32 `[Hq, T, D]`, k f16 `[Hkv, L, D]`, vt f16 `[Hkv, Dv, L]`,
 /// mask f32 `[T, L]` (added after scaling). Returns f32 `[Hq, T, Dv]`.
 pub(crate) fn cached_attention(op: &Op, inputs: &[CpuInput<'_>], scale: f32) -> Result<Vec<CpuStorage>, BackendError> {
+    attend(op, inputs, scale, true)
+}
+
+/// `cached_attention`; `groups` allows the four-row path (tests compare it
+/// with the one-row path).
+fn attend(op: &Op, inputs: &[CpuInput<'_>], scale: f32, groups: bool) -> Result<Vec<CpuStorage>, BackendError> {
     let q = input_slice::<f32>(op, inputs[0])?;
     let k = Rows::new(op, inputs[1], "keys")?;
     let vt = Rows::new(op, inputs[2], "transposed values")?;
@@ -122,12 +128,122 @@ pub(crate) fn cached_attention(op: &Op, inputs: &[CpuInput<'_>], scale: f32) -> 
     if dv == 0 {
         return Ok(vec![CpuStorage::from_vec(out)]);
     }
+    if groups && kq_path == F16Path::TinyBlas && kqv_path == F16Path::TinyBlas && t.is_multiple_of(4) {
+        // Four query rows of one head at a time (t is a multiple of 4, so
+        // no group crosses heads): each key and value row loaded then
+        // meets four query rows (`dot_tiny_4x4`).
+        let queries = Queries {
+            q: &q,
+            mask: &mask,
+            t,
+            d,
+            l,
+        };
+        out.par_chunks_mut(4 * dv)
+            .enumerate()
+            .for_each(|(g, o)| four_rows(&queries, &k, &vt, group, scale, 4 * g, o));
+        return Ok(vec![CpuStorage::from_vec(out)]);
+    }
     if hq * t * l * (d + dv) < 1 << 16 {
         out.chunks_mut(dv).enumerate().for_each(work);
     } else {
         out.par_chunks_mut(dv).enumerate().for_each(work);
     }
     Ok(vec![CpuStorage::from_vec(out)])
+}
+
+/// The queries and mask of `cached_attention`, and their sizes.
+struct Queries<'a> {
+    q: &'a [f32],
+    mask: &'a [f32],
+    t: usize,
+    d: usize,
+    l: usize,
+}
+
+/// Query rows `row0..row0 + 4` (one head) into `o` (`4 x Dv`), in
+/// tinyBLAS's order for both products, with the bits of the one-row path:
+/// - scores are computed for the keys that any of the four rows sees;
+///   each row's masked scores are then set to 0 as in the one-row path
+///   (the mask hides them anyway);
+/// - the value products run over the union of the four rows' nonzero
+///   spans: the extra blocks hold zero probabilities, which add exact
+///   zeros, and the union starts on a 64-element boundary like each span,
+///   so every lane sums the same elements in the same order.
+fn four_rows(qs: &Queries<'_>, k: &Rows<'_>, vt: &Rows<'_>, group: usize, scale: f32, row0: usize, o: &mut [f32]) {
+    let (t, d, l) = (qs.t, qs.d, qs.l);
+    let dv = o.len() / 4;
+    let (h, i0) = (row0 / t, row0 % t);
+    let hk = h / group;
+    let q16: Vec<Vec<f16>> = (0..4)
+        .map(|r| {
+            qs.q[(row0 + r) * d..(row0 + r + 1) * d]
+                .iter()
+                .map(|&v| f16::from_f32(v))
+                .collect()
+        })
+        .collect();
+    let q16r = [&q16[0][..], &q16[1], &q16[2], &q16[3]];
+    let masks: [&[f32]; 4] = std::array::from_fn(|r| &qs.mask[(i0 + r) * l..(i0 + r + 1) * l]);
+    let hidden = |r: usize, j: usize| masks[r][j] == f32::NEG_INFINITY;
+    let live: Vec<usize> = (0..l).filter(|&j| (0..4).any(|r| !hidden(r, j))).collect();
+    let mut scores = vec![vec![0f32; l]; 4];
+    let mut keys = live.chunks_exact(4);
+    for g in &mut keys {
+        let s = dot_tiny_4x4(std::array::from_fn(|c| k.row(hk, g[c])), q16r);
+        for (c, &j) in g.iter().enumerate() {
+            for r in 0..4 {
+                scores[r][j] = s[c][r];
+            }
+        }
+    }
+    for &j in keys.remainder() {
+        for r in 0..4 {
+            scores[r][j] = dot(F16Path::TinyBlas, k.row(hk, j), q16r[r]);
+        }
+    }
+    let mut p16 = Vec::with_capacity(4);
+    let mut span: Option<std::ops::Range<usize>> = None;
+    for (r, sc) in scores.iter_mut().enumerate() {
+        for (j, v) in sc.iter_mut().enumerate() {
+            if hidden(r, j) {
+                *v = 0.0;
+            }
+        }
+        let mut p = vec![0f32; l];
+        soft_max_ext_row(sc, Some(masks[r]), scale, &mut p);
+        let row: Vec<f16> = p.iter().map(|&v| f16::from_f32(v)).collect();
+        let s = nonzero_span(&row);
+        if !s.is_empty() {
+            span = Some(match span {
+                Some(u) => u.start.min(s.start)..u.end.max(s.end),
+                None => s,
+            });
+        }
+        p16.push(row);
+    }
+    let span = span.unwrap_or(0..0);
+    let probs = [
+        &p16[0][span.clone()],
+        &p16[1][span.clone()],
+        &p16[2][span.clone()],
+        &p16[3][span.clone()],
+    ];
+    let mut c = 0;
+    while c + 4 <= dv {
+        let s = dot_tiny_4x4(std::array::from_fn(|m| &vt.row(hk, c + m)[span.clone()]), probs);
+        for (m, sm) in s.iter().enumerate() {
+            for r in 0..4 {
+                o[r * dv + c + m] = sm[r];
+            }
+        }
+        c += 4;
+    }
+    for c in c..dv {
+        for r in 0..4 {
+            o[r * dv + c] = dot(F16Path::TinyBlas, &vt.row(hk, c)[span.clone()], probs[r]);
+        }
+    }
 }
 
 /// The part of a probability row that the value products must read: whole
@@ -175,4 +291,59 @@ pub(crate) fn gated(op: &Op, inputs: &[CpuInput<'_>]) -> Result<Vec<CpuStorage>,
             .for_each(rows);
     }
     Ok(vec![CpuStorage::from_vec(out)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::CpuStorage;
+    use crate::layout::Layout;
+
+    fn input<'a>(storage: &'a CpuStorage, layout: &'a Layout) -> CpuInput<'a> {
+        CpuInput { storage, layout }
+    }
+
+    /// The four-row path gives the one-row path's bits: grouped-query
+    /// heads, a cache longer than the used positions (masked), rows with
+    /// different visible keys and spans.
+    #[test]
+    fn four_row_groups_equal_single_rows() {
+        let (hq, hkv, t, l, d, dv, n_past) = (4, 2, 8, 192, 64, 64, 70);
+        let mut seed = 7u64;
+        let mut next = || {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 4.0
+        };
+        let q: Vec<f32> = (0..hq * t * d).map(|_| next()).collect();
+        let k: Vec<f16> = (0..hkv * l * d).map(|_| f16::from_f32(next())).collect();
+        let v: Vec<f16> = (0..hkv * dv * l).map(|_| f16::from_f32(next())).collect();
+        let mut mask = Vec::with_capacity(t * l);
+        for i in 0..t {
+            mask.extend((0..l).map(|j| if j <= n_past + i * 9 { 0f32 } else { f32::NEG_INFINITY }));
+        }
+        let (qs, ks, vs, ms) = (
+            CpuStorage::from_vec(q),
+            CpuStorage::from_vec(k),
+            CpuStorage::from_vec(v),
+            CpuStorage::from_vec(mask),
+        );
+        let (ql, kl, vl, ml) = (
+            Layout::contiguous([hq, t, d]),
+            Layout::contiguous([hkv, l, d]),
+            Layout::contiguous([hkv, dv, l]),
+            Layout::contiguous([t, l]),
+        );
+        let inputs = [input(&qs, &ql), input(&ks, &kl), input(&vs, &vl), input(&ms, &ml)];
+        let op = Op::CachedAttention { scale: 0.125 };
+        let grouped = attend(&op, &inputs, 0.125, true).unwrap();
+        let single = attend(&op, &inputs, 0.125, false).unwrap();
+        let (g, s) = (
+            grouped[0].as_slice::<f32>().unwrap(),
+            single[0].as_slice::<f32>().unwrap(),
+        );
+        assert_eq!(g.len(), hq * t * dv);
+        for (i, (a, b)) in g.iter().zip(s).enumerate() {
+            assert_eq!(a.to_bits(), b.to_bits(), "output {i}: {a} vs {b}");
+        }
+    }
 }

@@ -80,6 +80,24 @@ pub(crate) fn dot_rows<const N: usize>(path: F16Path, w: [&[f16]; N], x: &[f16])
     w.map(|r| dot(path, r, x))
 }
 
+/// tinyBLAS's order for four rows `w` against four rows `x` (all of one
+/// length, a multiple of 16): `out[r][c]` has the bits of
+/// `dot(F16Path::TinyBlas, w[r], x[c])`. Each loaded and widened row
+/// meets four others, where `dot_rows` reads one shared row per product.
+#[inline]
+pub(crate) fn dot_tiny_4x4(w: [&[f16]; 4], x: [&[f16]; 4]) -> [[f32; 4]; 4] {
+    let n = x[0].len();
+    let ok = n.is_multiple_of(16) && w.iter().chain(&x).all(|r| r.len() == n);
+    #[cfg(target_arch = "x86_64")]
+    if ok && super::has_avx512() {
+        // SAFETY: AVX-512 F, FMA and F16C are present (checked above); all
+        // rows are `n` long, a multiple of 16.
+        return unsafe { avx512::dot_tiny_4x4(w, x) };
+    }
+    let _ = ok;
+    w.map(|wr| x.map(|xr| dot(F16Path::TinyBlas, wr, xr)))
+}
+
 /// tinyBLAS's order (portable). `w.len()` must be a multiple of 16.
 pub(crate) fn dot_tiny(w: &[f16], x: &[f16]) -> f32 {
     debug_assert!(w.len().is_multiple_of(16) && w.len() == x.len());
@@ -166,8 +184,46 @@ mod avx512 {
             }
             l += 16;
         }
-        // SAFETY: AVX-512 F is enabled for this function.
-        acc.map(|a| unsafe { reduce16_avx512(a) })
+        let mut out = [0f32; N];
+        for (o, a) in out.iter_mut().zip(acc) {
+            // SAFETY: AVX-512 F is enabled for this function.
+            *o = unsafe { reduce16_avx512(a) };
+        }
+        out
+    }
+
+    /// `dot_tiny` of four rows against four rows.
+    ///
+    /// # Safety
+    /// AVX-512 F and FMA; all eight rows of one length, a multiple of 16.
+    #[allow(clippy::needless_range_loop)]
+    #[target_feature(enable = "avx512f,fma,f16c")]
+    pub(super) unsafe fn dot_tiny_4x4(w: [&[f16]; 4], x: [&[f16]; 4]) -> [[f32; 4]; 4] {
+        // Plain loops, no closures: a closure is not compiled with this
+        // function's target features, so its body would not be inlined.
+        let mut acc = [[_mm512_setzero_ps(); 4]; 4];
+        let mut l = 0;
+        while l + 16 <= x[0].len() {
+            // SAFETY: l + 16 <= the common length.
+            unsafe {
+                let xv = [load(x[0], l), load(x[1], l), load(x[2], l), load(x[3], l)];
+                for r in 0..4 {
+                    let wv = load(w[r], l);
+                    for c in 0..4 {
+                        acc[r][c] = _mm512_fmadd_ps(wv, xv[c], acc[r][c]);
+                    }
+                }
+            }
+            l += 16;
+        }
+        let mut out = [[0f32; 4]; 4];
+        for r in 0..4 {
+            for c in 0..4 {
+                // SAFETY: AVX-512 F is enabled for this function.
+                out[r][c] = unsafe { reduce16_avx512(acc[r][c]) };
+            }
+        }
+        out
     }
 
     /// `dot_vec` of `N` rows against one `x`.
@@ -261,6 +317,15 @@ mod tests {
             for path in [F16Path::VecDot, F16Path::TinyBlas] {
                 if path == F16Path::TinyBlas && n % 16 != 0 {
                     continue;
+                }
+                if path == F16Path::TinyBlas {
+                    let xs: Vec<Vec<f16>> = (0..4).map(|_| row(&mut seed, n)).collect();
+                    let t = dot_tiny_4x4(rows, [&xs[0][..], &xs[1], &xs[2], &xs[3]]);
+                    for (r, wr) in rows.iter().enumerate() {
+                        for (c, xr) in xs.iter().enumerate() {
+                            assert_eq!(t[r][c].to_bits(), dot(path, wr, xr).to_bits(), "4x4 n={n}");
+                        }
+                    }
                 }
                 let many = dot_rows(path, rows, &x);
                 for (r, m) in rows.iter().zip(many) {
