@@ -26,7 +26,12 @@ pub(crate) fn return_freed_heap() {
 /// zeroing its pages again (~5% of Gemma 3's prompt processing). Raising
 /// the mapping and trim thresholds keeps those pages for the next op; the
 /// peak memory stays the same, as the same buffers are reused.
+///
+/// `RUSTORCH_MALLOC_DEFAULTS=1` leaves glibc's settings alone.
 pub fn keep_freed_buffers() {
+    if std::env::var_os("RUSTORCH_MALLOC_DEFAULTS").is_some_and(|v| v == "1") {
+        return;
+    }
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only changes glibc's allocation parameters; blocks
     // already allocated are unaffected.
