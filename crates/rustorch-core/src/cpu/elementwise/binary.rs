@@ -196,10 +196,8 @@ pub(super) fn binary(op: &Op, bop: BinaryOp, a: CpuInput<'_>, b: CpuInput<'_>, o
     if dtype.is_int() && matches!(bop, BinaryOp::Div | BinaryOp::Pow) {
         check_int_operand(op, bop, b)?;
     }
-    if dtype == DType::F32 {
-        if let Some(r) = stream_f32(bop, a, b, out) {
-            return Ok(r);
-        }
+    if let Some(r) = super::stream::try_binary(bop, a, b, out) {
+        return Ok(r);
     }
     let plan = Plan::new(op, &out.shape, [a.layout, b.layout])?;
     let p = &plan;
@@ -224,19 +222,6 @@ pub(super) fn binary(op: &Op, bop: BinaryOp, a: CpuInput<'_>, b: CpuInput<'_>, o
             _ => Err(unsupported_dtype(op, dtype)),
         },
     }
-}
-
-/// Same-shape contiguous f32 operands too large for the cache: the
-/// streaming-store path (`stream.rs`), when it applies.
-fn stream_f32(bop: BinaryOp, a: CpuInput<'_>, b: CpuInput<'_>, out: &TensorMeta) -> Option<Vec<CpuStorage>> {
-    let n = out.shape.numel();
-    let dims = out.shape.dims();
-    if a.layout.dims() != dims || b.layout.dims() != dims || !super::stream::worth_streaming(4 * n) {
-        return None;
-    }
-    let x = &a.storage.as_slice::<f32>()?[a.layout.contiguous_range()?];
-    let y = &b.storage.as_slice::<f32>()?[b.layout.contiguous_range()?];
-    super::stream::binary_f32(bop, x, y).map(|v| vec![CpuStorage::from_vec(v)])
 }
 
 /// PyTorch raises for an integer division by zero and for integer powers

@@ -2,13 +2,13 @@
 //! stores: add, sub, mul and div here, and exp, sigmoid, SiLU and GELU
 //! through the AVX-512 kernels of `vecmath`.
 //!
-//! When an op's inputs and output together exceed the last-level cache,
-//! every output line would be read from memory before it is overwritten
-//! (a read-for-ownership), so `c = a + b` moves four bytes for every three
-//! it needs. Streaming stores write whole lines straight to memory: on the
-//! 2-core EPYC a 4M-element add went from ~1.0 to ~0.75 ms in a raw loop.
-//! Below the cache size they would only evict a result that the next op is
-//! about to read, so smaller ops keep the generic path. (Computing blocks
+//! When an op's data does not stay in the last-level cache, every output
+//! line is read from memory before it is overwritten (a read-for-ownership),
+//! so `c = a + b` moves four bytes for every three it needs. Streaming
+//! stores write whole lines straight to memory: on the 2-core EPYC a
+//! 4M-element add went from ~1.0 to ~0.75 ms in a raw loop. For outputs
+//! well inside the cache they would only evict a result that the next op is
+//! about to read, so smaller ops keep the generic path (`worth_streaming`). (Computing blocks
 //! into an L1 buffer and streaming that out, which would cover every op,
 //! measured ~2x slower than plain stores: the streamed store must come
 //! from the loop that computes.)
@@ -17,10 +17,44 @@
 //! per element, whichever instruction computes it.
 
 use super::par::fill_chunks;
-use crate::cpu::vecmath::{map_f32_avx512_streamed, FastFn};
-use crate::op::BinaryOp;
+use crate::cpu::vecmath::{map_f32_avx512_streamed, simd_level, FastFn, SimdLevel};
+use crate::cpu::{CpuInput, CpuStorage};
+use crate::dtype::DType;
+use crate::op::{BinaryOp, TensorMeta, UnaryOp};
 use std::mem::MaybeUninit;
 use std::sync::OnceLock;
+
+/// `u` of `x` with a streamed output, when the op qualifies: a function
+/// with an AVX-512 kernel, a contiguous f32 input of the output's shape,
+/// an output worth streaming, and AVX-512.
+pub(super) fn try_unary(u: UnaryOp, x: CpuInput<'_>, out: &TensorMeta) -> Option<Vec<CpuStorage>> {
+    let f = match u {
+        UnaryOp::Exp => FastFn::Exp,
+        UnaryOp::Sigmoid => FastFn::Sigmoid,
+        UnaryOp::Silu => FastFn::Silu,
+        UnaryOp::Gelu => FastFn::Gelu,
+        _ => return None,
+    };
+    let x = dense_f32(x, out)?;
+    unary_f32(f, x).map(|v| vec![CpuStorage::from_vec(v)])
+}
+
+/// `a bop b` with a streamed output, when the op qualifies: add, sub, mul
+/// or div of contiguous f32 operands of the output's shape, an output
+/// worth streaming, and AVX2 or AVX-512.
+pub(super) fn try_binary(bop: BinaryOp, a: CpuInput<'_>, b: CpuInput<'_>, out: &TensorMeta) -> Option<Vec<CpuStorage>> {
+    let (x, y) = (dense_f32(a, out)?, dense_f32(b, out)?);
+    binary_f32(bop, x, y).map(|v| vec![CpuStorage::from_vec(v)])
+}
+
+/// The input's values when it is contiguous f32 of the output's shape and
+/// the output is large enough to stream.
+fn dense_f32<'a>(x: CpuInput<'a>, out: &TensorMeta) -> Option<&'a [f32]> {
+    if x.dtype() != DType::F32 || x.layout.dims() != out.shape.dims() || !worth_streaming(4 * out.shape.numel()) {
+        return None;
+    }
+    Some(&x.storage.as_slice::<f32>()?[x.layout.contiguous_range()?])
+}
 
 /// The last-level cache's size in bytes (sysfs), or 32 MiB when unknown.
 fn llc_bytes() -> usize {
@@ -56,40 +90,20 @@ fn llc_bytes() -> usize {
 /// half the last-level cache on, the output and the inputs it is made
 /// from cannot all stay cached until the next op reads them (glibc's
 /// memcpy switches to streaming stores at a similar size).
-pub(super) fn worth_streaming(out_bytes: usize) -> bool {
-    out_bytes >= llc_bytes() / 2 && simd_level().is_some()
+fn worth_streaming(out_bytes: usize) -> bool {
+    out_bytes >= llc_bytes() / 2
 }
 
 /// `f` over `x` by the AVX-512 kernels in streaming mode, or `None` where
 /// the CPU lacks AVX-512.
-pub(super) fn unary_f32(f: FastFn, x: &[f32]) -> Option<Vec<f32>> {
-    if simd_level()? != Level::Avx512 {
+fn unary_f32(f: FastFn, x: &[f32]) -> Option<Vec<f32>> {
+    if simd_level() != SimdLevel::Avx512 {
         return None;
     }
     Some(fill_chunks(x.len(), 1, |start, out| {
         let done = map_f32_avx512_streamed(f, &x[start..start + out.len()], out);
         debug_assert!(done, "AVX-512 was detected");
     }))
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-enum Level {
-    Avx512,
-    Avx2,
-}
-
-fn simd_level() -> Option<Level> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if is_x86_feature_detected!("avx512f") {
-            return Some(Level::Avx512);
-        }
-        if is_x86_feature_detected!("avx2") {
-            return Some(Level::Avx2);
-        }
-    }
-    None
 }
 
 const ADD: u8 = 0;
@@ -109,9 +123,9 @@ fn scalar<const OP: u8>(p: f32, q: f32) -> f32 {
 
 /// `a op b` elementwise for equal-length slices, or `None` when the op is
 /// not one of add/sub/mul/div or this CPU has no streaming path.
-pub(super) fn binary_f32(bop: BinaryOp, a: &[f32], b: &[f32]) -> Option<Vec<f32>> {
-    let level = simd_level()?;
-    if a.len() != b.len() {
+fn binary_f32(bop: BinaryOp, a: &[f32], b: &[f32]) -> Option<Vec<f32>> {
+    let level = simd_level();
+    if level == SimdLevel::Scalar || a.len() != b.len() {
         return None;
     }
     let chunk = match bop {
@@ -129,7 +143,8 @@ pub(super) fn binary_f32(bop: BinaryOp, a: &[f32], b: &[f32]) -> Option<Vec<f32>
 
 /// One chunk: elements before the output's first 64-byte boundary, then
 /// whole vectors streamed, then the rest.
-fn run<const OP: u8>(level: Level, x: &[f32], y: &[f32], out: &mut [MaybeUninit<f32>]) {
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
+fn run<const OP: u8>(level: SimdLevel, x: &[f32], y: &[f32], out: &mut [MaybeUninit<f32>]) {
     let misalign = (out.as_ptr() as usize % 64) / 4;
     let head = ((16 - misalign) % 16).min(out.len());
     for i in 0..head {
@@ -140,11 +155,10 @@ fn run<const OP: u8>(level: Level, x: &[f32], y: &[f32], out: &mut [MaybeUninit<
         // SAFETY: the level was detected at run time; the slices are equally
         // long and the output from `head` on is 64-byte aligned.
         #[cfg(target_arch = "x86_64")]
-        Level::Avx512 => unsafe { x86::stream512::<OP>(xs, ys, os) },
+        SimdLevel::Avx512 => unsafe { x86::stream512::<OP>(xs, ys, os) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above.
-        Level::Avx2 => unsafe { x86::stream256::<OP>(xs, ys, os) },
-        #[cfg(not(target_arch = "x86_64"))]
+        SimdLevel::Avx2 => unsafe { x86::stream256::<OP>(xs, ys, os) },
         _ => 0,
     };
     for i in head + streamed..out.len() {
@@ -225,7 +239,7 @@ mod tests {
     /// the streamed body and the tail, against the plain operators.
     #[test]
     fn matches_the_scalar_ops() {
-        if simd_level().is_none() {
+        if simd_level() == SimdLevel::Scalar {
             eprintln!("skipped: no streaming path on this CPU");
             return;
         }

@@ -290,7 +290,7 @@ macro_rules! with_float_unary {
 }
 
 pub(super) fn unary(op: &Op, u: UnaryOp, x: CpuInput<'_>, out: &TensorMeta) -> CpuResult {
-    if let Some(r) = stream_f32(u, x, out) {
+    if let Some(r) = super::stream::try_unary(u, x, out) {
         return Ok(r);
     }
     let plan = Plan::new(op, &out.shape, [x.layout])?;
@@ -375,24 +375,3 @@ macro_rules! bounded {
     ($($t:ty),*) => {$( impl Bounded for $t { const MIN: $t = <$t>::MIN; const MAX: $t = <$t>::MAX; } )*};
 }
 bounded!(u8, i32, i64);
-
-/// A contiguous f32 input too large for the cache, under a function with
-/// an AVX-512 kernel: the output is written with streaming stores
-/// (`stream.rs`).
-fn stream_f32(u: UnaryOp, x: CpuInput<'_>, out: &TensorMeta) -> Option<Vec<CpuStorage>> {
-    let f = match u {
-        UnaryOp::Exp => FastFn::Exp,
-        UnaryOp::Sigmoid => FastFn::Sigmoid,
-        UnaryOp::Silu => FastFn::Silu,
-        UnaryOp::Gelu => FastFn::Gelu,
-        _ => return None,
-    };
-    if x.dtype() != DType::F32
-        || x.layout.dims() != out.shape.dims()
-        || !super::stream::worth_streaming(4 * out.shape.numel())
-    {
-        return None;
-    }
-    let data = &x.storage.as_slice::<f32>()?[x.layout.contiguous_range()?];
-    super::stream::unary_f32(f, data).map(|v| vec![CpuStorage::from_vec(v)])
-}

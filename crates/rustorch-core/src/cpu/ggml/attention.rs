@@ -95,7 +95,7 @@ fn attend(op: &Op, inputs: &[CpuInput<'_>], scale: f32, groups: bool) -> Result<
         let (h, i) = (row / t, row % t);
         let hk = h / group;
         let mask_row = &mask[i * l..(i + 1) * l];
-        let q16: Vec<f16> = q[row * d..(row + 1) * d].iter().map(|&v| f16::from_f32(v)).collect();
+        let q16 = to_f16(&q[row * d..(row + 1) * d]);
         // A score under a -inf mask becomes -inf whatever its value, so it
         // is not computed (half of a causal prompt's products).
         let mut scores = vec![0f32; l];
@@ -110,9 +110,7 @@ fn attend(op: &Op, inputs: &[CpuInput<'_>], scale: f32, groups: bool) -> Result<
         for &j in groups.remainder() {
             scores[j] = dot(kq_path, k.row(hk, j), &q16);
         }
-        let mut p = vec![0f32; l];
-        soft_max_ext_row(&scores, Some(mask_row), scale, &mut p);
-        let p16: Vec<f16> = p.iter().map(|&v| f16::from_f32(v)).collect();
+        let p16 = probabilities(&scores, mask_row, scale);
         let span = nonzero_span(&p16);
         let probs = &p16[span.clone()];
         let mut cols = o.chunks_exact_mut(ROWS);
@@ -176,12 +174,7 @@ fn four_rows(qs: &Queries<'_>, k: &Rows<'_>, vt: &Rows<'_>, group: usize, scale:
     let (h, i0) = (row0 / t, row0 % t);
     let hk = h / group;
     let q16: Vec<Vec<f16>> = (0..4)
-        .map(|r| {
-            qs.q[(row0 + r) * d..(row0 + r + 1) * d]
-                .iter()
-                .map(|&v| f16::from_f32(v))
-                .collect()
-        })
+        .map(|r| to_f16(&qs.q[(row0 + r) * d..(row0 + r + 1) * d]))
         .collect();
     let q16r = [&q16[0][..], &q16[1], &q16[2], &q16[3]];
     let masks: [&[f32]; 4] = std::array::from_fn(|r| &qs.mask[(i0 + r) * l..(i0 + r + 1) * l]);
@@ -210,9 +203,7 @@ fn four_rows(qs: &Queries<'_>, k: &Rows<'_>, vt: &Rows<'_>, group: usize, scale:
                 *v = 0.0;
             }
         }
-        let mut p = vec![0f32; l];
-        soft_max_ext_row(sc, Some(masks[r]), scale, &mut p);
-        let row: Vec<f16> = p.iter().map(|&v| f16::from_f32(v)).collect();
+        let row = probabilities(sc, masks[r], scale);
         let s = nonzero_span(&row);
         if !s.is_empty() {
             span = Some(match span {
@@ -244,6 +235,19 @@ fn four_rows(qs: &Queries<'_>, k: &Rows<'_>, vt: &Rows<'_>, group: usize, scale:
             o[r * dv + c] = dot(F16Path::TinyBlas, &vt.row(hk, c)[span.clone()], probs[r]);
         }
     }
+}
+
+/// An f32 operand rounded to f16, as GGML converts it for an f16 product.
+fn to_f16(x: &[f32]) -> Vec<f16> {
+    x.iter().map(|&v| f16::from_f32(v)).collect()
+}
+
+/// `ggml_soft_max_ext` of a score row under its mask, rounded to f16 for
+/// the value product.
+fn probabilities(scores: &[f32], mask: &[f32], scale: f32) -> Vec<f16> {
+    let mut p = vec![0f32; scores.len()];
+    soft_max_ext_row(scores, Some(mask), scale, &mut p);
+    to_f16(&p)
 }
 
 /// The part of a probability row that the value products must read: whole

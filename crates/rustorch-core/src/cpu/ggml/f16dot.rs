@@ -41,21 +41,7 @@ impl F16Path {
 /// The dot product of `w` and `x` (equal lengths) in `path`'s order.
 #[inline]
 pub(crate) fn dot(path: F16Path, w: &[f16], x: &[f16]) -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    if super::has_avx512() {
-        // SAFETY: AVX-512 F, FMA and F16C are present (checked above); the
-        // kernels read `w.len()` elements of both slices, which are equal.
-        return unsafe {
-            match path {
-                F16Path::TinyBlas => avx512::dot_tiny(w, x),
-                F16Path::VecDot => avx512::dot_vec(w, x),
-            }
-        };
-    }
-    match path {
-        F16Path::TinyBlas => dot_tiny(w, x),
-        F16Path::VecDot => dot_vec(w, x),
-    }
+    dot_rows(path, [w], x)[0]
 }
 
 /// `N` dot products of rows `w[r]` with one `x`, each in `path`'s order
@@ -77,7 +63,10 @@ pub(crate) fn dot_rows<const N: usize>(path: F16Path, w: [&[f16]; N], x: &[f16])
             }
         };
     }
-    w.map(|r| dot(path, r, x))
+    w.map(|r| match path {
+        F16Path::TinyBlas => dot_tiny(r, x),
+        F16Path::VecDot => dot_vec(r, x),
+    })
 }
 
 /// tinyBLAS's order for four rows `w` against four rows `x` (all of one
@@ -149,21 +138,6 @@ mod avx512 {
     unsafe fn load(p: &[f16], at: usize) -> __m512 {
         // SAFETY: the callers keep `at + 16 <= p.len()`.
         unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p.as_ptr().add(at) as *const __m256i)) }
-    }
-
-    /// # Safety
-    /// AVX-512 F and FMA; `w.len() == x.len()`, a multiple of 16.
-    #[target_feature(enable = "avx512f,fma,f16c")]
-    pub(super) unsafe fn dot_tiny(w: &[f16], x: &[f16]) -> f32 {
-        let mut acc = _mm512_setzero_ps();
-        let mut l = 0;
-        while l + 16 <= w.len() {
-            // SAFETY: l + 16 <= len of both slices.
-            acc = unsafe { _mm512_fmadd_ps(load(w, l), load(x, l), acc) };
-            l += 16;
-        }
-        // SAFETY: AVX-512 F is enabled for this function.
-        unsafe { reduce16_avx512(acc) }
     }
 
     /// `dot_tiny` of `N` rows against one `x`.
@@ -261,30 +235,6 @@ mod avx512 {
             out[r] = sum as f32;
         }
         out
-    }
-
-    /// # Safety
-    /// AVX-512 F and FMA; `w.len() == x.len()`.
-    #[target_feature(enable = "avx512f,fma,f16c")]
-    pub(super) unsafe fn dot_vec(w: &[f16], x: &[f16]) -> f32 {
-        let n = w.len();
-        let np = n & !63;
-        let mut a = [_mm512_setzero_ps(); 4];
-        let mut i = 0;
-        while i < np {
-            for (j, acc) in a.iter_mut().enumerate() {
-                // SAFETY: i + 16 j + 16 <= np <= len of both slices.
-                *acc = unsafe { _mm512_fmadd_ps(load(w, i + 16 * j), load(x, i + 16 * j), *acc) };
-            }
-            i += 64;
-        }
-        let s = _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]));
-        // SAFETY: AVX-512 F is enabled for this function.
-        let mut sum = unsafe { reduce16_avx512(s) } as f64;
-        for k in np..n {
-            sum += (w[k].to_f32() * x[k].to_f32()) as f64;
-        }
-        sum as f32
     }
 }
 

@@ -151,28 +151,28 @@ unsafe fn map<const STREAM: bool>(x: &[f32], out: &mut [MaybeUninit<f32>], f: im
     let (xp, op) = (x.as_ptr(), out.as_mut_ptr() as *mut f32);
     let mut i = 0;
     if STREAM {
-        // Unaligned head (masked, like the tail), then aligned vectors.
+        // Streaming stores need aligned lines: an unaligned head first
+        // (masked, like the tail).
         let head = ((16 - (op as usize % 64) / 4) % 16).min(n);
         if head > 0 {
             let k: __mmask16 = (1u16 << head) - 1;
             _mm512_mask_storeu_ps(op, k, f(_mm512_maskz_loadu_ps(k, xp)));
             i = head;
         }
-        while i + 32 <= n {
-            let a = f(_mm512_loadu_ps(xp.add(i)));
-            let b = f(_mm512_loadu_ps(xp.add(i + 16)));
-            _mm512_stream_ps(op.add(i), a);
-            _mm512_stream_ps(op.add(i + 16), b);
-            i += 32;
-        }
-        _mm_sfence();
     }
+    let store = |p: *mut f32, v: __m512| {
+        if STREAM {
+            _mm512_stream_ps(p, v)
+        } else {
+            _mm512_storeu_ps(p, v)
+        }
+    };
     while i + 32 <= n {
         // Two vectors per step: independent chains hide FMA latency.
         let a = f(_mm512_loadu_ps(xp.add(i)));
         let b = f(_mm512_loadu_ps(xp.add(i + 16)));
-        _mm512_storeu_ps(op.add(i), a);
-        _mm512_storeu_ps(op.add(i + 16), b);
+        store(op.add(i), a);
+        store(op.add(i + 16), b);
         i += 32;
     }
     while i < n {
@@ -180,6 +180,11 @@ unsafe fn map<const STREAM: bool>(x: &[f32], out: &mut [MaybeUninit<f32>], f: im
         let v = f(_mm512_maskz_loadu_ps(k, xp.add(i)));
         _mm512_mask_storeu_ps(op.add(i), k, v);
         i += 16;
+    }
+    if STREAM {
+        // Streaming stores are weakly ordered: fence them before the
+        // caller reports the chunk done.
+        _mm_sfence();
     }
 }
 
