@@ -24,7 +24,7 @@ const M_LIST: [usize; 10] = [1, 2, 3, 4, 5, 7, 8, 9, 16, 33];
 const ENCODED_ROWS: usize = 4;
 
 /// Weight types whose llama.cpp paths `qmatmul` does not reproduce yet.
-const PENDING: &[&str] = &["F32", "BF16", "IQ4_NL"];
+const PENDING: &[&str] = &["IQ4_NL"];
 /// Types whose repacked path (llama.cpp's CPU_REPACK buffer, used when
 /// rows % 8 == 0) `qmatmul` reproduces; other repacked fixtures are pending.
 const REPACK_DONE: &[&str] = &["Q4_K", "Q2_K"];

@@ -10,7 +10,7 @@
 //! The cache holds values transposed (`v_trans`, llama.cpp's layout
 //! without flash attention): `vt[h][d]` is a row over cache positions, so
 //! both products are dot products of contiguous f16 rows, in the order of
-//! the path GGML takes for them (f16dot.rs): tinyBLAS when the batch has
+//! the path GGML takes for them (floatdot.rs): tinyBLAS when the batch has
 //! at least two query positions, `ggml_vec_dot_f16` for one. GGML iterates
 //! the query heads as separate matrices, so "two positions" counts
 //! positions, never heads; grouped-query heads read key/value head
@@ -22,7 +22,7 @@
 //! sum. Any `L` that is a multiple of 64 therefore gives the same bits, as
 //! long as the cache holds finite values there (it starts zeroed).
 
-use super::f16dot::{dot, dot_rows, dot_tiny_4x4, F16Path};
+use super::floatdot::{dot, dot_rows, dot_tiny_4x4, FloatOrder};
 use super::softmax::soft_max_ext_row;
 use crate::cpu::copy::input_slice;
 use crate::cpu::{CpuInput, CpuStorage, StorageElement};
@@ -67,7 +67,7 @@ impl<'a> Rows<'a> {
     }
 }
 
-/// Dot products computed together (independent FMA chains; f16dot.rs).
+/// Dot products computed together (independent FMA chains; floatdot.rs).
 const ROWS: usize = 4;
 
 /// Inputs: q f32 `[Hq, T, D]`, k f16 `[Hkv, L, D]`, vt f16 `[Hkv, Dv, L]`,
@@ -87,8 +87,8 @@ fn attend(op: &Op, inputs: &[CpuInput<'_>], scale: f32, groups: bool) -> Result<
     let (hq, t, d) = (qd[0], qd[1], qd[2]);
     let (hkv, l, dv) = (kd[0], kd[1], vd[1]);
     let group = hq / hkv;
-    let kq_path = F16Path::choose(l, d, t);
-    let kqv_path = F16Path::choose(dv, l, t);
+    let kq_path = FloatOrder::choose(l, d, t, 16);
+    let kqv_path = FloatOrder::choose(dv, l, t, 16);
 
     let mut out = vec![0f32; hq * t * dv];
     let work = |(row, o): (usize, &mut [f32])| {
@@ -126,7 +126,7 @@ fn attend(op: &Op, inputs: &[CpuInput<'_>], scale: f32, groups: bool) -> Result<
     if dv == 0 {
         return Ok(vec![CpuStorage::from_vec(out)]);
     }
-    if groups && kq_path == F16Path::TinyBlas && kqv_path == F16Path::TinyBlas && t.is_multiple_of(4) {
+    if groups && kq_path == FloatOrder::TinyBlas && kqv_path == FloatOrder::TinyBlas && t.is_multiple_of(4) {
         // Four query rows of one head at a time (t is a multiple of 4, so
         // no group crosses heads): each key and value row loaded then
         // meets four query rows (`dot_tiny_4x4`).
@@ -192,7 +192,7 @@ fn four_rows(qs: &Queries<'_>, k: &Rows<'_>, vt: &Rows<'_>, group: usize, scale:
     }
     for &j in keys.remainder() {
         for r in 0..4 {
-            scores[r][j] = dot(F16Path::TinyBlas, k.row(hk, j), q16r[r]);
+            scores[r][j] = dot(FloatOrder::TinyBlas, k.row(hk, j), q16r[r]);
         }
     }
     let mut p16 = Vec::with_capacity(4);
@@ -232,7 +232,7 @@ fn four_rows(qs: &Queries<'_>, k: &Rows<'_>, vt: &Rows<'_>, group: usize, scale:
     }
     for c in c..dv {
         for r in 0..4 {
-            o[r * dv + c] = dot(F16Path::TinyBlas, &vt.row(hk, c)[span.clone()], probs[r]);
+            o[r * dv + c] = dot(FloatOrder::TinyBlas, &vt.row(hk, c)[span.clone()], probs[r]);
         }
     }
 }

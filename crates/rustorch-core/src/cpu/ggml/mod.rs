@@ -17,8 +17,9 @@
 //! (tests/ggml_ops.rs, fixtures from tools/gen_ggml_ops_fixtures.py).
 
 pub(crate) mod attention;
+pub(crate) mod bf16dot;
 pub(crate) mod expf;
-pub(crate) mod f16dot;
+pub(crate) mod floatdot;
 pub(crate) mod geglu;
 pub(crate) mod reduce;
 pub(crate) mod softmax;

@@ -13,7 +13,7 @@
 //! result `m x rows`: `out[i][j] = sum_k x[i][k] * w[j][k]`.
 
 mod activations;
-mod f16_path;
+mod float_path;
 mod ggml_panel;
 #[cfg(test)]
 mod ggml_paths_tests;
@@ -209,9 +209,9 @@ pub fn qmatmul_quantized_into(
     if m == 0 || n == 0 {
         return Ok(());
     }
-    if w.qtype == QType::F16 {
-        // llama.cpp's two f16 orders, chosen by shape (see `f16_path`).
-        f16_path::product(w, act, out);
+    if matches!(w.qtype, QType::F32 | QType::F16 | QType::BF16) {
+        // llama.cpp's two float orders, chosen by shape (see `float_path`).
+        float_path::product(w, act, out);
         return Ok(());
     }
     if w.repacked {

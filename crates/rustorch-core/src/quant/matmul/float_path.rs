@@ -1,0 +1,194 @@
+//! F32, F16 and BF16 weights, as llama.cpp multiplies them: the
+//! activations brought to the weight type (`QuantizedRows`; f32 stays
+//! f32), then tinyBLAS's order from two activation rows on (when the
+//! weight rows are a multiple of 4 and the row length of its step) or
+//! `ggml_vec_dot_*`'s otherwise. `crate::cpu::ggml::floatdot` (f16, f32)
+//! and `bf16dot` have both orders; the attention products share them.
+//!
+//! Speed: the vec order (every matvec) computes four weight rows per call,
+//! independent FMA chains that share each activation load; the tinyBLAS
+//! order (prompt batches) computes four weight rows by six activation rows
+//! per call, as tinyBLAS itself does (24 accumulators, ten loads per 24
+//! FMAs; 4x4 measured 1.5x slower for F32 and F16), on tiles of weight
+//! rows that stay in L2 while activation rows go past them.
+
+use super::{OutPtr, QMatRef, QuantizedRows};
+use crate::cpu::ggml::bf16dot;
+use crate::cpu::ggml::floatdot::{self, FloatOrder};
+use crate::quant::QType;
+use half::{bf16, f16};
+use rayon::prelude::*;
+use std::borrow::Cow;
+
+/// One float weight type's dot products in llama.cpp's orders.
+trait FloatDot: floatdot::Elem {
+    /// tinyBLAS's step (its `KN`) on this CPU.
+    fn tiny_step() -> usize {
+        16
+    }
+    fn rows4(order: FloatOrder, w: [&[Self]; 4], x: &[Self]) -> [f32; 4] {
+        floatdot::dot_rows(order, w, x)
+    }
+    fn rows1(order: FloatOrder, w: &[Self], x: &[Self]) -> f32 {
+        floatdot::dot(order, w, x)
+    }
+    fn tiny4x4(w: [&[Self]; 4], x: [&[Self]; 4]) -> [[f32; 4]; 4] {
+        floatdot::dot_tiny_4x4(w, x)
+    }
+    fn tiny4x6(w: [&[Self]; 4], x: [&[Self]; 6]) -> [[f32; 6]; 4] {
+        floatdot::dot_tiny_tile(w, x)
+    }
+    /// Little-endian bytes as values (every bit pattern is one).
+    fn from_le(b: &[u8]) -> Self;
+}
+
+impl FloatDot for f32 {
+    fn from_le(b: &[u8]) -> f32 {
+        f32::from_le_bytes([b[0], b[1], b[2], b[3]])
+    }
+}
+
+impl FloatDot for f16 {
+    fn from_le(b: &[u8]) -> f16 {
+        f16::from_le_bytes([b[0], b[1]])
+    }
+}
+
+impl FloatDot for bf16 {
+    fn tiny_step() -> usize {
+        bf16dot::tiny_step()
+    }
+    fn rows4(order: FloatOrder, w: [&[bf16]; 4], x: &[bf16]) -> [f32; 4] {
+        bf16dot::dot_rows(order, w, x)
+    }
+    fn rows1(order: FloatOrder, w: &[bf16], x: &[bf16]) -> f32 {
+        bf16dot::dot_rows(order, [w], x)[0]
+    }
+    fn tiny4x4(w: [&[bf16]; 4], x: [&[bf16]; 4]) -> [[f32; 4]; 4] {
+        bf16dot::dot_tiny_tile(w, x)
+    }
+    fn tiny4x6(w: [&[bf16]; 4], x: [&[bf16]; 6]) -> [[f32; 6]; 4] {
+        bf16dot::dot_tiny_tile(w, x)
+    }
+    fn from_le(b: &[u8]) -> bf16 {
+        bf16::from_le_bytes([b[0], b[1]])
+    }
+}
+
+/// `bytes` as values of `E`: borrowed when aligned (GGUF tensors and `Vec`
+/// buffers are), else copied.
+fn values<E: FloatDot>(bytes: &[u8]) -> Cow<'_, [E]> {
+    // SAFETY: `E` is f32, f16 or bf16 (the only `FloatDot` types), for
+    // which every bit pattern is a valid value; `align_to` only yields the
+    // aligned middle part. x86 and ARM are little-endian, as GGUF is.
+    let (pre, mid, post) = unsafe { bytes.align_to::<E>() };
+    if pre.is_empty() && post.is_empty() {
+        Cow::Borrowed(mid)
+    } else {
+        let size = std::mem::size_of::<E>();
+        Cow::Owned(bytes.chunks_exact(size).map(E::from_le).collect())
+    }
+}
+
+/// `out = act @ w^T` for F32, F16 or BF16 weights and activations of the
+/// same type (shapes checked by the caller).
+pub(super) fn product(w: &QMatRef<'_>, act: &QuantizedRows, out: &mut [f32]) {
+    match w.qtype() {
+        QType::F32 => typed::<f32>(w, act, out),
+        QType::F16 => typed::<f16>(w, act, out),
+        QType::BF16 => typed::<bf16>(w, act, out),
+        other => unreachable!("float_path called for {other}"),
+    }
+}
+
+/// Weight bytes per tile of the batched order: a tile stays in L2 while
+/// activation rows go past it.
+const TILE_WEIGHT_BYTES: usize = 256 << 10;
+/// Activation rows per tile (whole groups of six).
+const TILE_ACT_ROWS: usize = 60;
+
+fn typed<E: FloatDot>(w: &QMatRef<'_>, act: &QuantizedRows, out: &mut [f32]) {
+    let (m, n, k) = (act.rows(), w.rows(), w.cols());
+    let order = FloatOrder::choose(n, k, m, E::tiny_step());
+    let wv = values::<E>(w.bytes());
+    let av = values::<E>(act.bytes());
+    let (wv, av) = (&wv[..], &av[..]);
+    let wrow = |j: usize| &wv[j * k..(j + 1) * k];
+    let arow = |i: usize| &av[i * k..(i + 1) * k];
+    let out_ptr = OutPtr(out.as_mut_ptr());
+    // Writes output (i, j). SAFETY (for every call): i < m and j < n, and
+    // only the task that owns weight rows j (and, for tiles, activation
+    // rows i) writes it; see `OutPtr`.
+    let put = |i: usize, j: usize, v: f32| unsafe { out_ptr.write(i * n + j, v) };
+
+    let row_bytes = k * std::mem::size_of::<E>();
+    let threads = rayon::current_num_threads().max(1);
+    if order == FloatOrder::VecDot {
+        // Chunks of weight rows that each task streams once (per
+        // activation row), four at a time.
+        let chunk = (n / (threads * 8)).clamp(4, 64).next_multiple_of(4);
+        (0..n.div_ceil(chunk)).into_par_iter().for_each(|c| {
+            let (j0, j1) = (c * chunk, ((c + 1) * chunk).min(n));
+            for i in 0..m {
+                let x = arow(i);
+                let mut j = j0;
+                while j + 4 <= j1 {
+                    let r = E::rows4(order, [wrow(j), wrow(j + 1), wrow(j + 2), wrow(j + 3)], x);
+                    for (d, v) in r.into_iter().enumerate() {
+                        put(i, j + d, v);
+                    }
+                    j += 4;
+                }
+                for j in j..j1 {
+                    put(i, j, E::rows1(order, wrow(j), x));
+                }
+            }
+        });
+        return;
+    }
+
+    // tinyBLAS order: n is a multiple of 4 (`FloatOrder::choose`).
+    let jb = (TILE_WEIGHT_BYTES / row_bytes.max(1))
+        .clamp(4, 64)
+        .min(n.div_ceil(threads * 4))
+        .next_multiple_of(4);
+    let ib = m.min(TILE_ACT_ROWS);
+    let (nj, ni) = (n.div_ceil(jb), m.div_ceil(ib));
+    (0..nj * ni).into_par_iter().for_each(|t| {
+        let (j0, i0) = ((t / ni) * jb, (t % ni) * ib);
+        let (j1, i1) = ((j0 + jb).min(n), (i0 + ib).min(m));
+        let mut i = i0;
+        while i + 6 <= i1 {
+            let x = [arow(i), arow(i + 1), arow(i + 2), arow(i + 3), arow(i + 4), arow(i + 5)];
+            for j in (j0..j1).step_by(4) {
+                let r = E::tiny4x6([wrow(j), wrow(j + 1), wrow(j + 2), wrow(j + 3)], x);
+                for (dj, rj) in r.into_iter().enumerate() {
+                    for (di, v) in rj.into_iter().enumerate() {
+                        put(i + di, j + dj, v);
+                    }
+                }
+            }
+            i += 6;
+        }
+        while i + 4 <= i1 {
+            let x = [arow(i), arow(i + 1), arow(i + 2), arow(i + 3)];
+            for j in (j0..j1).step_by(4) {
+                let r = E::tiny4x4([wrow(j), wrow(j + 1), wrow(j + 2), wrow(j + 3)], x);
+                for (dj, rj) in r.into_iter().enumerate() {
+                    for (di, v) in rj.into_iter().enumerate() {
+                        put(i + di, j + dj, v);
+                    }
+                }
+            }
+            i += 4;
+        }
+        for i in i..i1 {
+            for j in (j0..j1).step_by(4) {
+                let r = E::rows4(order, [wrow(j), wrow(j + 1), wrow(j + 2), wrow(j + 3)], arow(i));
+                for (dj, v) in r.into_iter().enumerate() {
+                    put(i, j + dj, v);
+                }
+            }
+        }
+    });
+}
