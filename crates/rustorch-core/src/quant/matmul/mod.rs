@@ -52,12 +52,26 @@ pub fn vec_dot_type(w: QType) -> Option<QType> {
 
 /// Whether `qmatmul` has a kernel for weights of this type.
 pub fn can_matmul(w: QType) -> bool {
-    vec_dot_type(w).is_some() && kernels::find(w, Isa::Scalar).is_some()
+    is_float(w) || (vec_dot_type(w).is_some() && kernels::find(w, Isa::Scalar).is_some())
+}
+
+/// F32, F16 and BF16, which `float_path` multiplies.
+fn is_float(w: QType) -> bool {
+    matches!(w, QType::F32 | QType::F16 | QType::BF16)
 }
 
 /// The instruction-set level `qmatmul` would use for weights of type `w`
 /// on this CPU (below `Isa::detected()` where no wider kernel exists).
 pub fn kernel_isa(w: QType) -> Option<Isa> {
+    if is_float(w) {
+        // `float_path` runs AVX-512 code where the CPU has it, else
+        // portable code (same bits either way).
+        #[cfg(target_arch = "x86_64")]
+        if crate::cpu::ggml::has_avx512() {
+            return Some(Isa::detected());
+        }
+        return Some(Isa::Scalar);
+    }
     kernels::find(w, Isa::detected()).map(|(isa, _)| isa)
 }
 
@@ -202,18 +216,20 @@ pub fn qmatmul_quantized_into(
     if out.len() != m * n {
         return Err(mismatch(format!("output holds {} values, needs {m} x {n}", out.len())));
     }
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    if is_float(w.qtype) {
+        // llama.cpp's two float orders, chosen by shape (see `float_path`);
+        // the widest code this CPU runs, whatever `isa`: the orders, not
+        // the instructions, decide the bits.
+        float_path::product(w, act, out);
+        return Ok(());
+    }
     let (level, dot) = kernels::find(w.qtype, isa).ok_or(QuantError::Unsupported {
         qtype: w.qtype,
         what: "matmul",
     })?;
-    if m == 0 || n == 0 {
-        return Ok(());
-    }
-    if matches!(w.qtype, QType::F32 | QType::F16 | QType::BF16) {
-        // llama.cpp's two float orders, chosen by shape (see `float_path`).
-        float_path::product(w, act, out);
-        return Ok(());
-    }
     if w.repacked {
         ggml_repack::product(isa, w, act, out);
         return Ok(());

@@ -6,12 +6,12 @@
 //! (`super::vec_dot_type`) covering the same number of values, and returns
 //! their dot product. Each family module answers `kernel(qtype, isa)` for
 //! the exact level it implements; `find` falls back to the next lower
-//! level, down to the scalar kernel that every type has.
+//! level, down to the scalar kernel that every type has. Float weights
+//! (F32, F16, BF16) take `super::float_path` instead.
 
 use super::Isa;
 use crate::quant::QType;
 
-mod float;
 pub(super) mod kquants;
 mod legacy;
 
@@ -74,7 +74,5 @@ pub(crate) fn exact_rows(qtype: QType, isa: Isa) -> Option<DotRowsFn> {
 
 /// The kernel implemented at exactly this level, if any.
 pub(crate) fn exact(qtype: QType, isa: Isa) -> Option<DotFn> {
-    float::kernel(qtype, isa)
-        .or_else(|| legacy::kernel(qtype, isa))
-        .or_else(|| kquants::kernel(qtype, isa))
+    legacy::kernel(qtype, isa).or_else(|| kquants::kernel(qtype, isa))
 }
