@@ -148,11 +148,13 @@ pub(super) fn product(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut 
     let acts: Vec<Act<'_>> = (0..m).map(|i| Act::new(act.row(i))).collect();
     let kernel = kernel(isa, w.qtype() == QType::IQ4NL);
     let threads = rayon::current_num_threads().max(1);
-    // Matvecs: a few chunks per thread. Batches: weight rows that stay in
-    // L2 (about 256 KiB) while the activation rows go past them four at a
-    // time (four rows stay in L1), but at least two chunks per thread.
+    // Matvecs: a few chunks per thread, of at most 128 rows so that idle
+    // threads can take over a busy one's work. Batches: weight rows that
+    // stay in L2 (about 256 KiB) while the activation rows go past them
+    // four at a time (four rows stay in L1), but at least two chunks per
+    // thread.
     let chunk = if m < ACTS {
-        n / (threads * 4)
+        (n / (threads * 4)).min(128)
     } else {
         ((256 << 10) / (w.row_bytes.max(1))).min(n / (threads * 2))
     };
