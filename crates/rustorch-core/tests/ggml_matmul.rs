@@ -24,10 +24,10 @@ const M_LIST: [usize; 10] = [1, 2, 3, 4, 5, 7, 8, 9, 16, 33];
 const ENCODED_ROWS: usize = 4;
 
 /// Weight types whose llama.cpp paths `qmatmul` does not reproduce yet.
-const PENDING: &[&str] = &["IQ4_NL"];
+const PENDING: &[&str] = &[];
 /// Types whose repacked path (llama.cpp's CPU_REPACK buffer, used when
 /// rows % 8 == 0) `qmatmul` reproduces; other repacked fixtures are pending.
-const REPACK_DONE: &[&str] = &["Q4_K", "Q2_K"];
+const REPACK_DONE: &[&str] = &["Q4_0", "IQ4_NL", "Q4_K", "Q2_K"];
 
 fn dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/ggml_matmul")

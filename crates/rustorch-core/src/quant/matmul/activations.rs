@@ -74,6 +74,20 @@ impl QuantizedRows {
         })
     }
 
+    /// Rows given as their encoded bytes, for tests that feed kernels
+    /// quants no quantizer produces together (extremes, random scales).
+    #[cfg(test)]
+    pub(crate) fn from_bytes(dot_type: QType, rows: usize, cols: usize, bytes: Vec<u8>) -> Option<Self> {
+        let row_bytes = dot_type.bytes_for(cols)?;
+        (bytes.len() == rows * row_bytes).then_some(QuantizedRows {
+            dot_type,
+            rows,
+            cols,
+            row_bytes,
+            bytes,
+        })
+    }
+
     pub fn dot_type(&self) -> QType {
         self.dot_type
     }

@@ -1,5 +1,5 @@
-//! Q4_K and Q2_K weights that llama.cpp repacks, multiplied in its
-//! repacked order.
+//! Weights that llama.cpp repacks, multiplied in its repacked order:
+//! Q4_K and Q2_K here, Q4_0 and IQ4_NL in `ggml_repack_b32`.
 //!
 //! llama.cpp's model loader puts every 2-D Q4_K weight with a multiple of 8
 //! rows into its CPU_REPACK buffer on AVX2 CPUs, and Q2_K ones on AVX-512
@@ -38,16 +38,22 @@ use crate::quant::blocks::{BlockQ2K, BlockQ4K};
 use crate::quant::QType;
 
 /// Whether llama.cpp (on an AVX-512 CPU) would repack a weight matrix of this
-/// type and row count, and so multiply it in this module's order.
+/// type and row count, and so multiply it in its repacked order: Q4_0,
+/// IQ4_NL (`ggml_repack_b32`), Q4_K and Q2_K (this module) with a
+/// multiple of 8 rows (`ggml_repack_get_optimal_repack_type`).
 pub fn llama_repacks(qtype: QType, rows: usize) -> bool {
-    matches!(qtype, QType::Q4K | QType::Q2K) && rows.is_multiple_of(8)
+    matches!(qtype, QType::Q4_0 | QType::IQ4NL | QType::Q4K | QType::Q2K) && rows.is_multiple_of(8)
 }
 
 /// `out = act @ w^T` in llama.cpp's repacked order (shapes and types
-/// checked by the caller; `w` is Q4_K or Q2_K, `act` Q8_K). Each weight row's
-/// super-blocks are unpacked once (`ggml_superblock`), then met by every
-/// activation row.
+/// checked by the caller; `w` is one of the types `llama_repacks`, `act`
+/// its dot type). Q4_K and Q2_K: each weight row's super-blocks are
+/// unpacked once (`ggml_superblock`), then met by every activation row.
 pub(super) fn product(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut [f32]) {
+    if matches!(w.qtype(), QType::Q4_0 | QType::IQ4NL) {
+        super::ggml_repack_b32::product(isa, w, act, out);
+        return;
+    }
     let m = act.rows();
     let gemm_rows = m - m % 4;
     let acts = q8k_rows(act);

@@ -18,6 +18,9 @@ mod ggml_panel;
 #[cfg(test)]
 mod ggml_paths_tests;
 mod ggml_repack;
+mod ggml_repack_b32;
+#[cfg(target_arch = "x86_64")]
+mod ggml_repack_b32_x86;
 mod ggml_repack_gemv;
 mod ggml_superblock;
 mod ggml_tiled;
@@ -230,6 +233,12 @@ pub fn qmatmul_quantized_into(
         qtype: w.qtype,
         what: "matmul",
     })?;
+    // llama.cpp's batched path (tinyBLAS, m >= 2) sums IQ4_NL in another
+    // order than its matvec; the four-row kernels follow the batched one.
+    let dot = match kernels::batch(w.qtype, level) {
+        Some(batch) if m > 1 => batch,
+        _ => dot,
+    };
     if w.repacked {
         ggml_repack::product(isa, w, act, out);
         return Ok(());

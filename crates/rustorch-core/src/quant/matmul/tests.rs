@@ -34,8 +34,9 @@ fn batched_outputs_equal_one_row_kernels() {
         QType::Q5K,
         QType::Q6K,
     ];
-    // (No K-quant type has a multiple of 8 rows here: llama.cpp repacks
-    // those Q4_K weights and sums them in another order, `ggml_repack`.)
+    // (No type has a multiple of 8 rows here: llama.cpp repacks those
+    // Q4_0, IQ4_NL and Q4_K weights and sums them in another order,
+    // `ggml_repack`.)
     // F16 is not here: llama.cpp sums it in another order from two
     // activation rows on (tinyBLAS, not ggml_vec_dot_f16), and so does
     // `qmatmul`; tests/ggml_matmul.rs checks both paths against llama.cpp.
@@ -54,7 +55,10 @@ fn batched_outputs_equal_one_row_kernels() {
                 for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
                     let mut out = vec![f32::NAN; m * rows];
                     qmatmul_quantized_into(isa, &mat, &act, &mut out).unwrap();
-                    let (_, one) = kernels::find(qtype, isa).unwrap();
+                    let (level, one) = kernels::find(qtype, isa).unwrap();
+                    // IQ4_NL: llama.cpp's batches (tinyBLAS) sum in another
+                    // order than its matvecs (`kernels::batch`).
+                    let one = kernels::batch(qtype, level).filter(|_| m > 1).unwrap_or(one);
                     for i in 0..m {
                         for j in 0..rows {
                             let wr = &w.bytes()[j * mat.row_bytes..(j + 1) * mat.row_bytes];

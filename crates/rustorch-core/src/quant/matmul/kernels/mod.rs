@@ -72,6 +72,13 @@ pub(crate) fn exact_rows(qtype: QType, isa: Isa) -> Option<DotRowsFn> {
     legacy::rows_kernel(qtype, isa).or_else(|| kquants::rows_kernel(qtype, isa))
 }
 
+/// The kernel for products of two or more activation rows at exactly this
+/// level where llama.cpp uses another order for those than for matvecs
+/// (IQ4_NL: tinyBLAS); `None` where the `DotFn` of `find` serves both.
+pub(crate) fn batch(qtype: QType, isa: Isa) -> Option<DotFn> {
+    legacy::batch_kernel(qtype, isa)
+}
+
 /// The kernel implemented at exactly this level, if any.
 pub(crate) fn exact(qtype: QType, isa: Isa) -> Option<DotFn> {
     legacy::kernel(qtype, isa).or_else(|| kquants::kernel(qtype, isa))

@@ -16,7 +16,7 @@
 //! unsigned `q + OFF` and `OFF * sum(a)` is taken off per lane (exact in
 //! i32); the scales of four outputs are converted by one `vcvtph2ps`.
 
-use super::{blocks, blocks4, Layout, W4_0, W4_1, W5_0, W5_1, W8_0};
+use super::{blocks, blocks4, Layout, WIq4Nl, W4_0, W4_1, W5_0, W5_1, W8_0};
 use std::arch::x86_64::*;
 
 /// A weight type's blocks as unsigned bytes `q + OFF` in element order.
@@ -156,6 +156,31 @@ impl Unsigned for W8_0 {
             );
             _mm512_xor_si512(x, _mm512_set1_epi8(i8::MIN))
         }
+    }
+}
+
+/// IQ4_NL's levels plus 128 (1..=241), for `vpshufb` in each 128-bit lane.
+#[inline(always)]
+pub(super) unsafe fn iq4nl_table() -> __m512i {
+    let t = crate::quant::blocks::KVALUES_IQ4NL.map(|v| (v as i16 + 128) as u8);
+    // SAFETY: 16 bytes; AVX-512F in the kernel.
+    unsafe { _mm512_broadcast_i32x4(_mm_loadu_si128(t.as_ptr().cast())) }
+}
+
+impl Unsigned for WIq4Nl {
+    const OFF: u8 = 128;
+
+    #[inline(always)]
+    unsafe fn one(w: *const u8) -> __m256i {
+        // SAFETY: a whole block at `w` (caller): qs at 2..18; AVX-512 in
+        // the kernel. Nibbles to levels + 128 by table lookup.
+        unsafe { _mm256_shuffle_epi8(_mm512_castsi512_si256(iq4nl_table()), nib1(w.add(2))) }
+    }
+
+    #[inline(always)]
+    unsafe fn two(w0: *const u8, w1: *const u8) -> __m512i {
+        // SAFETY: whole blocks at `w0` and `w1` (caller).
+        unsafe { _mm512_shuffle_epi8(iq4nl_table(), nib2(w0.add(2), w1.add(2))) }
     }
 }
 

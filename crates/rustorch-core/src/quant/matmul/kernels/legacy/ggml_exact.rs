@@ -12,8 +12,8 @@
 //! decides the bits. (Q4_0 weights with rows % 8 == 0 are repacked by
 //! llama.cpp and take another path.)
 
-use super::{Layout, W4_0, W4_1, W5_0, W5_1};
-use crate::quant::blocks::f16_to_f32;
+use super::{Layout, WIq4Nl, W4_0, W4_1, W5_0, W5_1};
+use crate::quant::blocks::{f16_to_f32, KVALUES_IQ4NL};
 
 /// llama.cpp's `hsum` of eight f32 lanes (`hsum_float_8`).
 #[inline(always)]
@@ -61,6 +61,12 @@ impl Decode for W5_0 {
 impl Decode for W5_1 {
     fn quants(b: &[u8]) -> [i32; 32] {
         fives(&b[4..8], &b[8..24], 0)
+    }
+}
+
+impl Decode for WIq4Nl {
+    fn quants(b: &[u8]) -> [i32; 32] {
+        nibbles(&b[2..18], 0).map(|q| KVALUES_IQ4NL[q as usize] as i32)
     }
 }
 

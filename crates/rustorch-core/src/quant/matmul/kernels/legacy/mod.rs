@@ -8,13 +8,15 @@
 //!
 //! Every level computes, per block, an exact integer dot product of the
 //! weight quants with the activation quants and scales it by
-//! `d_w * d_a` in f32. Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 follow llama.cpp's
-//! x86 float order at every level, bit for bit (`ggml_exact`,
-//! `ggml_q8_0`; with AVX-512 VNNI the four-output matvec and batch
-//! kernels of `exact512` and the four-by-four batch kernel of `tile512`).
-//! For Q8_1 and IQ4_NL, `scalar` follows llama.cpp's generic
-//! `ggml_vec_dot_*` float operations; their SIMD levels keep the integer
-//! parts exact but sum the scaled partial products in another order.
+//! `d_w * d_a` in f32. Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and IQ4_NL follow
+//! llama.cpp's x86 float order at every level, bit for bit (`ggml_exact`,
+//! `ggml_q8_0`, `ggml_iq4_nl`; with AVX-512 VNNI the four-output matvec
+//! and batch kernels of `exact512` and the four-by-four batch kernel of
+//! `tile512`). For Q8_1 (no llama.cpp matmul type), `scalar` follows the
+//! generic `ggml_vec_dot_*` float operations; its SIMD levels keep the
+//! integer parts exact but sum the scaled partial products in another
+//! order. (Q4_0 and IQ4_NL weights that llama.cpp repacks take
+//! `ggml_repack`'s order instead.)
 
 use super::{DotColsFn, DotFn, DotRowsFn, DotTileFn};
 use crate::quant::matmul::Isa;
@@ -25,6 +27,7 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod exact512;
 mod ggml_exact;
+mod ggml_iq4_nl;
 mod ggml_q8_0;
 mod scalar;
 #[cfg(test)]
@@ -44,7 +47,7 @@ pub(super) fn kernel(qtype: QType, isa: Isa) -> Option<DotFn> {
             Q5_1 => ggml_exact::dot_scalar::<W5_1>,
             Q8_0 => ggml_q8_0::dot_scalar,
             Q8_1 => scalar::dot_q8_1,
-            IQ4NL => scalar::dot_iq4_nl,
+            IQ4NL => ggml_iq4_nl::dot_scalar,
             _ => return None,
         },
         #[cfg(target_arch = "x86_64")]
@@ -55,7 +58,7 @@ pub(super) fn kernel(qtype: QType, isa: Isa) -> Option<DotFn> {
             Q5_1 => ggml_exact::dot_avx2::<W5_1>,
             Q8_0 => ggml_q8_0::dot_avx2,
             Q8_1 => avx2::dot::<W8_1>,
-            IQ4NL => avx2::dot::<WIq4Nl>,
+            IQ4NL => ggml_iq4_nl::dot_avx2,
             _ => return None,
         },
         #[cfg(target_arch = "x86_64")]
@@ -66,7 +69,7 @@ pub(super) fn kernel(qtype: QType, isa: Isa) -> Option<DotFn> {
             Q5_1 => ggml_exact::dot_avx2::<W5_1>,
             Q8_0 => ggml_q8_0::dot_avx2,
             Q8_1 => vnni::dot::<W8_1>,
-            IQ4NL => vnni::dot::<WIq4Nl>,
+            IQ4NL => ggml_iq4_nl::dot_avx2,
             _ => return None,
         },
         #[cfg(not(target_arch = "x86_64"))]
@@ -75,15 +78,30 @@ pub(super) fn kernel(qtype: QType, isa: Isa) -> Option<DotFn> {
     Some(k)
 }
 
+/// The kernel at exactly `isa` for products of two or more activation
+/// rows where llama.cpp computes those in another order than its
+/// `vec_dot` (IQ4_NL: tinyBLAS sums every block into one accumulator, as
+/// for Q4_0, where `ggml_vec_dot_iq4_nl_q8_0` alternates two); `None`
+/// where `kernel` serves both.
+pub(super) fn batch_kernel(qtype: QType, isa: Isa) -> Option<DotFn> {
+    let k: DotFn = match (qtype, isa) {
+        (QType::IQ4NL, Isa::Scalar) => ggml_exact::dot_scalar::<WIq4Nl>,
+        #[cfg(target_arch = "x86_64")]
+        (QType::IQ4NL, Isa::Avx2 | Isa::Avx512Vnni) => ggml_exact::dot_avx2::<WIq4Nl>,
+        _ => return None,
+    };
+    Some(k)
+}
+
 /// The one-weight-row, four-activation-row kernel at exactly `isa`, if
-/// any; its results equal four calls of `kernel(qtype, isa)` bit for bit.
+/// any; its results equal four calls of `batch_kernel(qtype, isa)` (or
+/// `kernel` where that is `None`) bit for bit.
 pub(super) fn rows_kernel(qtype: QType, isa: Isa) -> Option<DotRowsFn> {
     use QType::*;
     let k: DotRowsFn = match isa {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => match qtype {
             Q8_1 => avx2::dot4::<W8_1>,
-            IQ4NL => avx2::dot4::<WIq4Nl>,
             _ => return None,
         },
         #[cfg(target_arch = "x86_64")]
@@ -94,7 +112,7 @@ pub(super) fn rows_kernel(qtype: QType, isa: Isa) -> Option<DotRowsFn> {
             Q5_1 => exact512::dot_rows::<W5_1>,
             Q8_0 => exact512::dot_rows::<W8_0>,
             Q8_1 => vnni::dot4::<W8_1>,
-            IQ4NL => vnni::dot4::<WIq4Nl>,
+            IQ4NL => exact512::dot_rows::<WIq4Nl>,
             _ => return None,
         },
         _ => return None,
@@ -123,8 +141,8 @@ pub(super) fn cols_kernel(qtype: QType, isa: Isa) -> Option<DotColsFn> {
 }
 
 /// Four weight rows against four activation rows at exactly `isa`, if
-/// any: `out[r][i]` equals `kernel(qtype, isa)` on `w[r]`, `a[i]` bit for
-/// bit.
+/// any: `out[r][i]` equals `batch_kernel(qtype, isa)` (or `kernel`) on
+/// `w[r]`, `a[i]` bit for bit.
 pub(super) fn tile_kernel(qtype: QType, isa: Isa) -> Option<DotTileFn> {
     use QType::*;
     let k: DotTileFn = match isa {
@@ -135,6 +153,7 @@ pub(super) fn tile_kernel(qtype: QType, isa: Isa) -> Option<DotTileFn> {
             Q5_0 => tile512::dot_tile::<W5_0>,
             Q5_1 => tile512::dot_tile::<W5_1>,
             Q8_0 => tile512::dot_tile::<W8_0>,
+            IQ4NL => tile512::dot_tile::<WIq4Nl>,
             _ => return None,
         },
         _ => return None,

@@ -14,7 +14,7 @@
 //! of the exact sum of its terms, gamma(n) = n * u / (1 - n * u); two
 //! kernels are within twice that of each other.
 
-use super::{cols_kernel, kernel, rows_kernel, tile_kernel};
+use super::{batch_kernel, cols_kernel, kernel, rows_kernel, tile_kernel};
 use crate::quant::blocks::{f16_to_f32, f32_to_f16, KVALUES_IQ4NL};
 use crate::quant::matmul::{qmatmul_isa, vec_dot_type, Isa, QMatRef, QuantizedRows};
 use crate::quant::{dequantize, QType};
@@ -219,6 +219,16 @@ fn call(qtype: QType, isa: Isa, w: &[u8], a: &[u8]) -> f32 {
     unsafe { k(w, a) }
 }
 
+/// `call` with the kernel of batched products (`batch_kernel`, which the
+/// four-row and four-by-four kernels follow) where a type has one.
+fn call_batch(qtype: QType, isa: Isa, w: &[u8], a: &[u8]) -> f32 {
+    match batch_kernel(qtype, isa) {
+        // SAFETY: as in `call`.
+        Some(k) => unsafe { k(w, a) },
+        None => call(qtype, isa, w, a),
+    }
+}
+
 /// Activation rows of both kinds: raw random blocks, and the quantization
 /// of random floats (with an all-zero stretch) by the activation encoder.
 fn act_rows(dot: QType, n: usize, rng: &mut Rng) -> Vec<Vec<u8>> {
@@ -370,11 +380,8 @@ fn qmatmul_matches_reference() {
                         let wr = &wbytes[j * row_bytes..(j + 1) * row_bytes];
                         let got = out[i * rows + j];
                         if isa == Isa::Scalar {
-                            assert_eq!(
-                                got,
-                                call(qtype, Isa::Scalar, wr, act.row(i)),
-                                "{qtype} m={m} ({i}, {j})"
-                            );
+                            let one = if m > 1 { call_batch } else { call };
+                            assert_eq!(got, one(qtype, Isa::Scalar, wr, act.row(i)), "{qtype} m={m} ({i}, {j})");
                         }
                         let want = dequant_dot(qtype, wr, act.row(i), cols);
                         let (mag, s_err) = bounds(qtype, wr, act.row(i));
@@ -426,7 +433,7 @@ fn four_row_kernels_equal_one_row_kernels() {
                     // have the weight row's block count.
                     unsafe { k4(&w, a, &mut out) };
                     for r in 0..4 {
-                        let want = call(qtype, isa, &w, a[r]);
+                        let want = call_batch(qtype, isa, &w, a[r]);
                         assert!(same(out[r], want), "{qtype} {isa} n={n} row {r}: {} vs {want}", out[r]);
                     }
                 }
@@ -444,8 +451,15 @@ fn four_row_kernels_equal_one_row_kernels() {
 }
 
 /// The types whose kernels follow llama.cpp's x86 order (ggml_q8_0,
-/// ggml_exact): the same bits at every level.
-const LLAMA_ORDER: [QType; 5] = [QType::Q4_0, QType::Q4_1, QType::Q5_0, QType::Q5_1, QType::Q8_0];
+/// ggml_exact, ggml_iq4_nl): the same bits at every level.
+const LLAMA_ORDER: [QType; 6] = [
+    QType::Q4_0,
+    QType::Q4_1,
+    QType::Q5_0,
+    QType::Q5_1,
+    QType::Q8_0,
+    QType::IQ4NL,
+];
 
 #[test]
 fn llama_order_kernels_agree_bit_for_bit_across_levels() {
@@ -457,9 +471,15 @@ fn llama_order_kernels_agree_bit_for_bit_across_levels() {
                 let w = weight_row(qtype, n / 32, &mut rng);
                 for a in act_rows(dot, n, &mut rng) {
                     let want = call(qtype, Isa::Scalar, &w, &a);
+                    let want_batch = call_batch(qtype, Isa::Scalar, &w, &a);
                     for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
                         let got = call(qtype, isa, &w, &a);
                         assert!(same(got, want), "{qtype} {isa} n={n}: {got} vs scalar {want}");
+                        let got = call_batch(qtype, isa, &w, &a);
+                        assert!(
+                            same(got, want_batch),
+                            "{qtype} {isa} n={n} batch: {got} vs scalar {want_batch}"
+                        );
                     }
                 }
             }
@@ -515,7 +535,7 @@ fn four_by_four_kernels_equal_one_row_kernels() {
                 unsafe { k16(w, a, &mut out) };
                 for r in 0..4 {
                     for i in 0..4 {
-                        let want = call(qtype, isa, w[r], a[i]);
+                        let want = call_batch(qtype, isa, w[r], a[i]);
                         let got = out[r][i];
                         assert!(same(got, want), "{qtype} {isa} n={n} ({r}, {i}): {got} vs {want}");
                     }

@@ -11,7 +11,7 @@
 //! sequence is the scalar kernel's, so the bits are the same.
 
 use super::exact512::Unsigned;
-use super::{Layout, W4_0, W4_1, W5_0, W5_1, W8_0};
+use super::{Layout, WIq4Nl, W4_0, W4_1, W5_0, W5_1, W8_0};
 use std::arch::x86_64::*;
 
 /// A weight block decoded to unsigned `q + OFF` in both 256-bit halves.
@@ -50,6 +50,14 @@ impl Broadcast for W4_0 {
     unsafe fn both(w: *const u8) -> __m512i {
         // SAFETY: a whole block at `w` (caller): qs at 2..18.
         unsafe { nib_both(w.add(2)) }
+    }
+}
+
+impl Broadcast for WIq4Nl {
+    #[inline(always)]
+    unsafe fn both(w: *const u8) -> __m512i {
+        // SAFETY: a whole block at `w` (caller): qs at 2..18; levels + 128.
+        unsafe { _mm512_shuffle_epi8(super::exact512::iq4nl_table(), nib_both(w.add(2))) }
     }
 }
 

@@ -10,8 +10,8 @@
 //! Blocks left over (fewer than eight) go through the AVX2 block code.
 
 use super::avx2::{hsum128, pack4, u16_at, Avx2Dot};
-use super::{blocks, blocks4, Layout, WIq4Nl, W4_0, W4_1, W5_0, W5_1, W8_0, W8_1};
-use crate::quant::blocks::{f16_to_f32, KVALUES_IQ4NL};
+use super::{blocks, blocks4, Layout, W4_0, W4_1, W5_0, W5_1, W8_0, W8_1};
+use crate::quant::blocks::f16_to_f32;
 use std::arch::x86_64::*;
 
 /// The integer work of one weight type on two consecutive blocks.
@@ -351,30 +351,5 @@ impl VnniDot for W8_1 {
     unsafe fn decode2(w: *const u8) -> __m512i {
         // SAFETY: two whole blocks at `w` (caller): qs at 4..36.
         unsafe { unsigned(bytes2(w.add(4), Self::W_BYTES)) }
-    }
-}
-
-/// The IQ4_NL levels plus 128 (1..=241), unsigned.
-const KVALUES_U: [u8; 16] = {
-    let mut t = [0u8; 16];
-    let mut i = 0;
-    while i < 16 {
-        t[i] = (KVALUES_IQ4NL[i] as i16 + 128) as u8;
-        i += 1;
-    }
-    t
-};
-
-impl VnniDot for WIq4Nl {
-    const OFF: u8 = 128;
-
-    #[inline(always)]
-    unsafe fn decode2(w: *const u8) -> __m512i {
-        // SAFETY: two whole blocks at `w` (caller): qs at 2..18. Looking
-        // the nibbles up in the shifted table gives level + 128.
-        unsafe {
-            let table = _mm512_broadcast_i32x4(_mm_loadu_si128(KVALUES_U.as_ptr().cast()));
-            _mm512_shuffle_epi8(table, nibbles2(w.add(2), Self::W_BYTES))
-        }
     }
 }
