@@ -126,11 +126,7 @@ fn dot_tiny_dp(w: &[bf16], x: &[bf16]) -> f32 {
 /// The f64 sum `ggml_vec_dot_bf16` ends with: two reduced accumulators,
 /// then each product after the last full step.
 fn vec_finish(r1: f32, r2: f32, w: &[bf16], x: &[bf16]) -> f32 {
-    let mut sum = r1 as f64 + r2 as f64;
-    for (a, b) in w.iter().zip(x) {
-        sum += (a.to_f32() * b.to_f32()) as f64;
-    }
-    sum as f32
+    floatdot::f64_tail(r1 as f64 + r2 as f64, w, x, bf16::to_f32)
 }
 
 /// `ggml_vec_dot_bf16` with `vdpbf16ps` (portable).

@@ -59,17 +59,24 @@ pub(crate) trait Elem: Copy + Send + Sync + 'static {
     unsafe fn load16(p: *const Self) -> std::arch::x86_64::__m512;
 }
 
+/// `start` plus each product `w[i] * x[i]` (exact in f32 for 16-bit
+/// floats) added in f64, rounded to f32 at the end: GGML's `ggml_float`
+/// tails.
+pub(crate) fn f64_tail<E: Copy>(start: f64, w: &[E], x: &[E], to_f32: fn(E) -> f32) -> f32 {
+    let mut sum = start;
+    for (a, b) in w.iter().zip(x) {
+        sum += (to_f32(*a) * to_f32(*b)) as f64;
+    }
+    sum as f32
+}
+
 impl Elem for f16 {
     #[inline(always)]
     fn madd(acc: f32, w: f16, x: f16) -> f32 {
         acc + w.to_f32() * x.to_f32()
     }
     fn vec_tail(reduced: f32, w: &[f16], x: &[f16]) -> f32 {
-        let mut sum = reduced as f64;
-        for (a, b) in w.iter().zip(x) {
-            sum += (a.to_f32() * b.to_f32()) as f64;
-        }
-        sum as f32
+        f64_tail(reduced as f64, w, x, f16::to_f32)
     }
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
@@ -108,11 +115,7 @@ impl Elem for bf16 {
         acc + w.to_f32() * x.to_f32()
     }
     fn vec_tail(reduced: f32, w: &[bf16], x: &[bf16]) -> f32 {
-        let mut sum = reduced as f64;
-        for (a, b) in w.iter().zip(x) {
-            sum += (a.to_f32() * b.to_f32()) as f64;
-        }
-        sum as f32
+        f64_tail(reduced as f64, w, x, bf16::to_f32)
     }
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
