@@ -37,10 +37,8 @@ trait FloatDot: floatdot::Elem {
     fn rows1(order: FloatOrder, w: &[Self], x: &[Self]) -> f32 {
         floatdot::dot(order, w, x)
     }
-    fn tiny4x4(w: [&[Self]; 4], x: [&[Self]; 4]) -> [[f32; 4]; 4] {
-        floatdot::dot_tiny_4x4(w, x)
-    }
-    fn tiny4x6(w: [&[Self]; 4], x: [&[Self]; 6]) -> [[f32; 6]; 4] {
+    /// Four weight rows against `C` activation rows in tinyBLAS's order.
+    fn tiny_tile<const C: usize>(w: [&[Self]; 4], x: [&[Self]; C]) -> [[f32; C]; 4] {
         floatdot::dot_tiny_tile(w, x)
     }
     /// Little-endian bytes as values (every bit pattern is one).
@@ -70,10 +68,7 @@ impl FloatDot for bf16 {
     fn rows1(order: FloatOrder, w: &[bf16], x: &[bf16]) -> f32 {
         bf16dot::dot_rows(order, [w], x)[0]
     }
-    fn tiny4x4(w: [&[bf16]; 4], x: [&[bf16]; 4]) -> [[f32; 4]; 4] {
-        bf16dot::dot_tiny_tile(w, x)
-    }
-    fn tiny4x6(w: [&[bf16]; 4], x: [&[bf16]; 6]) -> [[f32; 6]; 4] {
+    fn tiny_tile<const C: usize>(w: [&[bf16]; 4], x: [&[bf16]; C]) -> [[f32; C]; 4] {
         bf16dot::dot_tiny_tile(w, x)
     }
     fn from_le(b: &[u8]) -> bf16 {
@@ -163,38 +158,36 @@ fn typed<E: FloatDot>(w: &QMatRef<'_>, act: &QuantizedRows, out: &mut [f32]) {
     (0..nj * ni).into_par_iter().for_each(|t| {
         let (j0, i0) = ((t / ni) * jb, (t % ni) * ib);
         let (j1, i1) = ((j0 + jb).min(n), (i0 + ib).min(m));
-        let mut i = i0;
-        while i + 6 <= i1 {
-            let x = [arow(i), arow(i + 1), arow(i + 2), arow(i + 3), arow(i + 4), arow(i + 5)];
-            for j in (j0..j1).step_by(4) {
-                let r = E::tiny4x6([wrow(j), wrow(j + 1), wrow(j + 2), wrow(j + 3)], x);
-                for (dj, rj) in r.into_iter().enumerate() {
-                    for (di, v) in rj.into_iter().enumerate() {
-                        put(i + di, j + dj, v);
-                    }
-                }
-            }
-            i += 6;
-        }
-        while i + 4 <= i1 {
-            let x = [arow(i), arow(i + 1), arow(i + 2), arow(i + 3)];
-            for j in (j0..j1).step_by(4) {
-                let r = E::tiny4x4([wrow(j), wrow(j + 1), wrow(j + 2), wrow(j + 3)], x);
-                for (dj, rj) in r.into_iter().enumerate() {
-                    for (di, v) in rj.into_iter().enumerate() {
-                        put(i + di, j + dj, v);
-                    }
-                }
-            }
-            i += 4;
-        }
-        for i in i..i1 {
-            for j in (j0..j1).step_by(4) {
-                let r = E::rows4(order, [wrow(j), wrow(j + 1), wrow(j + 2), wrow(j + 3)], arow(i));
-                for (dj, v) in r.into_iter().enumerate() {
-                    put(i, j + dj, v);
-                }
-            }
-        }
+        // Groups of six activation rows, then of four, then single rows:
+        // the same order (tinyBLAS's), only the register tile differs.
+        let i = tile_groups::<E, 6>(i0, i1, j0..j1, &wrow, &arow, &put);
+        let i = tile_groups::<E, 4>(i, i1, j0..j1, &wrow, &arow, &put);
+        tile_groups::<E, 1>(i, i1, j0..j1, &wrow, &arow, &put);
     });
+}
+
+/// Activation rows `i..i1` in groups of `C` (while whole groups remain)
+/// against weight rows `js` four at a time (`js` holds whole fours), in
+/// tinyBLAS's order; returns the first activation row left.
+fn tile_groups<'a, E: FloatDot, const C: usize>(
+    mut i: usize,
+    i1: usize,
+    js: std::ops::Range<usize>,
+    wrow: &impl Fn(usize) -> &'a [E],
+    arow: &impl Fn(usize) -> &'a [E],
+    put: &impl Fn(usize, usize, f32),
+) -> usize {
+    while i + C <= i1 {
+        let x: [&[E]; C] = std::array::from_fn(|c| arow(i + c));
+        for j in js.clone().step_by(4) {
+            let r = E::tiny_tile([wrow(j), wrow(j + 1), wrow(j + 2), wrow(j + 3)], x);
+            for (dj, rj) in r.into_iter().enumerate() {
+                for (di, v) in rj.into_iter().enumerate() {
+                    put(i + di, j + dj, v);
+                }
+            }
+        }
+        i += C;
+    }
+    i
 }
