@@ -3,8 +3,11 @@
 the same machine, reported as GB/s of weights streamed beside this
 machine's measured memory read bandwidth.
 
-usage: python3 bench/compare_llamacpp_quant.py [--threads N] [--filter SUBSTR]
+usage: python3 bench/compare_llamacpp_quant.py [--threads N] [--filter REGEX] [--rounds R]
                                                [--skip-rust] [--skip-llamacpp] [--llamacpp-bin DIR]
+--rounds R runs both sides R times, alternating, and reports the median of
+each side and the spread of the per-round ratios: on a noisy machine one
+run of each can differ by 20% from the next.
 RUSTORCH_BENCH_CPUS=0,1 pins llama.cpp to those cores (pin the whole script
 with taskset too, so both sides run on the same cores).
 
@@ -64,6 +67,15 @@ def criterion_seconds(bid):
         return None
     with open(path) as f:
         return json.load(f)["mean"]["point_estimate"] * 1e-9
+
+
+def median(values):
+    """Median of floats; a non-float entry ("unsupported") is passed through."""
+    if not all(isinstance(v, float) for v in values):
+        return values[0]
+    v = sorted(values)
+    mid = len(v) // 2
+    return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
 
 
 def run_rust(threads, filt):
@@ -128,6 +140,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--filter", default="")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="alternate RusTorch and llama.cpp this many times; report medians")
     ap.add_argument("--skip-rust", action="store_true")
     ap.add_argument("--skip-llamacpp", action="store_true")
     ap.add_argument("--llamacpp-bin", help="folder with test-backend-ops (default: tools/build_llamacpp.sh)")
@@ -137,31 +151,54 @@ def main():
     for group, rows, cols, batch in SHAPES:
         for name, tid, bs, ts in TYPES:
             bid = bench_id(group, name, rows, cols, batch)
-            if args.filter in bid:
+            if re.search(args.filter, bid):
                 cases.append((bid, name, tid, bs, ts, rows, cols, batch))
 
-    if not args.skip_rust:
-        run_rust(args.threads, args.filter)
-        if args.filter and "membw" not in args.filter:
-            run_rust(args.threads, "membw")
-    llama = {} if args.skip_llamacpp else run_llamacpp(args.threads, cases, args.llamacpp_bin)
+    ours_runs = {bid: [] for bid, *_ in cases}
+    llama_runs = {bid: [] for bid, *_ in cases}
+    for _ in range(max(1, args.rounds)):
+        if not args.skip_rust:
+            run_rust(args.threads, args.filter)
+            for bid in ours_runs:
+                t = criterion_seconds(bid)
+                if t:
+                    ours_runs[bid].append(t)
+        if not args.skip_llamacpp:
+            for bid, t in run_llamacpp(args.threads, cases, args.llamacpp_bin).items():
+                if bid in llama_runs:
+                    llama_runs[bid].append(t)
+    if not args.skip_rust and args.filter and "membw" not in args.filter:
+        run_rust(args.threads, "membw")
+    llama = {bid: median(ts) for bid, ts in llama_runs.items() if ts}
+    ours_of = {bid: median(ts) for bid, ts in ours_runs.items() if ts}
+    if args.skip_rust:
+        ours_of = {bid: criterion_seconds(bid) for bid in ours_runs}
 
     bw = criterion_seconds("membw/read_1GiB")
     bw_gbs = (1 << 30) / bw / 1e9 if bw else None
     print(f"\nthreads: {args.threads}; memory read bandwidth (membw/read_1GiB): "
           + (f"{bw_gbs:.1f} GB/s" if bw_gbs else "not measured"))
     print("GB/s = bytes of weights / time per product (activation quantization included)\n")
-    print("| benchmark | weights | RusTorch | GB/s | llama.cpp | GB/s | speed ratio (llama.cpp time / RusTorch time) | RusTorch % of bandwidth |")
-    print("|---|---|---|---|---|---|---|---|")
+    if args.rounds > 1:
+        print(f"{args.rounds} alternating rounds: times are medians; 'rounds' gives the lowest and "
+              "highest per-round ratio\n")
+    print("| benchmark | weights | RusTorch | GB/s | llama.cpp | GB/s | speed ratio (llama.cpp time / RusTorch time) | RusTorch % of bandwidth |"
+          + (" rounds |" if args.rounds > 1 else ""))
+    print("|---|---|---|---|---|---|---|---|" + ("---|" if args.rounds > 1 else ""))
     for bid, name, tid, bs, ts, rows, cols, batch in cases:
         wb = weight_bytes(bs, ts, rows, cols)
-        ours = criterion_seconds(bid)
+        ours = ours_of.get(bid)
         ref = llama.get(bid)
         cell = lambda t: f"{t * 1e3:.3f} ms" if isinstance(t, float) else (t or "-")
         gbs = lambda t: f"{wb / t / 1e9:.1f}" if isinstance(t, float) else "-"
         ratio = f"{ref / ours:.2f}x" if isinstance(ref, float) and ours else "-"
         frac = f"{wb / ours / 1e9 / bw_gbs * 100:.0f}%" if ours and bw_gbs else "-"
-        print(f"| {bid} | {wb / 2**20:.1f} MiB | {cell(ours)} | {gbs(ours)} | {cell(ref)} | {gbs(ref)} | {ratio} | {frac} |")
+        spread = ""
+        if args.rounds > 1:
+            pairs = [r / o for o, r in zip(ours_runs[bid], llama_runs[bid])
+                     if isinstance(r, float)]
+            spread = f" {min(pairs):.2f}-{max(pairs):.2f}x |" if pairs else " - |"
+        print(f"| {bid} | {wb / 2**20:.1f} MiB | {cell(ours)} | {gbs(ours)} | {cell(ref)} | {gbs(ref)} | {ratio} | {frac} |{spread}")
 
 
 if __name__ == "__main__":

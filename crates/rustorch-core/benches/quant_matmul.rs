@@ -51,16 +51,42 @@ fn values(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
+/// Bytes starting on a 64-byte (cache-line) boundary, as llama.cpp's
+/// buffers do: a plain `Vec<u8>` this large comes from mmap at 16 bytes
+/// past a page, so every 64-byte load would straddle two cache lines.
+struct CacheAligned {
+    storage: Vec<u8>,
+    start: usize,
+    len: usize,
+}
+
+impl CacheAligned {
+    fn copy_of(bytes: &[u8]) -> Self {
+        let mut storage = vec![0u8; bytes.len() + 64];
+        let start = storage.as_ptr().align_offset(64);
+        storage[start..start + bytes.len()].copy_from_slice(bytes);
+        CacheAligned {
+            storage,
+            start,
+            len: bytes.len(),
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &self.storage[self.start..self.start + self.len]
+    }
+}
+
 /// `rows x cols` weights: 64 quantized rows repeated (speed does not
 /// depend on the values, and quantizing 16M values per type is slow).
-fn weights(qtype: QType, rows: usize, cols: usize) -> Vec<u8> {
+fn weights(qtype: QType, rows: usize, cols: usize) -> CacheAligned {
     let tile = QTensor::quantize(qtype, [64, cols], &values(64 * cols, 7)).expect("quantize");
     let mut bytes = Vec::with_capacity(tile.bytes().len() * rows.div_ceil(64));
     while bytes.len() < tile.bytes().len() / 64 * rows {
         bytes.extend_from_slice(tile.bytes());
     }
     bytes.truncate(tile.bytes().len() / 64 * rows);
-    bytes
+    CacheAligned::copy_of(&bytes)
 }
 
 fn bench_shape(c: &mut Criterion, group: &str, rows: usize, cols: usize, batch: usize) {
@@ -78,8 +104,9 @@ fn bench_types(c: &mut Criterion, group: &str, rows: usize, cols: usize, batch: 
             eprintln!("{group}/{qtype}: no kernel, skipped");
             continue;
         }
-        let bytes = weights(qtype, rows, cols);
-        let w = QMatRef::new(qtype, rows, cols, &bytes).expect("weights");
+        let weights = weights(qtype, rows, cols);
+        let bytes = weights.bytes();
+        let w = QMatRef::new(qtype, rows, cols, bytes).expect("weights");
         g.throughput(Throughput::Bytes(bytes.len() as u64));
         let id = if batch == 1 {
             format!("{qtype}_{rows}x{cols}")

@@ -157,6 +157,7 @@ fn dot_vec_f(w: &[bf16], x: &[bf16]) -> f32 {
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use super::super::reduce::reduce16_avx512;
+    use super::super::{prefetch_ahead, PREFETCH_MIN_ROW_BYTES};
     use half::bf16;
     use std::arch::x86_64::*;
 
@@ -242,7 +243,14 @@ mod avx512 {
         let np = n & !63;
         let mut c = [[_mm512_setzero_ps(); N]; 2];
         let mut i = 0;
+        let prefetch = n * 2 >= PREFETCH_MIN_ROW_BYTES;
         while i < np {
+            if prefetch {
+                for row in w.iter() {
+                    // SAFETY: a prefetch reads nothing.
+                    unsafe { prefetch_ahead(row.as_ptr().wrapping_add(i) as *const u8, 128) };
+                }
+            }
             // SAFETY: i + 64 <= np <= every row's length.
             unsafe {
                 let (x1, x2) = (load(x, i), load(x, i + 32));

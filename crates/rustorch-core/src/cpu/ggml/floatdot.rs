@@ -160,6 +160,22 @@ pub(crate) fn dot_rows<E: Elem, const N: usize>(order: FloatOrder, w: [&[E]; N],
     })
 }
 
+/// `dot_rows(FloatOrder::VecDot, w, x)` with `x_f32`, `x` widened to
+/// f32 (the same bits): loads of `x` then need no conversion. For
+/// matvecs, which widen their one activation row once for every row of
+/// the weights.
+#[inline]
+pub(crate) fn dot_vec_rows_widened<E: Elem, const N: usize>(w: [&[E]; N], x: &[E], x_f32: &[f32]) -> [f32; N] {
+    #[cfg(target_arch = "x86_64")]
+    if super::has_avx512() && x_f32.len() == x.len() && w.iter().all(|r| r.len() == x.len()) {
+        // SAFETY: AVX-512 F, FMA and F16C are present (checked above); every
+        // row, `x` and `x_f32` are of one length.
+        return unsafe { avx512::dot_vec_rows_loading(w, x, x_f32) };
+    }
+    let _ = x_f32;
+    w.map(|r| dot_vec(r, x))
+}
+
 /// tinyBLAS's order for four rows `w` against four rows `x` (all of one
 /// length, a multiple of 16): `out[r][c]` has the bits of
 /// `dot(FloatOrder::TinyBlas, w[r], x[c])`. Each loaded and widened row
@@ -224,6 +240,7 @@ pub(crate) fn dot_vec<E: Elem>(w: &[E], x: &[E]) -> f32 {
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use super::super::reduce::reduce16_avx512;
+    use super::super::{prefetch_ahead, PREFETCH_MIN_ROW_BYTES};
     use super::Elem;
     use std::arch::x86_64::*;
 
@@ -305,17 +322,44 @@ mod avx512 {
     /// AVX-512 F and FMA; every row as long as `x`.
     #[target_feature(enable = "avx512f,fma,f16c")]
     pub(super) unsafe fn dot_vec_rows<E: Elem, const N: usize>(w: [&[E]; N], x: &[E]) -> [f32; N] {
+        // SAFETY: forwarded from the caller.
+        unsafe { dot_vec_rows_loading(w, x, x) }
+    }
+
+    /// `dot_vec_rows`, loading `x` from `xl`: the same values as `x` in
+    /// another type (`x` widened to f32 once, which saves a conversion
+    /// per load; widening a 16-bit float is exact, so the bits are the
+    /// same). The tail after the last 64-element step reads `x`.
+    ///
+    /// # Safety
+    /// AVX-512 F and FMA; every row, `x` and `xl` of one length.
+    #[target_feature(enable = "avx512f,fma,f16c")]
+    pub(super) unsafe fn dot_vec_rows_loading<E: Elem, X: Elem, const N: usize>(
+        w: [&[E]; N],
+        x: &[E],
+        xl: &[X],
+    ) -> [f32; N] {
         let n = x.len();
         let np = n & !63;
         // a[j][r]: accumulator j (elements 16 j.. of each 64-element step)
         // of row r.
         let mut a = [[_mm512_setzero_ps(); N]; 4];
         let mut i = 0;
+        let step_bytes = 64 * std::mem::size_of::<E>();
+        // 16-bit rows only: F32 matvecs with two threads (weights past the
+        // L3, the bandwidth of both cores taken) measured slower with it.
+        let prefetch = std::mem::size_of::<E>() == 2 && std::mem::size_of_val(x) >= PREFETCH_MIN_ROW_BYTES;
         while i < np {
+            if prefetch {
+                for row in w.iter() {
+                    // SAFETY: a prefetch reads nothing.
+                    unsafe { prefetch_ahead(row.as_ptr().wrapping_add(i) as *const u8, step_bytes) };
+                }
+            }
             for (j, acc) in a.iter_mut().enumerate() {
                 // SAFETY: i + 16 j + 16 <= np <= every row's length.
                 unsafe {
-                    let xv = load(x, i + 16 * j);
+                    let xv = load(xl, i + 16 * j);
                     for (r, row_acc) in acc.iter_mut().enumerate() {
                         *row_acc = _mm512_fmadd_ps(load(w[r], i + 16 * j), xv, *row_acc);
                     }

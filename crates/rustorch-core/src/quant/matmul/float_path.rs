@@ -5,8 +5,14 @@
 //! `ggml_vec_dot_*`'s otherwise. `crate::cpu::ggml::floatdot` (f16, f32)
 //! and `bf16dot` have both orders; the attention products share them.
 //!
-//! Speed: the vec order (every matvec) computes four weight rows per call,
-//! independent FMA chains that share each activation load; the tinyBLAS
+//! Speed: the vec order (every matvec) hands out chunks of 64 weight rows
+//! to the threads in turn, as GGML does (both cores then stream nearby
+//! memory; halves of the matrix measured 5-10% slower), computes four
+//! rows per call for F32 (independent FMA chains sharing each activation
+//! load) and one for F16 and BF16, whose activation row F16 widens to f32
+//! once, and prefetches the 16-bit weights ahead (`cpu::ggml::
+//! PREFETCH_AHEAD_BYTES`); weights must start on a cache line for any of
+//! this to matter (a 64-byte load across two lines costs two). The tinyBLAS
 //! order (prompt batches) computes four weight rows by six activation rows
 //! per call, as tinyBLAS itself does (24 accumulators, ten loads per 24
 //! FMAs; 4x4 measured 1.5x slower for F32 and F16), on tiles of weight
@@ -23,10 +29,10 @@ use std::borrow::Cow;
 /// One float weight type's dot products in llama.cpp's orders.
 trait FloatDot: floatdot::Elem {
     /// Whether the vec order takes four weight rows per call (else one).
-    /// Measured on this project's AMD Zen machine, 2 threads: four rows
-    /// are 15-30% faster for F32 and BF16 at 4096 columns, one row 15-25%
-    /// faster for F16 (and even on the Intel Xeon device host).
-    const FOUR_ROW_MATVEC: bool = true;
+    /// Measured on this project's AMD Zen 4 machine, 2 threads, weights
+    /// on cache lines: four rows ~10% faster for F32, one row 20-25%
+    /// faster for F16 (widened activations) and no worse for BF16.
+    const FOUR_ROW_MATVEC: bool = false;
     /// tinyBLAS's step (its `KN`) on this CPU.
     fn tiny_step() -> usize {
         16
@@ -43,18 +49,29 @@ trait FloatDot: floatdot::Elem {
     }
     /// Little-endian bytes as values (every bit pattern is one).
     fn from_le(b: &[u8]) -> Self;
+    /// Whether the vec order loads a matvec's activations widened to f32
+    /// once (exact) rather than converting them at every load.
+    const WIDEN_MATVEC_ACT: bool = false;
+    fn to_f32(self) -> f32;
 }
 
 impl FloatDot for f32 {
+    const FOUR_ROW_MATVEC: bool = true;
     fn from_le(b: &[u8]) -> f32 {
         f32::from_le_bytes([b[0], b[1], b[2], b[3]])
+    }
+    fn to_f32(self) -> f32 {
+        self
     }
 }
 
 impl FloatDot for f16 {
-    const FOUR_ROW_MATVEC: bool = false;
+    const WIDEN_MATVEC_ACT: bool = true;
     fn from_le(b: &[u8]) -> f16 {
         f16::from_le_bytes([b[0], b[1]])
+    }
+    fn to_f32(self) -> f32 {
+        f16::to_f32(self)
     }
 }
 
@@ -73,6 +90,9 @@ impl FloatDot for bf16 {
     }
     fn from_le(b: &[u8]) -> bf16 {
         bf16::from_le_bytes([b[0], b[1]])
+    }
+    fn to_f32(self) -> f32 {
+        bf16::to_f32(self)
     }
 }
 
@@ -105,6 +125,9 @@ pub(super) fn product(w: &QMatRef<'_>, act: &QuantizedRows, out: &mut [f32]) {
 /// Weight bytes per tile of the batched order: a tile stays in L2 while
 /// activation rows go past it.
 const TILE_WEIGHT_BYTES: usize = 256 << 10;
+/// Activation rows that a vec-order product widens to f32 up front
+/// (`FloatDot::WIDEN_MATVEC_ACT`).
+const MAX_WIDENED_ACT_ROWS: usize = 8;
 /// Activation rows per tile (whole groups of six).
 const TILE_ACT_ROWS: usize = 60;
 
@@ -128,11 +151,29 @@ fn typed<E: FloatDot>(w: &QMatRef<'_>, act: &QuantizedRows, out: &mut [f32]) {
         // Chunks of weight rows that each task streams once (per
         // activation row), four at a time where that is faster.
         let chunk = (n / (threads * 8)).clamp(4, 64).next_multiple_of(4);
-        (0..n.div_ceil(chunk)).into_par_iter().for_each(|c| {
+        let widened: Vec<f32> = if E::WIDEN_MATVEC_ACT && m <= MAX_WIDENED_ACT_ROWS {
+            av.iter().map(|v| v.to_f32()).collect()
+        } else {
+            Vec::new()
+        };
+        let chunks = n.div_ceil(chunk);
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        (0..threads.min(chunks)).into_par_iter().for_each(|_| loop {
+            let c = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if c >= chunks {
+                break;
+            }
             let (j0, j1) = (c * chunk, ((c + 1) * chunk).min(n));
             for i in 0..m {
                 let x = arow(i);
                 let mut j = j0;
+                if !widened.is_empty() {
+                    let xf = &widened[i * k..(i + 1) * k];
+                    for j in j0..j1 {
+                        put(i, j, floatdot::dot_vec_rows_widened([wrow(j)], x, xf)[0]);
+                    }
+                    continue;
+                }
                 while E::FOUR_ROW_MATVEC && j + 4 <= j1 {
                     let r = E::rows4(order, [wrow(j), wrow(j + 1), wrow(j + 2), wrow(j + 3)], x);
                     for (d, v) in r.into_iter().enumerate() {
