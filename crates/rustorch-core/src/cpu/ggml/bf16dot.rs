@@ -16,6 +16,14 @@
 //! - without it: tinyBLAS is `floatdot`'s 16-lane order; the vec order has
 //!   two 16-lane accumulators over 32-element steps, then the same f64 sum.
 //!
+//! Each has a portable version; the `vdpbf16ps` orders an AVX-512 BF16 one
+//! (module `avx512`). Without AVX-512 BF16, tinyBLAS runs `floatdot`'s
+//! versions (AVX-512 or AVX2 by the CPU) and the vec order an AVX2 one
+//! (module `avx2`: each 16-lane accumulator as two `__m256` halves, the
+//! same additions lane by lane, the same `reduce16`, so the same bits),
+//! on CPUs with AVX-512 F but not BF16 as well. A CPU with only AVX2 never
+//! has AVX-512 BF16, so the `vdpbf16ps` orders need no AVX2 version.
+//!
 //! `vdpbf16ps` computes, per lane, `acc += w[2l+1] * x[2l+1]`, then
 //! `acc += w[2l] * x[2l]`, each an FMA rounded to nearest even, reading
 //! denormal inputs as zero and flushing denormal results to zero (Intel
@@ -52,8 +60,9 @@ pub(crate) fn tiny_step() -> usize {
 pub(crate) fn dot_rows<const N: usize>(order: FloatOrder, w: [&[bf16]; N], x: &[bf16]) -> [f32; N] {
     if !has_dpbf16() {
         return match order {
+            // floatdot picks its AVX-512 or AVX2 version.
             FloatOrder::TinyBlas => floatdot::dot_rows(order, w, x),
-            FloatOrder::VecDot => w.map(|r| dot_vec_f(r, x)),
+            FloatOrder::VecDot => dot_vec_f_rows(w, x),
         };
     }
     #[cfg(target_arch = "x86_64")]
@@ -78,6 +87,7 @@ pub(crate) fn dot_rows<const N: usize>(order: FloatOrder, w: [&[bf16]; N], x: &[
 /// `dot_rows(FloatOrder::TinyBlas, [w[r]], x[c])`.
 pub(crate) fn dot_tiny_tile<const R: usize, const C: usize>(w: [&[bf16]; R], x: [&[bf16]; C]) -> [[f32; C]; R] {
     if !has_dpbf16() {
+        // floatdot picks its AVX-512 or AVX2 version.
         return floatdot::dot_tiny_tile(w, x);
     }
     let n = x.first().map_or(0, |r| r.len());
@@ -140,8 +150,21 @@ fn dot_vec_dp(w: &[bf16], x: &[bf16]) -> f32 {
     vec_finish(reduce16(&c1), reduce16(&c2), &w[np..], &x[np..])
 }
 
+/// `dot_vec_f` of `N` rows `w[r]` against one `x`, with the AVX2 version
+/// where the CPU has it.
+fn dot_vec_f_rows<const N: usize>(w: [&[bf16]; N], x: &[bf16]) -> [f32; N] {
+    #[cfg(target_arch = "x86_64")]
+    if super::has_avx2_fma_f16c() && w.iter().all(|r| r.len() == x.len()) {
+        // SAFETY: AVX2, FMA and F16C are present (checked above); every row
+        // is as long as `x`.
+        return unsafe { avx2::dot_vec_f_rows(w, x) };
+    }
+    w.map(|r| dot_vec_f(r, x))
+}
+
 /// `ggml_vec_dot_bf16` of builds with AVX-512 F but not BF16: the products
-/// (exact in f32) added to two 16-lane accumulators.
+/// (rounded to f32: a multiplication, then an addition) added to two
+/// 16-lane accumulators.
 fn dot_vec_f(w: &[bf16], x: &[bf16]) -> f32 {
     let np = w.len() & !31;
     let (mut c1, mut c2) = ([0f32; 16], [0f32; 16]);
@@ -271,6 +294,64 @@ mod avx512 {
     }
 }
 
+/// `dot_vec_f` for CPUs with AVX2 (and those with AVX-512 F but not
+/// BF16, which have no other vector version of it).
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::super::reduce::reduce16_avx2;
+    use super::super::{prefetch_ahead, PREFETCH_MIN_ROW_BYTES};
+    use half::bf16;
+    use std::arch::x86_64::*;
+
+    /// Eight bf16 values from `p[at..]` widened to f32 (exact: the bf16
+    /// bits are the upper half of the f32's).
+    #[inline(always)]
+    unsafe fn load(p: &[bf16], at: usize) -> __m256 {
+        // SAFETY: the callers keep `at + 8 <= p.len()` and enable AVX2.
+        unsafe {
+            let h = _mm_loadu_si128(p.as_ptr().add(at) as *const __m128i);
+            _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)))
+        }
+    }
+
+    /// `dot_vec_f` of `N` rows against one `x`, one row at a time (its two
+    /// 16-lane accumulators are four 8-lane registers).
+    ///
+    /// # Safety
+    /// AVX2; every row as long as `x`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn dot_vec_f_rows<const N: usize>(w: [&[bf16]; N], x: &[bf16]) -> [f32; N] {
+        let n = x.len();
+        let np = n & !31;
+        let prefetch = n * 2 >= PREFETCH_MIN_ROW_BYTES;
+        let mut out = [0f32; N];
+        for (o, row) in out.iter_mut().zip(w) {
+            // c[q]: elements 8q..8q + 8 of each 32-element step: c[0], c[1]
+            // are the halves of `dot_vec_f`'s c1, c[2], c[3] those of c2.
+            let mut c = [_mm256_setzero_ps(); 4];
+            let mut i = 0;
+            while i < np {
+                if prefetch {
+                    // SAFETY: a prefetch reads nothing.
+                    unsafe { prefetch_ahead(row.as_ptr().wrapping_add(i) as *const u8, 64) };
+                }
+                for (q, acc) in c.iter_mut().enumerate() {
+                    // SAFETY: i + 8 q + 8 <= np <= every row's length. A
+                    // multiplication, then an addition, not an FMA: the
+                    // portable version rounds the product first (it can
+                    // underflow f32).
+                    *acc = unsafe { _mm256_add_ps(*acc, _mm256_mul_ps(load(row, i + 8 * q), load(x, i + 8 * q))) };
+                }
+                i += 32;
+            }
+            // SAFETY: AVX is enabled for this function.
+            let (r1, r2) = unsafe { (reduce16_avx2(c[0], c[1]), reduce16_avx2(c[2], c[3])) };
+            *o = super::vec_finish(r1, r2, &row[np..], &x[np..]);
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -345,6 +426,68 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// bf16 values of one of four magnitudes at random: unit, tiny (their
+    /// products are denormal in f32), denormal, large (sums stay finite).
+    #[cfg(target_arch = "x86_64")]
+    fn mixed_row(seed: &mut u64, n: usize, scales: &[f32]) -> Vec<bf16> {
+        (0..n)
+            .map(|_| {
+                *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let scale = scales[(*seed >> 61) as usize % scales.len()];
+                bf16::from_f32(((*seed >> 20) as u32 as f32 / 4294967296.0 - 0.5) * 8.0 * scale)
+            })
+            .collect()
+    }
+
+    /// The AVX2 vec order against `dot_vec_f`, called directly (on a CPU
+    /// with AVX-512 BF16 the dispatch never picks it), for one and four
+    /// rows, on lengths with and without a tail: bit for bit on rows of
+    /// every magnitude, then of tiny and denormal values only (results in
+    /// f32's denormal range, where a fused multiply-add would round
+    /// differently), then on `row`'s arbitrary bit patterns (which can
+    /// overflow to infinities and NaNs).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx2_vec_order_matches_the_portable_one() {
+        if !crate::cpu::ggml::has_avx2_fma_f16c() {
+            eprintln!("skipped: this CPU has no AVX2, FMA and F16C");
+            return;
+        }
+        let mut seed = 5u64;
+        let same = |a: f32, b: f32| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+        let scales = [1.0, 1e-20, 1e-39, 1e15];
+        let mut subnormal = 0;
+        for n in [1, 16, 31, 32, 33, 63, 64, 96, 100, 576, 1000, 1040, 1536] {
+            for source in 0..3 {
+                let rows: Vec<Vec<bf16>> = (0..5)
+                    .map(|_| match source {
+                        0 => mixed_row(&mut seed, n, &scales),
+                        1 => mixed_row(&mut seed, n, &scales[1..3]),
+                        _ => row(&mut seed, n),
+                    })
+                    .collect();
+                let (w, x) = ([&rows[0][..], &rows[1], &rows[2], &rows[3]], &rows[4][..]);
+                // SAFETY: AVX2, FMA and F16C checked above; all rows `n` long.
+                let (v1, v4) = unsafe { (avx2::dot_vec_f_rows([w[0]], x), avx2::dot_vec_f_rows(w, x)) };
+                let check = |got: f32, want: f32, what: &str| {
+                    if source < 2 {
+                        assert_eq!(got.to_bits(), want.to_bits(), "{what} n={n}: {got:e} vs {want:e}");
+                    } else {
+                        assert!(same(got, want), "{what} n={n} (bit patterns): {got:e} vs {want:e}");
+                    }
+                };
+                check(v1[0], dot_vec_f(w[0], x), "N=1");
+                for r in 0..4 {
+                    let want = dot_vec_f(w[r], x);
+                    check(v4[r], want, "N=4");
+                    subnormal += want.is_subnormal() as usize;
+                }
+            }
+        }
+        // The tiny rows must reach the denormal range to test it.
+        assert!(subnormal > 0, "no subnormal results");
     }
 
     /// The vector versions against the portable ones, bit for bit.

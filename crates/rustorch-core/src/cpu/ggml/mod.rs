@@ -11,7 +11,8 @@
 //!
 //! Every function has a portable version that emulates GGML's vector lanes
 //! in scalar code, so the results are the same on any CPU; the AVX-512
-//! versions are the same arithmetic, faster. The references are llama.cpp
+//! versions are the same arithmetic, faster, and some have AVX2 versions
+//! (two 8-lane halves per 16-lane vector) for CPUs without AVX-512. The references are llama.cpp
 //! 0.3.36's `ggml/src/ggml-cpu/{vec.h,vec.cpp,ops.cpp,llamafile/sgemm.cpp}`;
 //! the tests compare with tensors that llama.cpp computed
 //! (tests/ggml_ops.rs, fixtures from tools/gen_ggml_ops_fixtures.py).
@@ -66,5 +67,17 @@ pub(crate) fn has_avx512() -> bool {
             && is_x86_feature_detected!("avx512dq")
             && is_x86_feature_detected!("f16c")
             && is_x86_feature_detected!("fma")
+    })
+}
+
+/// Whether this CPU runs the AVX2 versions, for CPUs without AVX-512
+/// (they need AVX2 and FMA, and F16C to widen f16 as the AVX-512 versions
+/// do; every x86-64 CPU since Haswell and Zen 1 has all three).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn has_avx2_fma_f16c() -> bool {
+    use std::sync::OnceLock;
+    static HAS: OnceLock<bool> = OnceLock::new();
+    *HAS.get_or_init(|| {
+        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
     })
 }

@@ -31,6 +31,23 @@ pub(crate) unsafe fn reduce16_avx512(x: std::arch::x86_64::__m512) -> f32 {
     _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)))
 }
 
+/// `reduce16` on a 16-lane vector held as two 8-lane halves: `lo` (lanes
+/// 0-7) and `hi` (lanes 8-15), the AVX2 versions' layout. The same
+/// additions in the same order as `reduce16_avx512` after its first step.
+///
+/// # Safety
+/// The CPU must support AVX.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+#[inline]
+pub(crate) unsafe fn reduce16_avx2(lo: std::arch::x86_64::__m256, hi: std::arch::x86_64::__m256) -> f32 {
+    use std::arch::x86_64::*;
+    let t = _mm256_add_ps(hi, lo);
+    let u = _mm_add_ps(_mm256_extractf128_ps::<1>(t), _mm256_castps256_ps128(t));
+    let v = _mm_add_ps(u, _mm_movehl_ps(u, u));
+    _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -54,6 +71,32 @@ mod tests {
             }
             // SAFETY: AVX-512 F checked above; `x` holds 16 floats.
             let r = unsafe { reduce16_avx512(std::arch::x86_64::_mm512_loadu_ps(x.as_ptr())) };
+            assert_eq!(r.to_bits(), reduce16(&x).to_bits(), "{x:?}");
+        }
+    }
+
+    /// The two-halves version against the scalar tree, on the same kind of
+    /// values.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn halves_reduction_matches_the_tree() {
+        if !super::super::has_avx2_fma_f16c() {
+            eprintln!("skipped: no AVX2 on this CPU");
+            return;
+        }
+        let mut seed = 54321u64;
+        for _ in 0..1000 {
+            let mut x = [0f32; 16];
+            for v in &mut x {
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let e = ((seed >> 40) % 40) as i32 - 20;
+                *v = ((seed >> 11) as f32 / (1u64 << 53) as f32 - 0.5) * 2f32.powi(e);
+            }
+            // SAFETY: AVX checked above (AVX2 implies it); `x` holds 16 floats.
+            let r = unsafe {
+                use std::arch::x86_64::_mm256_loadu_ps;
+                reduce16_avx2(_mm256_loadu_ps(x.as_ptr()), _mm256_loadu_ps(x.as_ptr().add(8)))
+            };
             assert_eq!(r.to_bits(), reduce16(&x).to_bits(), "{x:?}");
         }
     }
