@@ -25,24 +25,9 @@ if [ "$have_all" = 1 ]; then
     exit 0
 fi
 
-mkdir -p "$cache"
-if [ ! -d "$cache/src" ]; then
-    echo "fetching llama-cpp-python $version sources with pip..." >&2
-    # Only llama-cpp-python itself as a source archive; its build tools may be wheels.
-    python3 -m pip download --quiet --no-deps --no-binary llama-cpp-python \
-        "llama-cpp-python==$version" -d "$cache/dl" >&2
-    tar xzf "$cache"/dl/llama_cpp_python-"$version".tar.gz -C "$cache"
-    mv "$cache/llama_cpp_python-$version/vendor/llama.cpp" "$cache/src"
-    rm -rf "$cache/llama_cpp_python-$version" "$cache/dl"
-fi
-# The one source change: test-backend-ops runs the CPU backend with half the
-# hardware threads (1 on a 2-core machine); let RUSTORCH_LLAMACPP_THREADS set
-# the count so that benchmarks compare both libraries at the same threads.
-tbo="$cache/src/tests/test-backend-ops.cpp"
-if ! grep -q RUSTORCH_LLAMACPP_THREADS "$tbo"; then
-    sed -i 's|ggml_backend_set_n_threads_fn(backend.get(), std::max<int>(1, N_THREADS/2));|ggml_backend_set_n_threads_fn(backend.get(), getenv("RUSTORCH_LLAMACPP_THREADS") ? atoi(getenv("RUSTORCH_LLAMACPP_THREADS")) : std::max<int>(1, N_THREADS/2));|' "$tbo"
-    grep -q RUSTORCH_LLAMACPP_THREADS "$tbo" || { echo "could not patch the thread count in $tbo" >&2; exit 1; }
-fi
+# shellcheck source=tools/llamacpp_src.sh
+. "$(dirname "$0")/llamacpp_src.sh"
+llamacpp_src "$cache" "$version"
 command -v cmake >/dev/null || python3 -m pip install --quiet cmake >&2
 
 no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
