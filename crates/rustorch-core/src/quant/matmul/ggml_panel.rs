@@ -35,22 +35,24 @@ use crate::quant::QType;
 use rayon::prelude::*;
 
 /// Weight rows per panel: the i32 lanes of a 512-bit register.
-const LANES: usize = 16;
+pub(super) const LANES: usize = 16;
 
 /// One weight row's super-block as the panel kernel reads it.
-struct SuperRow {
+#[derive(Clone)]
+#[repr(C)]
+pub(super) struct SuperRow {
     /// Unsigned codes in activation order (value = code - bias).
-    codes: [u8; 256],
+    pub codes: [u8; 256],
     /// The scale of each group (16 groups of 16 or 8 of 32 values).
-    scales: [i32; 16],
+    pub scales: [i32; 16],
     /// Per 16 values: the min (types with mins), or `-bias * scale`.
-    corr: [i16; 16],
-    d: f32,
-    dmin: f32,
+    pub corr: [i16; 16],
+    pub d: f32,
+    pub dmin: f32,
 }
 
 impl SuperRow {
-    fn blank() -> SuperRow {
+    pub(super) fn blank() -> SuperRow {
         SuperRow {
             codes: [0; 256],
             scales: [0; 16],
@@ -104,7 +106,7 @@ impl PanelBlock {
 
 /// A weight type the panels take: how its super-blocks unpack and how the
 /// kernel groups them.
-trait PanelType: Block + Sync {
+pub(super) trait PanelType: Block + Sync {
     /// Values per scale group: 16 or 32.
     const GROUP: usize;
     /// Whether `corr` holds mins (summed apart and scaled by `dmin`) or
@@ -234,8 +236,26 @@ pub(super) fn available(isa: Isa) -> bool {
 /// `out = acts @ w^T` (Q8_K rows), output row i in `order(i)`, which must be the same for
 /// the rows of each aligned group of four below `m - m % 4` (llama.cpp's
 /// gemm rows) and may differ only for the rest. The caller checked shapes
-/// and types, `applies(w.qtype())` and `available(isa)`.
+/// and types, `applies(w.qtype())` and `available(isa)`. With AMX (`isa`
+/// at `Isa::Amx` and the CPU and OS allowing it) the integer sums come
+/// from tile products (`ggml_panel_amx`), with the same bits, where that
+/// is faster (`ggml_panel_amx::pays`).
 pub(super) fn product(
+    isa: Isa,
+    w: &QMatRef<'_>,
+    acts: &[&[BlockQ8K]],
+    out: &mut [f32],
+    order: &(dyn Fn(usize) -> Order + Sync),
+) {
+    if isa >= Isa::Amx && Isa::Amx.is_available() && super::ggml_panel_amx::pays(acts.len(), order) {
+        super::ggml_panel_amx::product(isa, w, acts, out, order);
+        return;
+    }
+    product_vnni(isa, w, acts, out, order);
+}
+
+/// `product` with AVX-512 VNNI alone.
+pub(super) fn product_vnni(
     isa: Isa,
     w: &QMatRef<'_>,
     acts: &[&[BlockQ8K]],

@@ -13,16 +13,21 @@ pub enum Isa {
     Avx2,
     /// AVX-512 F/BW/VL with VNNI (`vpdpbusd`), plus everything in `Avx2`.
     Avx512Vnni,
+    /// AMX-INT8 tiles (`tdpbsud`) for batched K-quant products, plus
+    /// everything in `Avx512Vnni`; only where the OS grants the tile state
+    /// (Linux: `arch_prctl(ARCH_REQ_XCOMP_PERM)`, see `super::amx`).
+    Amx,
 }
 
 impl Isa {
-    pub const ALL: [Isa; 3] = [Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni];
+    pub const ALL: [Isa; 4] = [Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni, Isa::Amx];
 
     pub fn name(self) -> &'static str {
         match self {
             Isa::Scalar => "scalar",
             Isa::Avx2 => "avx2",
             Isa::Avx512Vnni => "avx512vnni",
+            Isa::Amx => "amx",
         }
     }
 
@@ -46,13 +51,15 @@ impl Isa {
                     && is_x86_feature_detected!("avx512vl")
                     && is_x86_feature_detected!("avx512vnni")
             }
+            #[cfg(target_arch = "x86_64")]
+            Isa::Amx => Isa::Avx512Vnni.is_available() && super::amx::usable(),
             #[cfg(not(target_arch = "x86_64"))]
             _ => false,
         }
     }
 
     /// The widest level this CPU supports, capped by `RUSTORCH_QUANT_ISA`
-    /// (scalar, avx2, avx512vnni) when that is set; detected once.
+    /// (scalar, avx2, avx512vnni, amx) when that is set; detected once.
     pub fn detected() -> Isa {
         static LEVEL: OnceLock<Isa> = OnceLock::new();
         *LEVEL.get_or_init(|| {

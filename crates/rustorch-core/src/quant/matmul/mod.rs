@@ -13,8 +13,11 @@
 //! result `m x rows`: `out[i][j] = sum_k x[i][k] * w[j][k]`.
 
 mod activations;
+#[cfg(target_arch = "x86_64")]
+mod amx;
 mod float_path;
 mod ggml_panel;
+mod ggml_panel_amx;
 #[cfg(test)]
 mod ggml_paths_tests;
 mod ggml_repack;

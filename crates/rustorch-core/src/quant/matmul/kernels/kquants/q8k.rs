@@ -14,7 +14,7 @@ pub(super) fn kernel(isa: Isa) -> Option<DotFn> {
         Isa::Avx2 => Some(dot_avx2),
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512Vnni => Some(dot_avx512),
-        #[cfg(not(target_arch = "x86_64"))]
+        // AMX (and other architectures): `find` falls back a level.
         _ => None,
     }
 }

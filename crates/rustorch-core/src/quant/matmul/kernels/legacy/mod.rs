@@ -72,7 +72,7 @@ pub(super) fn kernel(qtype: QType, isa: Isa) -> Option<DotFn> {
             IQ4NL => ggml_iq4_nl::dot_avx2,
             _ => return None,
         },
-        #[cfg(not(target_arch = "x86_64"))]
+        // AMX (and other architectures): `find` falls back a level.
         _ => return None,
     };
     Some(k)

@@ -211,6 +211,29 @@ fn dequant_dot(qtype: QType, w: &[u8], a: &[u8], n: usize) -> f64 {
     wd.iter().zip(&ad).map(|(&x, &y)| x as f64 * y as f64).sum()
 }
 
+/// The levels with legacy kernels of their own: every one but AMX, whose
+/// products of these types are the AVX-512 VNNI ones (`find` falls back).
+fn kernel_levels() -> impl Iterator<Item = Isa> {
+    Isa::ALL.into_iter().filter(|i| *i != Isa::Amx)
+}
+
+#[test]
+fn amx_level_uses_the_avx512_kernels() {
+    for qtype in TYPES {
+        assert!(kernel(qtype, Isa::Amx).is_none(), "{qtype}");
+        let want = if cfg!(target_arch = "x86_64") {
+            Isa::Avx512Vnni
+        } else {
+            Isa::Scalar
+        };
+        assert_eq!(
+            crate::quant::matmul::kernels::find(qtype, Isa::Amx).map(|f| f.0),
+            Some(want),
+            "{qtype}"
+        );
+    }
+}
+
 fn call(qtype: QType, isa: Isa, w: &[u8], a: &[u8]) -> f32 {
     assert!(isa.is_available());
     let k = kernel(qtype, isa).unwrap_or_else(|| panic!("no {isa} kernel for {qtype}"));
@@ -241,7 +264,7 @@ fn act_rows(dot: QType, n: usize, rng: &mut Rng) -> Vec<Vec<u8>> {
 #[test]
 fn every_type_has_every_level() {
     for qtype in TYPES {
-        for isa in Isa::ALL {
+        for isa in kernel_levels() {
             let has = kernel(qtype, isa).is_some();
             assert_eq!(has, isa == Isa::Scalar || cfg!(target_arch = "x86_64"), "{qtype} {isa}");
         }
@@ -251,8 +274,7 @@ fn every_type_has_every_level() {
 #[test]
 fn simd_matches_scalar() {
     let mut rng = Rng(1);
-    let levels: Vec<Isa> = Isa::ALL
-        .into_iter()
+    let levels: Vec<Isa> = kernel_levels()
         .filter(|i| *i != Isa::Scalar && i.is_available())
         .collect();
     for qtype in TYPES {
@@ -314,7 +336,7 @@ fn integer_sums_are_exact() {
                         .sum::<i64>()
                 })
                 .sum();
-            for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+            for isa in kernel_levels().filter(|i| i.is_available()) {
                 assert_eq!(call(qtype, isa, &w, &a), exact as f32, "{qtype} {isa} n={n}");
             }
         }
@@ -353,7 +375,7 @@ fn mismatched_rows_give_nan() {
         let dot = vec_dot_type(qtype).unwrap();
         let w = weight_row(qtype, 3, &mut rng);
         let a = act_row(dot, 2, &mut rng);
-        for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+        for isa in kernel_levels().filter(|i| i.is_available()) {
             assert!(call(qtype, isa, &w, &a).is_nan(), "{qtype} {isa}");
             assert!(call(qtype, isa, &w[1..], &a).is_nan(), "{qtype} {isa}");
         }
@@ -372,7 +394,7 @@ fn qmatmul_matches_reference() {
         for m in [1, 3] {
             let x: Vec<f32> = (0..m * cols).map(|_| (rng.unit() - 0.5) * 4.0).collect();
             let act = QuantizedRows::quantize(dot, &x, cols).unwrap();
-            for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+            for isa in kernel_levels().filter(|i| i.is_available()) {
                 let out = qmatmul_isa(isa, &w, &x).unwrap();
                 assert_eq!(out.len(), m * rows);
                 for i in 0..m {
@@ -410,7 +432,7 @@ fn four_row_kernels_equal_one_row_kernels() {
     let mut rng = Rng(6);
     for qtype in TYPES {
         let dot = vec_dot_type(qtype).unwrap();
-        for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+        for isa in kernel_levels().filter(|i| i.is_available()) {
             let Some(k4) = rows_kernel(qtype, isa) else {
                 // The llama.cpp-order types have four-row kernels only
                 // with AVX-512 VNNI.
@@ -472,7 +494,7 @@ fn llama_order_kernels_agree_bit_for_bit_across_levels() {
                 for a in act_rows(dot, n, &mut rng) {
                     let want = call(qtype, Isa::Scalar, &w, &a);
                     let want_batch = call_batch(qtype, Isa::Scalar, &w, &a);
-                    for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+                    for isa in kernel_levels().filter(|i| i.is_available()) {
                         let got = call(qtype, isa, &w, &a);
                         assert!(same(got, want), "{qtype} {isa} n={n}: {got} vs scalar {want}");
                         let got = call_batch(qtype, isa, &w, &a);
@@ -494,7 +516,7 @@ fn four_weight_row_kernels_equal_one_row_kernels() {
     let mut rng = Rng(8);
     for qtype in TYPES {
         let dot = vec_dot_type(qtype).unwrap();
-        for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+        for isa in kernel_levels().filter(|i| i.is_available()) {
             let Some(k4) = cols_kernel(qtype, isa) else {
                 continue;
             };
@@ -521,7 +543,7 @@ fn four_by_four_kernels_equal_one_row_kernels() {
     let mut rng = Rng(9);
     for qtype in TYPES {
         let dot = vec_dot_type(qtype).unwrap();
-        for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+        for isa in kernel_levels().filter(|i| i.is_available()) {
             let Some(k16) = tile_kernel(qtype, isa) else {
                 continue;
             };
