@@ -3,6 +3,7 @@
 use crate::error::CliError;
 use crate::format;
 use rustorch_core::device::{cpu_features, cpu_name};
+use rustorch_core::quant::matmul::Isa;
 use rustorch_core::Executor;
 
 /// Backends this build contains. The CPU backend is always built; GPU
@@ -22,6 +23,9 @@ pub fn run() -> Result<(), CliError> {
             features.join(" ")
         }
     );
+    // The level the quantized products run at: AMX only where the CPU has
+    // it and the OS granted the tile state (RUSTORCH_QUANT_ISA caps it).
+    println!("quantized kernels: {}", Isa::detected());
     println!();
     for report in exec.device_reports() {
         let cap = &report.capability;

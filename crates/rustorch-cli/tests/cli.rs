@@ -171,6 +171,12 @@ fn devices_lists_the_cpu() {
     let out = stdout(&o);
     assert!(out.contains("backends compiled in: cpu"), "{out}");
     assert!(out.contains("cpu features:"), "{out}");
+    // One of the levels of `Isa`, by name.
+    let isa = out
+        .lines()
+        .find_map(|l| l.strip_prefix("quantized kernels: "))
+        .unwrap_or_else(|| panic!("no quantized kernels line: {out}"));
+    assert!(["scalar", "avx2", "avx512vnni", "amx"].contains(&isa), "{isa}");
     assert!(out.contains("dispatch order:"), "{out}");
     // The executor always has its CPU backend, in use.
     assert!(
