@@ -16,7 +16,7 @@
 //! rows per 512-bit register (`Acc4`), each row keeping its own eight
 //! lanes and llama.cpp's sequence of FMAs.
 //!
-//! Four rows stream at once, each prefetched a few blocks ahead.
+//! Four rows stream at once; the next four are prefetched into L2.
 
 // Chunk-pair indices address several arrays with different strides.
 #![allow(clippy::needless_range_loop)]
@@ -28,9 +28,6 @@ pub(in crate::quant::matmul) const A_BYTES: usize = 292;
 pub(in crate::quant::matmul) const A_QS: usize = 4;
 pub(in crate::quant::matmul) const A_BSUMS: usize = 260;
 
-/// How far ahead of the current block each weight row is prefetched.
-const PREFETCH_AHEAD: usize = 768;
-
 /// The checks every kernel makes: the rows cover the same whole number of
 /// blocks. Returns that number.
 pub(in crate::quant::matmul) fn check(a: &[u8], w: &[&[u8]; 4], w_bytes: usize) -> Option<usize> {
@@ -40,18 +37,21 @@ pub(in crate::quant::matmul) fn check(a: &[u8], w: &[&[u8]; 4], w_bytes: usize) 
     Some(a.len() / A_BYTES)
 }
 
-/// Prefetches the cache lines of the block `PREFETCH_AHEAD` bytes past
-/// each row's current one.
+/// Prefetches, into L2, block `i`'s share of the next four rows: the
+/// drivers pass four consecutive rows, so rows 4..8 from `w0` (the first
+/// row's start) follow them in memory. One sequential stream ahead of the
+/// four interleaved ones being read, which the hardware prefetchers follow
+/// badly from DRAM (as in `ggml_repack_gemv`); each call then finds its
+/// rows in L2.
 #[inline(always)]
-pub(in crate::quant::matmul) unsafe fn prefetch(w: [*const u8; 4], w_bytes: usize) {
-    for p in w {
-        let mut off = 0;
-        while off < w_bytes {
-            // SAFETY: a prefetch never faults; the address is formed with
-            // wrapping arithmetic, so past the row's end is fine.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH_AHEAD + off).cast()) };
-            off += 64;
-        }
+pub(in crate::quant::matmul) unsafe fn prefetch_next(w0: *const u8, nb: usize, i: usize, w_bytes: usize) {
+    let next = w0.wrapping_add(4 * (nb + i) * w_bytes);
+    let mut off = 0;
+    while off < 4 * w_bytes {
+        // SAFETY: a prefetch never faults; the address is formed with
+        // wrapping arithmetic, so past the matrix's end is fine.
+        unsafe { _mm_prefetch::<_MM_HINT_T1>(next.wrapping_add(off).cast()) };
+        off += 64;
     }
 }
 
@@ -389,7 +389,7 @@ pub(in crate::quant::matmul) unsafe fn dot_cols_q4k(a: &[u8], w: [&[u8]; 4], out
         unsafe {
             let y = a.as_ptr().add(i * A_BYTES);
             let wb = w.map(|r| r.as_ptr().add(i * Q4K_BYTES));
-            prefetch(wb, Q4K_BYTES);
+            prefetch_next(w[0].as_ptr(), nb, i, Q4K_BYTES);
             let h = k4_head(wb, f32_at(y));
             let mut lanes = [_mm512_setzero_si512(); 4];
             for j in 0..4 {
@@ -450,7 +450,7 @@ pub(in crate::quant::matmul) unsafe fn dot_cols_q5k(a: &[u8], w: [&[u8]; 4], out
         unsafe {
             let y = a.as_ptr().add(i * A_BYTES);
             let wb = w.map(|r| r.as_ptr().add(i * Q5K_BYTES));
-            prefetch(wb, Q5K_BYTES);
+            prefetch_next(w[0].as_ptr(), nb, i, Q5K_BYTES);
             let h = k4_head(wb, f32_at(y));
             let qh = wb.map(|p| bcast256(p.add(16)));
             let mut lanes = [_mm512_setzero_si512(); 4];
@@ -506,7 +506,7 @@ pub(in crate::quant::matmul) unsafe fn dot_cols_q6k(a: &[u8], w: [&[u8]; 4], out
         unsafe {
             let y = a.as_ptr().add(i * A_BYTES);
             let wb = w.map(|r| r.as_ptr().add(i * Q6K_BYTES));
-            prefetch(wb, Q6K_BYTES);
+            prefetch_next(w[0].as_ptr(), nb, i, Q6K_BYTES);
             // Scales (i8 at 192..208) sign-extended: rows 0, 1 / 2, 3.
             let s8 = load4x16(wb, 192);
             let sc01 = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(s8));

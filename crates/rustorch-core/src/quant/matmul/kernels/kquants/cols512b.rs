@@ -12,8 +12,8 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::cols512::{
-    bcast256, check, d4, f32_at, fold2, lane_scales, load4x16, load64, prefetch, scale_idxs, scaled, Acc4, A_BSUMS,
-    A_BYTES, A_QS,
+    bcast256, check, d4, f32_at, fold2, lane_scales, load4x16, load64, prefetch_next, scale_idxs, scaled, Acc4,
+    A_BSUMS, A_BYTES, A_QS,
 };
 use crate::quant::blocks::KVALUES_IQ4NL;
 use std::arch::x86_64::*;
@@ -79,7 +79,7 @@ pub(super) unsafe fn dot_cols_q2k(a: &[u8], w: [&[u8]; 4], out: &mut [f32; 4]) {
         unsafe {
             let y = a.as_ptr().add(i * A_BYTES);
             let wb = w.map(|r| r.as_ptr().add(i * Q2K_BYTES));
-            prefetch(wb, Q2K_BYTES);
+            prefetch_next(w[0].as_ptr(), nb, i, Q2K_BYTES);
             let yd = f32_at(y);
             let packed = load4x16(wb, 0);
             let (sc01, sc23) = i16_halves(_mm512_and_si512(packed, m4), false);
@@ -151,7 +151,7 @@ pub(super) unsafe fn dot_cols_q3k(a: &[u8], w: [&[u8]; 4], out: &mut [f32; 4]) {
         unsafe {
             let y = a.as_ptr().add(i * A_BYTES);
             let wb = w.map(|r| r.as_ptr().add(i * Q3K_BYTES));
-            prefetch(wb, Q3K_BYTES);
+            prefetch_next(w[0].as_ptr(), nb, i, Q3K_BYTES);
             let (sc01, sc23) = i16_halves(q3k_scales4(load4x16(wb, 94)), true);
             let hm = wb.map(|p| bcast256(p));
             let mut lanes = [_mm512_setzero_si512(); 4];
@@ -244,7 +244,7 @@ pub(super) unsafe fn dot_cols_iq4xs(a: &[u8], w: [&[u8]; 4], out: &mut [f32; 4])
         unsafe {
             let y = a.as_ptr().add(i * A_BYTES);
             let wb = w.map(|r| r.as_ptr().add(i * IQ4XS_BYTES));
-            prefetch(wb, IQ4XS_BYTES);
+            prefetch_next(w[0].as_ptr(), nb, i, IQ4XS_BYTES);
             let ls01 = iq4xs_scales2(wb[0], wb[1]);
             let ls23 = iq4xs_scales2(wb[2], wb[3]);
             let mut lanes = [_mm512_setzero_si512(); 4];

@@ -321,25 +321,26 @@ pub(super) unsafe fn dot_cols<T: Unsigned>(a: &[u8], w: [&[u8]; 4], out: &mut [f
     let ap = a.as_ptr();
     let wp = w.map(|r| r.as_ptr());
     let mut acc = Acc4::new();
-    // How far ahead of each row stream to prefetch. Long rows: ~512 bytes
-    // keeps the four slowly advancing streams ahead of their loads. Short
-    // rows (a 640-column Q8_0 row is 680 bytes): the next calls' rows lie
-    // just past these four, so fetch about two calls ahead instead; for
-    // Gemma 3's 262144 x 640 output matrix this halves the matvec
-    // (qmatvec/Q8_0_262144x640, 2 threads: 10.5 -> 5.0 ms).
-    let dist = if nb * T::W_BYTES >= 2048 { 512 } else { 4096 };
+    // Block i's share of the next four rows (the drivers pass consecutive
+    // rows, so these follow in memory) is prefetched into L2: one
+    // sequential stream ahead of the four interleaved ones read here, which
+    // the hardware prefetchers follow badly from DRAM. For short rows this
+    // is also what a fixed distance of about two calls gave (Gemma 3's
+    // 262144 x 640 output matrix: qmatvec/Q8_0_262144x640 10.5 -> 5.0 ms).
+    let group = 4 * nb * T::W_BYTES;
     for i in 0..nb {
         // SAFETY (pointer reads): block i < nb of the activation row and
         // of every weight row, which the checks above established.
         unsafe {
             let ab = ap.add(i * T::A_BYTES);
             let wb = wp.map(|p| p.add(i * T::W_BYTES));
-            // Four interleaved row streams advance slowly (one block per
-            // iteration each); see `dist`. A prefetch never faults, and the
-            // address is formed with wrapping arithmetic, so past a row's
-            // end is fine.
-            for p in wb {
-                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(dist).cast());
+            // A prefetch never faults, and the address is formed with
+            // wrapping arithmetic, so past the matrix's end is fine.
+            let next = wp[0].wrapping_add(group + 4 * i * T::W_BYTES);
+            let mut off = 0;
+            while off < 4 * T::W_BYTES {
+                _mm_prefetch::<_MM_HINT_T1>(next.wrapping_add(off).cast());
+                off += 64;
             }
             let av = _mm512_broadcast_i64x4(_mm256_loadu_si256(ab.add(T::A_QS).cast()));
             let nc = neg_corr::<T>(av);
