@@ -321,13 +321,15 @@ pub(super) unsafe fn dot_cols<T: Unsigned>(a: &[u8], w: [&[u8]; 4], out: &mut [f
     let ap = a.as_ptr();
     let wp = w.map(|r| r.as_ptr());
     let mut acc = Acc4::new();
-    // Block i's share of the next four rows (the drivers pass consecutive
-    // rows, so these follow in memory) is prefetched into L2: one
+    // Block i's share of the rows after these four (the drivers pass
+    // consecutive rows, so they follow in memory) is prefetched into L2: one
     // sequential stream ahead of the four interleaved ones read here, which
-    // the hardware prefetchers follow badly from DRAM. For short rows this
-    // is also what a fixed distance of about two calls gave (Gemma 3's
-    // 262144 x 640 output matrix: qmatvec/Q8_0_262144x640 10.5 -> 5.0 ms).
-    let group = 4 * nb * T::W_BYTES;
+    // the hardware prefetchers follow badly from DRAM. The next four rows
+    // for long rows; at least 4 KiB ahead for short ones, where the next
+    // call's rows are too close to arrive in time (SmolLM2's 576-column
+    // rows: generation -7% with the next four; Gemma 3's 262144 x 640
+    // output matrix: qmatvec/Q8_0_262144x640 10.5 -> 5.0 ms with 4 KiB).
+    let ahead = (4 * nb * T::W_BYTES).max(4096);
     for i in 0..nb {
         // SAFETY (pointer reads): block i < nb of the activation row and
         // of every weight row, which the checks above established.
@@ -336,7 +338,7 @@ pub(super) unsafe fn dot_cols<T: Unsigned>(a: &[u8], w: [&[u8]; 4], out: &mut [f
             let wb = wp.map(|p| p.add(i * T::W_BYTES));
             // A prefetch never faults, and the address is formed with
             // wrapping arithmetic, so past the matrix's end is fine.
-            let next = wp[0].wrapping_add(group + 4 * i * T::W_BYTES);
+            let next = wp[0].wrapping_add(ahead + 4 * i * T::W_BYTES);
             let mut off = 0;
             while off < 4 * T::W_BYTES {
                 _mm_prefetch::<_MM_HINT_T1>(next.wrapping_add(off).cast());
