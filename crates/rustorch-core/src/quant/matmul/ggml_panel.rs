@@ -376,7 +376,7 @@ unsafe fn dispatch<W: PanelType, const A: usize>(
 }
 
 #[cfg(target_arch = "x86_64")]
-mod vnni {
+pub(super) mod vnni {
     use super::{PanelBlock, GEMM, GEMV, HALVES, LANES, TILED};
     use crate::quant::blocks::BlockQ8K;
     use std::arch::x86_64::*;
@@ -390,7 +390,7 @@ mod vnni {
 
     /// `bsums[2p]` and `bsums[2p + 1]` as an i16 pair in every lane.
     #[inline(always)]
-    unsafe fn bsum_pair(y: &BlockQ8K, p: usize) -> __m512i {
+    pub(in crate::quant::matmul) unsafe fn bsum_pair(y: &BlockQ8K, p: usize) -> __m512i {
         // SAFETY: p < 8, so the two i16 are inside `bsums`.
         unsafe { _mm512_set1_epi32(std::ptr::read_unaligned(y.bsums.as_ptr().add(2 * p).cast::<i32>())) }
     }

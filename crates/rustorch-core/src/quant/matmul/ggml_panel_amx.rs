@@ -231,6 +231,7 @@ fn run<W: PanelType>(
 #[cfg(target_arch = "x86_64")]
 mod tile {
     use super::super::amx::{tdpbssd, tdpbsud, tile_load, tile_store, tile_zero};
+    use super::super::ggml_panel::vnni::bsum_pair;
     use super::{AmxBlock, Line, SuperRow, LANES, ROWS};
     use crate::quant::blocks::BlockQ8K;
     use crate::quant::matmul::ggml_superblock::Order;
@@ -309,13 +310,6 @@ mod tile {
     /// 16 weight-row lanes.
     #[repr(C, align(64))]
     struct Results([[i32; 16]; ROWS]);
-
-    /// `bsums[2p]` and `bsums[2p + 1]` as an i16 pair in every lane.
-    #[inline(always)]
-    unsafe fn bsum_pair(y: &BlockQ8K, p: usize) -> __m512i {
-        // SAFETY: p < 8, so the two i16 are inside `bsums`.
-        unsafe { _mm512_set1_epi32(std::ptr::read_unaligned(y.bsums.as_ptr().add(2 * p).cast::<i32>())) }
-    }
 
     /// Sixteen weight rows (`panel`, one block per super-block) against up
     /// to `ROWS` activation rows (`ys`, copied into `lines`), each summed in

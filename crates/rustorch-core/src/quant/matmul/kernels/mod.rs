@@ -15,6 +15,28 @@ use crate::quant::QType;
 pub(super) mod kquants;
 mod legacy;
 
+/// Prefetches into L2 the `step` bytes at `rows + ahead + i * step`: block
+/// `i`'s share of the weight rows that follow the ones a matvec kernel is
+/// reading (`rows` is the first one's start; the drivers pass consecutive
+/// rows, so the following ones lie `ahead` bytes further, one group or
+/// more). One sequential stream ahead of the four or eight interleaved row
+/// streams read at once, which the hardware prefetchers follow badly from
+/// DRAM (generation nearly twice as fast with it; docs/BENCHMARKS.md,
+/// session 10); each call then finds its rows in L2.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(super) fn prefetch_rows_ahead(rows: *const u8, ahead: usize, i: usize, step: usize) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+    let next = rows.wrapping_add(ahead + i * step);
+    let mut off = 0;
+    while off < step {
+        // SAFETY: a prefetch never faults and reads nothing; the address is
+        // formed with wrapping arithmetic, so past the matrix's end is fine.
+        unsafe { _mm_prefetch::<_MM_HINT_T1>(next.wrapping_add(off).cast()) };
+        off += 64;
+    }
+}
+
 /// # Safety
 /// The CPU must support the kernel's instruction-set level, and `w` and `a`
 /// must be matching rows: `w` whole blocks of the weight type, `a` the same

@@ -37,22 +37,11 @@ pub(in crate::quant::matmul) fn check(a: &[u8], w: &[&[u8]; 4], w_bytes: usize) 
     Some(a.len() / A_BYTES)
 }
 
-/// Prefetches, into L2, block `i`'s share of the next four rows: the
-/// drivers pass four consecutive rows, so rows 4..8 from `w0` (the first
-/// row's start) follow them in memory. One sequential stream ahead of the
-/// four interleaved ones being read, which the hardware prefetchers follow
-/// badly from DRAM (as in `ggml_repack_gemv`); each call then finds its
-/// rows in L2.
+/// Block `i`'s share of the next four rows into L2 (see
+/// `kernels::prefetch_rows_ahead`).
 #[inline(always)]
-pub(in crate::quant::matmul) unsafe fn prefetch_next(w0: *const u8, nb: usize, i: usize, w_bytes: usize) {
-    let next = w0.wrapping_add(4 * (nb + i) * w_bytes);
-    let mut off = 0;
-    while off < 4 * w_bytes {
-        // SAFETY: a prefetch never faults; the address is formed with
-        // wrapping arithmetic, so past the matrix's end is fine.
-        unsafe { _mm_prefetch::<_MM_HINT_T1>(next.wrapping_add(off).cast()) };
-        off += 64;
-    }
+pub(in crate::quant::matmul) fn prefetch_next(w0: *const u8, nb: usize, i: usize, w_bytes: usize) {
+    crate::quant::matmul::kernels::prefetch_rows_ahead(w0, 4 * nb * w_bytes, i, 4 * w_bytes);
 }
 
 /// The 32 bytes at `p` in both 256-bit halves.

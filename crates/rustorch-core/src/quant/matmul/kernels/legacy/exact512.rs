@@ -17,6 +17,7 @@
 //! i32); the scales of four outputs are converted by one `vcvtph2ps`.
 
 use super::{blocks, blocks4, Layout, WIq4Nl, W4_0, W4_1, W5_0, W5_1, W8_0};
+use crate::quant::matmul::kernels::prefetch_rows_ahead;
 use std::arch::x86_64::*;
 
 /// A weight type's blocks as unsigned bytes `q + OFF` in element order.
@@ -336,14 +337,7 @@ pub(super) unsafe fn dot_cols<T: Unsigned>(a: &[u8], w: [&[u8]; 4], out: &mut [f
         unsafe {
             let ab = ap.add(i * T::A_BYTES);
             let wb = wp.map(|p| p.add(i * T::W_BYTES));
-            // A prefetch never faults, and the address is formed with
-            // wrapping arithmetic, so past the matrix's end is fine.
-            let next = wp[0].wrapping_add(ahead + 4 * i * T::W_BYTES);
-            let mut off = 0;
-            while off < 4 * T::W_BYTES {
-                _mm_prefetch::<_MM_HINT_T1>(next.wrapping_add(off).cast());
-                off += 64;
-            }
+            prefetch_rows_ahead(wp[0], ahead, i, 4 * T::W_BYTES);
             let av = _mm512_broadcast_i64x4(_mm256_loadu_si256(ab.add(T::A_QS).cast()));
             let nc = neg_corr::<T>(av);
             let p01 = dot_lanes(nc, T::two(wb[0], wb[1]), av);
