@@ -36,8 +36,36 @@ struct RopeTables {
 impl Model {
     /// Runs `tokens` at positions `cache.len()..`, stores their keys and
     /// values in `cache`, and returns the requested logits (f32).
+    ///
+    /// A long prompt goes through in micro-batches of about `UBATCH_ROWS`
+    /// positions, each attending to the ones before it in the cache: the
+    /// same bits as one batch (tests/ubatches.rs), for half or less of its
+    /// activation memory.
     pub fn forward(&self, cache: &mut KvCache, tokens: &[u32], which: Logits) -> Result<Tensor> {
-        self.forward_on_pool(cache, tokens, which, FFN_CHUNK_ROWS, &mut |_, _, _| Ok(()))
+        // Checked for the whole prompt first, so that a bad token or a full
+        // cache fails before any micro-batch fills the cache.
+        self.check_tokens(cache, tokens)?;
+        let batches = row_chunks(tokens.len(), UBATCH_ROWS);
+        let start = cache.len();
+        let mut logits = Vec::with_capacity(batches.len());
+        for (i, r) in batches.iter().enumerate() {
+            let want = match which {
+                Logits::All => Some(Logits::All),
+                Logits::Last => (i + 1 == batches.len()).then_some(Logits::Last),
+            };
+            match self.forward_on_pool(cache, &tokens[r.clone()], want, FFN_CHUNK_ROWS, &mut |_, _, _| Ok(())) {
+                Ok(out) => logits.extend(out),
+                Err(e) => {
+                    // A failed pass leaves the cache as it found it.
+                    cache.truncate(start);
+                    return Err(e);
+                }
+            }
+        }
+        match logits.len() {
+            1 => Ok(logits.pop().expect("one element")),
+            _ => Ok(Tensor::cat(&logits.iter().collect::<Vec<_>>(), 0)?),
+        }
     }
 
     /// `forward`, calling `inspect(name, layer, tensor)` on intermediate
@@ -53,18 +81,35 @@ impl Model {
         which: Logits,
         inspect: &mut (dyn FnMut(&str, usize, &Tensor) -> Result<()> + Send),
     ) -> Result<Tensor> {
-        // The whole feed-forward block at once: `inspect` sees every row.
-        self.forward_on_pool(cache, tokens, which, usize::MAX, inspect)
+        // One batch, and the whole feed-forward block at once: `inspect`
+        // sees every row.
+        let out = self.forward_on_pool(cache, tokens, Some(which), usize::MAX, inspect)?;
+        Ok(out.expect("logits were asked for"))
+    }
+
+    /// The errors a pass must give before it changes the cache: no tokens,
+    /// a token outside the vocabulary, no room left in the cache.
+    fn check_tokens(&self, cache: &KvCache, tokens: &[u32]) -> Result<()> {
+        let n_vocab = self.config.n_vocab;
+        if tokens.is_empty() {
+            return Err(LlmError::InvalidArgument("forward needs at least one token".into()));
+        }
+        if let Some(&bad) = tokens.iter().find(|&&id| id as usize >= n_vocab) {
+            return Err(LlmError::InvalidArgument(format!(
+                "token id {bad} is outside the vocabulary of {n_vocab} tokens"
+            )));
+        }
+        cache.check_room(tokens.len())
     }
 
     fn forward_on_pool(
         &self,
         cache: &mut KvCache,
         tokens: &[u32],
-        which: Logits,
+        which: Option<Logits>,
         ffn_chunk: usize,
         inspect: &mut (dyn FnMut(&str, usize, &Tensor) -> Result<()> + Send),
-    ) -> Result<Tensor> {
+    ) -> Result<Option<Tensor>> {
         // Run the whole pass on a worker of rayon's pool: ops then split
         // their work from inside the pool (the worker takes part, idle
         // workers steal) instead of each op waking the pool from outside
@@ -77,26 +122,19 @@ impl Model {
         }
     }
 
+    /// One batch through the model; `which: None` fills the cache and
+    /// computes no logits (a prompt's micro-batches before the last).
     fn forward_in_pool(
         &self,
         cache: &mut KvCache,
         tokens: &[u32],
-        which: Logits,
+        which: Option<Logits>,
         ffn_chunk: usize,
         inspect: &mut (dyn FnMut(&str, usize, &Tensor) -> Result<()> + Send),
-    ) -> Result<Tensor> {
+    ) -> Result<Option<Tensor>> {
         let cfg = &self.config;
         let t = tokens.len();
-        if t == 0 {
-            return Err(LlmError::InvalidArgument("forward needs at least one token".into()));
-        }
-        if let Some(&bad) = tokens.iter().find(|&&id| id as usize >= cfg.n_vocab) {
-            return Err(LlmError::InvalidArgument(format!(
-                "token id {bad} is outside the vocabulary of {} tokens",
-                cfg.n_vocab
-            )));
-        }
-        cache.check_room(t)?;
+        self.check_tokens(cache, tokens)?;
         let pos0 = cache.len();
         let total = pos0 + t;
         let exec = &self.exec;
@@ -118,7 +156,6 @@ impl Model {
             }
         }
         let attn_len = cache.attn_len(total);
-        let masks = self.masks(pos0, t, attn_len)?;
 
         for il in 0..cfg.n_layer {
             let lw = &self.weights.layers[il];
@@ -134,15 +171,20 @@ impl Model {
             let attn = {
                 let h = x.rms_norm(Some(&lw.attn_norm), cfg.rms_eps as f64)?;
                 inspect("attn_norm", il, &h)?;
-                // One quantization of h for the three projections.
-                let [q, k, v]: [Tensor; 3] = h
-                    .qmatmul_many(&[&lw.wq, &lw.wk, &lw.wv])?
-                    .try_into()
-                    .expect("qmatmul_many returns one product per weight");
+                // One quantization of h for the three projections. Each
+                // product is consumed by its reshape: a shadowed binding
+                // would hold its storage to the end of the block, through
+                // attention (at a 512-token prompt, more than the hidden
+                // state).
+                let mut qkv = h.qmatmul_many(&[&lw.wq, &lw.wk, &lw.wv])?.into_iter();
                 drop(h);
-                let q = q.reshape([t, cfg.n_head, cfg.head_dim_k])?;
-                let k = k.reshape([t, cfg.n_head_kv, cfg.head_dim_k])?;
-                let v = v.reshape([t, cfg.n_head_kv, cfg.head_dim_v])?;
+                let mut heads = |n: usize, d: usize| -> Result<Tensor> {
+                    let p = qkv.next().expect("qmatmul_many returns one product per weight");
+                    Ok(p.reshape([t, n, d])?)
+                };
+                let q = heads(cfg.n_head, cfg.head_dim_k)?;
+                let k = heads(cfg.n_head_kv, cfg.head_dim_k)?;
+                let v = heads(cfg.n_head_kv, cfg.head_dim_v)?;
                 let (q, k) = match (&lw.q_norm, &lw.k_norm) {
                     (Some(qn), Some(kn)) => (
                         q.rms_norm(Some(qn), cfg.rms_eps as f64)?,
@@ -175,13 +217,15 @@ impl Model {
                 };
                 cache.write(il, &k, &v)?;
                 drop((k, v));
+                if last_layer && which.is_none() {
+                    // The cache is full for these positions; nothing reads
+                    // the last block's output.
+                    break;
+                }
                 let heads_first = {
                     let (kc, vtc) = cache.view(il, attn_len)?;
-                    let mask = match cfg.window_for_layer(il) {
-                        Some(_) => &masks.window,
-                        None => &masks.causal,
-                    };
-                    Tensor::cached_attention(&q, &kc, &vtc, mask, sdpa_scale as f32)?
+                    let mask = self.mask(pos0, t, attn_len, cfg.window_for_layer(il))?;
+                    Tensor::cached_attention(&q, &kc, &vtc, &mask, sdpa_scale as f32)?
                 };
                 // q goes before the [H, T, D] -> [T, H * D] copy is made.
                 drop(q);
@@ -191,7 +235,7 @@ impl Model {
             let mut a = attn.qmatmul(&lw.wo)?;
             drop(attn);
             inspect("attn_out", il, &a)?;
-            if last_layer && which == Logits::Last && t > 1 {
+            if last_layer && which == Some(Logits::Last) && t > 1 {
                 // Only the last row feeds the logits (llama.cpp's
                 // inp_out_ids): skip the rest of the last block for the others.
                 a = a.narrow(0, t - 1, 1)?;
@@ -201,26 +245,15 @@ impl Model {
                 a = a.rms_norm(Some(n), cfg.rms_eps as f64)?;
             }
             x = x.add(&a)?;
+            drop(a);
             inspect("ffn_inp", il, &x)?;
-
-            // Feed-forward: row by row, so a long prompt's rows can go
-            // through it in chunks (see `FFN_CHUNK_ROWS`).
-            let rows = x.dims()[0];
-            x = if rows > ffn_chunk {
-                let mut outs = Vec::new();
-                for r in row_chunks(rows, ffn_chunk) {
-                    let xc = x.narrow(0, r.start, r.len())?;
-                    let d = self.feed_forward(il, &xc, &mut |_, _, _| Ok(()))?;
-                    outs.push(xc.add(&d)?);
-                }
-                Tensor::cat(&outs.iter().collect::<Vec<_>>(), 0)?
-            } else {
-                let d = self.feed_forward(il, &x, inspect)?;
-                x.add(&d)?
-            };
+            x = self.feed_forward_rows(il, x, ffn_chunk, inspect)?;
             inspect("l_out", il, &x)?;
         }
         cache.advance(t);
+        if which.is_none() {
+            return Ok(None);
+        }
 
         let h = x.rms_norm(Some(&self.weights.output_norm), cfg.rms_eps as f64)?;
         inspect("result_norm", usize::MAX, &h)?;
@@ -229,7 +262,33 @@ impl Model {
         if let Some(cap) = cfg.final_logit_softcap {
             logits = logits.mul_scalar(1.0 / cap as f64)?.tanh()?.mul_scalar(cap as f64)?;
         }
-        Ok(logits)
+        Ok(Some(logits))
+    }
+
+    /// `x + feed_forward(x)` (`l_out`) for the block's input rows `x`
+    /// (`ffn_inp`): row by row, so a long prompt's rows go through it in
+    /// chunks (see `FFN_CHUNK_ROWS`). Takes `x` so that it is freed before
+    /// the chunks' sums are joined.
+    fn feed_forward_rows(
+        &self,
+        il: usize,
+        x: Tensor,
+        ffn_chunk: usize,
+        inspect: &mut (dyn FnMut(&str, usize, &Tensor) -> Result<()> + Send),
+    ) -> Result<Tensor> {
+        let rows = x.dims()[0];
+        if rows <= ffn_chunk {
+            let d = self.feed_forward(il, &x, inspect)?;
+            return Ok(x.add(&d)?);
+        }
+        let mut outs = Vec::new();
+        for r in row_chunks(rows, ffn_chunk) {
+            let xc = x.narrow(0, r.start, r.len())?;
+            let d = self.feed_forward(il, &xc, &mut |_, _, _| Ok(()))?;
+            outs.push(xc.add(&d)?);
+        }
+        drop(x);
+        Ok(Tensor::cat(&outs.iter().collect::<Vec<_>>(), 0)?)
     }
 
     /// One block's feed-forward output for the rows `x` (`ffn_inp`).
@@ -263,51 +322,52 @@ impl Model {
         Ok(d)
     }
 
-    /// Additive masks `[T, attn_len]` (0 keeps, -inf hides): causal, and
-    /// causal within the sliding window for the layers that have one;
-    /// positions from `pos0 + T` on (cache padding) are hidden.
-    fn masks(&self, pos0: usize, t: usize, attn_len: usize) -> Result<Masks> {
-        let total = pos0 + t;
-        let build = |window: Option<usize>| -> Result<Tensor> {
-            let mut m = Vec::with_capacity(t * attn_len);
-            for i in 0..t {
-                let p1 = pos0 + i;
-                // llama_hparams::is_masked_swa (standard): a key at p0 is
-                // hidden from a query at p1 when p1 - p0 >= window.
-                m.extend((0..attn_len).map(|p0| {
-                    let visible = p0 <= p1 && window.is_none_or(|w| p1 - p0 < w);
-                    if visible {
-                        0f32
-                    } else {
-                        f32::NEG_INFINITY
-                    }
-                }));
-            }
-            Ok(Tensor::from_vec(m, [t, attn_len])?.with_executor(&self.exec)?)
-        };
-        let causal = build(None)?;
-        let window = match &self.config.sliding_window {
-            Some(sw) if total > sw.window => build(Some(sw.window))?,
-            _ => causal.clone(),
-        };
-        Ok(Masks { causal, window })
+    /// The additive mask `[T, attn_len]` (0 keeps, -inf hides) of one
+    /// layer's attention: causal, and within `window` positions when the
+    /// layer has a sliding window; positions from `pos0 + T` on (cache
+    /// padding) are hidden. Built for each layer where attention needs it
+    /// rather than once per pass: at a 512-token prompt it is as large as
+    /// the hidden state, and held through the projections it would raise
+    /// the pass's peak memory (a few hundred microseconds per layer).
+    fn mask(&self, pos0: usize, t: usize, attn_len: usize, window: Option<usize>) -> Result<Tensor> {
+        let mut m = Vec::with_capacity(t * attn_len);
+        for i in 0..t {
+            let p1 = pos0 + i;
+            // llama_hparams::is_masked_swa (standard): a key at p0 is
+            // hidden from a query at p1 when p1 - p0 >= window.
+            m.extend((0..attn_len).map(|p0| {
+                let visible = p0 <= p1 && window.is_none_or(|w| p1 - p0 < w);
+                if visible {
+                    0f32
+                } else {
+                    f32::NEG_INFINITY
+                }
+            }));
+        }
+        Ok(Tensor::from_vec(m, [t, attn_len])?.with_executor(&self.exec)?)
     }
-}
-
-struct Masks {
-    causal: Tensor,
-    window: Tensor,
 }
 
 /// Prompt rows that `Model::forward` sends through a feed-forward block at
 /// a time. Its three `[rows, n_ff]` intermediates are the largest tensors
 /// of a prompt batch (SmolLM2 at 512 rows: 9.4 MB of them, against 94 MB
-/// of weights); chunks of 256 rows halve them, for one more pass over the
-/// block's weights. The bits are the same: every op of the block works
+/// of weights); chunks of 128 rows quarter them, for three more passes
+/// over the block's weights (from cache or memory: a few percent of a
+/// prompt's time, which is compute-bound). The bits are the same: every op of the block works
 /// row by row, and every chunk has at least 8 rows, so each product takes
 /// the batched path it takes for the whole prompt (a lone row would take
 /// the matvec path, whose order differs for some weight types).
-const FFN_CHUNK_ROWS: usize = 256;
+const FFN_CHUNK_ROWS: usize = 128;
+
+/// Prompt positions that `Model::forward` sends through the model at a
+/// time (llama.cpp's micro-batch, `n_ubatch`, whose default is 512). At
+/// 256, a 512-token prompt's activations (hidden states, queries, masks,
+/// attention outputs) are half as large, for one more pass over the
+/// weights. A multiple of 4 keeps the rows that the repacked kernels leave
+/// to their one-row path (llama.cpp's `m % 4` tail) the same as in one
+/// batch, and every micro-batch has at least 8 rows (`row_chunks`), so
+/// each product takes the batched path.
+const UBATCH_ROWS: usize = 256;
 
 /// Ranges of about `chunk` rows covering `0..rows`; a last range shorter
 /// than 8 rows joins the one before it.
