@@ -9,12 +9,21 @@
 //! block's scaled integer dot product and `M` its mins times the
 //! activation's group sums: exact integers, so any instructions may form
 //! them. Eight weight rows go at once (the eight llama.cpp interleaves;
-//! `llama_repacks` guarantees rows % 8 == 0): their codes are multiplied
-//! as in `kernels::kquants::cols512` (one `vpdpbusd` and one `vpdpwssd`
-//! per 64 values), the eight rows' 16-lane sums are reduced together, and
-//! the f32 steps of all eight run in one 256-bit register. Q4_K prefetches
-//! the next group of eight rows into L2 as one sequential stream; Q2_K
-//! prefetches each row a few blocks ahead.
+//! `llama_repacks` guarantees rows % 8 == 0), their 16-lane sums are
+//! reduced together, and the f32 steps of all eight run in one 256-bit
+//! register.
+//!
+//! Q4_K reads 128 values of a row per step as one 64-byte load: two
+//! `vpdpbusd` (low and high nibbles, against activations arranged once per
+//! block for all eight rows), one `vpackssdw` of the two (each lane's sum
+//! of four products fits an i16) and one `vpdpwssd` with the four groups'
+//! scales, picked by an in-lane `vpshufb`: 3 VNNI instructions per 128
+//! values instead of 4, and no cross-lane permutes (on the 2-core EPYC,
+//! 28 -> 36 GiB/s from cache, TinyLlama Q4_K_M generation +13%). It
+//! prefetches the next group of eight rows into L2 as one sequential
+//! stream. Q2_K multiplies as `kernels::kquants::cols512` (one `vpdpbusd`
+//! and one `vpdpwssd` per 64 values) and prefetches each row a few blocks
+//! ahead.
 
 // Chunk-pair indices address several arrays with different strides.
 #![allow(clippy::needless_range_loop)]
@@ -136,6 +145,23 @@ mod simd {
         }
     }
 
+    /// `vpshufb` control for values `128 p .. 128 p + 128` over a row's
+    /// eight scale bytes repeated in each 128-bit lane, matching
+    /// `_mm512_packs_epi32(lo, hi)`: in 128-bit lane `L`, i16 0..4 come from
+    /// `lo` (group `4 p`, or `4 p + 2` for `L >= 2`) and i16 4..8 from `hi`
+    /// (the next group); each gets its group's scale, zero-extended.
+    #[inline(always)]
+    fn scale_pick(p: usize) -> __m512i {
+        let mut b = [0x80u8 as i8; 64];
+        for lane in 0..4 {
+            for k in 0..8 {
+                b[16 * lane + 2 * k] = (4 * p + 2 * (lane / 2) + k / 4) as i8;
+            }
+        }
+        // SAFETY: 64 bytes; AVX-512F in the kernel.
+        unsafe { _mm512_loadu_si512(b.as_ptr().cast()) }
+    }
+
     /// Eight outputs in the gemv order: `out[r]` is weight row `w[r]`
     /// against the activation row `a` (Q8_K bytes); NaN for rows of other
     /// lengths.
@@ -150,9 +176,7 @@ mod simd {
             return;
         }
         let m4 = _mm512_set1_epi8(0x0F);
-        let shift = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
-        // SAFETY: AVX-512 enabled above.
-        let idx = unsafe { scale_idxs(8) };
+        let pick: [__m512i; 2] = std::array::from_fn(scale_pick);
         let (mut acc, mut acc_min) = (_mm256_setzero_ps(), _mm256_setzero_ps());
         for i in 0..nb {
             // SAFETY (pointer reads): block i < nb of the activation row
@@ -173,18 +197,41 @@ mod simd {
                     _mm512_cvtepu8_epi16(_mm512_castsi512_si256(sm1)),
                     _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64::<1>(sm1)),
                 ];
+                // Row r's eight scale bytes in every 128-bit lane: chunk
+                // j's lane scales are then one in-lane byte shuffle each.
+                let row_scales: [__m512i; 8] = [
+                    _mm512_shuffle_i32x4::<0x00>(sm0, sm0),
+                    _mm512_shuffle_i32x4::<0x55>(sm0, sm0),
+                    _mm512_shuffle_i32x4::<0xAA>(sm0, sm0),
+                    _mm512_shuffle_i32x4::<0xFF>(sm0, sm0),
+                    _mm512_shuffle_i32x4::<0x00>(sm1, sm1),
+                    _mm512_shuffle_i32x4::<0x55>(sm1, sm1),
+                    _mm512_shuffle_i32x4::<0xAA>(sm1, sm1),
+                    _mm512_shuffle_i32x4::<0xFF>(sm1, sm1),
+                ];
                 let mut lanes = [_mm512_setzero_si512(); 8];
-                for j in 0..4 {
-                    let act = load64(y.add(A_QS + 64 * j));
+                for p in 0..2 {
+                    // Values 128 p .. 128 p + 128: groups 4 p .. 4 p + 4 of
+                    // 32. A row's 64 code bytes hold groups 4 p, 4 p + 2 in
+                    // their low nibbles' 256-bit halves and 4 p + 1, 4 p + 3
+                    // in their high ones; the activations are arranged to
+                    // match once for all eight rows.
+                    let (v0, v1) = (load64(y.add(A_QS + 128 * p)), load64(y.add(A_QS + 128 * p + 64)));
+                    let act_lo = _mm512_shuffle_i64x2::<0b01_00_01_00>(v0, v1);
+                    let act_hi = _mm512_shuffle_i64x2::<0b11_10_11_10>(v0, v1);
                     for r in 0..8 {
-                        let codes = _mm512_and_si512(_mm512_srlv_epi64(bcast256(wb[r].add(16 + 32 * j)), shift), m4);
-                        lanes[r] = scaled(
-                            lanes[r],
+                        let x = load64(wb[r].add(16 + 64 * p));
+                        let lo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(x, m4), act_lo);
+                        let hi = _mm512_dpbusd_epi32(
                             _mm512_setzero_si512(),
-                            codes,
-                            act,
-                            lane_scales(idx[r % 2][j], sc[r / 2]),
+                            _mm512_and_si512(_mm512_srli_epi16::<4>(x), m4),
+                            act_hi,
                         );
+                        // Each lane's sum of four products fits an i16
+                        // (|4 * 15 * 128| < 2^15): pack both, then one
+                        // vpdpwssd scales and adds them.
+                        let packed = _mm512_packs_epi32(lo, hi);
+                        lanes[r] = _mm512_dpwssd_epi32(lanes[r], packed, _mm512_shuffle_epi8(row_scales[r], pick[p]));
                     }
                 }
                 let s = _mm256_cvtepi32_ps(sums8(lanes));
