@@ -239,7 +239,12 @@ fn four_rows(qs: &Queries<'_>, k: &Rows<'_>, vt: &Rows<'_>, group: usize, scale:
 
 /// An f32 operand rounded to f16, as GGML converts it for an f16 product.
 fn to_f16(x: &[f32]) -> Vec<f16> {
-    x.iter().map(|&v| f16::from_f32(v)).collect()
+    use half::slice::HalfFloatSliceExt;
+    // Vectorized (F16C where present), rounding to nearest even as
+    // `f16::from_f32` does one at a time.
+    let mut out = vec![f16::ZERO; x.len()];
+    out.convert_from_f32_slice(x);
+    out
 }
 
 /// `ggml_soft_max_ext` of a score row under its mask, rounded to f16 for
