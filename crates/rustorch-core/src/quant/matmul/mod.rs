@@ -300,6 +300,7 @@ pub fn qmatmul_quantized_into(
     const TILE_WEIGHT_BYTES: usize = 48 << 10;
     let ib = m.min(64);
     let tile = kernels::exact_tile(w.qtype, level);
+    let tile8 = kernels::exact_tile8(w.qtype, level);
     let mut jb = (TILE_WEIGHT_BYTES / w.row_bytes.max(1))
         .clamp(4, 64)
         .min(n.div_ceil(threads * 4))
@@ -320,6 +321,40 @@ pub fn qmatmul_quantized_into(
         let (j0, i0) = ((t / ni) * jb, (t % ni) * ib);
         let (j1, i1) = ((j0 + jb).min(n), (i0 + ib).min(m));
         let mut i = i0;
+        if let (Some(rows), Some(tile8)) = (rows, tile8) {
+            // Eight activation rows at a time where a four-by-eight kernel
+            // exists: each weight block is decoded once for 32 products.
+            while i + 8 <= i1 {
+                let a: [&[u8]; 8] = std::array::from_fn(|k| act.row(i + k));
+                let mut j = j0;
+                while j + 4 <= j1 {
+                    let mut r = [[0f32; 8]; 4];
+                    // SAFETY: as for `rows` below, for four weight rows
+                    // and eight activation rows.
+                    unsafe { tile8([w.row(j), w.row(j + 1), w.row(j + 2), w.row(j + 3)], a, &mut r) };
+                    for (dj, rj) in r.into_iter().enumerate() {
+                        for (k, v) in rj.into_iter().enumerate() {
+                            // SAFETY: (i + k, j + dj) lies in this tile; see `OutPtr`.
+                            unsafe { out_ptr.write((i + k) * n + j + dj, v) };
+                        }
+                    }
+                    j += 4;
+                }
+                for j in j..j1 {
+                    for half in 0..2 {
+                        let a4 = [a[4 * half], a[4 * half + 1], a[4 * half + 2], a[4 * half + 3]];
+                        let mut r = [0f32; 4];
+                        // SAFETY: as for `rows` below.
+                        unsafe { rows(w.row(j), a4, &mut r) };
+                        for (k, v) in r.into_iter().enumerate() {
+                            // SAFETY: (i + 4 half + k, j) lies in this tile; see `OutPtr`.
+                            unsafe { out_ptr.write((i + 4 * half + k) * n + j, v) };
+                        }
+                    }
+                }
+                i += 8;
+            }
+        }
         if let Some(rows) = rows {
             while i + 4 <= i1 {
                 let a = [act.row(i), act.row(i + 1), act.row(i + 2), act.row(i + 3)];

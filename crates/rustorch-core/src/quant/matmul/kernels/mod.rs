@@ -74,6 +74,17 @@ pub(crate) fn exact_tile(qtype: QType, isa: Isa) -> Option<DotTileFn> {
     legacy::tile_kernel(qtype, isa)
 }
 
+/// `DotTileFn` for eight activation rows: `out[r][i]` for `a[i]`.
+///
+/// # Safety
+/// As `DotFn`, for each of the 32 pairs.
+pub(crate) type DotTile8Fn = unsafe fn(w: [&[u8]; 4], a: [&[u8]; 8], out: &mut [[f32; 8]; 4]);
+
+/// The four-by-eight kernel implemented at exactly this level, if any.
+pub(crate) fn exact_tile8(qtype: QType, isa: Isa) -> Option<DotTile8Fn> {
+    legacy::tile8_kernel(qtype, isa)
+}
+
 /// The four-weight-row kernel implemented at exactly this level, if any.
 pub(crate) fn exact_cols(qtype: QType, isa: Isa) -> Option<DotColsFn> {
     legacy::cols_kernel(qtype, isa).or_else(|| kquants::cols_kernel(qtype, isa))

@@ -18,7 +18,7 @@
 //! order. (Q4_0 and IQ4_NL weights that llama.cpp repacks take
 //! `ggml_repack`'s order instead.)
 
-use super::{DotColsFn, DotFn, DotRowsFn, DotTileFn};
+use super::{DotColsFn, DotFn, DotRowsFn, DotTile8Fn, DotTileFn};
 use crate::quant::matmul::Isa;
 use crate::quant::QType;
 
@@ -154,6 +154,25 @@ pub(super) fn tile_kernel(qtype: QType, isa: Isa) -> Option<DotTileFn> {
             Q5_1 => tile512::dot_tile::<W5_1>,
             Q8_0 => tile512::dot_tile::<W8_0>,
             IQ4NL => tile512::dot_tile::<WIq4Nl>,
+            _ => return None,
+        },
+        _ => return None,
+    };
+    Some(k)
+}
+
+/// `tile_kernel` for eight activation rows: `out[r][i]` for `a[i]`.
+pub(super) fn tile8_kernel(qtype: QType, isa: Isa) -> Option<DotTile8Fn> {
+    use QType::*;
+    let k: DotTile8Fn = match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vnni => match qtype {
+            Q4_0 => tile512::dot_tile8::<W4_0>,
+            Q4_1 => tile512::dot_tile8::<W4_1>,
+            Q5_0 => tile512::dot_tile8::<W5_0>,
+            Q5_1 => tile512::dot_tile8::<W5_1>,
+            Q8_0 => tile512::dot_tile8::<W8_0>,
+            IQ4NL => tile512::dot_tile8::<WIq4Nl>,
             _ => return None,
         },
         _ => return None,
