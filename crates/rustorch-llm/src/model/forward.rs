@@ -39,7 +39,7 @@ impl Model {
     ///
     /// A long prompt goes through in micro-batches of about `UBATCH_ROWS`
     /// positions, each attending to the ones before it in the cache: the
-    /// same bits as one batch (tests/ubatches.rs), for half or less of its
+    /// same bits as one batch (tests/batching.rs), for half or less of its
     /// activation memory.
     pub fn forward(&self, cache: &mut KvCache, tokens: &[u32], which: Logits) -> Result<Tensor> {
         // Checked for the whole prompt first, so that a bad token or a full
