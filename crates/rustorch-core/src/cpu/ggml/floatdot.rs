@@ -377,6 +377,15 @@ mod avx512 {
             l += 16;
         }
         let mut out = [[0f32; C]; R];
+        if R * C == 16 {
+            // Sixteen outputs: one shared reduction (the same additions).
+            // SAFETY: AVX-512 F is enabled for this function.
+            let s = unsafe { super::super::reduce::reduce16x16_avx512(std::array::from_fn(|k| acc[k / C][k % C])) };
+            for (k, v) in s.into_iter().enumerate() {
+                out[k / C][k % C] = v;
+            }
+            return out;
+        }
         for r in 0..R {
             for c in 0..C {
                 // SAFETY: AVX-512 F is enabled for this function.
