@@ -149,15 +149,11 @@ mod tests {
             assert_eq!(r.to_bits(), reduce16(&x).to_bits(), "{x:?}");
         }
     }
-}
-
-#[cfg(all(test, target_arch = "x86_64"))]
-mod shared_tests {
-    use super::*;
 
     /// The shared sixteen-register reduction gives each register's
     /// `reduce16` bits, on values whose sums round differently in other
     /// orders (mixed magnitudes and signs).
+    #[cfg(target_arch = "x86_64")]
     #[test]
     fn sixteen_at_once_equal_one_at_a_time() {
         if !std::arch::is_x86_feature_detected!("avx512f") {

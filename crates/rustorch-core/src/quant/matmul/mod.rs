@@ -299,8 +299,8 @@ pub fn qmatmul_quantized_into(
     // contiguous splits give each thread its own weight rows.
     const TILE_WEIGHT_BYTES: usize = 48 << 10;
     let ib = m.min(64);
-    let tile = kernels::exact_tile(w.qtype, level);
-    let tile8 = kernels::exact_tile8(w.qtype, level);
+    let tiles = kernels::exact_tiles(w.qtype, level);
+    let (tile, tile8) = (tiles.map(|t| t.0), tiles.map(|t| t.1));
     let mut jb = (TILE_WEIGHT_BYTES / w.row_bytes.max(1))
         .clamp(4, 64)
         .min(n.div_ceil(threads * 4))

@@ -69,20 +69,16 @@ pub(crate) type DotColsFn = unsafe fn(a: &[u8], w: [&[u8]; 4], out: &mut [f32; 4
 /// As `DotFn`, for each of the sixteen pairs.
 pub(crate) type DotTileFn = unsafe fn(w: [&[u8]; 4], a: [&[u8]; 4], out: &mut [[f32; 4]; 4]);
 
-/// The four-by-four kernel implemented at exactly this level, if any.
-pub(crate) fn exact_tile(qtype: QType, isa: Isa) -> Option<DotTileFn> {
-    legacy::tile_kernel(qtype, isa)
-}
-
 /// `DotTileFn` for eight activation rows: `out[r][i]` for `a[i]`.
 ///
 /// # Safety
 /// As `DotFn`, for each of the 32 pairs.
 pub(crate) type DotTile8Fn = unsafe fn(w: [&[u8]; 4], a: [&[u8]; 8], out: &mut [[f32; 8]; 4]);
 
-/// The four-by-eight kernel implemented at exactly this level, if any.
-pub(crate) fn exact_tile8(qtype: QType, isa: Isa) -> Option<DotTile8Fn> {
-    legacy::tile8_kernel(qtype, isa)
+/// The four-by-four and four-by-eight kernels implemented at exactly this
+/// level, if any.
+pub(crate) fn exact_tiles(qtype: QType, isa: Isa) -> Option<(DotTileFn, DotTile8Fn)> {
+    legacy::tile_kernels(qtype, isa)
 }
 
 /// The four-weight-row kernel implemented at exactly this level, if any.

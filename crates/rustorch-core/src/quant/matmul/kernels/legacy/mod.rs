@@ -140,44 +140,29 @@ pub(super) fn cols_kernel(qtype: QType, isa: Isa) -> Option<DotColsFn> {
     Some(k)
 }
 
-/// Four weight rows against four activation rows at exactly `isa`, if
-/// any: `out[r][i]` equals `batch_kernel(qtype, isa)` (or `kernel`) on
-/// `w[r]`, `a[i]` bit for bit.
-pub(super) fn tile_kernel(qtype: QType, isa: Isa) -> Option<DotTileFn> {
+/// The batch tiles at exactly `isa`, if any: four weight rows against
+/// four (`DotTileFn`) and eight (`DotTile8Fn`) activation rows, where
+/// `out[r][i]` equals `batch_kernel(qtype, isa)` (or `kernel`) on `w[r]`,
+/// `a[i]` bit for bit.
+pub(super) fn tile_kernels(qtype: QType, isa: Isa) -> Option<(DotTileFn, DotTile8Fn)> {
+    #[cfg(target_arch = "x86_64")]
+    fn both<T: tile512::Broadcast>() -> (DotTileFn, DotTile8Fn) {
+        (tile512::dot_tile::<T>, tile512::dot_tile8::<T>)
+    }
     use QType::*;
-    let k: DotTileFn = match isa {
+    match isa {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512Vnni => match qtype {
-            Q4_0 => tile512::dot_tile::<W4_0>,
-            Q4_1 => tile512::dot_tile::<W4_1>,
-            Q5_0 => tile512::dot_tile::<W5_0>,
-            Q5_1 => tile512::dot_tile::<W5_1>,
-            Q8_0 => tile512::dot_tile::<W8_0>,
-            IQ4NL => tile512::dot_tile::<WIq4Nl>,
-            _ => return None,
+            Q4_0 => Some(both::<W4_0>()),
+            Q4_1 => Some(both::<W4_1>()),
+            Q5_0 => Some(both::<W5_0>()),
+            Q5_1 => Some(both::<W5_1>()),
+            Q8_0 => Some(both::<W8_0>()),
+            IQ4NL => Some(both::<WIq4Nl>()),
+            _ => None,
         },
-        _ => return None,
-    };
-    Some(k)
-}
-
-/// `tile_kernel` for eight activation rows: `out[r][i]` for `a[i]`.
-pub(super) fn tile8_kernel(qtype: QType, isa: Isa) -> Option<DotTile8Fn> {
-    use QType::*;
-    let k: DotTile8Fn = match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512Vnni => match qtype {
-            Q4_0 => tile512::dot_tile8::<W4_0>,
-            Q4_1 => tile512::dot_tile8::<W4_1>,
-            Q5_0 => tile512::dot_tile8::<W5_0>,
-            Q5_1 => tile512::dot_tile8::<W5_1>,
-            Q8_0 => tile512::dot_tile8::<W8_0>,
-            IQ4NL => tile512::dot_tile8::<WIq4Nl>,
-            _ => return None,
-        },
-        _ => return None,
-    };
-    Some(k)
+        _ => None,
+    }
 }
 
 /// Where a weight type keeps its fields, and which activation type it

@@ -14,7 +14,7 @@
 //! of the exact sum of its terms, gamma(n) = n * u / (1 - n * u); two
 //! kernels are within twice that of each other.
 
-use super::{batch_kernel, cols_kernel, kernel, rows_kernel, tile_kernel};
+use super::{batch_kernel, cols_kernel, kernel, rows_kernel, tile_kernels};
 use crate::quant::blocks::{f16_to_f32, f32_to_f16, KVALUES_IQ4NL};
 use crate::quant::matmul::{qmatmul_isa, vec_dot_type, Isa, QMatRef, QuantizedRows};
 use crate::quant::{dequantize, QType};
@@ -544,7 +544,7 @@ fn four_by_four_kernels_equal_one_row_kernels() {
     for qtype in TYPES {
         let dot = vec_dot_type(qtype).unwrap();
         for isa in kernel_levels().filter(|i| i.is_available()) {
-            let Some(k16) = tile_kernel(qtype, isa) else {
+            let Some((k16, _)) = tile_kernels(qtype, isa) else {
                 continue;
             };
             for n in LENGTHS {
