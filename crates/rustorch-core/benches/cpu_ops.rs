@@ -90,5 +90,25 @@ fn conv(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, matmul, row_ops, elementwise, conv);
+/// Attention over an f16 cache for one new position (token generation),
+/// TinyLlama's heads (32 query, 4 key/value, 64 dims) at several cache
+/// lengths. It runs on a worker of rayon's pool, as the model's forward
+/// pass does, so that the op's split into tasks costs what it costs there.
+fn decode_attention(c: &mut Criterion) {
+    let (hq, hkv, d) = (32usize, 4usize, 64usize);
+    let mut g = c.benchmark_group("cached_attention");
+    for l in [64usize, 256, 1024] {
+        let q = Tensor::randn([hq, 1, d], DType::F32, 10).unwrap();
+        let k = Tensor::randn([hkv, l, d], DType::F32, 11).unwrap().to_dtype(DType::F16).unwrap();
+        let vt = Tensor::randn([hkv, d, l], DType::F32, 12).unwrap().to_dtype(DType::F16).unwrap();
+        let mask = Tensor::zeros([1, l], DType::F32).unwrap();
+        g.throughput(Throughput::Bytes((2 * hkv * l * d * 2) as u64));
+        g.bench_function(format!("decode_32x4x64_L{l}"), |bch| {
+            rayon::scope(|_| bch.iter(|| black_box(Tensor::cached_attention(&q, &k, &vt, &mask, 0.125).unwrap())))
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, matmul, row_ops, elementwise, conv, decode_attention);
 criterion_main!(benches);

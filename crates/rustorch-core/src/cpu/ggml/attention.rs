@@ -22,7 +22,7 @@
 //! sum. Any `L` that is a multiple of 64 therefore gives the same bits, as
 //! long as the cache holds finite values there (it starts zeroed).
 
-use super::floatdot::{dot, dot_rows, dot_tiny_4x4, FloatOrder};
+use super::floatdot::{dot, dot_rows, dot_tiny_4x4, dot_vec_shared, FloatOrder};
 use super::softmax::soft_max_ext_row;
 use crate::cpu::copy::input_slice;
 use crate::cpu::{CpuInput, CpuStorage, StorageElement};
@@ -142,12 +142,106 @@ fn attend(op: &Op, inputs: &[CpuInput<'_>], scale: f32, groups: bool) -> Result<
             .for_each(|(g, o)| four_rows(&queries, &k, &vt, group, scale, 4 * g, o));
         return Ok(vec![CpuStorage::from_vec(out)]);
     }
+    if groups && t == 1 && kq_path == FloatOrder::VecDot && kqv_path == FloatOrder::VecDot {
+        // One new position (token generation): the query heads of a
+        // key/value head go together, so that each key and value row is
+        // read and widened once for all of them.
+        let dec = Decode {
+            q: &q,
+            mask: &mask,
+            k: &k,
+            vt: &vt,
+            group,
+            scale,
+            d,
+        };
+        match heads_per_task(group) {
+            4 => out.par_chunks_mut(4 * dv).enumerate().for_each(|(c, o)| dec.heads::<4>(4 * c, o)),
+            3 => out.par_chunks_mut(3 * dv).enumerate().for_each(|(c, o)| dec.heads::<3>(3 * c, o)),
+            2 => out.par_chunks_mut(2 * dv).enumerate().for_each(|(c, o)| dec.heads::<2>(2 * c, o)),
+            _ => out.par_chunks_mut(dv).enumerate().for_each(|(c, o)| dec.heads::<1>(c, o)),
+        }
+        return Ok(vec![CpuStorage::from_vec(out)]);
+    }
     if hq * t * l * (d + dv) < 1 << 16 {
         out.chunks_mut(dv).enumerate().for_each(work);
     } else {
         out.par_chunks_mut(dv).enumerate().for_each(work);
     }
     Ok(vec![CpuStorage::from_vec(out)])
+}
+
+/// The most query heads (at most four: their accumulators fill the
+/// registers) that divide a key/value head's `group`, so that no task
+/// spans two key/value heads.
+fn heads_per_task(group: usize) -> usize {
+    (1..=4).rev().find(|n| group.is_multiple_of(*n)).unwrap_or(1)
+}
+
+/// `cached_attention` for one query position, in `ggml_vec_dot_f16`'s
+/// order for both products (GGML's path for a single position).
+struct Decode<'a> {
+    q: &'a [f32],
+    mask: &'a [f32],
+    k: &'a Rows<'a>,
+    vt: &'a Rows<'a>,
+    group: usize,
+    scale: f32,
+    d: usize,
+}
+
+impl Decode<'_> {
+    /// Query heads `h0..h0 + N` (one key/value head) into `o` (`N x Dv`),
+    /// with the bits of the one-head path (`attend`'s `work`): each key
+    /// row meets the `N` queries (`dot_vec_shared`: the same products in
+    /// the same order), and each value row the `N` probability rows over
+    /// the union of their nonzero spans; as in `four_rows`, the extra
+    /// blocks hold zero probabilities, which add exact zeros, and every
+    /// span starts on a 64-element boundary, so each lane sums the same
+    /// elements in the same order.
+    fn heads<const N: usize>(&self, h0: usize, o: &mut [f32]) {
+        let (d, l) = (self.d, self.mask.len());
+        let dv = o.len() / N;
+        let hk = h0 / self.group;
+        let q16: [Vec<f16>; N] = std::array::from_fn(|r| to_f16(&self.q[(h0 + r) * d..(h0 + r + 1) * d]));
+        let q32: [Vec<f32>; N] = std::array::from_fn(|r| widen(&q16[r]));
+        let mut scores: [Vec<f32>; N] = std::array::from_fn(|_| vec![0f32; l]);
+        for j in 0..l {
+            if self.mask[j] == f32::NEG_INFINITY {
+                continue;
+            }
+            let key = self.k.row(hk, j);
+            let s: [f32; N] = dot_vec_shared(std::array::from_fn(|r| &q32[r][..]), key)
+                .unwrap_or_else(|| std::array::from_fn(|r| dot(FloatOrder::VecDot, key, &q16[r])));
+            for (sc, v) in scores.iter_mut().zip(s) {
+                sc[j] = v;
+            }
+        }
+        let p16: [Vec<f16>; N] = std::array::from_fn(|r| probabilities(&scores[r], self.mask, self.scale));
+        let span = p16
+            .iter()
+            .map(|p| nonzero_span(p))
+            .filter(|s| !s.is_empty())
+            .reduce(|a, b| a.start.min(b.start)..a.end.max(b.end))
+            .unwrap_or(0..0);
+        let p32: [Vec<f32>; N] = std::array::from_fn(|r| widen(&p16[r][span.clone()]));
+        for c in 0..dv {
+            let vrow = &self.vt.row(hk, c)[span.clone()];
+            let s: [f32; N] = dot_vec_shared(std::array::from_fn(|r| &p32[r][..]), vrow)
+                .unwrap_or_else(|| std::array::from_fn(|r| dot(FloatOrder::VecDot, vrow, &p16[r][span.clone()])));
+            for (r, v) in s.into_iter().enumerate() {
+                o[r * dv + c] = v;
+            }
+        }
+    }
+}
+
+/// f16 values widened to f32 (exact).
+fn widen(x: &[f16]) -> Vec<f32> {
+    use half::slice::HalfFloatSliceExt;
+    let mut out = vec![0f32; x.len()];
+    x.convert_to_f32_slice(&mut out);
+    out
 }
 
 /// The queries and mask of `cached_attention`, and their sizes.
@@ -312,23 +406,27 @@ mod tests {
         CpuInput { storage, layout }
     }
 
-    /// The four-row path gives the one-row path's bits: grouped-query
-    /// heads, a cache longer than the used positions (masked), rows with
-    /// different visible keys and spans.
-    #[test]
-    fn four_row_groups_equal_single_rows() {
-        let (hq, hkv, t, l, d, dv, n_past) = (4, 2, 8, 192, 64, 64, 70);
+    /// `attend` with and without its grouped paths on random inputs:
+    /// `[hq, t, d]` queries, `[hkv, l, d]` keys, `[hkv, dv, l]` values, and
+    /// row `i` seeing keys `visible(i, j)`; returns both outputs.
+    #[allow(clippy::too_many_arguments)]
+    fn grouped_and_single(
+        (hq, hkv, t, l, d, dv): (usize, usize, usize, usize, usize, usize),
+        spread: f32,
+        scale: f32,
+        visible: impl Fn(usize, usize) -> bool,
+    ) -> (Vec<f32>, Vec<f32>) {
         let mut seed = 7u64;
         let mut next = || {
             seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 4.0
+            ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * spread
         };
         let q: Vec<f32> = (0..hq * t * d).map(|_| next()).collect();
         let k: Vec<f16> = (0..hkv * l * d).map(|_| f16::from_f32(next())).collect();
         let v: Vec<f16> = (0..hkv * dv * l).map(|_| f16::from_f32(next())).collect();
         let mut mask = Vec::with_capacity(t * l);
         for i in 0..t {
-            mask.extend((0..l).map(|j| if j <= n_past + i * 9 { 0f32 } else { f32::NEG_INFINITY }));
+            mask.extend((0..l).map(|j| if visible(i, j) { 0f32 } else { f32::NEG_INFINITY }));
         }
         let (qs, ks, vs, ms) = (
             CpuStorage::from_vec(q),
@@ -343,16 +441,52 @@ mod tests {
             Layout::contiguous([t, l]),
         );
         let inputs = [input(&qs, &ql), input(&ks, &kl), input(&vs, &vl), input(&ms, &ml)];
-        let op = Op::CachedAttention { scale: 0.125 };
-        let grouped = attend(&op, &inputs, 0.125, true).unwrap();
-        let single = attend(&op, &inputs, 0.125, false).unwrap();
-        let (g, s) = (
-            grouped[0].as_slice::<f32>().unwrap(),
-            single[0].as_slice::<f32>().unwrap(),
-        );
+        let op = Op::CachedAttention { scale };
+        let grouped = attend(&op, &inputs, scale, true).unwrap();
+        let single = attend(&op, &inputs, scale, false).unwrap();
+        let g = grouped[0].as_slice::<f32>().unwrap().to_vec();
+        let s = single[0].as_slice::<f32>().unwrap().to_vec();
         assert_eq!(g.len(), hq * t * dv);
+        (g, s)
+    }
+
+    fn assert_same_bits(g: &[f32], s: &[f32], what: &str) {
         for (i, (a, b)) in g.iter().zip(s).enumerate() {
-            assert_eq!(a.to_bits(), b.to_bits(), "output {i}: {a} vs {b}");
+            assert_eq!(a.to_bits(), b.to_bits(), "{what}: output {i}: {a} vs {b}");
+        }
+    }
+
+    /// The four-row path gives the one-row path's bits: grouped-query
+    /// heads, a cache longer than the used positions (masked), rows with
+    /// different visible keys and spans.
+    #[test]
+    fn four_row_groups_equal_single_rows() {
+        let n_past = 70;
+        let (g, s) = grouped_and_single((4, 2, 8, 192, 64, 64), 4.0, 0.125, |i, j| j <= n_past + i * 9);
+        assert_same_bits(&g, &s, "four rows");
+    }
+
+    /// The one-position path (query heads of a key/value head together)
+    /// gives the one-head path's bits: groups of 8, 3, 5 and 1 heads (tasks
+    /// of 4, 3, 1 and 1), head sizes 64 and 128, a sliding window's hole,
+    /// a cache length that is not whole 64-element steps (the fallback),
+    /// and sharp scores whose probabilities underflow to zero in some
+    /// heads' blocks only, so that the heads' nonzero spans differ.
+    #[test]
+    fn one_position_head_groups_equal_single_heads() {
+        let shapes = [
+            (16, 2, 1, 256, 64, 64),
+            (6, 2, 1, 192, 64, 64),
+            (5, 1, 1, 128, 128, 128),
+            (2, 2, 1, 64, 64, 64),
+            (8, 1, 1, 200, 64, 64),
+        ];
+        for shape in shapes {
+            let l = shape.3;
+            for (spread, scale) in [(4.0, 0.125), (8.0, 2.0)] {
+                let (g, s) = grouped_and_single(shape, spread, scale, |_, j| j < l - 20 && !(30..100).contains(&j));
+                assert_same_bits(&g, &s, &format!("{shape:?} spread {spread} scale {scale}"));
+            }
         }
     }
 }

@@ -237,6 +237,37 @@ pub(crate) fn dot_vec_rows_widened<E: Elem, const N: usize>(w: [&[E]; N], x: &[E
     w.map(|r| dot_vec(r, x))
 }
 
+/// `dot(FloatOrder::VecDot, w16[r], x)` for `N` f16 rows `w16[r]` given
+/// widened to f32 (`w[r]`; widening is exact) against one shared f16 row
+/// `x`: the shared row is loaded and widened once per step for all `N`
+/// products and the rows need no conversion. For attention, where each key
+/// or value row meets every query head of its group. The products are
+/// the same (multiplication commutes), in the same order, so the bits are
+/// those of `dot`. `None` unless every row is as long as `x`, a multiple of
+/// 64 (no tail after the last step), and this CPU has a SIMD version.
+#[inline]
+pub(crate) fn dot_vec_shared<const N: usize>(w: [&[f32]; N], x: &[f16]) -> Option<[f32; N]> {
+    if !x.len().is_multiple_of(64) || w.iter().any(|r| r.len() != x.len()) {
+        return None;
+    }
+    // With no tail, `dot_vec_rows_loading`'s own `x` only gives the length.
+    let len_of = w.first().map_or(&[][..], |r| *r);
+    #[cfg(target_arch = "x86_64")]
+    {
+        if super::has_avx512() {
+            // SAFETY: AVX-512 F, FMA and F16C are present (checked above);
+            // every row, `len_of` and `x` are of one length.
+            return Some(unsafe { avx512::dot_vec_rows_loading(w, len_of, x) });
+        }
+        if super::has_avx2_fma_f16c() {
+            // SAFETY: AVX2, FMA and F16C are present (checked above); as above.
+            return Some(unsafe { avx2::dot_vec_rows_loading(w, len_of, x) });
+        }
+    }
+    let _ = len_of;
+    None
+}
+
 /// tinyBLAS's order for four rows `w` against four rows `x` (all of one
 /// length, a multiple of 16): `out[r][c]` has the bits of
 /// `dot(FloatOrder::TinyBlas, w[r], x[c])`. Each loaded and widened row
