@@ -99,8 +99,14 @@ fn decode_attention(c: &mut Criterion) {
     let mut g = c.benchmark_group("cached_attention");
     for l in [64usize, 256, 1024] {
         let q = Tensor::randn([hq, 1, d], DType::F32, 10).unwrap();
-        let k = Tensor::randn([hkv, l, d], DType::F32, 11).unwrap().to_dtype(DType::F16).unwrap();
-        let vt = Tensor::randn([hkv, d, l], DType::F32, 12).unwrap().to_dtype(DType::F16).unwrap();
+        let k = Tensor::randn([hkv, l, d], DType::F32, 11)
+            .unwrap()
+            .to_dtype(DType::F16)
+            .unwrap();
+        let vt = Tensor::randn([hkv, d, l], DType::F32, 12)
+            .unwrap()
+            .to_dtype(DType::F16)
+            .unwrap();
         let mask = Tensor::zeros([1, l], DType::F32).unwrap();
         g.throughput(Throughput::Bytes((2 * hkv * l * d * 2) as u64));
         g.bench_function(format!("decode_32x4x64_L{l}"), |bch| {

@@ -4,10 +4,12 @@
 //!
 //! usage: cargo run --release --example gemv_dram -- [TYPES] [COLS] [KIB]
 //!   TYPES: comma-separated GGUF types (default Q4_K,Q6_K,Q8_0,Q4_1)
-//!   COLS: columns of each matrix (default 2048); MIB: bytes per type
-//!   (default 512). Threads: RAYON_NUM_THREADS (default: all cores).
+//!   COLS: columns of each matrix (default 2048); KIB: bytes per type
+//!   (default 524288, 512 MiB; a small size measures from the caches). Threads: RAYON_NUM_THREADS (default: all cores).
 //! The matrix is a 64-row tile repeated (speed does not depend on values);
-//! each pass reads it once, in the repacked order where llama.cpp repacks.
+//! each pass reads it once, in the repacked order where llama.cpp repacks,
+//! and in the layout the model loader would give it (`QWeight::for_matmul_in`;
+//! GEMV_DRAM_ROWS=1 keeps rows one after another).
 
 use rayon::prelude::*;
 use rustorch_core::quant::matmul::{self, QMatRef};
@@ -44,7 +46,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let types = args.first().map_or("Q4_K,Q6_K,Q8_0,Q4_1", |s| s.as_str());
     let cols: usize = args.get(1).map_or(Ok(2048), |s| s.parse())?;
     let kib: usize = args.get(2).map_or(Ok(512 << 10), |s| s.parse())?;
-    println!("threads: {}, columns: {cols}, {kib} KiB per matrix", rayon::current_num_threads());
+    println!(
+        "threads: {}, columns: {cols}, {kib} KiB per matrix",
+        rayon::current_num_threads()
+    );
     // Passes enough to read about 2 GiB, at least 5.
     let reps = ((2usize << 20) / kib.max(1)).max(5);
     let x = values(cols, 11);
@@ -62,20 +67,33 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         for chunk in storage[start..start + rows * row_bytes].chunks_mut(tile.bytes().len()) {
             chunk.copy_from_slice(&tile.bytes()[..chunk.len()]);
         }
+        let layout = if matmul::interleave_pays(qtype, rows) && std::env::var_os("GEMV_DRAM_ROWS").is_none() {
+            matmul::interleave_rows(qtype, rows, cols, &mut storage[start..start + rows * row_bytes])?;
+            "interleaved"
+        } else {
+            "rows"
+        };
         let bytes = &storage[start..start + rows * row_bytes];
-        let w = QMatRef::new(qtype, rows, cols, bytes)?.with_repack(true);
+        let w = if layout == "interleaved" {
+            QMatRef::interleaved(qtype, rows, cols, bytes)?
+        } else {
+            QMatRef::new(qtype, rows, cols, bytes)?.with_repack(true)
+        };
         let gemv = best_gbs(bytes.len(), reps, || {
             black_box(matmul::qmatmul(&w, &x).expect("qmatmul"));
         });
         let read = best_gbs(bytes.len(), reps, || {
             let s: u64 = bytes
                 .par_chunks(1 << 16)
-                .map(|ch| ch.chunks_exact(8).fold(0u64, |a, v| a.wrapping_add(u64::from_le_bytes(v.try_into().unwrap()))))
+                .map(|ch| {
+                    ch.chunks_exact(8)
+                        .fold(0u64, |a, v| a.wrapping_add(u64::from_le_bytes(v.try_into().unwrap())))
+                })
                 .reduce(|| 0, u64::wrapping_add);
             black_box(s);
         });
         println!(
-            "{name:>6} {rows}x{cols}: gemv {gemv:6.1} GB/s, plain read {read:6.1} GB/s, ratio {:.2}",
+            "{name:>6} {rows}x{cols} ({layout}): gemv {gemv:6.1} GB/s, plain read {read:6.1} GB/s, ratio {:.2}",
             gemv / read
         );
     }

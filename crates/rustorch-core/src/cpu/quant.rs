@@ -8,7 +8,9 @@ use super::copy::input_slice;
 use super::{CpuInput, CpuResult, CpuStorage};
 use crate::error::BackendError;
 use crate::op::Op;
-use crate::quant::matmul::{qmatmul, qmatmul_quantized_into, vec_dot_type, Isa, QMatRef, QuantizedRows};
+use crate::quant::matmul::{
+    qmatmul, qmatmul_quantized_into, vec_dot_type, Isa, QMatRef, QuantizedRows, INTERLEAVE_ROWS,
+};
 use crate::quant::{dequantize_into, QType};
 use rayon::prelude::*;
 
@@ -25,21 +27,44 @@ fn quant_err(op: &Op, e: crate::quant::QuantError) -> BackendError {
     BackendError::invalid(op.name(), e.to_string())
 }
 
-/// The weight as a matrix of `qtype` rows (shape validated by `infer`).
-fn weight<'a>(
+/// The weight as a matrix of `qtype` rows (shape validated by `infer`):
+/// `[rows, row_bytes]` row after row, or `[rows / 8, blocks, 8 * block
+/// bytes]` in the interleaved layout (`QWeight`'s matmul layout); the
+/// flag says which.
+type WeightBytes<'a> = (std::borrow::Cow<'a, [u8]>, usize, usize, bool);
+
+fn weight<'a>(op: &Op, qtype: QType, w: CpuInput<'a>) -> Result<WeightBytes<'a>, BackendError> {
+    let dims = w.dims();
+    let interleaved = dims.len() == 3;
+    let (rows, row_bytes) = if interleaved {
+        (dims[0] * INTERLEAVE_ROWS, dims[1] * qtype.type_size())
+    } else {
+        (dims[0], dims[1])
+    };
+    let cols = row_bytes / qtype.type_size() * qtype.block_size();
+    Ok((input_slice::<u8>(op, w)?, rows, cols, interleaved))
+}
+
+/// The weight bytes as a matrix in their layout.
+fn matrix<'a>(
     op: &Op,
     qtype: QType,
-    w: CpuInput<'a>,
-) -> Result<(std::borrow::Cow<'a, [u8]>, usize, usize), BackendError> {
-    let dims = w.dims();
-    let (rows, row_bytes) = (dims[0], dims[1]);
-    let cols = row_bytes / qtype.type_size() * qtype.block_size();
-    Ok((input_slice::<u8>(op, w)?, rows, cols))
+    bytes: &'a [u8],
+    rows: usize,
+    cols: usize,
+    interleaved: bool,
+) -> Result<QMatRef<'a>, BackendError> {
+    let m = if interleaved {
+        QMatRef::interleaved(qtype, rows, cols, bytes)
+    } else {
+        QMatRef::new(qtype, rows, cols, bytes)
+    };
+    m.map_err(|e| quant_err(op, e))
 }
 
 fn matmul(op: &Op, qtype: QType, x: CpuInput<'_>, w: CpuInput<'_>) -> CpuResult {
-    let (bytes, rows, cols) = weight(op, qtype, w)?;
-    let m = QMatRef::new(qtype, rows, cols, &bytes).map_err(|e| quant_err(op, e))?;
+    let (bytes, rows, cols, interleaved) = weight(op, qtype, w)?;
+    let m = matrix(op, qtype, &bytes, rows, cols, interleaved)?;
     let xs = input_slice::<f32>(op, x)?;
     let out = qmatmul(&m, &xs).map_err(|e| quant_err(op, e))?;
     Ok(vec![CpuStorage::F32(out)])
@@ -51,8 +76,8 @@ fn matmuls(op: &Op, qtypes: &[QType], x: CpuInput<'_>, ws: &[CpuInput<'_>]) -> C
     let mut quantized: Vec<QuantizedRows> = Vec::new();
     let mut outs = Vec::with_capacity(ws.len());
     for (&qtype, &w) in qtypes.iter().zip(ws) {
-        let (bytes, rows, cols) = weight(op, qtype, w)?;
-        let m = QMatRef::new(qtype, rows, cols, &bytes).map_err(|e| quant_err(op, e))?;
+        let (bytes, rows, cols, interleaved) = weight(op, qtype, w)?;
+        let m = matrix(op, qtype, &bytes, rows, cols, interleaved)?;
         let dot =
             vec_dot_type(qtype).ok_or_else(|| BackendError::invalid(op.name(), format!("no matmul for {qtype}")))?;
         let at = match quantized.iter().position(|q| q.dot_type() == dot) {
@@ -71,7 +96,14 @@ fn matmuls(op: &Op, qtypes: &[QType], x: CpuInput<'_>, ws: &[CpuInput<'_>]) -> C
 }
 
 fn embedding(op: &Op, qtype: QType, w: CpuInput<'_>, ids: CpuInput<'_>) -> CpuResult {
-    let (bytes, rows, cols) = weight(op, qtype, w)?;
+    let (bytes, rows, cols, interleaved) = weight(op, qtype, w)?;
+    if interleaved {
+        // `infer` admits only row-after-row weights here.
+        return Err(BackendError::invalid(
+            op.name(),
+            "interleaved weights have no rows to look up",
+        ));
+    }
     let row_bytes = bytes.len() / rows.max(1);
     // The same checked reading as every other indexing op.
     let ids = super::index::indices(op, ids, rows, 0)?;

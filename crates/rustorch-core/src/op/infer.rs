@@ -73,6 +73,32 @@ fn qweight_cols(op: &Op, w: &TensorMeta, qtype: crate::quant::QType) -> Result<u
     Ok(row_bytes / qtype.type_size() * qtype.block_size())
 }
 
+/// Rows and columns of a weight in the interleaved layout: u8
+/// `[rows / 8, blocks per row, 8 * block bytes]` (see
+/// `quant::matmul::interleave_rows`).
+fn interleaved_qweight(op: &Op, w: &TensorMeta, qtype: crate::quant::QType) -> Result<(usize, usize)> {
+    use crate::quant::matmul::INTERLEAVE_ROWS;
+    if w.dtype != DType::U8 {
+        return Err(Error::dtype(
+            op.name(),
+            "GGML-typed weights travel as raw u8 blocks",
+            &[w.dtype],
+        ));
+    }
+    let d = w.shape.dims();
+    if d[2] != INTERLEAVE_ROWS * qtype.type_size() {
+        return Err(Error::shape(
+            op.name(),
+            format!(
+                "an interleaved {qtype} weight's last dim holds {INTERLEAVE_ROWS} blocks of {} bytes",
+                qtype.type_size()
+            ),
+            &[&w.shape],
+        ));
+    }
+    Ok((d[0] * INTERLEAVE_ROWS, d[1] * qtype.block_size()))
+}
+
 fn need_rank(op: &Op, m: &TensorMeta, rank: usize, what: &str) -> Result<()> {
     if m.shape.rank() != rank {
         return Err(Error::shape(
@@ -752,7 +778,11 @@ fn qmatmul_output(op: &Op, x: &TensorMeta, w: &TensorMeta, qtype: QType) -> Resu
     if !crate::quant::matmul::can_matmul(qtype) {
         return Err(Error::invalid(name, format!("no matmul kernels for {qtype} weights")));
     }
-    let cols = qweight_cols(op, w, qtype)?;
+    let (rows, cols) = if w.shape.rank() == 3 {
+        interleaved_qweight(op, w, qtype)?
+    } else {
+        (w.shape.dims()[0], qweight_cols(op, w, qtype)?)
+    };
     if x.shape.rank() == 0 || x.shape.dims()[x.shape.rank() - 1] != cols {
         return Err(Error::shape(
             name,
@@ -761,7 +791,7 @@ fn qmatmul_output(op: &Op, x: &TensorMeta, w: &TensorMeta, qtype: QType) -> Resu
         ));
     }
     let mut s = x.shape.dims().to_vec();
-    *s.last_mut().expect("rank checked above") = w.shape.dims()[0];
+    *s.last_mut().expect("rank checked above") = rows;
     Ok(TensorMeta {
         shape: Shape::from(s),
         dtype: DType::F32,

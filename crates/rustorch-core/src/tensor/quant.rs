@@ -62,6 +62,44 @@ impl QWeight {
         })
     }
 
+    /// `from_bytes_in` for a weight that is only ever multiplied (never
+    /// looked up by row, as an embedding is): where it pays
+    /// (`quant::matmul::interleave_pays`), the bytes are rearranged in
+    /// place into the interleaved layout, which the matvec streams faster;
+    /// products have the same bits either way. The data tensor is then
+    /// `[rows / 8, blocks per row, 8 * block bytes]`.
+    pub fn for_matmul_in(
+        exec: &Arc<Executor>,
+        qtype: QType,
+        rows: usize,
+        cols: usize,
+        mut bytes: Vec<u8>,
+    ) -> Result<QWeight> {
+        use crate::quant::matmul::{interleave_pays, interleave_rows, INTERLEAVE_ROWS};
+        if !interleave_pays(qtype, rows) {
+            return Self::from_bytes_in(exec, qtype, rows, cols, bytes);
+        }
+        interleave_rows(qtype, rows, cols, &mut bytes).map_err(|e| Error::invalid("qweight", e.to_string()))?;
+        let (groups, blocks) = (rows / INTERLEAVE_ROWS, cols / qtype.block_size());
+        let data = Tensor::from_storage_in(
+            exec,
+            CpuStorage::U8(bytes),
+            [groups, blocks, INTERLEAVE_ROWS * qtype.type_size()],
+        )?;
+        Ok(QWeight {
+            data,
+            qtype,
+            rows,
+            cols,
+        })
+    }
+
+    /// Whether the bytes are in the interleaved layout (`for_matmul_in`):
+    /// such a weight can be multiplied but not looked up by row.
+    pub fn is_interleaved(&self) -> bool {
+        self.data.dims().len() == 3
+    }
+
     pub fn qtype(&self) -> QType {
         self.qtype
     }
@@ -71,7 +109,8 @@ impl QWeight {
     pub fn cols(&self) -> usize {
         self.cols
     }
-    /// The raw blocks, a u8 tensor `[rows, row_bytes]`.
+    /// The raw blocks, a u8 tensor `[rows, row_bytes]` (or, interleaved,
+    /// `[rows / 8, blocks per row, 8 * block bytes]`; see `for_matmul_in`).
     pub fn data(&self) -> &Tensor {
         &self.data
     }
@@ -82,6 +121,12 @@ impl QWeight {
 
     /// Rows `ids` (any integer shape) dequantized to f32: `[ids.., cols]`.
     pub fn embedding(&self, ids: &Tensor) -> Result<Tensor> {
+        if self.is_interleaved() {
+            return Err(Error::invalid(
+                "qembedding",
+                "this weight is in the interleaved matmul layout (QWeight::for_matmul_in), which has no rows to look up",
+            ));
+        }
         self.data
             .run1(&Op::QEmbedding { qtype: self.qtype }, &[&self.data, ids])
     }

@@ -115,11 +115,8 @@ impl Model {
         // workers steal) instead of each op waking the pool from outside
         // and sleeping until it finishes, a round trip of two futex waits
         // that cost a quarter of a decode step's time.
-        if rayon::current_thread_index().is_some() {
-            self.forward_in_pool(cache, tokens, which, ffn_chunk, inspect)
-        } else {
-            rayon::scope(|_| self.forward_in_pool(cache, tokens, which, ffn_chunk, inspect))
-        }
+        // The other workers spin for the whole pass (`pool::run_spinning`).
+        super::pool::run_spinning(|| self.forward_in_pool(cache, tokens, which, ffn_chunk, inspect))
     }
 
     /// One batch through the model; `which: None` fills the cache and

@@ -21,6 +21,7 @@ mod config;
 mod forward;
 mod kv_cache;
 mod memory;
+mod pool;
 pub use memory::keep_freed_buffers;
 mod rope;
 mod weights;

@@ -156,10 +156,22 @@ fn attend(op: &Op, inputs: &[CpuInput<'_>], scale: f32, groups: bool) -> Result<
             d,
         };
         match heads_per_task(group) {
-            4 => out.par_chunks_mut(4 * dv).enumerate().for_each(|(c, o)| dec.heads::<4>(4 * c, o)),
-            3 => out.par_chunks_mut(3 * dv).enumerate().for_each(|(c, o)| dec.heads::<3>(3 * c, o)),
-            2 => out.par_chunks_mut(2 * dv).enumerate().for_each(|(c, o)| dec.heads::<2>(2 * c, o)),
-            _ => out.par_chunks_mut(dv).enumerate().for_each(|(c, o)| dec.heads::<1>(c, o)),
+            4 => out
+                .par_chunks_mut(4 * dv)
+                .enumerate()
+                .for_each(|(c, o)| dec.heads::<4>(4 * c, o)),
+            3 => out
+                .par_chunks_mut(3 * dv)
+                .enumerate()
+                .for_each(|(c, o)| dec.heads::<3>(3 * c, o)),
+            2 => out
+                .par_chunks_mut(2 * dv)
+                .enumerate()
+                .for_each(|(c, o)| dec.heads::<2>(2 * c, o)),
+            _ => out
+                .par_chunks_mut(dv)
+                .enumerate()
+                .for_each(|(c, o)| dec.heads::<1>(c, o)),
         }
         return Ok(vec![CpuStorage::from_vec(out)]);
     }

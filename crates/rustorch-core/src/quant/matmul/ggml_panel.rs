@@ -28,7 +28,7 @@
 use super::ggml_superblock::{Order, Unpack, Unpacked};
 use super::{Isa, OutPtr, QMatRef};
 use crate::quant::blocks::{
-    cast_blocks, f16_to_f32, q3k_scales, Block, BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K,
+    f16_to_f32, q3k_scales, Block, BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K,
     KVALUES_IQ4NL,
 };
 use crate::quant::QType;
@@ -306,8 +306,7 @@ fn run<W: PanelType>(
                 if j >= n {
                     break;
                 }
-                let row: &[W] = cast_blocks(w.row(j)).expect("weight rows are whole blocks");
-                for (b, x) in row.iter().enumerate() {
+                for (b, x) in w.row_blocks::<W>(j).enumerate() {
                     blocks[p * nb + b].put(r, &unpack(x));
                 }
             }

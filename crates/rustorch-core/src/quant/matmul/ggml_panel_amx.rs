@@ -43,7 +43,7 @@
 use super::ggml_panel::{PanelType, SuperRow, LANES};
 use super::ggml_superblock::Order;
 use super::{Isa, OutPtr, QMatRef};
-use crate::quant::blocks::{cast_blocks, BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
+use crate::quant::blocks::{BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
 use crate::quant::QType;
 use rayon::prelude::*;
 
@@ -167,16 +167,16 @@ fn run<W: PanelType>(
         let mut has_hi = vec![false; count];
         let mut rows: [SuperRow; LANES] = std::array::from_fn(|_| SuperRow::blank());
         for p in 0..count {
-            let weight_rows: Vec<&[W]> = (0..LANES)
+            let weight_rows: Vec<Vec<&W>> = (0..LANES)
                 .map(|r| (first + p) * LANES + r)
                 .take_while(|&j| j < n)
-                .map(|j| cast_blocks(w.row(j)).expect("weight rows are whole blocks"))
+                .map(|j| w.row_blocks::<W>(j).collect())
                 .collect();
             for b in 0..nb {
                 for (r, row) in rows.iter_mut().enumerate() {
                     // Rows past `n` stay blank: zero weights.
                     if let Some(wr) = weight_rows.get(r) {
-                        *row = unpack(&wr[b]);
+                        *row = unpack(wr[b]);
                     }
                 }
                 // SAFETY: the caller checked AMX, which includes AVX-512.

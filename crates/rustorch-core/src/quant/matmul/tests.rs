@@ -88,3 +88,44 @@ fn batched_product_checks_shapes() {
     let mut short = vec![0f32; 5 * 8 - 1];
     assert!(qmatmul_quantized_into(Isa::Scalar, &mat, &act, &mut short).is_err());
 }
+
+/// Interleaved Q4_K weights (`interleave_rows`) give the bits of the same
+/// weights row after row, at every level this CPU has (the VNNI matvec,
+/// the AVX-512 panels, the portable tiles) and batch size (matvec,
+/// gemm rows with a gemv remainder), with several groups per task.
+#[test]
+fn interleaved_weights_multiply_like_rows() {
+    let (rows, cols) = (72, 512);
+    let w = QTensor::quantize(QType::Q4K, [rows, cols], &values(rows * cols, 41)).unwrap();
+    let plain = w.as_matrix().unwrap();
+    let mut bytes = w.bytes().to_vec();
+    super::interleave_rows(QType::Q4K, rows, cols, &mut bytes).unwrap();
+    assert_ne!(bytes, w.bytes(), "the layout changed");
+    let il = QMatRef::interleaved(QType::Q4K, rows, cols, &bytes).unwrap();
+    assert!(il.repacked() && plain.repacked());
+    for m in [1, 2, 3, 4, 5, 9, 33] {
+        let act = QuantizedRows::quantize(QType::Q8K, &values(m * cols, 200 + m as u64), cols).unwrap();
+        for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+            let (mut a, mut b) = (vec![f32::NAN; m * rows], vec![f32::NAN; m * rows]);
+            qmatmul_quantized_into(isa, &plain, &act, &mut a).unwrap();
+            qmatmul_quantized_into(isa, &il, &act, &mut b).unwrap();
+            for (k, (x, y)) in a.iter().zip(&b).enumerate() {
+                assert!(x.is_finite(), "{isa} m={m} output {k}: {x}");
+                assert_eq!(x.to_bits(), y.to_bits(), "{isa} m={m} output {k}: {x} vs {y}");
+            }
+        }
+    }
+}
+
+/// The interleaved layout only takes what it can hold: whole groups of
+/// eight rows of Q4_K that llama.cpp repacks.
+#[test]
+fn interleaving_checks_its_input() {
+    let w = QTensor::quantize(QType::Q4K, [12, 256], &values(12 * 256, 5)).unwrap();
+    let mut bytes = w.bytes().to_vec();
+    assert!(super::interleave_rows(QType::Q4K, 12, 256, &mut bytes).is_err());
+    assert_eq!(bytes, w.bytes(), "a refused input is left as it was");
+    assert!(QMatRef::interleaved(QType::Q4K, 12, 256, w.bytes()).is_err());
+    let q8 = QTensor::quantize(QType::Q8_0, [8, 256], &values(8 * 256, 6)).unwrap();
+    assert!(QMatRef::interleaved(QType::Q8_0, 8, 256, q8.bytes()).is_err());
+}
