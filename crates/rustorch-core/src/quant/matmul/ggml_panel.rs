@@ -307,7 +307,7 @@ fn run<W: PanelType>(
                     break;
                 }
                 for (b, x) in w.row_blocks::<W>(j).enumerate() {
-                    blocks[p * nb + b].put(r, &unpack(x));
+                    blocks[p * nb + b].put(r, &unpack(&x));
                 }
             }
         }

@@ -167,7 +167,7 @@ fn run<W: PanelType>(
         let mut has_hi = vec![false; count];
         let mut rows: [SuperRow; LANES] = std::array::from_fn(|_| SuperRow::blank());
         for p in 0..count {
-            let weight_rows: Vec<Vec<&W>> = (0..LANES)
+            let weight_rows: Vec<Vec<W>> = (0..LANES)
                 .map(|r| (first + p) * LANES + r)
                 .take_while(|&j| j < n)
                 .map(|j| w.row_blocks::<W>(j).collect())
@@ -176,7 +176,7 @@ fn run<W: PanelType>(
                 for (r, row) in rows.iter_mut().enumerate() {
                     // Rows past `n` stay blank: zero weights.
                     if let Some(wr) = weight_rows.get(r) {
-                        *row = unpack(wr[b]);
+                        *row = unpack(&wr[b]);
                     }
                 }
                 // SAFETY: the caller checked AMX, which includes AVX-512.

@@ -58,7 +58,11 @@ pub(super) fn product(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut 
     let gemm_rows = m - m % 4;
     let acts = q8k_rows(act);
     #[cfg(target_arch = "x86_64")]
-    if gemm_rows == 0 && isa >= Isa::Avx512Vnni && Isa::Avx512Vnni.is_available() {
+    if gemm_rows == 0
+        && isa >= Isa::Avx512Vnni
+        && Isa::Avx512Vnni.is_available()
+        && (!w.is_interleaved() || super::x8_gemv_available())
+    {
         // Matvec-like products: no weight row is met twice, so the blocks
         // are summed straight from their bytes (`ggml_repack_gemv`).
         super::ggml_repack_gemv::gemv(w, &acts, out);

@@ -58,7 +58,7 @@ pub(super) fn gemv(w: &QMatRef<'_>, acts: &[&[BlockQ8K]], out: &mut [f32]) {
                     let mut r = [0f32; 8];
                     // SAFETY: AVX-512 VNNI is available (the caller
                     // checked); the kernel checks the lengths.
-                    unsafe { simd::gemv8_q4k_group(a, group, &mut r) };
+                    unsafe { simd::gemv8_q4k_x8(a, group, &mut r) };
                     for (k, v) in r.into_iter().enumerate() {
                         // SAFETY: as below.
                         unsafe { out_ptr.write(i * n + j + k, v) };
@@ -192,42 +192,6 @@ mod simd {
             *out = [f32::NAN; 8];
             return;
         }
-        // SAFETY: every row holds `nb` blocks (checked above).
-        unsafe { q4k_rows8::<false>(a, w.map(|r| r.as_ptr()), out) }
-    }
-
-    /// `gemv8_q4k` for one group of the interleaved layout
-    /// (`super::super::interleave_rows`): `group` holds eight rows' blocks,
-    /// block `b` of row `r` at `(8 b + r) * 144`.
-    ///
-    /// # Safety
-    /// As `gemv8_q4k`.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    pub(in super::super) unsafe fn gemv8_q4k_group(a: &[u8], group: &[u8], out: &mut [f32; 8]) {
-        let nb = a.len() / A_BYTES;
-        if !a.len().is_multiple_of(A_BYTES) || group.len() != 8 * nb * Q4K_BYTES {
-            *out = [f32::NAN; 8];
-            return;
-        }
-        // SAFETY: the group holds 8 `nb` blocks (checked above).
-        unsafe { q4k_rows8::<true>(a, [group.as_ptr(); 8], out) }
-    }
-
-    /// How far ahead of the block being read the interleaved matvec
-    /// prefetches (four blocks of eight rows; of 1152, 4608, 9216 and
-    /// 18432 bytes, 4608 streamed fastest on the 2-core EPYC).
-    const INTERLEAVED_PREFETCH_AHEAD: usize = 4 * 8 * Q4K_BYTES;
-
-    /// The arithmetic of `gemv8_q4k`. `INTERLEAVED`: `w[0]` is a group of
-    /// the interleaved layout (the other pointers are not read); else
-    /// `w[r]` is row `r`.
-    ///
-    /// # Safety
-    /// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C; `a` whole Q8_K blocks, and
-    /// the weights as many Q4_K blocks per row.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    unsafe fn q4k_rows8<const INTERLEAVED: bool>(a: &[u8], w: [*const u8; 8], out: &mut [f32; 8]) {
-        let nb = a.len() / A_BYTES;
         let m4 = _mm512_set1_epi8(0x0F);
         let pick: [__m512i; 2] = std::array::from_fn(scale_pick);
         let (mut acc, mut acc_min) = (_mm256_setzero_ps(), _mm256_setzero_ps());
@@ -236,21 +200,11 @@ mod simd {
             // and of every weight row (checked above).
             unsafe {
                 let y = a.as_ptr().add(i * A_BYTES);
-                let wb: [*const u8; 8] = if INTERLEAVED {
-                    std::array::from_fn(|r| w[0].add((8 * i + r) * Q4K_BYTES))
-                } else {
-                    std::array::from_fn(|r| w[r].add(i * Q4K_BYTES))
-                };
-                if INTERLEAVED {
-                    // One sequential stream, a few blocks ahead (into the
-                    // next group near the end: groups lie one after another).
-                    prefetch_rows_ahead(w[0], INTERLEAVED_PREFETCH_AHEAD, i, 8 * Q4K_BYTES);
-                } else {
-                    // The next group of eight rows into L2 (TinyLlama Q4_K_M
-                    // generation 14.5 -> 27.4 t/s on the 2-core EPYC against
-                    // eight per-row prefetches 768 bytes ahead).
-                    prefetch_rows_ahead(w[0], 8 * nb * Q4K_BYTES, i, 8 * Q4K_BYTES);
-                }
+                let wb: [*const u8; 8] = std::array::from_fn(|r| w[r].as_ptr().add(i * Q4K_BYTES));
+                // The next group of eight rows into L2 (TinyLlama Q4_K_M
+                // generation 14.5 -> 27.4 t/s on the 2-core EPYC against
+                // eight per-row prefetches 768 bytes ahead).
+                prefetch_rows_ahead(w[0].as_ptr(), 8 * nb * Q4K_BYTES, i, 8 * Q4K_BYTES);
                 let half = |h: usize| std::array::from_fn::<_, 4, _>(|k| wb[4 * h + k]);
                 let (x0, x1) = (load4x16(half(0), 0), load4x16(half(1), 0));
                 let (sm0, sm1) = (k4_scales4(x0), k4_scales4(x1));
@@ -315,6 +269,152 @@ mod simd {
         // SAFETY: `out` holds eight f32 values.
         unsafe { _mm256_storeu_ps(out.as_mut_ptr(), _mm256_sub_ps(acc, acc_min)) };
     }
+
+    /// `vpermd` indices picking the activation quads of vector `(k, m)`:
+    /// `[2 m] x 8, [2 m + 1] x 8` for the low nibbles (group `2 k`, dwords
+    /// 0..8 of the chunk's 64 activation bytes), plus 8 for the high ones.
+    const fn act_quads(m: usize, hi: bool) -> [i32; 16] {
+        let mut v = [0i32; 16];
+        let base = (2 * m + if hi { 8 } else { 0 }) as i32;
+        let mut l = 0;
+        while l < 16 {
+            v[l] = base + (l / 8) as i32;
+            l += 1;
+        }
+        v
+    }
+    const ACT_QUADS: [[[i32; 16]; 4]; 2] = {
+        let mut t = [[[0i32; 16]; 4]; 2];
+        let mut m = 0;
+        while m < 4 {
+            t[0][m] = act_quads(m, false);
+            t[1][m] = act_quads(m, true);
+            m += 1;
+        }
+        t
+    };
+
+    /// `vpermi2b` indices over `(sm0, sm1)` (`k4_scales4` of rows 0..4 and
+    /// 4..8: byte `16 r' + g` is scale `g`, `16 r' + 8 + g` min `g`) that
+    /// give dword lane `l` the i16 pair `[v[g0], v[g1]]` of row `l % 8`,
+    /// `(g0, g1)` = `groups[l / 8]`, `v` the scales (`mins` false) or mins;
+    /// odd bytes are zeroed by the mask.
+    const fn pair_idx(groups: [usize; 2], mins: bool) -> [u8; 64] {
+        let mut v = [0u8; 64];
+        let mut l = 0;
+        while l < 16 {
+            let r = l % 8;
+            let g0 = groups[l / 8];
+            let row = if r < 4 { 16 * r } else { 64 + 16 * (r - 4) };
+            let at = row + if mins { 8 } else { 0 } + g0;
+            v[4 * l] = at as u8;
+            v[4 * l + 2] = (at + 1) as u8;
+            l += 1;
+        }
+        v
+    }
+    /// Scale pairs of chunk `k` (groups `2 k`, `2 k + 1` in both halves).
+    const SCALE_PAIRS: [[u8; 64]; 4] = [
+        pair_idx([0, 0], false),
+        pair_idx([2, 2], false),
+        pair_idx([4, 4], false),
+        pair_idx([6, 6], false),
+    ];
+    /// Min pairs: groups (0, 1) | (2, 3) and (4, 5) | (6, 7) in the halves.
+    const MIN_PAIRS: [[u8; 64]; 2] = [pair_idx([0, 2], true), pair_idx([4, 6], true)];
+
+    /// `gemv8_q4k` for one group of eight rows in the `x8` layout (see
+    /// `super::super::interleave_rows`): the same integer sums `S` and `M` of each super-block
+    /// and the same f32 steps, so the same bits. Per 64 values of the eight
+    /// rows: four loads, two `vpdpbusd` each, one `vpdpwssd` with the
+    /// scales, against `gemv8_q4k`'s per-row lanes that each need a
+    /// horizontal sum; and one sequential stream.
+    ///
+    /// # Safety
+    /// AVX-512 F/BW/VL/VNNI/VBMI, AVX2, FMA and F16C must be available.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+    pub(in super::super) unsafe fn gemv8_q4k_x8(a: &[u8], group: &[u8], out: &mut [f32; 8]) {
+        let nb = a.len() / A_BYTES;
+        if !a.len().is_multiple_of(A_BYTES) || group.len() != 8 * nb * Q4K_BYTES {
+            *out = [f32::NAN; 8];
+            return;
+        }
+        let load = |p: &[i32; 16]| unsafe { _mm512_loadu_si512(p.as_ptr().cast()) };
+        let loadb = |p: &[u8; 64]| unsafe { _mm512_loadu_si512(p.as_ptr().cast()) };
+        let act_idx: [[__m512i; 4]; 2] = std::array::from_fn(|h| std::array::from_fn(|m| load(&ACT_QUADS[h][m])));
+        let scale_idx: [__m512i; 4] = std::array::from_fn(|k| loadb(&SCALE_PAIRS[k]));
+        let min_idx: [__m512i; 2] = std::array::from_fn(|t| loadb(&MIN_PAIRS[t]));
+        let gs_idx = [
+            _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+            _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3),
+        ];
+        const EVEN_BYTES: u64 = 0x5555_5555_5555_5555;
+        const HIGH_WORDS: u32 = 0xAAAA_AAAA;
+        let m4 = _mm512_set1_epi8(0x0F);
+        let fold = |v: __m512i| _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64::<1>(v));
+        let (mut acc, mut acc_min) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        for i in 0..nb {
+            // SAFETY (pointer reads): block i < nb of the activation row and
+            // of the group (checked above).
+            unsafe {
+                let y = a.as_ptr().add(i * A_BYTES);
+                let g = group.as_ptr().add(i * 8 * Q4K_BYTES);
+                prefetch_rows_ahead(group.as_ptr(), X8_PREFETCH_AHEAD, i, 8 * Q4K_BYTES);
+                let (x0, x1) = (load64(g), load64(g.add(64)));
+                let (sm0, sm1) = (k4_scales4(x0), k4_scales4(x1));
+                let mut sums = _mm512_setzero_si512();
+                for k in 0..4 {
+                    let act = load64(y.add(A_QS + 64 * k));
+                    let (mut lo, mut hi) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+                    for m in 0..4 {
+                        let x = load64(g.add(super::super::X8_HEAD + (4 * k + m) * 64));
+                        lo = _mm512_dpbusd_epi32(
+                            lo,
+                            _mm512_and_si512(x, m4),
+                            _mm512_permutexvar_epi32(act_idx[0][m], act),
+                        );
+                        hi = _mm512_dpbusd_epi32(
+                            hi,
+                            _mm512_and_si512(_mm512_srli_epi16::<4>(x), m4),
+                            _mm512_permutexvar_epi32(act_idx[1][m], act),
+                        );
+                    }
+                    // Each lane sums 16 products, within an i16
+                    // (|16 * 15 * 128| < 2^15): [lo, hi] as an i16 pair per
+                    // dword, then one vpdpwssd with the pair's scales.
+                    let pair = _mm512_mask_blend_epi16(HIGH_WORDS, lo, _mm512_slli_epi32::<16>(hi));
+                    let sc = _mm512_maskz_permutex2var_epi8(EVEN_BYTES, sm0, scale_idx[k], sm1);
+                    sums = _mm512_dpwssd_epi32(sums, pair, sc);
+                }
+                let gs = _mm512_castsi128_si512(group_sums(y));
+                let mut mins = _mm512_setzero_si512();
+                for t in 0..2 {
+                    let mp = _mm512_maskz_permutex2var_epi8(EVEN_BYTES, sm0, min_idx[t], sm1);
+                    mins = _mm512_dpwssd_epi32(mins, mp, _mm512_permutexvar_epi32(gs_idx[t], gs));
+                }
+                let s = _mm256_cvtepi32_ps(fold(sums));
+                let m = _mm256_cvtepi32_ps(fold(mins));
+                let yd = _mm256_set1_ps(f32_at(y));
+                // Dword 0 of each row's first 16 bytes: [d, dmin] (f16).
+                let dd = _mm512_castsi512_si256(_mm512_permutex2var_epi32(
+                    x0,
+                    _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 0, 0, 0, 0, 0, 0, 0),
+                    x1,
+                ));
+                let d = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_cvtepi32_epi16(dd)), yd);
+                let dmin = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_srli_epi32::<16>(dd))), yd);
+                acc = _mm256_fmadd_ps(s, d, acc);
+                acc_min = _mm256_fmadd_ps(m, dmin, acc_min);
+            }
+        }
+        // SAFETY: `out` holds eight f32 values.
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), _mm256_sub_ps(acc, acc_min)) };
+    }
+
+    /// How far ahead of the block being read the `x8` matvec prefetches
+    /// (four blocks of eight rows; of one, two, four and eight, four
+    /// streamed fastest on the 2-core EPYC).
+    const X8_PREFETCH_AHEAD: usize = 4 * 8 * Q4K_BYTES;
 
     const Q2K_BYTES: usize = 84;
 

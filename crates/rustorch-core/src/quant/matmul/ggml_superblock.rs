@@ -572,7 +572,10 @@ pub(super) fn run_tiles<W: Unpack + crate::quant::blocks::Block>(
     const JB: usize = 16;
     (0..n.div_ceil(JB)).into_par_iter().for_each(|jb| {
         let rows = jb * JB..((jb + 1) * JB).min(n);
-        let us: Vec<Unpacked> = rows.clone().flat_map(|j| w.row_blocks::<W>(j).map(unpack)).collect();
+        let us: Vec<Unpacked> = rows
+            .clone()
+            .flat_map(|j| w.row_blocks::<W>(j).map(|x| unpack(&x)))
+            .collect();
         let nb = us.len() / rows.len();
         let tile = Tile { us: &us, nb, rows, n };
         run_tile(isa, &tile, acts, order, &out_ptr);

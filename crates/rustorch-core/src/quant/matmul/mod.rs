@@ -106,13 +106,12 @@ pub const INTERLEAVE_ROWS: usize = 8;
 /// (`llama_repacks`), where the AVX-512 VNNI matvec reads them
 /// (`ggml_repack_gemv`). That matvec reads eight rows block by block; from
 /// row-after-row bytes those are eight streams 1 KB or more apart, while
-/// interleaved they are one sequential stream, which this 2-core EPYC's
-/// memory streams faster (8-11% more GB/s with the same arithmetic,
-/// `examples/gemv_dram.rs`).
+/// interleaved they are one sequential stream, and each row's sums stay in
+/// lanes of their own (`interleave_rows`).
 pub fn interleave_pays(qtype: QType, rows: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        qtype == QType::Q4K && llama_repacks(qtype, rows) && Isa::Avx512Vnni.is_available()
+        qtype == QType::Q4K && llama_repacks(qtype, rows) && x8_gemv_available()
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -121,14 +120,29 @@ pub fn interleave_pays(qtype: QType, rows: usize) -> bool {
     }
 }
 
-/// Rearranges `rows x cols` weights of `qtype` (row after row) into the
-/// interleaved layout, in place: groups of `INTERLEAVE_ROWS` rows, and in
-/// each group block `b` of every row in turn (row 0's, row 1's, ...,
-/// then block `b + 1`), as llama.cpp's repacked `block_q4_Kx8` orders
-/// them (it also shuffles bytes inside the blocks; here each block stays
-/// as GGUF stores it, so the kernels read it the same way). Only the
-/// place of each block changes, never its bytes, so products have the
-/// same bits. Needs whole groups and whole blocks.
+/// Whether this CPU runs the x8 matvec (`interleave_rows`): AVX-512 VNNI
+/// and VBMI (its scale shuffles are byte permutes across two registers).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn x8_gemv_available() -> bool {
+    Isa::Avx512Vnni.is_available() && is_x86_feature_detected!("avx512vbmi")
+}
+
+/// Rearranges `rows x cols` Q4_K weights (row after row) into the
+/// interleaved ("x8") layout, in place. Rows go in groups of
+/// `INTERLEAVE_ROWS`; a group holds its super-blocks in order, each 1152
+/// bytes for the eight rows, arranged as llama.cpp's `block_q4_Kx8` is for
+/// the same purpose (its byte order differs):
+///
+/// - bytes `0..128` (`X8_HEAD`): each row's first 16 block bytes (`d`,
+///   `dmin`, the 12 packed scale bytes), row after row;
+/// - then the 128 quant bytes of the eight rows in 4-byte quads: quant
+///   byte `qb` of row `r` at `x8_quant_at(r, qb)`, so that each 64-byte
+///   vector holds the same two quads of all eight rows.
+///
+/// A row's values and scales are unchanged (only moved), so products have
+/// the same bits; the matvec then reads one sequential stream and keeps
+/// each row's sums in lanes of their own (`ggml_repack_gemv`). Needs whole
+/// groups.
 pub fn interleave_rows(qtype: QType, rows: usize, cols: usize, bytes: &mut [u8]) -> Result<(), QuantError> {
     let row_bytes = qtype
         .bytes_for(cols)
@@ -142,6 +156,12 @@ pub fn interleave_rows(qtype: QType, rows: usize, cols: usize, bytes: &mut [u8])
             ),
         });
     }
+    if qtype != QType::Q4K {
+        return Err(QuantError::Unsupported {
+            qtype,
+            what: "the interleaved layout",
+        });
+    }
     let ts = qtype.type_size();
     let nb = row_bytes / ts;
     let mut group = vec![0u8; INTERLEAVE_ROWS * row_bytes];
@@ -149,13 +169,47 @@ pub fn interleave_rows(qtype: QType, rows: usize, cols: usize, bytes: &mut [u8])
         group.copy_from_slice(chunk);
         for r in 0..INTERLEAVE_ROWS {
             for b in 0..nb {
-                let from = r * row_bytes + b * ts;
-                let to = (b * INTERLEAVE_ROWS + r) * ts;
-                chunk[to..to + ts].copy_from_slice(&group[from..from + ts]);
+                let block = &group[r * row_bytes + b * ts..r * row_bytes + (b + 1) * ts];
+                x8_put(
+                    &mut chunk[b * INTERLEAVE_ROWS * ts..(b + 1) * INTERLEAVE_ROWS * ts],
+                    r,
+                    block,
+                );
             }
         }
     }
     Ok(())
+}
+
+/// Bytes of the eight rows' heads (`d`, `dmin`, scales) at the start of an
+/// x8 group block (`interleave_rows`).
+pub(crate) const X8_HEAD: usize = INTERLEAVE_ROWS * 16;
+
+/// Where quant byte `qb` (0..128) of row `r` lies in an x8 group block:
+/// quant bytes `32 k .. 32 k + 32` of every row (chunk `k`: 64 values)
+/// form four 64-byte vectors `m`, each quad `2 m` of rows 0..8 then quad
+/// `2 m + 1` of rows 0..8.
+pub(crate) const fn x8_quant_at(r: usize, qb: usize) -> usize {
+    let (k, q, byte) = (qb / 32, (qb % 32) / 4, qb % 4);
+    X8_HEAD + (4 * k + q / 2) * 64 + (q % 2) * 32 + 4 * r + byte
+}
+
+/// Row `r`'s Q4_K block (GGUF bytes) into its places in an x8 group block.
+fn x8_put(group_block: &mut [u8], r: usize, block: &[u8]) {
+    group_block[16 * r..16 * r + 16].copy_from_slice(&block[..16]);
+    for qb in 0..128 {
+        group_block[x8_quant_at(r, qb)] = block[16 + qb];
+    }
+}
+
+/// Row `r`'s Q4_K block (GGUF bytes) gathered from an x8 group block.
+fn x8_get(group_block: &[u8], r: usize) -> [u8; 144] {
+    let mut block = [0u8; 144];
+    block[..16].copy_from_slice(&group_block[16 * r..16 * r + 16]);
+    for qb in 0..128 {
+        block[16 + qb] = group_block[x8_quant_at(r, qb)];
+    }
+    block
 }
 
 impl<'a> QMatRef<'a> {
@@ -247,23 +301,26 @@ impl<'a> QMatRef<'a> {
         &self.bytes[j * self.row_bytes..(j + 1) * self.row_bytes]
     }
 
-    /// Block `b` of row `j`, in either layout.
-    fn block_bytes(&self, j: usize, b: usize) -> &'a [u8] {
+    /// Block `b` of row `j` as `W` (the matrix's block type), in either
+    /// layout (gathered from its pieces in the interleaved one).
+    fn block_of<W: crate::quant::blocks::Block>(&self, j: usize, b: usize) -> W {
+        use crate::quant::blocks::cast_blocks;
         let ts = self.qtype.type_size();
-        let at = if self.interleaved {
+        if self.interleaved {
             let (g, r) = (j / INTERLEAVE_ROWS, j % INTERLEAVE_ROWS);
-            g * INTERLEAVE_ROWS * self.row_bytes + (b * INTERLEAVE_ROWS + r) * ts
+            let at = g * INTERLEAVE_ROWS * self.row_bytes + b * INTERLEAVE_ROWS * ts;
+            let bytes = x8_get(&self.bytes[at..at + INTERLEAVE_ROWS * ts], r);
+            cast_blocks::<W>(&bytes).expect("one whole Q4_K block")[0]
         } else {
-            j * self.row_bytes + b * ts
-        };
-        &self.bytes[at..at + ts]
+            let at = j * self.row_bytes + b * ts;
+            cast_blocks::<W>(&self.bytes[at..at + ts]).expect("one whole block")[0]
+        }
     }
 
     /// Row `j`'s blocks as `W` (the matrix's block type), in either layout.
-    fn row_blocks<W: crate::quant::blocks::Block>(&self, j: usize) -> impl Iterator<Item = &'a W> + '_ {
+    fn row_blocks<W: crate::quant::blocks::Block>(&self, j: usize) -> impl Iterator<Item = W> + '_ {
         let nb = self.row_bytes / self.qtype.type_size();
-        (0..nb)
-            .map(move |b| &crate::quant::blocks::cast_blocks::<W>(self.block_bytes(j, b)).expect("one whole block")[0])
+        (0..nb).map(move |b| self.block_of::<W>(j, b))
     }
 }
 
