@@ -125,14 +125,17 @@ pub(super) fn product(
 
 /// Whether the tile products are faster than `ggml_panel`'s AVX-512 ones
 /// for these rows' orders: yes where every row sums whole super-blocks
-/// (llama.cpp's tiled order and the repacked gemv), no where some rows sum
-/// per 64 or 128 values (the repacked gemm), which costs a tile store and
-/// its read-back per chunk. Measured on the device host (Xeon with AMX, 2
-/// threads, 4096x4096 weights x 512 rows, `quant_matmul` bench): Q6_K 55
-/// against 67-87 ms, Q3_K 46 against 73, IQ4_XS 57 against 75, Q5_K 59
-/// against 65; repacked Q4_K 88-104 against 62 (docs/BENCHMARKS.md).
+/// (llama.cpp's tiled order, the repacked gemv) or halves of one (the
+/// repacked Q2_K gemm), no where some rows take an f32 step per 64 values
+/// (the repacked Q4_K gemm: each chunk's result tiles are stored and read
+/// back, and its folded values need a second byte plane). Measured on the
+/// device host (Xeon with AMX, 2 pinned threads, 4096x4096 weights x 512
+/// rows, `bench/device_amx.sh`): Q6_K 37-48 against 65-74 ms, Q2_K 49-64
+/// against 61-75, Q4_K 67-70 against 53-73; TinyLlama-shaped Q4_K_M pp512
+/// with the Q4_K gemm on tiles 78-79 against 94-98 t/s
+/// (docs/BENCHMARKS.md, session 12).
 pub(super) fn pays(m: usize, order: &(dyn Fn(usize) -> Order + Sync)) -> bool {
-    (0..m).all(|i| matches!(order(i), Order::Tiled | Order::RepackGemv))
+    (0..m).all(|i| order(i) != Order::RepackGemm)
 }
 
 /// Panels per task: about 512 KB of weights (with 2 MB of L2 per core on
@@ -201,14 +204,16 @@ fn run<W: PanelType>(
                 let group = &lines[t * nb * ROWS * 4..(t + 1) * nb * ROWS * 4];
                 let ys = &acts[t * ROWS..t * ROWS + rows];
                 let ords = &orders[t * ROWS..t * ROWS + rows];
+                let per_chunk = ords.iter().any(|o| o.sums_per_chunk());
                 let mut res = [[0f32; LANES]; ROWS];
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: as above; the tile configuration is loaded.
                 unsafe {
-                    if W::MINS {
-                        tile::outputs::<true>(panel, has_hi[p], group, ys, ords, &mut res)
-                    } else {
-                        tile::outputs::<false>(panel, has_hi[p], group, ys, ords, &mut res)
+                    match (W::MINS, per_chunk) {
+                        (true, false) => tile::outputs::<true>(panel, has_hi[p], group, ys, ords, &mut res),
+                        (false, false) => tile::outputs::<false>(panel, has_hi[p], group, ys, ords, &mut res),
+                        (true, true) => tile::outputs_chunked::<true>(panel, has_hi[p], group, ys, ords, &mut res),
+                        (false, true) => tile::outputs_chunked::<false>(panel, has_hi[p], group, ys, ords, &mut res),
                     }
                 };
                 for (k, r) in res.iter().enumerate().take(rows) {
@@ -311,10 +316,17 @@ mod tile {
     #[repr(C, align(64))]
     struct Results([[i32; 16]; ROWS]);
 
+    impl Results {
+        fn blank() -> Results {
+            Results([[0; 16]; ROWS])
+        }
+    }
+
     /// Sixteen weight rows (`panel`, one block per super-block) against up
-    /// to `ROWS` activation rows (`ys`, copied into `lines`), each summed in
-    /// its `orders[k]`; results into `res[k]`. `MINS`: the type has mins
-    /// (the blocks' `mins` are filled).
+    /// to `ROWS` activation rows (`ys`, copied into `lines`), each summing
+    /// whole super-blocks (`Order::Tiled` or `Order::RepackGemv`); results
+    /// into `res[k]`. `MINS`: the type has mins (the blocks' `mins` are
+    /// filled).
     ///
     /// # Safety
     /// AMX with the full tile configuration loaded on this thread, AVX-512
@@ -329,58 +341,31 @@ mod tile {
         res: &mut [[f32; LANES]; ROWS],
     ) {
         let rows = ys.len();
-        let zero_i = _mm512_setzero_si512();
         let mut acc = [_mm512_setzero_ps(); ROWS];
         let mut acc_min = [_mm512_setzero_ps(); ROWS];
-        // Rows summed per 64 or 128 values need each chunk's sums; the
-        // others only the whole block's, one tile store per block.
-        let per_chunk = orders
-            .iter()
-            .any(|o| matches!(o, Order::RepackGemm | Order::RepackGemmHalves));
         // Two sets of result buffers: block b's tile products are issued
         // before block b - 1's results are read back, so the tile stores
         // have drained to the cache when the vector loads reach them (reading
         // a tile store's lines at once stalls on it).
-        let blank = || [const { Results([[0; 16]; ROWS]) }; 4];
-        let mut sets = [(blank(), blank()), (blank(), blank())];
+        let mut sets = [
+            (Results::blank(), Results::blank()),
+            (Results::blank(), Results::blank()),
+        ];
         for step in 0..=panel.len() {
             if step < panel.len() {
-                let (b, pb) = (step, &panel[step]);
                 let (lo, hi) = &mut sets[step % 2];
-                let a0 = lines[b * ROWS * 4..].as_ptr().cast::<u8>();
-                // SAFETY: tiles 0 and 1 read 16 rows of 64 bytes 256 bytes apart
-                // from this block's group of activation rows (32 * 256 bytes),
-                // tiles 2 and 3 16 rows of the block's 64-row arrays; the stores
-                // write 16 rows of 64 bytes into the 64-byte aligned `Results`.
+                let a0 = lines[step * ROWS * 4..].as_ptr().cast::<u8>();
+                // SAFETY: as `chunk_products`; the tile configuration is
+                // loaded (the caller).
                 unsafe {
-                    let a1 = a0.add(16 * 256);
+                    tile_zero!(4);
+                    tile_zero!(5);
+                    tile_zero!(6);
+                    tile_zero!(7);
                     for c in 0..4 {
-                        if per_chunk || c == 0 {
-                            tile_zero!(4);
-                            tile_zero!(5);
-                            tile_zero!(6);
-                            tile_zero!(7);
-                        }
-                        tile_load!(2, pb.lo[16 * c..].as_ptr(), 64usize);
-                        tile_load!(0, a0.add(64 * c), 256usize);
-                        tile_load!(1, a1.add(64 * c), 256usize);
-                        tdpbsud!(4, 0, 2);
-                        tdpbsud!(6, 1, 2);
-                        if has_hi {
-                            tile_load!(3, pb.hi[16 * c..].as_ptr(), 64usize);
-                            tdpbssd!(5, 0, 3);
-                            tdpbssd!(7, 1, 3);
-                        }
-                        if per_chunk || c == 3 {
-                            let at = if per_chunk { c } else { 0 };
-                            tile_store!(4, lo[at].0.as_mut_ptr(), 64usize);
-                            tile_store!(6, lo[at].0[16..].as_mut_ptr(), 64usize);
-                            if has_hi {
-                                tile_store!(5, hi[at].0.as_mut_ptr(), 64usize);
-                                tile_store!(7, hi[at].0[16..].as_mut_ptr(), 64usize);
-                            }
-                        }
+                        chunk_products(&panel[step], has_hi, a0, c);
                     }
+                    store_results(has_hi, lo, hi);
                 }
             }
             if step == 0 {
@@ -390,59 +375,21 @@ mod tile {
             let (lo, hi) = &sets[b % 2];
             // SAFETY: the panel's arrays are 64-byte aligned, 16 lanes wide.
             let (d, dmin) = unsafe { (_mm512_load_ps(pb.d.as_ptr()), _mm512_load_ps(pb.dmin.as_ptr())) };
-            // Row k's integers over chunks `cs` (of the stored tiles: all
-            // four, or the one whole-block entry) and its mins' term over
-            // the 16-value groups of chunks `mc`.
-            let total = |k: usize, cs: std::ops::Range<usize>, mc: std::ops::Range<usize>| {
-                let mut s = zero_i;
-                for c in cs {
-                    // SAFETY: c < 4, k < ROWS; 16 aligned i32.
-                    unsafe {
-                        s = _mm512_add_epi32(s, _mm512_load_si512(lo[c].0[k].as_ptr().cast()));
-                        if has_hi {
-                            let h = _mm512_load_si512(hi[c].0[k].as_ptr().cast());
-                            s = _mm512_add_epi32(s, _mm512_slli_epi32::<8>(h));
-                        }
-                    }
-                }
-                let mut m = zero_i;
-                if MINS {
-                    for p in 2 * mc.start..2 * mc.end {
-                        // SAFETY: p < 8; aligned.
-                        let (cv, bs) =
-                            unsafe { (_mm512_load_si512(pb.mins[p].as_ptr().cast()), bsum_pair(&ys[k][b], p)) };
-                        m = _mm512_dpwssd_epi32(m, cv, bs);
-                    }
-                }
-                (s, m)
-            };
-            let whole = if per_chunk { 0..4 } else { 0..1 };
             for k in 0..rows {
-                let da = _mm512_set1_ps(ys[k][b].scale());
-                match orders[k] {
-                    Order::RepackGemm | Order::RepackGemmHalves => {
-                        let (dd, dm) = (_mm512_mul_ps(d, da), _mm512_mul_ps(dmin, da));
-                        let step = if orders[k] == Order::RepackGemm { 1 } else { 2 };
-                        for c in (0..4).step_by(step) {
-                            let (s, m) = total(k, c..c + step, c..c + step);
-                            acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd, acc[k]);
-                            acc_min[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), dm, acc_min[k]);
-                        }
-                    }
-                    Order::Tiled => {
-                        // As `ggml_panel`: r = f32(s1) * d;
-                        // r = fma(-dmin, f32(mins), r); acc = fma(r, d_a, acc).
-                        let (s, m) = total(k, whole.clone(), 0..4);
-                        let v = _mm512_mul_ps(_mm512_cvtepi32_ps(s), d);
-                        let v = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(m), v);
-                        acc[k] = _mm512_fmadd_ps(v, da, acc[k]);
-                    }
-                    Order::RepackGemv => {
-                        let (s, m) = total(k, whole.clone(), 0..4);
-                        let (dd, dm) = (_mm512_mul_ps(d, da), _mm512_mul_ps(dmin, da));
-                        acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd, acc[k]);
-                        acc_min[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), dm, acc_min[k]);
-                    }
+                let y = &ys[k][b];
+                // SAFETY: k < ROWS; c < 4 (AVX-512, the caller).
+                let (s, m) = unsafe { (chunk_sum(has_hi, lo, hi, k), mins_sum::<MINS>(pb, y, 0..4)) };
+                let da = _mm512_set1_ps(y.scale());
+                if orders[k] == Order::Tiled {
+                    // As `ggml_panel`: r = f32(s1) * d;
+                    // r = fma(-dmin, f32(mins), r); acc = fma(r, d_a, acc).
+                    let v = _mm512_mul_ps(_mm512_cvtepi32_ps(s), d);
+                    let v = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(m), v);
+                    acc[k] = _mm512_fmadd_ps(v, da, acc[k]);
+                } else {
+                    let (dd, dm) = (_mm512_mul_ps(d, da), _mm512_mul_ps(dmin, da));
+                    acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd, acc[k]);
+                    acc_min[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), dm, acc_min[k]);
                 }
             }
         }
@@ -455,6 +402,187 @@ mod tile {
             // SAFETY: 16 f32 into a 16-element array.
             unsafe { _mm512_storeu_ps(res[k].as_mut_ptr(), v) };
         }
+    }
+
+    /// As `outputs`, for a batch where some rows sum per 64 or 128 values
+    /// (`Order::sums_per_chunk`: the repacked gemm orders). The tile
+    /// products run one 64-value chunk at a time, and each chunk's results
+    /// are read back while the next chunk's products run (two small result
+    /// buffers, 8 KiB, instead of four chunks' worth per block, which with
+    /// the panel and the activations overflowed L1). The rows' f32 steps are
+    /// the same as `ggml_panel`'s, so are the bits.
+    ///
+    /// # Safety
+    /// As `outputs`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
+    pub(super) unsafe fn outputs_chunked<const MINS: bool>(
+        panel: &[AmxBlock],
+        has_hi: bool,
+        lines: &[Line],
+        ys: &[&[BlockQ8K]],
+        orders: &[Order],
+        res: &mut [[f32; LANES]; ROWS],
+    ) {
+        let rows = ys.len();
+        let zero_i = _mm512_setzero_si512();
+        let mut acc = [_mm512_setzero_ps(); ROWS];
+        let mut acc_min = [_mm512_setzero_ps(); ROWS];
+        // The block's (or half's) integers so far, for rows that take an
+        // f32 step per block or per two chunks.
+        let mut part = [zero_i; ROWS];
+        let mut part_min = [zero_i; ROWS];
+        // Each row's `d_w * d_a` and `dmin_w * d_a` for the current block.
+        let mut dd = [_mm512_setzero_ps(); ROWS];
+        let mut dm = [_mm512_setzero_ps(); ROWS];
+        let mut sets = [
+            (Results::blank(), Results::blank()),
+            (Results::blank(), Results::blank()),
+        ];
+        let steps = 4 * panel.len();
+        for step in 0..=steps {
+            if step < steps {
+                let (b, c) = (step / 4, step % 4);
+                let (lo, hi) = &mut sets[step % 2];
+                let a0 = lines[b * ROWS * 4..].as_ptr().cast::<u8>();
+                // SAFETY: as in `outputs`.
+                unsafe {
+                    tile_zero!(4);
+                    tile_zero!(5);
+                    tile_zero!(6);
+                    tile_zero!(7);
+                    chunk_products(&panel[b], has_hi, a0, c);
+                    store_results(has_hi, lo, hi);
+                }
+            }
+            if step == 0 {
+                continue;
+            }
+            let (b, c) = ((step - 1) / 4, (step - 1) % 4);
+            let pb = &panel[b];
+            let (lo, hi) = &sets[(step - 1) % 2];
+            // SAFETY: the panel's arrays are 64-byte aligned, 16 lanes wide.
+            let (d, dmin) = unsafe { (_mm512_load_ps(pb.d.as_ptr()), _mm512_load_ps(pb.dmin.as_ptr())) };
+            for k in 0..rows {
+                let y = &ys[k][b];
+                if c == 0 {
+                    let da = _mm512_set1_ps(y.scale());
+                    dd[k] = _mm512_mul_ps(d, da);
+                    dm[k] = _mm512_mul_ps(dmin, da);
+                }
+                // SAFETY: k < ROWS; c < 4 (AVX-512, the caller).
+                let (s, m) = unsafe { (chunk_sum(has_hi, lo, hi, k), mins_sum::<MINS>(pb, y, c..c + 1)) };
+                let last = match orders[k] {
+                    Order::RepackGemm => true,
+                    Order::RepackGemmHalves => c % 2 == 1,
+                    Order::Tiled | Order::RepackGemv => c == 3,
+                };
+                let (s, m) = (_mm512_add_epi32(part[k], s), _mm512_add_epi32(part_min[k], m));
+                if !last {
+                    (part[k], part_min[k]) = (s, m);
+                    continue;
+                }
+                (part[k], part_min[k]) = (zero_i, zero_i);
+                if orders[k] == Order::Tiled {
+                    // As `outputs`.
+                    let v = _mm512_mul_ps(_mm512_cvtepi32_ps(s), d);
+                    let v = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(m), v);
+                    acc[k] = _mm512_fmadd_ps(v, _mm512_set1_ps(y.scale()), acc[k]);
+                } else {
+                    acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd[k], acc[k]);
+                    acc_min[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), dm[k], acc_min[k]);
+                }
+            }
+        }
+        for k in 0..rows {
+            let v = if orders[k] == Order::Tiled {
+                acc[k]
+            } else {
+                _mm512_sub_ps(acc[k], acc_min[k])
+            };
+            // SAFETY: 16 f32 into a 16-element array.
+            unsafe { _mm512_storeu_ps(res[k].as_mut_ptr(), v) };
+        }
+    }
+
+    /// Chunk `c`'s tile products of one panel block against the two
+    /// activation tiles at `a0` (this block's group of activation rows),
+    /// added to result tiles 4, 6 (low bytes) and 5, 7 (high bytes).
+    ///
+    /// # Safety
+    /// AMX with the full tile configuration loaded; `a0` points at the
+    /// block's `ROWS * 256` bytes of activations; c < 4.
+    #[inline(always)]
+    unsafe fn chunk_products(pb: &AmxBlock, has_hi: bool, a0: *const u8, c: usize) {
+        // SAFETY: tiles 0 and 1 read 16 rows of 64 bytes 256 bytes apart
+        // from the block's activations, tiles 2 and 3 16 rows of the
+        // block's 64-row arrays.
+        unsafe {
+            let a1 = a0.add(16 * 256);
+            tile_load!(2, pb.lo[16 * c..].as_ptr(), 64usize);
+            tile_load!(0, a0.add(64 * c), 256usize);
+            tile_load!(1, a1.add(64 * c), 256usize);
+            tdpbsud!(4, 0, 2);
+            tdpbsud!(6, 1, 2);
+            if has_hi {
+                tile_load!(3, pb.hi[16 * c..].as_ptr(), 64usize);
+                tdpbssd!(5, 0, 3);
+                tdpbssd!(7, 1, 3);
+            }
+        }
+    }
+
+    /// Result tiles 4, 6 into `lo` and (with `has_hi`) 5, 7 into `hi`.
+    ///
+    /// # Safety
+    /// AMX with the full tile configuration loaded.
+    #[inline(always)]
+    unsafe fn store_results(has_hi: bool, lo: &mut Results, hi: &mut Results) {
+        // SAFETY: 16 rows of 64 bytes into the 64-byte aligned `Results`.
+        unsafe {
+            tile_store!(4, lo.0.as_mut_ptr(), 64usize);
+            tile_store!(6, lo.0[16..].as_mut_ptr(), 64usize);
+            if has_hi {
+                tile_store!(5, hi.0.as_mut_ptr(), 64usize);
+                tile_store!(7, hi.0[16..].as_mut_ptr(), 64usize);
+            }
+        }
+    }
+
+    /// Activation row k's integer sums from stored result tiles:
+    /// `lo + 256 hi`.
+    ///
+    /// # Safety
+    /// AVX-512 F; k < ROWS.
+    #[inline(always)]
+    unsafe fn chunk_sum(has_hi: bool, lo: &Results, hi: &Results, k: usize) -> __m512i {
+        // SAFETY: k < ROWS; 16 aligned i32.
+        unsafe {
+            let s = _mm512_load_si512(lo.0[k].as_ptr().cast());
+            if has_hi {
+                let h = _mm512_load_si512(hi.0[k].as_ptr().cast());
+                _mm512_add_epi32(s, _mm512_slli_epi32::<8>(h))
+            } else {
+                s
+            }
+        }
+    }
+
+    /// The mins' term of activation row `y` over the 16-value groups of
+    /// chunks `cs` (zero for types without mins).
+    ///
+    /// # Safety
+    /// AVX-512 F/BW/VNNI; `cs` within 0..4.
+    #[inline(always)]
+    unsafe fn mins_sum<const MINS: bool>(pb: &AmxBlock, y: &BlockQ8K, cs: std::ops::Range<usize>) -> __m512i {
+        let mut m = _mm512_setzero_si512();
+        if MINS {
+            for p in 2 * cs.start..2 * cs.end {
+                // SAFETY: p < 8; aligned.
+                let (cv, bs) = unsafe { (_mm512_load_si512(pb.mins[p].as_ptr().cast()), bsum_pair(y, p)) };
+                m = _mm512_dpwssd_epi32(m, cv, bs);
+            }
+        }
+        m
     }
 }
 

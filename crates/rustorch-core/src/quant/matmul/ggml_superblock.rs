@@ -369,6 +369,15 @@ pub(super) enum Order {
     RepackGemmHalves,
 }
 
+impl Order {
+    /// Whether a row in this order needs the integer sums of each 64- or
+    /// 128-value part of a super-block (an f32 step per part), not only the
+    /// whole block's.
+    pub(super) fn sums_per_chunk(self) -> bool {
+        matches!(self, Order::RepackGemm | Order::RepackGemmHalves)
+    }
+}
+
 /// `W x A` outputs: weight rows `us[r]` (super-blocks) against activation
 /// rows `a[k]`, each summed in `orders[k]`. Every output's f32 operations
 /// form one dependent chain; running several side by side hides the FMA
