@@ -194,20 +194,25 @@ pub(crate) const fn x8_quant_at(r: usize, qb: usize) -> usize {
     X8_HEAD + (4 * k + q / 2) * 64 + (q % 2) * 32 + 4 * r + byte
 }
 
-/// Row `r`'s Q4_K block (GGUF bytes) into its places in an x8 group block.
+/// Row `r`'s Q4_K block (GGUF bytes) into its places in an x8 group block,
+/// a 4-byte quad at a time (`x8_quant_at` keeps quads together).
 fn x8_put(group_block: &mut [u8], r: usize, block: &[u8]) {
     group_block[16 * r..16 * r + 16].copy_from_slice(&block[..16]);
-    for qb in 0..128 {
-        group_block[x8_quant_at(r, qb)] = block[16 + qb];
+    for qb in (0..128).step_by(4) {
+        let at = x8_quant_at(r, qb);
+        group_block[at..at + 4].copy_from_slice(&block[16 + qb..20 + qb]);
     }
 }
 
-/// Row `r`'s Q4_K block (GGUF bytes) gathered from an x8 group block.
+/// Row `r`'s Q4_K block (GGUF bytes) gathered from an x8 group block, a
+/// 4-byte quad at a time (the batch kernels read blocks this way, once per
+/// product).
 fn x8_get(group_block: &[u8], r: usize) -> [u8; 144] {
     let mut block = [0u8; 144];
     block[..16].copy_from_slice(&group_block[16 * r..16 * r + 16]);
-    for qb in 0..128 {
-        block[16 + qb] = group_block[x8_quant_at(r, qb)];
+    for qb in (0..128).step_by(4) {
+        let at = x8_quant_at(r, qb);
+        block[16 + qb..20 + qb].copy_from_slice(&group_block[at..at + 4]);
     }
     block
 }
