@@ -132,8 +132,10 @@ pub(super) fn product(
 /// device host (Xeon with AMX, 2 pinned threads, 4096x4096 weights x 512
 /// rows, `bench/device_amx.sh`): Q6_K 37-48 against 65-74 ms, Q2_K 49-64
 /// against 61-75, Q4_K 67-70 against 53-73; TinyLlama-shaped Q4_K_M pp512
-/// with the Q4_K gemm on tiles 78-79 against 94-98 t/s
-/// (docs/BENCHMARKS.md, session 12).
+/// with the Q4_K gemm on tiles 78-79 against 94-98 t/s; after the
+/// chunked path's gemm rows stopped carrying sums over, four rounds of
+/// VNNI / AMX as chosen here / AMX for the Q4_K gemm too: 91.4 / 95.0 /
+/// 91.8 t/s on average (docs/BENCHMARKS.md, session 12).
 pub(super) fn pays(m: usize, order: &(dyn Fn(usize) -> Order + Sync)) -> bool {
     (0..m).all(|i| order(i) != Order::RepackGemm)
 }
@@ -462,6 +464,10 @@ mod tile {
             let (lo, hi) = &sets[(step - 1) % 2];
             // SAFETY: the panel's arrays are 64-byte aligned, 16 lanes wide.
             let (d, dmin) = unsafe { (_mm512_load_ps(pb.d.as_ptr()), _mm512_load_ps(pb.dmin.as_ptr())) };
+            // The mins of this chunk's four 16-value groups, as i16 pairs
+            // (the same for every row).
+            // SAFETY: 2c + 1 < 8; aligned.
+            let min_pairs = unsafe { [0, 1].map(|p| _mm512_load_si512(pb.mins[2 * c + p].as_ptr().cast())) };
             for k in 0..rows {
                 let y = &ys[k][b];
                 if c == 0 {
@@ -469,12 +475,24 @@ mod tile {
                     dd[k] = _mm512_mul_ps(d, da);
                     dm[k] = _mm512_mul_ps(dmin, da);
                 }
-                // SAFETY: k < ROWS; c < 4 (AVX-512, the caller).
-                let (s, m) = unsafe { (chunk_sum(has_hi, lo, hi, k), mins_sum::<MINS>(pb, y, c..c + 1)) };
+                // SAFETY: k < ROWS (AVX-512, the caller).
+                let s = unsafe { chunk_sum(has_hi, lo, hi, k) };
+                let mut m = zero_i;
+                if MINS {
+                    for (p, &mp) in min_pairs.iter().enumerate() {
+                        // SAFETY: 2c + p < 8.
+                        m = _mm512_dpwssd_epi32(m, mp, unsafe { bsum_pair(y, 2 * c + p) });
+                    }
+                }
+                if orders[k] == Order::RepackGemm {
+                    // An f32 step per chunk: nothing is carried over.
+                    acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd[k], acc[k]);
+                    acc_min[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), dm[k], acc_min[k]);
+                    continue;
+                }
                 let last = match orders[k] {
-                    Order::RepackGemm => true,
                     Order::RepackGemmHalves => c % 2 == 1,
-                    Order::Tiled | Order::RepackGemv => c == 3,
+                    _ => c == 3,
                 };
                 let (s, m) = (_mm512_add_epi32(part[k], s), _mm512_add_epi32(part_min[k], m));
                 if !last {
