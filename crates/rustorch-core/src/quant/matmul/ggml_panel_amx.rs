@@ -377,33 +377,23 @@ mod tile {
             let (lo, hi) = &sets[b % 2];
             // SAFETY: the panel's arrays are 64-byte aligned, 16 lanes wide.
             let (d, dmin) = unsafe { (_mm512_load_ps(pb.d.as_ptr()), _mm512_load_ps(pb.dmin.as_ptr())) };
+            // SAFETY: aligned (AVX-512, the caller).
+            let pairs = unsafe { min_pairs::<MINS, 8>(pb, 0) };
             for k in 0..rows {
                 let y = &ys[k][b];
-                // SAFETY: k < ROWS; c < 4 (AVX-512, the caller).
-                let (s, m) = unsafe { (chunk_sum(has_hi, lo, hi, k), mins_sum::<MINS>(pb, y, 0..4)) };
+                // SAFETY: k < ROWS (AVX-512, the caller).
+                let (s, m) = unsafe { (chunk_sum(has_hi, lo, hi, k), mins_term::<MINS>(&pairs, 0, y)) };
                 let da = _mm512_set1_ps(y.scale());
-                if orders[k] == Order::Tiled {
-                    // As `ggml_panel`: r = f32(s1) * d;
-                    // r = fma(-dmin, f32(mins), r); acc = fma(r, d_a, acc).
-                    let v = _mm512_mul_ps(_mm512_cvtepi32_ps(s), d);
-                    let v = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(m), v);
-                    acc[k] = _mm512_fmadd_ps(v, da, acc[k]);
-                } else {
-                    let (dd, dm) = (_mm512_mul_ps(d, da), _mm512_mul_ps(dmin, da));
-                    acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd, acc[k]);
-                    acc_min[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), dm, acc_min[k]);
-                }
+                let (dd, dm) = match orders[k] {
+                    Order::Tiled => (d, dmin), // not used
+                    _ => (_mm512_mul_ps(d, da), _mm512_mul_ps(dmin, da)),
+                };
+                // SAFETY: AVX-512 F (the caller).
+                unsafe { block_step(orders[k], (s, m), (d, dmin, da), (dd, dm), &mut acc[k], &mut acc_min[k]) };
             }
         }
-        for k in 0..rows {
-            let v = if orders[k] == Order::Tiled {
-                acc[k]
-            } else {
-                _mm512_sub_ps(acc[k], acc_min[k])
-            };
-            // SAFETY: 16 f32 into a 16-element array.
-            unsafe { _mm512_storeu_ps(res[k].as_mut_ptr(), v) };
-        }
+        // SAFETY: AVX-512 F (the caller).
+        unsafe { write_results(orders, &acc, &acc_min, res) };
     }
 
     /// As `outputs`, for a batch where some rows sum per 64 or 128 values
@@ -464,10 +454,8 @@ mod tile {
             let (lo, hi) = &sets[(step - 1) % 2];
             // SAFETY: the panel's arrays are 64-byte aligned, 16 lanes wide.
             let (d, dmin) = unsafe { (_mm512_load_ps(pb.d.as_ptr()), _mm512_load_ps(pb.dmin.as_ptr())) };
-            // The mins of this chunk's four 16-value groups, as i16 pairs
-            // (the same for every row).
-            // SAFETY: 2c + 1 < 8; aligned.
-            let min_pairs = unsafe { [0, 1].map(|p| _mm512_load_si512(pb.mins[2 * c + p].as_ptr().cast())) };
+            // SAFETY: 2c + 2 <= 8; aligned (AVX-512, the caller).
+            let pairs = unsafe { min_pairs::<MINS, 2>(pb, 2 * c) };
             for k in 0..rows {
                 let y = &ys[k][b];
                 if c == 0 {
@@ -475,15 +463,8 @@ mod tile {
                     dd[k] = _mm512_mul_ps(d, da);
                     dm[k] = _mm512_mul_ps(dmin, da);
                 }
-                // SAFETY: k < ROWS (AVX-512, the caller).
-                let s = unsafe { chunk_sum(has_hi, lo, hi, k) };
-                let mut m = zero_i;
-                if MINS {
-                    for (p, &mp) in min_pairs.iter().enumerate() {
-                        // SAFETY: 2c + p < 8.
-                        m = _mm512_dpwssd_epi32(m, mp, unsafe { bsum_pair(y, 2 * c + p) });
-                    }
-                }
+                // SAFETY: k < ROWS; 2c + 2 <= 8 (AVX-512, the caller).
+                let (s, m) = unsafe { (chunk_sum(has_hi, lo, hi, k), mins_term::<MINS>(&pairs, 2 * c, y)) };
                 if orders[k] == Order::RepackGemm {
                     // An f32 step per chunk: nothing is carried over.
                     acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd[k], acc[k]);
@@ -500,25 +481,75 @@ mod tile {
                     continue;
                 }
                 (part[k], part_min[k]) = (zero_i, zero_i);
-                if orders[k] == Order::Tiled {
-                    // As `outputs`.
-                    let v = _mm512_mul_ps(_mm512_cvtepi32_ps(s), d);
-                    let v = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(m), v);
-                    acc[k] = _mm512_fmadd_ps(v, _mm512_set1_ps(y.scale()), acc[k]);
-                } else {
-                    acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd[k], acc[k]);
-                    acc_min[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), dm[k], acc_min[k]);
-                }
+                let da = _mm512_set1_ps(y.scale());
+                // SAFETY: AVX-512 F (the caller).
+                unsafe {
+                    block_step(
+                        orders[k],
+                        (s, m),
+                        (d, dmin, da),
+                        (dd[k], dm[k]),
+                        &mut acc[k],
+                        &mut acc_min[k],
+                    )
+                };
             }
         }
-        for k in 0..rows {
-            let v = if orders[k] == Order::Tiled {
-                acc[k]
+        // SAFETY: AVX-512 F (the caller).
+        unsafe { write_results(orders, &acc, &acc_min, res) };
+    }
+
+    /// Row `k`'s f32 step for integers `(s, m)` that end a block (or half):
+    /// the tiled order's `r = f32(s) * d; r = fma(-dmin, f32(m), r);
+    /// acc = fma(r, d_a, acc)` (as `ggml_panel`), or the repacked orders'
+    /// `acc = fma(f32(s), d * d_a, acc)` and `acc_min = fma(f32(m), dmin *
+    /// d_a, acc_min)`.
+    ///
+    /// # Safety
+    /// AVX-512 F must be available.
+    #[inline(always)]
+    unsafe fn block_step(
+        order: Order,
+        (s, m): (__m512i, __m512i),
+        (d, dmin, da): (__m512, __m512, __m512),
+        (dd, dm): (__m512, __m512),
+        acc: &mut __m512,
+        acc_min: &mut __m512,
+    ) {
+        // SAFETY: AVX-512 F (the caller).
+        unsafe {
+            if order == Order::Tiled {
+                let v = _mm512_mul_ps(_mm512_cvtepi32_ps(s), d);
+                let v = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(m), v);
+                *acc = _mm512_fmadd_ps(v, da, *acc);
             } else {
-                _mm512_sub_ps(acc[k], acc_min[k])
-            };
-            // SAFETY: 16 f32 into a 16-element array.
-            unsafe { _mm512_storeu_ps(res[k].as_mut_ptr(), v) };
+                *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd, *acc);
+                *acc_min = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), dm, *acc_min);
+            }
+        }
+    }
+
+    /// Each row's result: `acc` (tiled order) or `acc - acc_min`.
+    ///
+    /// # Safety
+    /// AVX-512 F must be available.
+    #[inline(always)]
+    unsafe fn write_results(
+        orders: &[Order],
+        acc: &[__m512; ROWS],
+        acc_min: &[__m512; ROWS],
+        res: &mut [[f32; LANES]; ROWS],
+    ) {
+        for (k, &order) in orders.iter().enumerate() {
+            // SAFETY: AVX-512 F (the caller); 16 f32 into a 16-element array.
+            unsafe {
+                let v = if order == Order::Tiled {
+                    acc[k]
+                } else {
+                    _mm512_sub_ps(acc[k], acc_min[k])
+                };
+                _mm512_storeu_ps(res[k].as_mut_ptr(), v);
+            }
         }
     }
 
@@ -585,19 +616,36 @@ mod tile {
         }
     }
 
-    /// The mins' term of activation row `y` over the 16-value groups of
-    /// chunks `cs` (zero for types without mins).
+    /// Weight mins pairs `first..first + N` of a block (zero without
+    /// mins: not read), loaded once for every activation row.
     ///
     /// # Safety
-    /// AVX-512 F/BW/VNNI; `cs` within 0..4.
+    /// AVX-512 F; `first + N <= 8`.
     #[inline(always)]
-    unsafe fn mins_sum<const MINS: bool>(pb: &AmxBlock, y: &BlockQ8K, cs: std::ops::Range<usize>) -> __m512i {
+    unsafe fn min_pairs<const MINS: bool, const N: usize>(pb: &AmxBlock, first: usize) -> [__m512i; N] {
+        // SAFETY: first + p < 8 (the caller); 64-byte aligned rows.
+        std::array::from_fn(|p| unsafe {
+            if MINS {
+                _mm512_load_si512(pb.mins[first + p].as_ptr().cast())
+            } else {
+                _mm512_setzero_si512()
+            }
+        })
+    }
+
+    /// The mins' term of activation row `y` over the 16-value group pairs
+    /// `first..first + pairs.len()` whose weight mins are `pairs` (zero for
+    /// types without mins).
+    ///
+    /// # Safety
+    /// AVX-512 F/BW/VNNI; `first + pairs.len() <= 8`.
+    #[inline(always)]
+    unsafe fn mins_term<const MINS: bool>(pairs: &[__m512i], first: usize, y: &BlockQ8K) -> __m512i {
         let mut m = _mm512_setzero_si512();
         if MINS {
-            for p in 2 * cs.start..2 * cs.end {
-                // SAFETY: p < 8; aligned.
-                let (cv, bs) = unsafe { (_mm512_load_si512(pb.mins[p].as_ptr().cast()), bsum_pair(y, p)) };
-                m = _mm512_dpwssd_epi32(m, cv, bs);
+            for (p, &mp) in pairs.iter().enumerate() {
+                // SAFETY: first + p < 8 (the caller).
+                m = _mm512_dpwssd_epi32(m, mp, unsafe { bsum_pair(y, first + p) });
             }
         }
         m
