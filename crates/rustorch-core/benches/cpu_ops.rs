@@ -97,7 +97,9 @@ fn conv(c: &mut Criterion) {
 fn decode_attention(c: &mut Criterion) {
     let (hq, hkv, d) = (32usize, 4usize, 64usize);
     let mut g = c.benchmark_group("cached_attention");
-    for l in [64usize, 256, 1024] {
+    // (cache length, live positions): llama.cpp pads the attended length
+    // to 256, so early in a conversation most of it is masked.
+    for (l, live) in [(64usize, 64usize), (256, 32), (256, 256), (1024, 1024)] {
         let q = Tensor::randn([hq, 1, d], DType::F32, 10).unwrap();
         let k = Tensor::randn([hkv, l, d], DType::F32, 11)
             .unwrap()
@@ -107,9 +109,15 @@ fn decode_attention(c: &mut Criterion) {
             .unwrap()
             .to_dtype(DType::F16)
             .unwrap();
-        let mask = Tensor::zeros([1, l], DType::F32).unwrap();
-        g.throughput(Throughput::Bytes((2 * hkv * l * d * 2) as u64));
-        g.bench_function(format!("decode_32x4x64_L{l}"), |bch| {
+        let m: Vec<f32> = (0..l).map(|j| if j < live { 0.0 } else { f32::NEG_INFINITY }).collect();
+        let mask = Tensor::from_vec(m, [1, l]).unwrap();
+        g.throughput(Throughput::Bytes((2 * hkv * live * d * 2) as u64));
+        let name = if live == l {
+            format!("decode_32x4x64_L{l}")
+        } else {
+            format!("decode_32x4x64_L{l}_live{live}")
+        };
+        g.bench_function(name, |bch| {
             rayon::scope(|_| bch.iter(|| black_box(Tensor::cached_attention(&q, &k, &vt, &mask, 0.125).unwrap())))
         });
     }

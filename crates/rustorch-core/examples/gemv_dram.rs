@@ -9,7 +9,8 @@
 //! The matrix is a 64-row tile repeated (speed does not depend on values);
 //! each pass reads it once, in the repacked order where llama.cpp repacks,
 //! and in the layout the model loader would give it (`QWeight::for_matmul_in`;
-//! GEMV_DRAM_ROWS=1 keeps rows one after another).
+//! GEMV_DRAM_ROWS=1 keeps rows one after another; RUSTORCH_HUGEPAGES=0 puts
+//! the matrix on 4 KiB pages).
 
 use rayon::prelude::*;
 use rustorch_core::quant::matmul::{self, QMatRef};
@@ -61,8 +62,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let tile = QTensor::quantize(qtype, [64, cols], &values(64 * cols, 7))?;
         let row_bytes = tile.bytes().len() / 64;
         let rows = (((kib << 10) / row_bytes) / 64 * 64).max(64);
-        // 64-byte aligned, as llama.cpp's buffers are.
-        let mut storage = vec![0u8; rows * row_bytes + 64];
+        // 64-byte aligned, as llama.cpp's buffers are; on huge pages where
+        // the kernel gives them, as the model loader's copies are
+        // (`RUSTORCH_HUGEPAGES=0`: 4 KiB pages).
+        let mut storage = Vec::with_capacity(rows * row_bytes + 64);
+        rustorch_core::huge_pages::advise(&mut storage);
+        storage.resize(rows * row_bytes + 64, 0u8);
         let start = storage.as_ptr().align_offset(64);
         for chunk in storage[start..start + rows * row_bytes].chunks_mut(tile.bytes().len()) {
             chunk.copy_from_slice(&tile.bytes()[..chunk.len()]);

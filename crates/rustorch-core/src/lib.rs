@@ -9,6 +9,7 @@ pub mod dtype;
 pub mod error;
 pub mod executor;
 pub mod gguf;
+pub mod huge_pages;
 pub mod layout;
 pub mod op;
 pub mod quant;

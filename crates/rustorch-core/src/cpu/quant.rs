@@ -9,7 +9,7 @@ use super::{CpuInput, CpuResult, CpuStorage};
 use crate::error::BackendError;
 use crate::op::Op;
 use crate::quant::matmul::{
-    qmatmul, qmatmul_quantized_into, vec_dot_type, Isa, QMatRef, QuantizedRows, INTERLEAVE_ROWS,
+    qmatmul, qmatvecs_quantized_into, vec_dot_type, Isa, QMatRef, QuantizedRows, INTERLEAVE_ROWS,
 };
 use crate::quant::{dequantize_into, QType};
 use rayon::prelude::*;
@@ -74,10 +74,10 @@ fn matmul(op: &Op, qtype: QType, x: CpuInput<'_>, w: CpuInput<'_>) -> CpuResult 
 fn matmuls(op: &Op, qtypes: &[QType], x: CpuInput<'_>, ws: &[CpuInput<'_>]) -> CpuResult {
     let xs = input_slice::<f32>(op, x)?;
     let mut quantized: Vec<QuantizedRows> = Vec::new();
-    let mut outs = Vec::with_capacity(ws.len());
+    // Each weight's bytes and shape, and which quantized activations it takes.
+    let mut weights = Vec::with_capacity(ws.len());
     for (&qtype, &w) in qtypes.iter().zip(ws) {
         let (bytes, rows, cols, interleaved) = weight(op, qtype, w)?;
-        let m = matrix(op, qtype, &bytes, rows, cols, interleaved)?;
         let dot =
             vec_dot_type(qtype).ok_or_else(|| BackendError::invalid(op.name(), format!("no matmul for {qtype}")))?;
         let at = match quantized.iter().position(|q| q.dot_type() == dot) {
@@ -87,12 +87,21 @@ fn matmuls(op: &Op, qtypes: &[QType], x: CpuInput<'_>, ws: &[CpuInput<'_>]) -> C
                 quantized.len() - 1
             }
         };
-        let act = &quantized[at];
-        let mut out = vec![0f32; act.rows() * rows];
-        qmatmul_quantized_into(Isa::detected(), &m, act, &mut out).map_err(|e| quant_err(op, e))?;
-        outs.push(CpuStorage::F32(out));
+        weights.push((qtype, bytes, rows, cols, interleaved, at));
     }
-    Ok(outs)
+    let mut outs: Vec<Vec<f32>> = weights
+        .iter()
+        .map(|&(_, _, rows, _, _, at)| vec![0f32; quantized[at].rows() * rows])
+        .collect();
+    let mut items = Vec::with_capacity(weights.len());
+    for ((qtype, bytes, rows, cols, interleaved, at), out) in weights.iter().zip(outs.iter_mut()) {
+        let m = matrix(op, *qtype, bytes, *rows, *cols, *interleaved)?;
+        items.push((m, &quantized[*at], &mut out[..]));
+    }
+    // One parallel loop for all the products where they are matvecs.
+    qmatvecs_quantized_into(Isa::detected(), &mut items).map_err(|e| quant_err(op, e))?;
+    drop(items);
+    Ok(outs.into_iter().map(CpuStorage::F32).collect())
 }
 
 fn embedding(op: &Op, qtype: QType, w: CpuInput<'_>, ids: CpuInput<'_>) -> CpuResult {

@@ -200,6 +200,7 @@ impl Gguf {
         let src = self.data_of(info);
         let base = self.parsed.data_offset.saturating_add(info.offset) as usize;
         let mut out = Vec::with_capacity(src.len());
+        crate::huge_pages::advise(&mut out);
         for (i, part) in src.chunks(SLICE).enumerate() {
             out.extend_from_slice(part);
             self.release_range(base + i * SLICE, part.len());

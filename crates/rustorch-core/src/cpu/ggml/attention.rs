@@ -23,7 +23,7 @@
 //! long as the cache holds finite values there (it starts zeroed).
 
 use super::floatdot::{dot, dot_rows, dot_tiny_4x4, dot_vec_shared, FloatOrder};
-use super::softmax::soft_max_ext_row;
+use super::softmax::soft_max_ext_live;
 use crate::cpu::copy::input_slice;
 use crate::cpu::{CpuInput, CpuStorage, StorageElement};
 use crate::error::BackendError;
@@ -357,7 +357,9 @@ fn to_f16(x: &[f32]) -> Vec<f16> {
 /// the value product.
 fn probabilities(scores: &[f32], mask: &[f32], scale: f32) -> Vec<f16> {
     let mut p = vec![0f32; scores.len()];
-    soft_max_ext_row(scores, Some(mask), scale, &mut p);
+    // Masked scores are 0 here (never computed), so only the unmasked
+    // span needs the exponentials.
+    soft_max_ext_live(scores, mask, scale, &mut p);
     to_f16(&p)
 }
 

@@ -58,6 +58,36 @@ fn exp_blocks(w: &mut [f32], max: f32) -> f64 {
     sum
 }
 
+/// `soft_max_ext_row` with a mask, computed only over the 16-element
+/// blocks from the first unmasked position to the last: the same bits when
+/// `x` is finite wherever the mask is -inf. A fully masked block then holds
+/// exp(-inf) = 0 in every lane and adds an exact +0 to the f64 sum, the
+/// max ignores its -inf values, and its outputs are 0 either way; the
+/// blocks kept are the row's own, so each lane sums the same elements.
+/// (Attention early in a conversation: llama.cpp pads the attended length
+/// to 256, most of it masked.)
+pub(crate) fn soft_max_ext_live(x: &[f32], mask: &[f32], scale: f32, out: &mut [f32]) {
+    const NEG_INF: f32 = f32::NEG_INFINITY;
+    let n = x.len();
+    let Some(first) = mask.iter().position(|&m| m != NEG_INF) else {
+        // All masked: GGML's NaN row.
+        return soft_max_ext_row(x, Some(mask), scale, out);
+    };
+    let last = mask.iter().rposition(|&m| m != NEG_INF).unwrap_or(first);
+    let blocks = n / 16 * 16;
+    let lo = first / 16 * 16;
+    // Past the last block the elements are summed one by one: keep all of
+    // them when any is unmasked.
+    let hi = if last >= blocks {
+        n
+    } else {
+        (last + 1).next_multiple_of(16)
+    };
+    out[..lo].fill(0.0);
+    out[hi..].fill(0.0);
+    soft_max_ext_row(&x[lo..hi], Some(&mask[lo..hi]), scale, &mut out[lo..hi]);
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use super::super::expf::avx512::v_expf;
@@ -85,6 +115,37 @@ mod avx512 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The live-span softmax gives the full row's bits, for unmasked spans
+    /// anywhere in rows with and without a tail past the last block.
+    #[test]
+    fn live_span_softmax_has_the_full_rows_bits() {
+        let mut seed = 9u64;
+        for n in [16usize, 40, 64, 256, 263] {
+            let x: Vec<f32> = (0..n)
+                .map(|_| {
+                    seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 30.0
+                })
+                .collect();
+            for (a, b) in [(0, 1), (0, n), (3, 9), (17, 40.min(n)), (n / 2, n), (n - 1, n), (5, 5)] {
+                let mask: Vec<f32> = (0..n)
+                    .map(|i| {
+                        if (a..b).contains(&i) && i % 7 != 3 {
+                            0.0
+                        } else {
+                            f32::NEG_INFINITY
+                        }
+                    })
+                    .collect();
+                let (mut full, mut live) = (vec![1f32; n], vec![1f32; n]);
+                soft_max_ext_row(&x, Some(&mask), 0.3, &mut full);
+                soft_max_ext_live(&x, &mask, 0.3, &mut live);
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&full), bits(&live), "n={n} live {a}..{b}");
+            }
+        }
+    }
 
     /// Against an f64 softmax: GGML's rounding stays within a few ulp.
     #[test]

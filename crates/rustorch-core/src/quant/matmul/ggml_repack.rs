@@ -45,6 +45,16 @@ pub fn llama_repacks(qtype: QType, rows: usize) -> bool {
     matches!(qtype, QType::Q4_0 | QType::IQ4NL | QType::Q4K | QType::Q2K) && rows.is_multiple_of(8)
 }
 
+/// Whether `product` runs `ggml_repack_gemv::gemv` (fewer than four
+/// activation rows of Q4_K or Q2_K, with AVX-512 VNNI at or below `isa`).
+pub(super) fn gemv_applies(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows) -> bool {
+    matches!(w.qtype(), QType::Q4K | QType::Q2K)
+        && act.rows() < 4
+        && isa >= Isa::Avx512Vnni
+        && Isa::Avx512Vnni.is_available()
+        && (!w.is_interleaved() || super::x8_gemv_available())
+}
+
 /// `out = act @ w^T` in llama.cpp's repacked order (shapes and types
 /// checked by the caller; `w` is one of the types `llama_repacks`, `act`
 /// its dot type). Q4_K and Q2_K: each weight row's super-blocks are
@@ -58,11 +68,7 @@ pub(super) fn product(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut 
     let gemm_rows = m - m % 4;
     let acts = q8k_rows(act);
     #[cfg(target_arch = "x86_64")]
-    if gemm_rows == 0
-        && isa >= Isa::Avx512Vnni
-        && Isa::Avx512Vnni.is_available()
-        && (!w.is_interleaved() || super::x8_gemv_available())
-    {
+    if gemv_applies(isa, w, act) {
         // Matvec-like products: no weight row is met twice, so the blocks
         // are summed straight from their bytes (`ggml_repack_gemv`).
         super::ggml_repack_gemv::gemv(w, &acts, out);

@@ -37,69 +37,88 @@ use rayon::prelude::*;
 /// available).
 #[cfg(target_arch = "x86_64")]
 pub(super) fn gemv(w: &QMatRef<'_>, acts: &[&[BlockQ8K]], out: &mut [f32]) {
+    let n = w.rows();
+    let chunk = chunk_rows(n);
+    let out_ptr = OutPtr(out.as_mut_ptr());
+    (0..n.div_ceil(chunk)).into_par_iter().for_each(|c| {
+        let (j0, j1) = (c * chunk, ((c + 1) * chunk).min(n));
+        // SAFETY: this task alone writes the outputs of weight rows j0..j1.
+        unsafe { gemv_rows(w, acts, j0..j1, &out_ptr) };
+    });
+}
+
+/// Weight rows per task of `gemv`: whole groups of eight, a few chunks per
+/// thread to balance.
+pub(super) fn chunk_rows(n: usize) -> usize {
+    let threads = rayon::current_num_threads().max(1);
+    (n / (threads * 4)).clamp(8, 128).next_multiple_of(8)
+}
+
+/// `gemv`'s outputs for weight rows `rows` (a start that is a multiple of
+/// eight), on this thread.
+///
+/// # Safety
+/// `out` points at `acts.len() x w.rows()` outputs, and no other thread
+/// writes those of `rows` meanwhile; AVX-512 VNNI is available.
+#[cfg(target_arch = "x86_64")]
+pub(super) unsafe fn gemv_rows(w: &QMatRef<'_>, acts: &[&[BlockQ8K]], rows: std::ops::Range<usize>, out_ptr: &OutPtr) {
     use crate::quant::blocks::{blocks_as_bytes, cast_blocks, BlockQ4K};
     use crate::quant::QType;
     let q2k = w.qtype() == QType::Q2K;
     let n = w.rows();
-    let threads = rayon::current_num_threads().max(1);
-    // Whole groups of eight rows; a few chunks per thread to balance.
-    let chunk = (n / (threads * 4)).clamp(8, 128).next_multiple_of(8);
-    let out_ptr = OutPtr(out.as_mut_ptr());
+    let (j0, j1) = (rows.start, rows.end);
     let acts: Vec<&[u8]> = acts.iter().map(|a| blocks_as_bytes(a)).collect();
-    (0..n.div_ceil(chunk)).into_par_iter().for_each(|c| {
-        let (j0, j1) = (c * chunk, ((c + 1) * chunk).min(n));
-        let mut j = j0;
-        while j + 8 <= j1 {
-            if w.interleaved {
-                // Rows j..j + 8 are one group of the interleaved layout
-                // (chunks hold whole groups).
-                let group = &w.bytes[j * w.row_bytes..(j + 8) * w.row_bytes];
-                for (i, a) in acts.iter().enumerate() {
-                    let mut r = [0f32; 8];
-                    // SAFETY: AVX-512 VNNI is available (the caller
-                    // checked); the kernel checks the lengths.
-                    unsafe { simd::gemv8_q4k_x8(a, group, &mut r) };
-                    for (k, v) in r.into_iter().enumerate() {
-                        // SAFETY: as below.
-                        unsafe { out_ptr.write(i * n + j + k, v) };
-                    }
-                }
-                j += 8;
-                continue;
-            }
-            let rows: [&[u8]; 8] = std::array::from_fn(|k| w.row(j + k));
+    let mut j = j0;
+    while j + 8 <= j1 {
+        if w.interleaved {
+            // Rows j..j + 8 are one group of the interleaved layout
+            // (chunks hold whole groups).
+            let group = &w.bytes[j * w.row_bytes..(j + 8) * w.row_bytes];
             for (i, a) in acts.iter().enumerate() {
                 let mut r = [0f32; 8];
-                // SAFETY: AVX-512 VNNI is available (the caller checked);
-                // the kernel checks the row lengths.
-                unsafe {
-                    if q2k {
-                        simd::gemv8_q2k(a, rows, &mut r)
-                    } else {
-                        simd::gemv8_q4k(a, rows, &mut r)
-                    }
-                };
+                // SAFETY: AVX-512 VNNI is available (the caller
+                // checked); the kernel checks the lengths.
+                unsafe { simd::gemv8_q4k_x8(a, group, &mut r) };
                 for (k, v) in r.into_iter().enumerate() {
-                    // SAFETY: this task owns weight rows j0..j1 (columns
-                    // of every output row); see `OutPtr`.
+                    // SAFETY: as below.
                     unsafe { out_ptr.write(i * n + j + k, v) };
                 }
             }
             j += 8;
+            continue;
         }
-        // `llama_repacks` holds, so rows % 8 == 0 and this is only a
-        // fallback for Q4_K.
-        for j in j..if q2k { j } else { j1 } {
-            let wr: &[BlockQ4K] = cast_blocks(w.row(j)).expect("Q4_K weight rows are whole blocks");
-            for (i, a) in acts.iter().enumerate() {
-                let a: &[BlockQ8K] = cast_blocks(a).expect("Q8_K activation rows are whole blocks");
-                // SAFETY: AVX-512 VNNI is available (the caller checked).
-                let v = unsafe { simd::gemv_q4k_vnni(wr, a) };
-                // SAFETY: as above.
-                unsafe { out_ptr.write(i * n + j, v) };
+        let rows: [&[u8]; 8] = std::array::from_fn(|k| w.row(j + k));
+        for (i, a) in acts.iter().enumerate() {
+            let mut r = [0f32; 8];
+            // SAFETY: AVX-512 VNNI is available (the caller checked);
+            // the kernel checks the row lengths.
+            unsafe {
+                if q2k {
+                    simd::gemv8_q2k(a, rows, &mut r)
+                } else {
+                    simd::gemv8_q4k(a, rows, &mut r)
+                }
+            };
+            for (k, v) in r.into_iter().enumerate() {
+                // SAFETY: this task owns weight rows j0..j1 (columns
+                // of every output row); see `OutPtr`.
+                unsafe { out_ptr.write(i * n + j + k, v) };
             }
         }
-    });
+        j += 8;
+    }
+    // `llama_repacks` holds, so rows % 8 == 0 and this is only a
+    // fallback for Q4_K.
+    for j in j..if q2k { j } else { j1 } {
+        let wr: &[BlockQ4K] = cast_blocks(w.row(j)).expect("Q4_K weight rows are whole blocks");
+        for (i, a) in acts.iter().enumerate() {
+            let a: &[BlockQ8K] = cast_blocks(a).expect("Q8_K activation rows are whole blocks");
+            // SAFETY: AVX-512 VNNI is available (the caller checked).
+            let v = unsafe { simd::gemv_q4k_vnni(wr, a) };
+            // SAFETY: as above.
+            unsafe { out_ptr.write(i * n + j, v) };
+        }
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -411,10 +430,13 @@ mod simd {
         unsafe { _mm256_storeu_ps(out.as_mut_ptr(), _mm256_sub_ps(acc, acc_min)) };
     }
 
-    /// How far ahead of the block being read the `x8` matvec prefetches
-    /// (four blocks of eight rows; of one, two, four and eight, four
-    /// streamed fastest on the 2-core EPYC).
-    const X8_PREFETCH_AHEAD: usize = 4 * 8 * Q4K_BYTES;
+    /// How far ahead of the block being read the `x8` matvec prefetches:
+    /// sixteen blocks of eight rows, 18 KiB. On the 2-core EPYC with the
+    /// weights on huge pages (`gemv_dram Q4_K 2048`), one thread streamed
+    /// 17-19 GB/s at four blocks and 26-28 at 8, 16 or 32 (TinyLlama
+    /// Q4_K_M generation on one thread 27.6 -> 33.9 t/s); two threads
+    /// streamed alike at 8 to 32 (33-34 GB/s at 5632 columns).
+    const X8_PREFETCH_AHEAD: usize = 16 * 8 * Q4K_BYTES;
 
     const Q2K_BYTES: usize = 84;
 

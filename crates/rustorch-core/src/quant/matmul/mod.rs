@@ -368,6 +368,75 @@ pub fn qmatmul_quantized_into(
     act: &QuantizedRows,
     out: &mut [f32],
 ) -> Result<(), QuantError> {
+    let (m, n) = check_product(isa, w, act, out.len())?;
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    if is_float(w.qtype) {
+        // llama.cpp's two float orders, chosen by shape (see `float_path`);
+        // the widest code this CPU runs, whatever `isa`: the orders, not
+        // the instructions, decide the bits.
+        float_path::product(w, act, out);
+        return Ok(());
+    }
+    if let Some(split) = Matvec::plan(isa, w, act) {
+        // Matvec: weight rows split into chunks that each task streams once.
+        let out_ptr = OutPtr(out.as_mut_ptr());
+        (0..n.div_ceil(split.chunk)).into_par_iter().for_each(|c| {
+            let rows = c * split.chunk..((c + 1) * split.chunk).min(n);
+            // SAFETY: this task alone writes the outputs of these rows.
+            unsafe { split.run(w, act, rows, &out_ptr) };
+        });
+        return Ok(());
+    }
+    product_whole(isa, w, act, out)
+}
+
+/// Several matvecs (one activation row each, such as a decode step's Q, K
+/// and V projections) as one parallel loop over all their weight-row
+/// chunks: one split and one join for all of them, and no thread waits at
+/// the end of one product while the others finish it. Each output gets the
+/// bits `qmatmul_quantized_into` gives it. Products that do not split by
+/// weight rows (float weights, the repacked Q4_0 and IQ4_NL, batches) run
+/// one after another.
+pub fn qmatvecs_quantized_into(
+    isa: Isa,
+    items: &mut [(QMatRef<'_>, &QuantizedRows, &mut [f32])],
+) -> Result<(), QuantError> {
+    let mut plans = Vec::with_capacity(items.len());
+    for (w, act, out) in items.iter() {
+        let (m, n) = check_product(isa, w, act, out.len())?;
+        plans.push(
+            (m == 1 && n > 0 && !is_float(w.qtype))
+                .then(|| Matvec::plan(isa, w, act))
+                .flatten(),
+        );
+    }
+    if plans.iter().any(|p| p.is_none()) {
+        for (w, act, out) in items.iter_mut() {
+            qmatmul_quantized_into(isa, w, act, out)?;
+        }
+        return Ok(());
+    }
+    // (item, first row, rows) for every chunk of every product.
+    let mut tasks: Vec<(usize, std::ops::Range<usize>)> = Vec::new();
+    for (k, (plan, (w, _, _))) in plans.iter().zip(items.iter()).enumerate() {
+        let chunk = plan.as_ref().map_or(1, |p| p.chunk);
+        let n = w.rows;
+        tasks.extend((0..n.div_ceil(chunk)).map(|c| (k, c * chunk..((c + 1) * chunk).min(n))));
+    }
+    let outs: Vec<OutPtr> = items.iter_mut().map(|(_, _, out)| OutPtr(out.as_mut_ptr())).collect();
+    tasks.into_par_iter().for_each(|(k, rows)| {
+        let (w, act, _) = &items[k];
+        let plan = plans[k].as_ref().expect("every product has a plan (checked above)");
+        // SAFETY: this task alone writes these rows' outputs of product k.
+        unsafe { plan.run(w, act, rows, &outs[k]) };
+    });
+    Ok(())
+}
+
+/// The checks of a product's operands; its `(m, n)`.
+fn check_product(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out_len: usize) -> Result<(usize, usize), QuantError> {
     let mismatch = |detail: String| QuantError::Mismatch { op: "qmatmul", detail };
     if !isa.is_available() {
         return Err(mismatch(format!("this CPU cannot run {isa} kernels")));
@@ -389,19 +458,116 @@ pub fn qmatmul_quantized_into(
         )));
     }
     let (m, n) = (act.rows(), w.rows);
-    if out.len() != m * n {
-        return Err(mismatch(format!("output holds {} values, needs {m} x {n}", out.len())));
+    if out_len != m * n {
+        return Err(mismatch(format!("output holds {out_len} values, needs {m} x {n}")));
     }
-    if m == 0 || n == 0 {
-        return Ok(());
+    if !is_float(w.qtype) && kernels::find(w.qtype, isa).is_none() {
+        return Err(QuantError::Unsupported {
+            qtype: w.qtype,
+            what: "matmul",
+        });
     }
-    if is_float(w.qtype) {
-        // llama.cpp's two float orders, chosen by shape (see `float_path`);
-        // the widest code this CPU runs, whatever `isa`: the orders, not
-        // the instructions, decide the bits.
-        float_path::product(w, act, out);
-        return Ok(());
+    Ok((m, n))
+}
+
+/// How a matvec splits by weight rows: tasks of `chunk` rows, each run by
+/// `run` on one thread.
+struct Matvec {
+    chunk: usize,
+    kind: MatvecKind,
+}
+
+enum MatvecKind {
+    /// llama.cpp's repacked gemv order (`ggml_repack_gemv`).
+    #[cfg(target_arch = "x86_64")]
+    RepackGemv,
+    /// The weight type's dot product, four weight rows at a time where a
+    /// kernel for that exists.
+    Rows {
+        dot: kernels::DotFn,
+        cols: Option<kernels::DotColsFn>,
+    },
+}
+
+impl Matvec {
+    /// The split of a checked product with one activation row, `None` for
+    /// any other product and for the paths that run as a whole.
+    fn plan(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows) -> Option<Matvec> {
+        if act.rows() != 1 || is_float(w.qtype) {
+            return None;
+        }
+        let n = w.rows;
+        if w.repacked {
+            #[cfg(target_arch = "x86_64")]
+            if ggml_repack::gemv_applies(isa, w, act) {
+                return Some(Matvec {
+                    chunk: ggml_repack_gemv::chunk_rows(n),
+                    kind: MatvecKind::RepackGemv,
+                });
+            }
+            return None;
+        }
+        let (level, dot) = kernels::find(w.qtype, isa)?;
+        let cols = kernels::exact_cols(w.qtype, level);
+        let threads = rayon::current_num_threads().max(1);
+        let mut chunk = (n / (threads * 8)).clamp(1, 64);
+        if cols.is_some() {
+            // Chunks hold a multiple of four rows.
+            chunk = chunk.next_multiple_of(4);
+        }
+        Some(Matvec {
+            chunk,
+            kind: MatvecKind::Rows { dot, cols },
+        })
     }
+
+    /// The outputs of weight rows `rows`.
+    ///
+    /// # Safety
+    /// `out` points at `w.rows()` outputs, of which no other thread writes
+    /// those of `rows` meanwhile; `self` is `plan(isa, w, act)` for an
+    /// `isa` this CPU supports, and `rows` starts at a multiple of `chunk`.
+    unsafe fn run(&self, w: &QMatRef<'_>, act: &QuantizedRows, rows: std::ops::Range<usize>, out: &OutPtr) {
+        match self.kind {
+            #[cfg(target_arch = "x86_64")]
+            MatvecKind::RepackGemv => {
+                let acts = ggml_superblock::q8k_rows(act);
+                // SAFETY: forwarded from the caller (`plan` checked AVX-512
+                // VNNI; chunks start at multiples of eight).
+                unsafe { ggml_repack_gemv::gemv_rows(w, &acts, rows, out) };
+            }
+            MatvecKind::Rows { dot, cols } => {
+                let a = act.row(0);
+                let mut j = rows.start;
+                if let Some(cols) = cols {
+                    while j + 4 <= rows.end {
+                        let ws = [w.row(j), w.row(j + 1), w.row(j + 2), w.row(j + 3)];
+                        let mut r = [0f32; 4];
+                        // SAFETY: `exact_cols` gave a kernel at a level this
+                        // CPU supports, for four weight rows that each match
+                        // the activation row (checked by `check_product`).
+                        unsafe { cols(a, ws, &mut r) };
+                        for (k, v) in r.into_iter().enumerate() {
+                            // SAFETY: forwarded from the caller.
+                            unsafe { out.write(j + k, v) };
+                        }
+                        j += 4;
+                    }
+                }
+                for j in j..rows.end {
+                    // SAFETY: as for `cols`, one row at a time; the output
+                    // as above.
+                    unsafe { out.write(j, dot(w.row(j), a)) };
+                }
+            }
+        }
+    }
+}
+
+/// `qmatmul_quantized_into` for the products that do not split as a
+/// matvec: batches, float weights aside.
+fn product_whole(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut [f32]) -> Result<(), QuantError> {
+    let (m, n) = (act.rows(), w.rows);
     let (level, dot) = kernels::find(w.qtype, isa).ok_or(QuantError::Unsupported {
         qtype: w.qtype,
         what: "matmul",
@@ -429,38 +595,6 @@ pub fn qmatmul_quantized_into(
     };
 
     let threads = rayon::current_num_threads().max(1);
-    if m == 1 {
-        // Matvec: weight rows split into chunks that each task streams
-        // once, four rows at a time where a kernel for that exists (chunks
-        // then hold a multiple of four rows).
-        let cols = kernels::exact_cols(w.qtype, level);
-        let mut chunk = (n / (threads * 8)).clamp(1, 64);
-        if cols.is_some() {
-            chunk = chunk.next_multiple_of(4);
-        }
-        out.par_chunks_mut(chunk).enumerate().for_each(|(c, o)| {
-            let j0 = c * chunk;
-            let mut jj = 0;
-            if let Some(cols) = cols {
-                while jj + 4 <= o.len() {
-                    let j = j0 + jj;
-                    let ws = [w.row(j), w.row(j + 1), w.row(j + 2), w.row(j + 3)];
-                    let mut r = [0f32; 4];
-                    // SAFETY: as for `call`; `exact_cols` gave a kernel at
-                    // `level`, which this CPU supports, for four weight
-                    // rows that each match the activation row.
-                    unsafe { cols(act.row(0), ws, &mut r) };
-                    o[jj..jj + 4].copy_from_slice(&r);
-                    jj += 4;
-                }
-            }
-            for (k, v) in o.iter_mut().enumerate().skip(jj) {
-                *v = call(j0 + k, 0);
-            }
-        });
-        return Ok(());
-    }
-
     // Batched: tiles of `jb` weight rows x `ib` activation rows. A tile's
     // weight rows (about TILE_WEIGHT_BYTES) stay in L2 while its
     // activation rows go past them four at a time; four activation rows
