@@ -74,6 +74,18 @@ pub(super) fn product(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut 
         super::ggml_repack_gemv::gemv(w, &acts, out);
         return;
     }
+    #[cfg(target_arch = "x86_64")]
+    if w.qtype() == QType::Q4K
+        && w.is_interleaved()
+        && m <= super::ggml_repack_gemv::SMALL_BATCH_ROWS
+        && isa >= Isa::Avx512Vnni
+        && Isa::Avx512Vnni.is_available()
+        && super::x8_gemv_available()
+    {
+        // A few rows: straight from the interleaved weights, no unpacking.
+        super::ggml_repack_gemv::gemm_small(w, &acts, out);
+        return;
+    }
     let (gemm, qtype) = match w.qtype() {
         QType::Q2K => (Order::RepackGemmHalves, QType::Q2K),
         _ => (Order::RepackGemm, QType::Q4K),

@@ -121,6 +121,53 @@ pub(super) unsafe fn gemv_rows(w: &QMatRef<'_>, acts: &[&[BlockQ8K]], rows: std:
     }
 }
 
+/// Activation rows up to which `ggml_repack::product` multiplies `x8`
+/// Q4_K weights with `gemm_small` rather than the panels.
+pub(super) const SMALL_BATCH_ROWS: usize = 64;
+
+/// A small batch against `x8` Q4_K weights (the caller checked AVX-512
+/// VNNI and VBMI): the first `m - m % 4` rows four at a time in the gemm
+/// order (`simd::gemm_q4k_x8`), the rest in the gemv order, as llama.cpp
+/// splits them. Tasks take whole groups of eight weight rows, read once
+/// from memory and then from the caches for every activation row.
+#[cfg(target_arch = "x86_64")]
+pub(super) fn gemm_small(w: &QMatRef<'_>, acts: &[&[BlockQ8K]], out: &mut [f32]) {
+    use crate::quant::blocks::blocks_as_bytes;
+    let (m, n) = (acts.len(), w.rows());
+    let gemm_rows = m - m % 4;
+    let chunk = chunk_rows(n);
+    let acts: Vec<&[u8]> = acts.iter().map(|a| blocks_as_bytes(a)).collect();
+    let out_ptr = OutPtr(out.as_mut_ptr());
+    (0..n.div_ceil(chunk)).into_par_iter().for_each(|c| {
+        let (j0, j1) = (c * chunk, ((c + 1) * chunk).min(n));
+        for j in (j0..j1).step_by(8) {
+            let group = &w.bytes[j * w.row_bytes..(j + 8) * w.row_bytes];
+            let write = |i: usize, r: [f32; 8]| {
+                for (k, v) in r.into_iter().enumerate() {
+                    // SAFETY: this task alone writes the outputs of weight
+                    // rows j0..j1 (columns of every output row); see `OutPtr`.
+                    unsafe { out_ptr.write(i * n + j + k, v) };
+                }
+            };
+            for i in (0..gemm_rows).step_by(4) {
+                let mut r = [[0f32; 8]; 4];
+                // SAFETY: AVX-512 VNNI and VBMI are available (the caller
+                // checked); the kernel checks the lengths.
+                unsafe { simd::gemm_q4k_x8([acts[i], acts[i + 1], acts[i + 2], acts[i + 3]], group, &mut r) };
+                for (k, rk) in r.into_iter().enumerate() {
+                    write(i + k, rk);
+                }
+            }
+            for (i, a) in acts.iter().enumerate().skip(gemm_rows) {
+                let mut r = [0f32; 8];
+                // SAFETY: as above.
+                unsafe { simd::gemv8_q4k_x8(a, group, &mut r) };
+                write(i, r);
+            }
+        }
+    });
+}
+
 #[cfg(target_arch = "x86_64")]
 mod simd {
     use super::super::kernels::kquants::cols512::{
@@ -428,6 +475,105 @@ mod simd {
         }
         // SAFETY: `out` holds eight f32 values.
         unsafe { _mm256_storeu_ps(out.as_mut_ptr(), _mm256_sub_ps(acc, acc_min)) };
+    }
+
+    /// `R` activation rows against one group of eight weight rows in the
+    /// `x8` layout, in llama.cpp's repacked gemm order (`Order::RepackGemm`,
+    /// the order of its first `m - m % 4` rows): an f32 step per 64-value
+    /// chunk for the products and for the mins, `acc = fma(S_c, d_w * d_a,
+    /// acc)` and `acc_min = fma(M_c, dmin_w * d_a, acc_min)`, output `acc -
+    /// acc_min`. The integer sums are `gemv8_q4k_x8`'s, per chunk instead of
+    /// per block; each 64-byte load of weight codes is split into nibbles
+    /// once for the `R` rows. Small batches (a short prompt) run this
+    /// instead of the panels, whose unpacking of every weight pays only
+    /// over many rows.
+    ///
+    /// # Safety
+    /// As `gemv8_q4k_x8`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+    pub(in super::super) unsafe fn gemm_q4k_x8<const R: usize>(a: [&[u8]; R], group: &[u8], out: &mut [[f32; 8]; R]) {
+        let len = a.first().map_or(0, |r| r.len());
+        let nb = len / A_BYTES;
+        if !len.is_multiple_of(A_BYTES) || a.iter().any(|r| r.len() != len) || group.len() != 8 * nb * Q4K_BYTES {
+            *out = [[f32::NAN; 8]; R];
+            return;
+        }
+        let load = |p: &[i32; 16]| unsafe { _mm512_loadu_si512(p.as_ptr().cast()) };
+        let loadb = |p: &[u8; 64]| unsafe { _mm512_loadu_si512(p.as_ptr().cast()) };
+        let act_idx: [[__m512i; 4]; 2] = std::array::from_fn(|h| std::array::from_fn(|m| load(&ACT_QUADS[h][m])));
+        let scale_idx: [__m512i; 4] = std::array::from_fn(|k| loadb(&SCALE_PAIRS[k]));
+        let min_idx: [__m512i; 2] = std::array::from_fn(|t| loadb(&MIN_PAIRS[t]));
+        let gs_idx = [
+            _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+            _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3),
+        ];
+        const EVEN_BYTES: u64 = 0x5555_5555_5555_5555;
+        const HIGH_WORDS: u32 = 0xAAAA_AAAA;
+        let m4 = _mm512_set1_epi8(0x0F);
+        let fold = |v: __m512i| _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64::<1>(v));
+        let mut acc = [_mm256_setzero_ps(); R];
+        let mut acc_min = [_mm256_setzero_ps(); R];
+        for i in 0..nb {
+            // SAFETY (pointer reads): block i < nb of every activation row
+            // and of the group (checked above).
+            unsafe {
+                let ys: [*const u8; R] = std::array::from_fn(|r| a[r].as_ptr().add(i * A_BYTES));
+                let g = group.as_ptr().add(i * 8 * Q4K_BYTES);
+                prefetch_rows_ahead(group.as_ptr(), X8_PREFETCH_AHEAD, i, 8 * Q4K_BYTES);
+                let (x0, x1) = (load64(g), load64(g.add(64)));
+                let (sm0, sm1) = (k4_scales4(x0), k4_scales4(x1));
+                // Dword 0 of each row's first 16 bytes: [d, dmin] (f16).
+                let dd = _mm512_castsi512_si256(_mm512_permutex2var_epi32(
+                    x0,
+                    _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 0, 0, 0, 0, 0, 0, 0),
+                    x1,
+                ));
+                let dw = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(dd));
+                let dminw = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_srli_epi32::<16>(dd)));
+                let yd: [__m256; R] = std::array::from_fn(|r| _mm256_set1_ps(f32_at(ys[r])));
+                for k in 0..4 {
+                    let act: [__m512i; R] = std::array::from_fn(|r| load64(ys[r].add(A_QS + 64 * k)));
+                    let mut lo = [_mm512_setzero_si512(); R];
+                    let mut hi = [_mm512_setzero_si512(); R];
+                    for m in 0..4 {
+                        let x = load64(g.add(super::super::X8_HEAD + (4 * k + m) * 64));
+                        let (xl, xh) = (_mm512_and_si512(x, m4), _mm512_and_si512(_mm512_srli_epi16::<4>(x), m4));
+                        for r in 0..R {
+                            lo[r] = _mm512_dpbusd_epi32(lo[r], xl, _mm512_permutexvar_epi32(act_idx[0][m], act[r]));
+                            hi[r] = _mm512_dpbusd_epi32(hi[r], xh, _mm512_permutexvar_epi32(act_idx[1][m], act[r]));
+                        }
+                    }
+                    // As in `gemv8_q4k_x8`, per chunk: [lo, hi] as i16 pairs
+                    // against the pair of group scales.
+                    let sc = _mm512_maskz_permutex2var_epi8(EVEN_BYTES, sm0, scale_idx[k], sm1);
+                    for r in 0..R {
+                        let pair = _mm512_mask_blend_epi16(HIGH_WORDS, lo[r], _mm512_slli_epi32::<16>(hi[r]));
+                        let s = _mm256_cvtepi32_ps(fold(_mm512_dpwssd_epi32(_mm512_setzero_si512(), pair, sc)));
+                        acc[r] = _mm256_fmadd_ps(s, _mm256_mul_ps(dw, yd[r]), acc[r]);
+                    }
+                }
+                // The mins: the low half of each product holds chunk 2t, the
+                // high half chunk 2t + 1.
+                let mp: [__m512i; 2] =
+                    std::array::from_fn(|t| _mm512_maskz_permutex2var_epi8(EVEN_BYTES, sm0, min_idx[t], sm1));
+                for r in 0..R {
+                    let gs = _mm512_castsi128_si512(group_sums(ys[r]));
+                    let dmin = _mm256_mul_ps(dminw, yd[r]);
+                    for t in 0..2 {
+                        let mins =
+                            _mm512_dpwssd_epi32(_mm512_setzero_si512(), mp[t], _mm512_permutexvar_epi32(gs_idx[t], gs));
+                        let lo = _mm256_cvtepi32_ps(_mm512_castsi512_si256(mins));
+                        let hi = _mm256_cvtepi32_ps(_mm512_extracti64x4_epi64::<1>(mins));
+                        acc_min[r] = _mm256_fmadd_ps(lo, dmin, acc_min[r]);
+                        acc_min[r] = _mm256_fmadd_ps(hi, dmin, acc_min[r]);
+                    }
+                }
+            }
+        }
+        for r in 0..R {
+            // SAFETY: each output row holds eight f32 values.
+            unsafe { _mm256_storeu_ps(out[r].as_mut_ptr(), _mm256_sub_ps(acc[r], acc_min[r])) };
+        }
     }
 
     /// How far ahead of the block being read the `x8` matvec prefetches:

@@ -103,7 +103,7 @@ fn interleaved_weights_multiply_like_rows() {
     assert_ne!(bytes, w.bytes(), "the layout changed");
     let il = QMatRef::interleaved(QType::Q4K, rows, cols, &bytes).unwrap();
     assert!(il.repacked() && plain.repacked());
-    for m in [1, 2, 3, 4, 5, 9, 33] {
+    for m in [1, 2, 3, 4, 5, 8, 9, 16, 33, 64, 65, 70] {
         let act = QuantizedRows::quantize(QType::Q8K, &values(m * cols, 200 + m as u64), cols).unwrap();
         for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
             let (mut a, mut b) = (vec![f32::NAN; m * rows], vec![f32::NAN; m * rows]);
