@@ -109,6 +109,56 @@ fn run<W: Tiled>(w: &QMatRef<'_>, act: &QuantizedRows, out: &mut [f32]) {
     });
 }
 
+/// Activation rows up to which Q6_K weights take `small_batch_q6k`
+/// rather than the panels, whose unpacking of every weight pays only over
+/// many rows.
+pub(super) const SMALL_BATCH_ROWS: usize = 64;
+
+/// A small batch of Q6_K products (`act.rows()` from `MIN_ROWS` to
+/// `SMALL_BATCH_ROWS`; rows a multiple of four; AVX-512 VNNI checked by
+/// the caller): four weight rows at a time against every activation row
+/// (`tiled_cols_q6k`, four activation rows per call), the weight rows read
+/// from memory once and then from L1.
+#[cfg(target_arch = "x86_64")]
+fn small_batch_q6k(w: &QMatRef<'_>, act: &QuantizedRows, out: &mut [f32]) {
+    use super::kernels::kquants::cols512::tiled_cols_q6k;
+    let n = w.rows();
+    let out_ptr = OutPtr(out.as_mut_ptr());
+    // Sixteen weight rows per task: a few tasks per thread at any size.
+    const JB: usize = 16;
+    (0..n.div_ceil(JB)).into_par_iter().for_each(|jb| {
+        for j in (jb * JB..((jb + 1) * JB).min(n)).step_by(4) {
+            let ws = [w.row(j), w.row(j + 1), w.row(j + 2), w.row(j + 3)];
+            let write = |i: usize, r: [f32; 4]| {
+                for (k, v) in r.into_iter().enumerate() {
+                    // SAFETY: each task writes the outputs of its own weight
+                    // rows (columns of every output row); see `OutPtr`.
+                    unsafe { out_ptr.write(i * n + j + k, v) };
+                }
+            };
+            let m = act.rows();
+            let mut i = 0;
+            while i + 4 <= m {
+                let mut r = [[0f32; 4]; 4];
+                let a = [act.row(i), act.row(i + 1), act.row(i + 2), act.row(i + 3)];
+                // SAFETY: AVX-512 VNNI is available (the caller checked);
+                // the kernel checks the row lengths.
+                unsafe { tiled_cols_q6k(a, ws, &mut r) };
+                for (k, rk) in r.into_iter().enumerate() {
+                    write(i + k, rk);
+                }
+                i += 4;
+            }
+            for i in i..m {
+                let mut r = [[0f32; 4]; 1];
+                // SAFETY: as above.
+                unsafe { tiled_cols_q6k([act.row(i)], ws, &mut r) };
+                write(i, r[0]);
+            }
+        }
+    });
+}
+
 /// Q4_K, Q5_K and Q6_K through `ggml_superblock`: each weight row's
 /// super-blocks unpacked once, then the exact sums with every activation
 /// row (`BIAS` = 32 for Q6_K, whose `bias_scales` are its scales; the
@@ -121,6 +171,16 @@ fn run_unpacked<W: Unpack + Block>(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRow
 /// `out = act @ w^T` in the tiled order (shapes and types checked by the
 /// caller; `applies(w.qtype())`).
 pub(super) fn product(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if w.qtype() == QType::Q6K
+        && act.rows() <= SMALL_BATCH_ROWS
+        && w.rows().is_multiple_of(4)
+        && isa >= Isa::Avx512Vnni
+        && Isa::Avx512Vnni.is_available()
+    {
+        small_batch_q6k(w, act, out);
+        return;
+    }
     if super::ggml_panel::available(isa) {
         super::ggml_panel::product(isa, w, &q8k_rows(act), out, &|_| Order::Tiled);
         return;

@@ -129,3 +129,29 @@ fn interleaving_checks_its_input() {
     let q8 = QTensor::quantize(QType::Q8_0, [8, 256], &values(8 * 256, 6)).unwrap();
     assert!(QMatRef::interleaved(QType::Q8_0, 8, 256, q8.bytes()).is_err());
 }
+
+/// Small Q6_K batches (straight from the weight rows) give the bits of
+/// the panels in llama.cpp's tiled order, on both sides of the
+/// small-batch limit.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn small_q6k_batches_equal_the_panels() {
+    use super::ggml_superblock::{q8k_rows, Order};
+    if !Isa::Avx512Vnni.is_available() {
+        eprintln!("skipped: this CPU has no AVX-512 VNNI");
+        return;
+    }
+    let (rows, cols) = (72, 768);
+    let w = QTensor::quantize(QType::Q6K, [rows, cols], &values(rows * cols, 43)).unwrap();
+    let wm = w.as_matrix().unwrap();
+    for m in [8, 9, 16, 33, 64, 65] {
+        let act = QuantizedRows::quantize(QType::Q8K, &values(m * cols, 300 + m as u64), cols).unwrap();
+        let (mut a, mut b) = (vec![f32::NAN; m * rows], vec![f32::NAN; m * rows]);
+        qmatmul_quantized_into(Isa::Avx512Vnni, &wm, &act, &mut a).unwrap();
+        super::ggml_panel::product_vnni(Isa::Avx512Vnni, &wm, &q8k_rows(&act), &mut b, &|_| Order::Tiled);
+        for (k, (x, y)) in a.iter().zip(&b).enumerate() {
+            assert!(x.is_finite(), "m={m} output {k}: {x}");
+            assert_eq!(x.to_bits(), y.to_bits(), "m={m} output {k}: {x} vs {y}");
+        }
+    }
+}

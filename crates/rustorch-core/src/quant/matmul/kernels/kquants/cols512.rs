@@ -482,8 +482,47 @@ pub(in crate::quant::matmul) unsafe fn dot_cols_q5k(a: &[u8], w: [&[u8]; 4], out
 /// As `dot_cols_q4k`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(in crate::quant::matmul) unsafe fn dot_cols_q6k(a: &[u8], w: [&[u8]; 4], out: &mut [f32; 4]) {
-    let Some(nb) = check(a, &w, Q6K_BYTES) else {
-        *out = [f32::NAN; 4];
+    let mut o = [[0f32; 4]; 1];
+    // SAFETY: forwarded from the caller.
+    unsafe { cols_q6k::<false, 1>([a], w, &mut o) };
+    *out = o[0];
+}
+
+/// Q6_K for four weight rows against `A` activation rows in llama.cpp's
+/// tiled order (`ggml_tiled`, `Order::Tiled`): per super-block, the whole
+/// block's integer sum `S` (the same integers as `dot_cols_q6k`, summed
+/// over each row's lanes: any order is exact), then `acc = fma(f32(S) *
+/// d_w, d_a, acc)`; `out[k][r]` for activation row `k`, weight row `r`.
+/// Each weight vector is decoded once for the `A` rows. The tiled path's
+/// small batches run this.
+///
+/// # Safety
+/// As `dot_cols_q4k`, for every activation row.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(in crate::quant::matmul) unsafe fn tiled_cols_q6k<const A: usize>(
+    a: [&[u8]; A],
+    w: [&[u8]; 4],
+    out: &mut [[f32; 4]; A],
+) {
+    // SAFETY: forwarded from the caller.
+    unsafe { cols_q6k::<true, A>(a, w, out) }
+}
+
+/// `dot_cols_q6k` (`TILED` false, one activation row) and
+/// `tiled_cols_q6k` (true).
+///
+/// # Safety
+/// As `dot_cols_q4k`, for every activation row.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[inline]
+unsafe fn cols_q6k<const TILED: bool, const A: usize>(a: [&[u8]; A], w: [&[u8]; 4], out: &mut [[f32; 4]; A]) {
+    let Some(nb) = a
+        .iter()
+        .map(|x| check(x, &w, Q6K_BYTES))
+        .reduce(|p, q| p.filter(|_| p == q))
+        .flatten()
+    else {
+        *out = [[f32::NAN; 4]; A];
         return;
     };
     let m4 = _mm512_set1_epi8(0x0F);
@@ -499,19 +538,20 @@ pub(in crate::quant::matmul) unsafe fn dot_cols_q6k(a: &[u8], w: [&[u8]; 4], out
     // SAFETY: AVX-512 enabled above.
     let idx = unsafe { scale_idxs(4) };
     let mut acc = unsafe { Acc4::new() };
+    let mut tiled = [_mm_setzero_ps(); A];
     for i in 0..nb {
         // SAFETY (pointer reads): as in `dot_cols_q4k`.
         unsafe {
-            let y = a.as_ptr().add(i * A_BYTES);
+            let ys: [*const u8; A] = std::array::from_fn(|k| a[k].as_ptr().add(i * A_BYTES));
             let wb = w.map(|r| r.as_ptr().add(i * Q6K_BYTES));
             prefetch_next(w[0].as_ptr(), nb, i, Q6K_BYTES);
             // Scales (i8 at 192..208) sign-extended: rows 0, 1 / 2, 3.
             let s8 = load4x16(wb, 192);
             let sc01 = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(s8));
             let sc23 = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64::<1>(s8));
-            let mut lanes = [_mm512_setzero_si512(); 4];
+            let mut lanes = [[_mm512_setzero_si512(); 4]; A];
             for j in 0..4 {
-                let act = load64(y.add(A_QS + 64 * j));
+                let act: [__m512i; A] = std::array::from_fn(|k| load64(ys[k].add(A_QS + 64 * j)));
                 for r in 0..4 {
                     let ql = load64(wb[r].add(64 * (j / 2)));
                     let ql = if j % 2 == 0 { ql } else { _mm512_srli_epi16::<4>(ql) };
@@ -520,20 +560,46 @@ pub(in crate::quant::matmul) unsafe fn dot_cols_q6k(a: &[u8], w: [&[u8]; 4], out
                         _mm512_rolv_epi64(bcast256(wb[r].add(128 + 32 * (j / 2))), rot[j % 2]),
                         bits45,
                     );
+                    let codes = _mm512_or_si512(lo, hi);
                     let sc = lane_scales(idx[r % 2][j], if r < 2 { sc01 } else { sc23 });
-                    lanes[r] = scaled(lanes[r], _mm512_setzero_si512(), _mm512_or_si512(lo, hi), act, sc);
+                    for k in 0..A {
+                        lanes[k][r] = scaled(lanes[k][r], _mm512_setzero_si512(), codes, act[k], sc);
+                    }
                 }
             }
-            // The `- 32` of every quant, per lane l as llama.cpp takes it:
-            // 32 * (bsums[2l] * sc[2l] + bsums[2l + 1] * sc[2l + 1]).
-            let bs = bcast256(y.add(A_BSUMS));
-            let sub01 = _mm512_slli_epi32::<5>(_mm512_madd_epi16(bs, sc01));
-            let sub23 = _mm512_slli_epi32::<5>(_mm512_madd_epi16(bs, sc23));
-            let p01 = _mm512_sub_epi32(fold2(lanes[0], lanes[1]), sub01);
-            let p23 = _mm512_sub_epi32(fold2(lanes[2], lanes[3]), sub23);
-            acc.fma(d4(wb, 208, f32_at(y)), p01, p23);
+            // d4 with a factor of 1.0: the weights' scales alone (exact).
+            let dw = if TILED { d4(wb, 208, 1.0) } else { _mm_setzero_ps() };
+            for k in 0..A {
+                let y = ys[k];
+                // The `- 32` of every quant, per lane l as llama.cpp takes it:
+                // 32 * (bsums[2l] * sc[2l] + bsums[2l + 1] * sc[2l + 1]).
+                let bs = bcast256(y.add(A_BSUMS));
+                let sub01 = _mm512_slli_epi32::<5>(_mm512_madd_epi16(bs, sc01));
+                let sub23 = _mm512_slli_epi32::<5>(_mm512_madd_epi16(bs, sc23));
+                let p01 = _mm512_sub_epi32(fold2(lanes[k][0], lanes[k][1]), sub01);
+                let p23 = _mm512_sub_epi32(fold2(lanes[k][2], lanes[k][3]), sub23);
+                if TILED {
+                    // Rows' eight lanes to one sum each: [r0 | r1 | r2 | r3]
+                    // by 128-bit lanes, then within them.
+                    let z = _mm512_add_epi32(
+                        _mm512_shuffle_i64x2::<0b10_00_10_00>(p01, p23),
+                        _mm512_shuffle_i64x2::<0b11_01_11_01>(p01, p23),
+                    );
+                    let t = _mm_mul_ps(_mm_cvtepi32_ps(sum_lanes4(z)), dw);
+                    tiled[k] = _mm_fmadd_ps(t, _mm_set1_ps(f32_at(y)), tiled[k]);
+                } else {
+                    acc.fma(d4(wb, 208, f32_at(y)), p01, p23);
+                }
+            }
         }
     }
+    if TILED {
+        for k in 0..A {
+            // SAFETY: each output row holds four f32 values; SSE enabled above.
+            unsafe { _mm_storeu_ps(out[k].as_mut_ptr(), tiled[k]) };
+        }
+        return;
+    }
     // SAFETY: AVX-512F enabled above.
-    *out = unsafe { acc.hsum() };
+    out[0] = unsafe { acc.hsum() };
 }
