@@ -304,10 +304,9 @@ fn four_rows(qs: &Queries<'_>, k: &Rows<'_>, vt: &Rows<'_>, group: usize, scale:
     let mut p16 = Vec::with_capacity(4);
     let mut span: Option<std::ops::Range<usize>> = None;
     for (r, sc) in scores.iter_mut().enumerate() {
-        for (j, v) in sc.iter_mut().enumerate() {
-            if hidden(r, j) {
-                *v = 0.0;
-            }
+        // A select per element (vectorized), not a branch.
+        for (v, &m) in sc.iter_mut().zip(masks[r]) {
+            *v = if m == f32::NEG_INFINITY { 0.0 } else { *v };
         }
         let row = probabilities(sc, masks[r], scale);
         let s = nonzero_span(&row);
@@ -376,15 +375,13 @@ fn probabilities(scores: &[f32], mask: &[f32], scale: f32) -> Vec<f16> {
 /// `ggml_vec_dot_f16`'s f64 tail then only drops zeros too.
 fn nonzero_span(p: &[f16]) -> std::ops::Range<usize> {
     const STEP: usize = 64;
-    let is_zero = |v: &f16| v.to_bits() & 0x7fff == 0;
-    let first = p.iter().position(|v| !is_zero(v));
-    let Some(first) = first else {
+    // Whole blocks at a time: an OR over a block's magnitudes vectorizes.
+    let nonzero = |b: &[f16]| b.iter().fold(0u16, |a, v| a | (v.to_bits() & 0x7fff)) != 0;
+    let Some(first) = p.chunks(STEP).position(nonzero) else {
         return 0..0;
     };
-    let last = p.iter().rposition(|v| !is_zero(v)).unwrap_or(first);
-    let start = first / STEP * STEP;
-    let end = ((last / STEP + 1) * STEP).min(p.len());
-    start..end
+    let last = p.chunks(STEP).rposition(nonzero).unwrap_or(first);
+    (first * STEP)..((last + 1) * STEP).min(p.len())
 }
 
 /// Inputs: x and g f32 of one shape; `act(x) * g` row by row over the last
