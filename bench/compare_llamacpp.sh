@@ -9,12 +9,13 @@
 # over the repetitions) next to the model file's size and issue 5's memory budget: file + KV
 # cache + 15% (the KV cache size is the one `rustorch-cli bench` reports).
 #
-# usage: bench/compare_llamacpp.sh [-p 512] [-n 128] [-r 5] [-t 2] [-m MODELS] [-c CPUS]
+# usage: bench/compare_llamacpp.sh [-p 512] [-n 128] [-r 5] [-t 2] [-d 0] [-m MODELS] [-c CPUS]
 #   MODELS: comma-separated list of
 #           tinyllama-q4_k_m, tinyllama-q8_0, smollm2-q4_1, gemma3-q4_k_m (default: these four),
 #           smollm2-shape-q4_1 (made like the TinyLlama ones, at SmolLM2-135M's shape),
 #           NAME=PATH or PATH.gguf (any GGUF file, named NAME or by its file name in the table)
 #   CPUS: pin both programs to these cores (taskset -c), for a machine with more cores than -t
+#   -d: context depth, positions filled before each test (llama-bench's -d; tests `tg128 @ d1024`)
 #   quick check: bench/compare_llamacpp.sh -p 32 -n 16 -r 1 -m smollm2-q4_1
 #   --models-only: make or fetch the models, then stop
 #
@@ -43,6 +44,7 @@ threads=2
 pin=""
 models="tinyllama-q4_k_m,tinyllama-q8_0,smollm2-q4_1,gemma3-q4_k_m"
 models_only=0
+depth=0
 
 usage() { awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "$0"; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
@@ -51,6 +53,7 @@ while [ $# -gt 0 ]; do
         -n) n_gen="$2"; shift 2 ;;
         -r) reps="$2"; shift 2 ;;
         -t) threads="$2"; shift 2 ;;
+        -d) depth="$2"; shift 2 ;;
         -m) models="$2"; shift 2 ;;
         -c) pin="$2"; shift 2 ;;
         --models-only) models_only=1; shift ;;
@@ -58,7 +61,7 @@ while [ $# -gt 0 ]; do
         *) echo "compare_llamacpp: unknown option $1" >&2; usage 2 ;;
     esac
 done
-for v in "$n_prompt" "$n_gen" "$reps" "$threads"; do
+for v in "$n_prompt" "$n_gen" "$reps" "$threads" "$depth"; do
     [[ "$v" =~ ^[0-9]+$ ]] || { echo "compare_llamacpp: not a number: $v" >&2; exit 2; }
 done
 [ "$reps" -ge 1 ] || { echo "compare_llamacpp: -r must be at least 1" >&2; exit 2; }
@@ -167,18 +170,18 @@ for k in "${!chosen[@]}"; do
     path="$(model_path "$m")"
     for ((i = 1; i <= reps; i++)); do
         log "$m: repetition $i/$reps: llama-bench"
-        "${pinned[@]}" "$llama_bin/llama-bench" -m "$path" -t "$threads" -p "$n_prompt" -n "$n_gen" -r 1 -o json \
+        "${pinned[@]}" "$llama_bin/llama-bench" -m "$path" -t "$threads" -p "$n_prompt" -n "$n_gen" -d "$depth" -r 1 -o json \
             > "$work/$k.llama.$i.json" 2> "$work/$k.llama.$i.err" \
             || { cat "$work/$k.llama.$i.err" >&2; log "llama-bench failed on $m"; exit 1; }
         if [ -n "$llama_bin_amx" ]; then
             log "$m: repetition $i/$reps: llama-bench (AMX build)"
-            "${pinned[@]}" "$llama_bin_amx/llama-bench" -m "$path" -t "$threads" -p "$n_prompt" -n "$n_gen" -r 1 -o json \
+            "${pinned[@]}" "$llama_bin_amx/llama-bench" -m "$path" -t "$threads" -p "$n_prompt" -n "$n_gen" -d "$depth" -r 1 -o json \
                 > "$work/$k.amx.$i.json" 2> "$work/$k.amx.$i.err" \
                 || { cat "$work/$k.amx.$i.err" >&2; log "llama-bench (AMX build) failed on $m"; exit 1; }
         fi
         log "$m: repetition $i/$reps: rustorch-cli bench"
         "$time_bin" -v -o "$work/$k.ours.$i.time" \
-            "${pinned[@]}" "$cli" bench -m "$path" -t "$threads" -p "$n_prompt" -n "$n_gen" -r 1 -o json \
+            "${pinned[@]}" "$cli" bench -m "$path" -t "$threads" -p "$n_prompt" -n "$n_gen" -d "$depth" -r 1 -o json \
             > "$work/$k.ours.$i.json" 2> "$work/$k.ours.$i.err" \
             || { cat "$work/$k.ours.$i.err" >&2; log "rustorch-cli bench failed on $m"; exit 1; }
     done
@@ -200,6 +203,8 @@ def fmt(xs):
 def llama(path, into):
     for t in json.load(open(path)):
         name = f"pp{t['n_prompt']}" if t["n_gen"] == 0 else f"tg{t['n_gen']}"
+        if t.get("n_depth", 0):
+            name += f" @ d{t['n_depth']}"
         into.setdefault(name, []).extend(t["samples_ts"])
 
 rows = []

@@ -12,7 +12,9 @@
 //! Each test runs once to warm up (the whole prompt for pp, one token for
 //! tg, as llama-bench does), then `-r` timed repetitions with the cache
 //! cleared before each. The figure is tokens/s per repetition, as mean ±
-//! sample standard deviation.
+//! sample standard deviation. With `-d D` each repetition first fills D
+//! positions as a prompt (untimed), so that the test runs at that depth
+//! (`tg128 @ d1024`), as llama-bench's `-d`.
 
 use crate::cli::BenchArgs;
 use crate::error::CliError;
@@ -30,7 +32,17 @@ struct TestResult {
     name: String,
     n_prompt: usize,
     n_gen: usize,
+    n_depth: usize,
     samples: Vec<Duration>,
+}
+
+/// llama-bench's test name: `pp512`, `tg128`, `tg128 @ d1024`.
+fn test_name(kind: &str, n: usize, depth: usize) -> String {
+    if depth == 0 {
+        format!("{kind}{n}")
+    } else {
+        format!("{kind}{n} @ d{depth}")
+    }
 }
 
 impl TestResult {
@@ -94,7 +106,8 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
     };
     let (model, load_time) = loader::load(&path, &args.model.backend)?;
     eprintln!("load: {:.2} ms", load_time.as_secs_f64() * 1e3);
-    let n_ctx = args.n_prompt + args.n_gen;
+    let depth = args.n_depth;
+    let n_ctx = depth + args.n_prompt + args.n_gen;
     if n_ctx > model.config().n_ctx_train {
         eprintln!(
             "note: {n_ctx} positions exceed the model's training context of {}",
@@ -115,14 +128,16 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
         let mut samples = Vec::with_capacity(args.repetitions);
         for _ in 0..args.repetitions {
             cache.clear();
+            fill(&model, &mut cache, depth, &mut rng)?;
             let t = Instant::now();
             prompt(&model, &mut cache, args.n_prompt, &mut rng)?;
             samples.push(t.elapsed());
         }
         results.push(TestResult {
-            name: format!("pp{}", args.n_prompt),
+            name: test_name("pp", args.n_prompt, depth),
             n_prompt: args.n_prompt,
             n_gen: 0,
+            n_depth: depth,
             samples,
         });
     }
@@ -132,14 +147,16 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
         let mut samples = Vec::with_capacity(args.repetitions);
         for _ in 0..args.repetitions {
             cache.clear();
+            fill(&model, &mut cache, depth, &mut rng)?;
             let t = Instant::now();
             generate(&model, &mut cache, args.n_gen, &mut rng)?;
             samples.push(t.elapsed());
         }
         results.push(TestResult {
-            name: format!("tg{}", args.n_gen),
+            name: test_name("tg", args.n_gen, depth),
             n_prompt: 0,
             n_gen: args.n_gen,
+            n_depth: depth,
             samples,
         });
     }
@@ -194,6 +211,14 @@ fn prompt(model: &Model, cache: &mut KvCache, n: usize, rng: &mut Lcg) -> Result
         done += len;
     }
     Ok(())
+}
+
+/// The untimed prompt of `-d`: `depth` positions, nothing when 0.
+fn fill(model: &Model, cache: &mut KvCache, depth: usize, rng: &mut Lcg) -> Result<(), CliError> {
+    if depth == 0 {
+        return Ok(());
+    }
+    prompt(model, cache, depth, rng)
 }
 
 fn generate(model: &Model, cache: &mut KvCache, n: usize, rng: &mut Lcg) -> Result<(), CliError> {
@@ -302,6 +327,7 @@ fn print_json(
                 "n_threads": threads,
                 "n_prompt": r.n_prompt,
                 "n_gen": r.n_gen,
+                "n_depth": r.n_depth,
                 "test": r.name,
                 "load_ms": load.as_secs_f64() * 1e3,
                 "kv_bytes": kv_bytes,

@@ -184,6 +184,11 @@ pub struct BenchArgs {
     #[arg(short = 'r', long = "repetitions", value_name = "N", default_value_t = 5)]
     pub repetitions: usize,
 
+    /// Context depth: positions filled (as a prompt, not timed) before each
+    /// repetition of each test, as llama-bench's -d
+    #[arg(short = 'd', long = "n-depth", value_name = "N", default_value_t = 0)]
+    pub n_depth: usize,
+
     /// Output: md (llama-bench's markdown table) or json
     #[arg(short = 'o', long = "output", value_name = "FORMAT", default_value = "md")]
     pub output: String,

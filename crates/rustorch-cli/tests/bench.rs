@@ -77,6 +77,32 @@ fn json_figures_follow_from_the_samples() {
     assert_eq!(tests[1]["test"], "tg4");
 }
 
+/// `-d`: each test runs after that many positions, named as llama-bench
+/// names it (`llama-bench -d 16 -o json` gives `n_depth`, and its table
+/// `pp8 @ d16`).
+#[test]
+fn depth_runs_carry_llama_bench_names() {
+    let Some(model) = real_model("RUSTORCH_SMOLLM2_GGUF") else {
+        return;
+    };
+    let o = cli([
+        "bench", "-m", &model, "-p", "8", "-n", "4", "-d", "16", "-r", "1", "-t", "2", "-o", "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let tests = v.as_array().unwrap();
+    let names: Vec<&str> = tests.iter().map(|t| t["test"].as_str().unwrap()).collect();
+    assert_eq!(names, ["pp8 @ d16", "tg4 @ d16"]);
+    assert!(tests.iter().all(|t| t["n_depth"] == 16), "{v}");
+    let o = cli([
+        "bench", "-m", &model, "-p", "0", "-n", "4", "-d", "16", "-r", "1", "-t", "2",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let row = out.lines().nth(2).expect("a table row");
+    assert_eq!(row.split('|').map(str::trim).nth(6), Some("tg4 @ d16"), "{out}");
+}
+
 #[test]
 fn bench_errors_are_one_line() {
     let o = cli(["bench", "-m", "/no/model.gguf", "-o", "xml"]);

@@ -47,6 +47,7 @@ pub fn llama_repacks(qtype: QType, rows: usize) -> bool {
 
 /// Whether `product` runs `ggml_repack_gemv::gemv` (fewer than four
 /// activation rows of Q4_K or Q2_K, with AVX-512 VNNI at or below `isa`).
+#[cfg(target_arch = "x86_64")]
 pub(super) fn gemv_applies(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows) -> bool {
     matches!(w.qtype(), QType::Q4K | QType::Q2K)
         && act.rows() < 4

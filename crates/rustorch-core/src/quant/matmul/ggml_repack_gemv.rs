@@ -49,6 +49,7 @@ pub(super) fn gemv(w: &QMatRef<'_>, acts: &[&[BlockQ8K]], out: &mut [f32]) {
 
 /// Weight rows per task of `gemv`: whole groups of eight, a few chunks per
 /// thread to balance.
+#[cfg(target_arch = "x86_64")]
 pub(super) fn chunk_rows(n: usize) -> usize {
     let threads = rayon::current_num_threads().max(1);
     (n / (threads * 4)).clamp(8, 128).next_multiple_of(8)
@@ -123,6 +124,7 @@ pub(super) unsafe fn gemv_rows(w: &QMatRef<'_>, acts: &[&[BlockQ8K]], rows: std:
 
 /// Activation rows up to which `ggml_repack::product` multiplies `x8`
 /// Q4_K weights with `gemm_small` rather than the panels.
+#[cfg(target_arch = "x86_64")]
 pub(super) const SMALL_BATCH_ROWS: usize = 64;
 
 /// A small batch against `x8` Q4_K weights (the caller checked AVX-512

@@ -112,6 +112,7 @@ fn run<W: Tiled>(w: &QMatRef<'_>, act: &QuantizedRows, out: &mut [f32]) {
 /// Activation rows up to which Q6_K weights take `small_batch_q6k`
 /// rather than the panels, whose unpacking of every weight pays only over
 /// many rows.
+#[cfg(target_arch = "x86_64")]
 pub(super) const SMALL_BATCH_ROWS: usize = 64;
 
 /// A small batch of Q6_K products (`act.rows()` from `MIN_ROWS` to
