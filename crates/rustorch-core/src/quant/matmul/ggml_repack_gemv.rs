@@ -37,13 +37,15 @@ use rayon::prelude::*;
 /// available).
 #[cfg(target_arch = "x86_64")]
 pub(super) fn gemv(w: &QMatRef<'_>, acts: &[&[BlockQ8K]], out: &mut [f32]) {
+    use crate::quant::blocks::blocks_as_bytes;
     let n = w.rows();
     let chunk = chunk_rows(n);
+    let acts: Vec<&[u8]> = acts.iter().map(|a| blocks_as_bytes(a)).collect();
     let out_ptr = OutPtr(out.as_mut_ptr());
     (0..n.div_ceil(chunk)).into_par_iter().for_each(|c| {
         let (j0, j1) = (c * chunk, ((c + 1) * chunk).min(n));
         // SAFETY: this task alone writes the outputs of weight rows j0..j1.
-        unsafe { gemv_rows(w, acts, j0..j1, &out_ptr) };
+        unsafe { gemv_rows(w, &acts, j0..j1, &out_ptr) };
     });
 }
 
@@ -56,19 +58,19 @@ pub(super) fn chunk_rows(n: usize) -> usize {
 }
 
 /// `gemv`'s outputs for weight rows `rows` (a start that is a multiple of
-/// eight), on this thread.
+/// eight), on this thread; `acts` are Q8_K rows as bytes (no allocation
+/// per task: a decode step runs thousands of these).
 ///
 /// # Safety
 /// `out` points at `acts.len() x w.rows()` outputs, and no other thread
 /// writes those of `rows` meanwhile; AVX-512 VNNI is available.
 #[cfg(target_arch = "x86_64")]
-pub(super) unsafe fn gemv_rows(w: &QMatRef<'_>, acts: &[&[BlockQ8K]], rows: std::ops::Range<usize>, out_ptr: &OutPtr) {
-    use crate::quant::blocks::{blocks_as_bytes, cast_blocks, BlockQ4K};
+pub(super) unsafe fn gemv_rows(w: &QMatRef<'_>, acts: &[&[u8]], rows: std::ops::Range<usize>, out_ptr: &OutPtr) {
+    use crate::quant::blocks::{cast_blocks, BlockQ4K};
     use crate::quant::QType;
     let q2k = w.qtype() == QType::Q2K;
     let n = w.rows();
     let (j0, j1) = (rows.start, rows.end);
-    let acts: Vec<&[u8]> = acts.iter().map(|a| blocks_as_bytes(a)).collect();
     let mut j = j0;
     while j + 8 <= j1 {
         if w.interleaved {

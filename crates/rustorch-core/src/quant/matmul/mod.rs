@@ -531,10 +531,10 @@ impl Matvec {
         match self.kind {
             #[cfg(target_arch = "x86_64")]
             MatvecKind::RepackGemv => {
-                let acts = ggml_superblock::q8k_rows(act);
                 // SAFETY: forwarded from the caller (`plan` checked AVX-512
-                // VNNI; chunks start at multiples of eight).
-                unsafe { ggml_repack_gemv::gemv_rows(w, &acts, rows, out) };
+                // VNNI; chunks start at multiples of eight); the one
+                // activation row is whole Q8_K blocks (`check_product`).
+                unsafe { ggml_repack_gemv::gemv_rows(w, &[act.row(0)], rows, out) };
             }
             MatvecKind::Rows { dot, cols } => {
                 let a = act.row(0);
