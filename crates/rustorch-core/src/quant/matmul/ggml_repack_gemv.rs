@@ -63,7 +63,8 @@ pub(super) fn chunk_rows(n: usize) -> usize {
 ///
 /// # Safety
 /// `out` points at `acts.len() x w.rows()` outputs, and no other thread
-/// writes those of `rows` meanwhile; AVX-512 VNNI is available.
+/// writes those of `rows` meanwhile; AVX-512 VNNI is available, and VBMI
+/// too for interleaved weights (`x8_gemv_available`).
 #[cfg(target_arch = "x86_64")]
 pub(super) unsafe fn gemv_rows(w: &QMatRef<'_>, acts: &[&[u8]], rows: std::ops::Range<usize>, out_ptr: &OutPtr) {
     use crate::quant::blocks::{cast_blocks, BlockQ4K};
@@ -71,25 +72,14 @@ pub(super) unsafe fn gemv_rows(w: &QMatRef<'_>, acts: &[&[u8]], rows: std::ops::
     let q2k = w.qtype() == QType::Q2K;
     let n = w.rows();
     let (j0, j1) = (rows.start, rows.end);
+    if w.interleaved {
+        // Chunks hold whole groups of the interleaved layout.
+        // SAFETY: forwarded from the caller.
+        unsafe { x8_rows(w, acts, 0, rows, out_ptr) };
+        return;
+    }
     let mut j = j0;
     while j + 8 <= j1 {
-        if w.interleaved {
-            // Rows j..j + 8 are one group of the interleaved layout
-            // (chunks hold whole groups).
-            let group = &w.bytes[j * w.row_bytes..(j + 8) * w.row_bytes];
-            for (i, a) in acts.iter().enumerate() {
-                let mut r = [0f32; 8];
-                // SAFETY: AVX-512 VNNI is available (the caller
-                // checked); the kernel checks the lengths.
-                unsafe { simd::gemv8_q4k_x8(a, group, &mut r) };
-                for (k, v) in r.into_iter().enumerate() {
-                    // SAFETY: as below.
-                    unsafe { out_ptr.write(i * n + j + k, v) };
-                }
-            }
-            j += 8;
-            continue;
-        }
         let rows: [&[u8]; 8] = std::array::from_fn(|k| w.row(j + k));
         for (i, a) in acts.iter().enumerate() {
             let mut r = [0f32; 8];
@@ -138,38 +128,51 @@ pub(super) const SMALL_BATCH_ROWS: usize = 64;
 pub(super) fn gemm_small(w: &QMatRef<'_>, acts: &[&[BlockQ8K]], out: &mut [f32]) {
     use crate::quant::blocks::blocks_as_bytes;
     let (m, n) = (acts.len(), w.rows());
-    let gemm_rows = m - m % 4;
     let chunk = chunk_rows(n);
     let acts: Vec<&[u8]> = acts.iter().map(|a| blocks_as_bytes(a)).collect();
     let out_ptr = OutPtr(out.as_mut_ptr());
     (0..n.div_ceil(chunk)).into_par_iter().for_each(|c| {
-        let (j0, j1) = (c * chunk, ((c + 1) * chunk).min(n));
-        for j in (j0..j1).step_by(8) {
-            let group = &w.bytes[j * w.row_bytes..(j + 8) * w.row_bytes];
-            let write = |i: usize, r: [f32; 8]| {
-                for (k, v) in r.into_iter().enumerate() {
-                    // SAFETY: this task alone writes the outputs of weight
-                    // rows j0..j1 (columns of every output row); see `OutPtr`.
-                    unsafe { out_ptr.write(i * n + j + k, v) };
-                }
-            };
-            for i in (0..gemm_rows).step_by(4) {
-                let mut r = [[0f32; 8]; 4];
-                // SAFETY: AVX-512 VNNI and VBMI are available (the caller
-                // checked); the kernel checks the lengths.
-                unsafe { simd::gemm_q4k_x8([acts[i], acts[i + 1], acts[i + 2], acts[i + 3]], group, &mut r) };
-                for (k, rk) in r.into_iter().enumerate() {
-                    write(i + k, rk);
-                }
+        let rows = c * chunk..((c + 1) * chunk).min(n);
+        // SAFETY: this task alone writes the outputs of these weight rows;
+        // the caller checked AVX-512 VNNI and VBMI.
+        unsafe { x8_rows(w, &acts, m - m % 4, rows, &out_ptr) };
+    });
+}
+
+/// The outputs of `x8` weight rows `rows` (whole groups of eight) for
+/// every activation row (bytes): the first `gemm_rows` (a multiple of
+/// four) in the gemm order, four at a time, the rest in the gemv order.
+///
+/// # Safety
+/// As `gemv_rows`; AVX-512 VBMI is available too.
+#[cfg(target_arch = "x86_64")]
+unsafe fn x8_rows(w: &QMatRef<'_>, acts: &[&[u8]], gemm_rows: usize, rows: std::ops::Range<usize>, out_ptr: &OutPtr) {
+    let n = w.rows();
+    for j in rows.step_by(8) {
+        let group = &w.bytes[j * w.row_bytes..(j + 8) * w.row_bytes];
+        let write = |i: usize, r: [f32; 8]| {
+            for (k, v) in r.into_iter().enumerate() {
+                // SAFETY: the caller's task alone writes these weight rows'
+                // outputs (columns of every output row); see `OutPtr`.
+                unsafe { out_ptr.write(i * n + j + k, v) };
             }
-            for (i, a) in acts.iter().enumerate().skip(gemm_rows) {
-                let mut r = [0f32; 8];
-                // SAFETY: as above.
-                unsafe { simd::gemv8_q4k_x8(a, group, &mut r) };
-                write(i, r);
+        };
+        for i in (0..gemm_rows).step_by(4) {
+            let mut r = [[0f32; 8]; 4];
+            // SAFETY: AVX-512 VNNI and VBMI are available (the caller's
+            // contract); the kernel checks the lengths.
+            unsafe { simd::gemm_q4k_x8([acts[i], acts[i + 1], acts[i + 2], acts[i + 3]], group, &mut r) };
+            for (k, rk) in r.into_iter().enumerate() {
+                write(i + k, rk);
             }
         }
-    });
+        for (i, a) in acts.iter().enumerate().skip(gemm_rows) {
+            let mut r = [0f32; 8];
+            // SAFETY: as above.
+            unsafe { simd::gemv8_q4k_x8(a, group, &mut r) };
+            write(i, r);
+        }
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
