@@ -603,8 +603,30 @@ fn product_whole(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut [f32]
     // contiguous splits give each thread its own weight rows.
     const TILE_WEIGHT_BYTES: usize = 48 << 10;
     let ib = m.min(64);
-    let tiles = kernels::exact_tiles(w.qtype, level);
-    let (tile, tile8) = (tiles.map(|t| t.0), tiles.map(|t| t.1));
+    let tiles = kernels::exact_tiles(w.qtype, level).filter(|_| m >= 4);
+    let (tile, tile8) = (tiles.map(|t| t.tile4), tiles.map(|t| t.tile8));
+    // The tiles read the activation rows packed in pairs (`ActPair`), made
+    // once here for all of the product's weight rows.
+    let mut pair_buf = PAIR_BUFFER.with(|b| b.take());
+    let nb = w.cols / 32;
+    let pairs: &[kernels::ActPair] = match tiles {
+        Some(t) => {
+            let len = (m / 2) * nb;
+            if pair_buf.len() < len {
+                pair_buf.resize(len, kernels::ActPair::EMPTY);
+            }
+            let buf = &mut pair_buf[..len];
+            buf.par_chunks_mut(nb).enumerate().for_each(|(p, chunk)| {
+                // SAFETY: the tiles' level is available (`find` checked
+                // `isa`); the two rows have the same length.
+                unsafe { (t.pack)(act.row(2 * p), act.row(2 * p + 1), chunk) }
+            });
+            buf
+        }
+        None => &[],
+    };
+    // Rows `2p` and `2p + 1`.
+    let pair = |p: usize| &pairs[p * nb..(p + 1) * nb];
     let mut jb = (TILE_WEIGHT_BYTES / w.row_bytes.max(1))
         .clamp(4, 64)
         .min(n.div_ceil(threads * 4))
@@ -628,14 +650,17 @@ fn product_whole(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut [f32]
         if let (Some(rows), Some(tile8)) = (rows, tile8) {
             // Eight activation rows at a time where a four-by-eight kernel
             // exists: each weight block is decoded once for 32 products.
+            // (Tasks start at multiples of `ib`, so `i` is even here and
+            // rows i.. are whole pairs.)
             while i + 8 <= i1 {
                 let a: [&[u8]; 8] = std::array::from_fn(|k| act.row(i + k));
+                let p8: [&[kernels::ActPair]; 4] = std::array::from_fn(|k| pair(i / 2 + k));
                 let mut j = j0;
                 while j + 4 <= j1 {
                     let mut r = [[0f32; 8]; 4];
                     // SAFETY: as for `rows` below, for four weight rows
                     // and eight activation rows.
-                    unsafe { tile8([w.row(j), w.row(j + 1), w.row(j + 2), w.row(j + 3)], a, &mut r) };
+                    unsafe { tile8([w.row(j), w.row(j + 1), w.row(j + 2), w.row(j + 3)], a, p8, &mut r) };
                     for (dj, rj) in r.into_iter().enumerate() {
                         for (k, v) in rj.into_iter().enumerate() {
                             // SAFETY: (i + k, j + dj) lies in this tile; see `OutPtr`.
@@ -663,10 +688,11 @@ fn product_whole(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut [f32]
             while i + 4 <= i1 {
                 let a = [act.row(i), act.row(i + 1), act.row(i + 2), act.row(i + 3)];
                 let mut j = j0;
-                while let Some(tile) = tile.filter(|_| j + 4 <= j1) {
+                while let Some(tile) = tile.filter(|_| j + 4 <= j1 && i % 2 == 0) {
+                    let p4 = [pair(i / 2), pair(i / 2 + 1)];
                     let mut r = [[0f32; 4]; 4];
                     // SAFETY: as for `rows` below, for four weight rows.
-                    unsafe { tile([w.row(j), w.row(j + 1), w.row(j + 2), w.row(j + 3)], a, &mut r) };
+                    unsafe { tile([w.row(j), w.row(j + 1), w.row(j + 2), w.row(j + 3)], a, p4, &mut r) };
                     for (dj, rj) in r.into_iter().enumerate() {
                         for (k, v) in rj.into_iter().enumerate() {
                             // SAFETY: (i + k, j + dj) lies in this tile; see `OutPtr`.
@@ -710,7 +736,16 @@ fn product_whole(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut [f32]
             }
         }
     });
+    PAIR_BUFFER.with(|b| b.replace(pair_buf));
     Ok(())
+}
+
+thread_local! {
+    /// The packed activation pairs of the last batched product on this
+    /// thread, kept so that the next one reuses the pages (a prompt's
+    /// products need megabytes, and fresh pages fault). Taken out for the
+    /// product, so a product nested in another's rayon tasks makes its own.
+    static PAIR_BUFFER: std::cell::Cell<Vec<kernels::ActPair>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 /// The output of a batched product, written by tasks that each own one

@@ -15,6 +15,8 @@ use crate::quant::QType;
 pub(super) mod kquants;
 mod legacy;
 
+pub(crate) use legacy::ActPair;
+
 /// Prefetches into L2 the `step` bytes at `rows + ahead + i * step`: block
 /// `i`'s share of the weight rows that follow the ones a matvec kernel is
 /// reading (`rows` is the first one's start; the drivers pass consecutive
@@ -63,21 +65,38 @@ pub(crate) type DotColsFn = unsafe fn(a: &[u8], w: [&[u8]; 4], out: &mut [f32; 4
 
 /// Four weight rows against four activation rows: `out[r][i]` is the dot
 /// product of `w[r]` with `a[i]`, equal bit for bit to the `DotFn` of the
-/// same type and level on that pair (batches).
+/// same type and level on that pair (batches). `pairs[k]` holds rows
+/// `a[2k]` and `a[2k + 1]` as the level's `PackPairFn` packed them, one
+/// `ActPair` per block.
 ///
 /// # Safety
 /// As `DotFn`, for each of the sixteen pairs.
-pub(crate) type DotTileFn = unsafe fn(w: [&[u8]; 4], a: [&[u8]; 4], out: &mut [[f32; 4]; 4]);
+pub(crate) type DotTileFn = unsafe fn(w: [&[u8]; 4], a: [&[u8]; 4], pairs: [&[ActPair]; 2], out: &mut [[f32; 4]; 4]);
 
 /// `DotTileFn` for eight activation rows: `out[r][i]` for `a[i]`.
 ///
 /// # Safety
 /// As `DotFn`, for each of the 32 pairs.
-pub(crate) type DotTile8Fn = unsafe fn(w: [&[u8]; 4], a: [&[u8]; 8], out: &mut [[f32; 8]; 4]);
+pub(crate) type DotTile8Fn = unsafe fn(w: [&[u8]; 4], a: [&[u8]; 8], pairs: [&[ActPair]; 4], out: &mut [[f32; 8]; 4]);
+
+/// Packs two activation rows of the same length into `out`, one `ActPair`
+/// per block (at most `out.len()` blocks).
+///
+/// # Safety
+/// The CPU must support the level of the tiles it came with.
+pub(crate) type PackPairFn = unsafe fn(r0: &[u8], r1: &[u8], out: &mut [ActPair]);
+
+/// A level's batch tiles and the packer of their activation pairs.
+#[derive(Clone, Copy)]
+pub(crate) struct Tiles {
+    pub(crate) tile4: DotTileFn,
+    pub(crate) tile8: DotTile8Fn,
+    pub(crate) pack: PackPairFn,
+}
 
 /// The four-by-four and four-by-eight kernels implemented at exactly this
 /// level, if any.
-pub(crate) fn exact_tiles(qtype: QType, isa: Isa) -> Option<(DotTileFn, DotTile8Fn)> {
+pub(crate) fn exact_tiles(qtype: QType, isa: Isa) -> Option<Tiles> {
     legacy::tile_kernels(qtype, isa)
 }
 

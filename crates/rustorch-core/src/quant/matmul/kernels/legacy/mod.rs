@@ -18,7 +18,7 @@
 //! order. (Q4_0 and IQ4_NL weights that llama.cpp repacks take
 //! `ggml_repack`'s order instead.)
 
-use super::{DotColsFn, DotFn, DotRowsFn, DotTile8Fn, DotTileFn};
+use super::{DotColsFn, DotFn, DotRowsFn, Tiles};
 use crate::quant::matmul::Isa;
 use crate::quant::QType;
 
@@ -143,26 +143,52 @@ pub(super) fn cols_kernel(qtype: QType, isa: Isa) -> Option<DotColsFn> {
 /// The batch tiles at exactly `isa`, if any: four weight rows against
 /// four (`DotTileFn`) and eight (`DotTile8Fn`) activation rows, where
 /// `out[r][i]` equals `batch_kernel(qtype, isa)` (or `kernel`) on `w[r]`,
-/// `a[i]` bit for bit.
-pub(super) fn tile_kernels(qtype: QType, isa: Isa) -> Option<(DotTileFn, DotTile8Fn)> {
+/// `a[i]` bit for bit, with the packer of their activation pairs.
+pub(super) fn tile_kernels(qtype: QType, isa: Isa) -> Option<Tiles> {
     #[cfg(target_arch = "x86_64")]
-    fn both<T: tile512::Broadcast>() -> (DotTileFn, DotTile8Fn) {
-        (tile512::dot_tile::<T>, tile512::dot_tile8::<T>)
+    fn of<T: tile512::Broadcast>() -> Tiles {
+        Tiles {
+            tile4: tile512::dot_tile::<T>,
+            tile8: tile512::dot_tile8::<T>,
+            pack: tile512::pack_pair::<T>,
+        }
     }
     use QType::*;
     match isa {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512Vnni => match qtype {
-            Q4_0 => Some(both::<W4_0>()),
-            Q4_1 => Some(both::<W4_1>()),
-            Q5_0 => Some(both::<W5_0>()),
-            Q5_1 => Some(both::<W5_1>()),
-            Q8_0 => Some(both::<W8_0>()),
-            IQ4NL => Some(both::<WIq4Nl>()),
+            Q4_0 => Some(of::<W4_0>()),
+            Q4_1 => Some(of::<W4_1>()),
+            Q5_0 => Some(of::<W5_0>()),
+            Q5_1 => Some(of::<W5_1>()),
+            Q8_0 => Some(of::<W8_0>()),
+            IQ4NL => Some(of::<WIq4Nl>()),
             _ => None,
         },
         _ => None,
     }
+}
+
+/// Two activation rows' block as the batch tiles read it (`tile512`):
+/// both rows' quants (row `2p` in bytes 0..32, row `2p + 1` in 32..64),
+/// the weight type's offset correction `-OFF * (sum of the lane's four
+/// quants)` for each of the 16 lanes, and each row's scale as f32 over its
+/// eight lanes.
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+pub(crate) struct ActPair {
+    qs: [u8; 64],
+    neg_corr: [i32; 16],
+    d: [f32; 16],
+}
+
+impl ActPair {
+    /// A placeholder that packing overwrites.
+    pub(crate) const EMPTY: Self = Self {
+        qs: [0; 64],
+        neg_corr: [0; 16],
+        d: [0.0; 16],
+    };
 }
 
 /// Where a weight type keeps its fields, and which activation type it

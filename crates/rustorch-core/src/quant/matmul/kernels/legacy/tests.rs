@@ -14,7 +14,7 @@
 //! of the exact sum of its terms, gamma(n) = n * u / (1 - n * u); two
 //! kernels are within twice that of each other.
 
-use super::{batch_kernel, cols_kernel, kernel, rows_kernel, tile_kernels};
+use super::{batch_kernel, cols_kernel, kernel, rows_kernel, tile_kernels, ActPair, Tiles};
 use crate::quant::blocks::{f16_to_f32, f32_to_f16, KVALUES_IQ4NL};
 use crate::quant::matmul::{qmatmul_isa, vec_dot_type, Isa, QMatRef, QuantizedRows};
 use crate::quant::{dequantize, QType};
@@ -535,31 +535,54 @@ fn four_weight_row_kernels_equal_one_row_kernels() {
     }
 }
 
-/// The four-by-four (batch) kernels repeat the one-row kernels'
-/// arithmetic exactly for each of their sixteen pairs, and answer NaN for
-/// rows that do not match.
+/// Packs rows `2k`, `2k + 1` of `acts` with the tiles' packer.
+fn packed_pairs(tiles: &Tiles, acts: &[&[u8]], nb: usize) -> Vec<Vec<ActPair>> {
+    acts.chunks(2)
+        .map(|p| {
+            let mut out = vec![ActPair::EMPTY; nb];
+            // SAFETY: the tiles' level is available (callers check); the
+            // rows have the same length.
+            unsafe { (tiles.pack)(p[0], p[1], &mut out) };
+            out
+        })
+        .collect()
+}
+
+/// The four-by-four and four-by-eight (batch) kernels repeat the one-row
+/// kernels' arithmetic exactly for each of their pairs, and answer NaN for
+/// rows (or packed pairs) that do not match.
 #[test]
-fn four_by_four_kernels_equal_one_row_kernels() {
+fn batch_tiles_equal_one_row_kernels() {
     let mut rng = Rng(9);
     for qtype in TYPES {
         let dot = vec_dot_type(qtype).unwrap();
         for isa in kernel_levels().filter(|i| i.is_available()) {
-            let Some((k16, _)) = tile_kernels(qtype, isa) else {
+            let Some(tiles) = tile_kernels(qtype, isa) else {
                 continue;
             };
             for n in LENGTHS {
-                let ws: Vec<Vec<u8>> = (0..4).map(|_| weight_row(qtype, n / 32, &mut rng)).collect();
-                let acts: Vec<Vec<u8>> = (0..4).map(|_| act_row(dot, n / 32, &mut rng)).collect();
+                let nb = n / 32;
+                let ws: Vec<Vec<u8>> = (0..4).map(|_| weight_row(qtype, nb, &mut rng)).collect();
+                let acts: Vec<Vec<u8>> = (0..8).map(|_| act_row(dot, nb, &mut rng)).collect();
                 let w = [&ws[0][..], &ws[1][..], &ws[2][..], &ws[3][..]];
-                let a = [&acts[0][..], &acts[1][..], &acts[2][..], &acts[3][..]];
-                let mut out = [[0f32; 4]; 4];
+                let a: [&[u8]; 8] = std::array::from_fn(|i| &acts[i][..]);
+                let pairs = packed_pairs(&tiles, &a, nb);
+                let mut out4 = [[0f32; 4]; 4];
+                let mut out8 = [[0f32; 8]; 4];
                 // SAFETY: the level is available and the rows match.
-                unsafe { k16(w, a, &mut out) };
+                unsafe {
+                    (tiles.tile4)(w, [a[0], a[1], a[2], a[3]], [&pairs[0], &pairs[1]], &mut out4);
+                    (tiles.tile8)(w, a, std::array::from_fn(|k| &pairs[k][..]), &mut out8);
+                }
                 for r in 0..4 {
-                    for i in 0..4 {
+                    for i in 0..8 {
                         let want = call_batch(qtype, isa, w[r], a[i]);
-                        let got = out[r][i];
-                        assert!(same(got, want), "{qtype} {isa} n={n} ({r}, {i}): {got} vs {want}");
+                        let got = out8[r][i];
+                        assert!(same(got, want), "{qtype} {isa} n={n} 4x8 ({r}, {i}): {got} vs {want}");
+                        if i < 4 {
+                            let got = out4[r][i];
+                            assert!(same(got, want), "{qtype} {isa} n={n} 4x4 ({r}, {i}): {got} vs {want}");
+                        }
                     }
                 }
             }
@@ -567,20 +590,31 @@ fn four_by_four_kernels_equal_one_row_kernels() {
             let short_w = weight_row(qtype, 2, &mut rng);
             let good_a = act_row(dot, 3, &mut rng);
             let short_a = act_row(dot, 2, &mut rng);
-            for (w, a) in [
-                (
-                    [&good_w[..], &good_w, &short_w, &good_w],
-                    [&good_a[..], &good_a, &good_a, &good_a],
-                ),
-                (
-                    [&good_w[..], &good_w, &good_w, &good_w],
-                    [&good_a[..], &short_a, &good_a, &good_a],
-                ),
-            ] {
-                let mut out = [[0f32; 4]; 4];
-                // SAFETY: the level is available; the kernel checks lengths.
-                unsafe { k16(w, a, &mut out) };
-                assert!(out.iter().flatten().all(|v| v.is_nan()), "{qtype} {isa}: {out:?}");
+            let good_p = packed_pairs(&tiles, &[&good_a, &good_a], 3).remove(0);
+            let short_p = packed_pairs(&tiles, &[&short_a, &short_a], 2).remove(0);
+            // (weight rows, activation row 1, its pair)
+            type Case<'a> = ([&'a [u8]; 4], &'a [u8], &'a [ActPair]);
+            let cases: [Case; 3] = [
+                ([&good_w, &good_w, &short_w, &good_w], &good_a, &good_p),
+                ([&good_w, &good_w, &good_w, &good_w], &short_a, &good_p),
+                ([&good_w, &good_w, &good_w, &good_w], &good_a, &short_p),
+            ];
+            for (w, odd_a, odd_p) in cases {
+                let a = [&good_a[..], odd_a, &good_a, &good_a];
+                let mut out4 = [[0f32; 4]; 4];
+                let mut out8 = [[0f32; 8]; 4];
+                // SAFETY: the level is available; the kernels check lengths.
+                unsafe {
+                    (tiles.tile4)(w, a, [&good_p, odd_p], &mut out4);
+                    (tiles.tile8)(
+                        w,
+                        [a[0], a[1], a[2], a[3], a[0], a[1], a[2], a[3]],
+                        [&good_p, odd_p, &good_p, &good_p],
+                        &mut out8,
+                    );
+                }
+                assert!(out4.iter().flatten().all(|v| v.is_nan()), "{qtype} {isa}: {out4:?}");
+                assert!(out8.iter().flatten().all(|v| v.is_nan()), "{qtype} {isa}: {out8:?}");
             }
         }
     }
