@@ -65,7 +65,7 @@ impl SuperRow {
 
 /// Sixteen rows' super-block `b`, interleaved for the kernel.
 #[repr(C, align(64))]
-struct PanelBlock {
+pub(super) struct PanelBlock {
     /// `codes[q][4r + e]` is value `4q + e` of row `r`.
     codes: [[u8; 64]; 64],
     /// `scales[g][r]`: group g's scale for row r.
@@ -89,18 +89,43 @@ impl PanelBlock {
     }
 
     fn put(&mut self, r: usize, s: &SuperRow) {
-        for q in 0..64 {
-            self.codes[q][4 * r..4 * r + 4].copy_from_slice(&s.codes[4 * q..4 * q + 4]);
-        }
+        self.put_codes(r, &s.codes);
         for g in 0..16 {
             self.scales[g][r] = s.scales[g];
         }
-        for p in 0..8 {
-            let (lo, hi) = (s.corr[2 * p] as u16 as u32, s.corr[2 * p + 1] as u16 as u32);
-            self.corr[p][r] = (lo | hi << 16) as i32;
-        }
+        self.put_corr(r, &s.corr);
         self.d[r] = s.d;
         self.dmin[r] = s.dmin;
+    }
+
+    fn put_codes(&mut self, r: usize, codes: &[u8; 256]) {
+        for q in 0..64 {
+            self.codes[q][4 * r..4 * r + 4].copy_from_slice(&codes[4 * q..4 * q + 4]);
+        }
+    }
+
+    fn put_corr(&mut self, r: usize, corr: &[i16; 16]) {
+        for p in 0..8 {
+            let (lo, hi) = (corr[2 * p] as u16 as u32, corr[2 * p + 1] as u16 as u32);
+            self.corr[p][r] = (lo | hi << 16) as i32;
+        }
+    }
+
+    /// `put` of `from_unpacked(u, group, bias)`, without the `SuperRow`.
+    fn put_unpacked(&mut self, r: usize, u: &Unpacked, group: usize, bias: i32) {
+        self.put_codes(r, &u.codes);
+        for g in 0..256 / group {
+            self.scales[g][r] = u.lane_scales[g * group / 4] as i16 as i32;
+        }
+        let mut corr = u.mins;
+        if bias != 0 {
+            for (c, &s) in corr.iter_mut().zip(&u.bias_scales) {
+                *c = (-bias * s as i32) as i16;
+            }
+        }
+        self.put_corr(r, &corr);
+        self.d[r] = u.d;
+        self.dmin[r] = u.dmin;
     }
 }
 
@@ -115,6 +140,13 @@ pub(super) trait PanelType: Block + Sync {
     /// The unpacking of one super-block, at the widest level this CPU runs
     /// at or below `isa`.
     fn unpack_row(isa: Isa) -> impl Fn(&Self) -> SuperRow + Sync;
+
+    /// Writes one super-block as row `r` of a panel block: `put` of
+    /// `unpack_row`, by default (the K-quants skip the `SuperRow`).
+    fn panel_filler(isa: Isa) -> impl Fn(&Self, &mut PanelBlock, usize) + Sync {
+        let unpack = Self::unpack_row(isa);
+        move |x, block, r| block.put(r, &unpack(x))
+    }
 }
 
 /// From the shared unpacking (Q2_K, Q4_K, Q5_K, Q6_K); `bias` is Q6_K's 32.
@@ -145,6 +177,11 @@ macro_rules! via_unpacked {
             fn unpack_row(isa: Isa) -> impl Fn(&Self) -> SuperRow + Sync {
                 let unpack = <$t as Unpack>::unpacker(isa);
                 move |x| from_unpacked(&unpack(x), $group, $bias)
+            }
+
+            fn panel_filler(isa: Isa) -> impl Fn(&Self, &mut PanelBlock, usize) + Sync {
+                let unpack = <$t as Unpack>::unpacker(isa);
+                move |x, block, r| block.put_unpacked(r, &unpack(x), $group, $bias)
             }
         }
     };
@@ -294,20 +331,32 @@ fn run<W: PanelType>(
     let nb = w.cols() / 256;
     let panels = n.div_ceil(LANES);
     let per_task = panels_per_task(nb, panels);
-    let unpack = W::unpack_row(isa);
+    let fill = W::panel_filler(isa);
     let out_ptr = OutPtr(out.as_mut_ptr());
     (0..panels.div_ceil(per_task)).into_par_iter().for_each(|t| {
         let first = t * per_task;
         let count = per_task.min(panels - first);
-        let mut blocks: Vec<PanelBlock> = (0..count * nb).map(|_| PanelBlock::zeroed()).collect();
+        // The panels of the last task on this thread, reused: every field
+        // of every row is written below (rows past `n` blank), and a fresh
+        // zeroed buffer per task cost a twentieth of a prompt's time.
+        let mut buffer = PANEL_BUFFER.with(|b| b.take());
+        if buffer.len() < count * nb {
+            buffer.resize_with(count * nb, PanelBlock::zeroed);
+        }
+        let blocks = &mut buffer[..count * nb];
+        // Block by block, sixteen rows each, so that the block being
+        // written (5.6 KiB) stays in L1 while its rows' codes are spread
+        // four bytes at a time over its 64 lines.
         for p in 0..count {
-            for r in 0..LANES {
-                let j = (first + p) * LANES + r;
-                if j >= n {
-                    break;
-                }
-                for (b, x) in w.row_blocks::<W>(j).enumerate() {
-                    blocks[p * nb + b].put(r, &unpack(&x));
+            for b in 0..nb {
+                let block = &mut blocks[p * nb + b];
+                for r in 0..LANES {
+                    let j = (first + p) * LANES + r;
+                    if j >= n {
+                        block.put(r, &SuperRow::blank());
+                    } else {
+                        w.with_block::<W, _>(j, b, |x| fill(x, block, r));
+                    }
                 }
             }
         }
@@ -340,7 +389,13 @@ fn run<W: PanelType>(
                 i += rows;
             }
         }
+        PANEL_BUFFER.with(|b| b.replace(buffer));
     });
+}
+
+thread_local! {
+    /// Panel blocks kept between tasks (see `run`).
+    static PANEL_BUFFER: std::cell::Cell<Vec<PanelBlock>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 /// The kernel for `W`'s grouping and the order.

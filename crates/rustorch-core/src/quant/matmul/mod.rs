@@ -322,6 +322,23 @@ impl<'a> QMatRef<'a> {
         }
     }
 
+    /// `f(&block)` for block `b` of row `j` as `W` (the matrix's block
+    /// type), in either layout, without copying a block of row-after-row
+    /// weights.
+    fn with_block<W: crate::quant::blocks::Block, R>(&self, j: usize, b: usize, f: impl FnOnce(&W) -> R) -> R {
+        use crate::quant::blocks::cast_blocks;
+        let ts = self.qtype.type_size();
+        if self.interleaved {
+            let (g, r) = (j / INTERLEAVE_ROWS, j % INTERLEAVE_ROWS);
+            let at = g * INTERLEAVE_ROWS * self.row_bytes + b * INTERLEAVE_ROWS * ts;
+            let block = x8_get(&self.bytes[at..at + INTERLEAVE_ROWS * ts], r);
+            f(&cast_blocks::<W>(&block[..ts]).expect("one whole Q4_K block")[0])
+        } else {
+            let at = j * self.row_bytes + b * ts;
+            f(&cast_blocks::<W>(&self.bytes[at..at + ts]).expect("one whole block")[0])
+        }
+    }
+
     /// Row `j`'s blocks as `W` (the matrix's block type), in either layout.
     fn row_blocks<W: crate::quant::blocks::Block>(&self, j: usize) -> impl Iterator<Item = W> + '_ {
         let nb = self.row_bytes / self.qtype.type_size();
