@@ -168,21 +168,26 @@ fn run<W: PanelType>(
     (0..panels.div_ceil(per_task)).into_par_iter().for_each(|task| {
         let first = task * per_task;
         let count = per_task.min(panels - first);
-        let mut blocks: Vec<AmxBlock> = (0..count * nb).map(|_| AmxBlock::zeroed()).collect();
+        // The blocks of the last task on this thread, reused (`build`
+        // writes every field the kernels read): a fresh zeroed buffer per
+        // task costs page faults and a memset of every panel.
+        let mut buffer = AMX_BUFFER.with(|b| b.take());
+        if buffer.len() < count * nb {
+            buffer.resize_with(count * nb, AmxBlock::zeroed);
+        }
+        let blocks = &mut buffer[..count * nb];
         let mut has_hi = vec![false; count];
         let mut rows: [SuperRow; LANES] = std::array::from_fn(|_| SuperRow::blank());
         for p in 0..count {
-            let weight_rows: Vec<Vec<W>> = (0..LANES)
-                .map(|r| (first + p) * LANES + r)
-                .take_while(|&j| j < n)
-                .map(|j| w.row_blocks::<W>(j).collect())
-                .collect();
             for b in 0..nb {
                 for (r, row) in rows.iter_mut().enumerate() {
-                    // Rows past `n` stay blank: zero weights.
-                    if let Some(wr) = weight_rows.get(r) {
-                        *row = unpack(&wr[b]);
-                    }
+                    let j = (first + p) * LANES + r;
+                    // Rows past `n` are blank: zero weights.
+                    *row = if j < n {
+                        w.with_block::<W, _>(j, b, &unpack)
+                    } else {
+                        SuperRow::blank()
+                    };
                 }
                 // SAFETY: the caller checked AMX, which includes AVX-512.
                 #[cfg(target_arch = "x86_64")]
@@ -232,7 +237,13 @@ fn run<W: PanelType>(
         unsafe {
             super::amx::release();
         }
+        AMX_BUFFER.with(|b| b.replace(buffer));
     });
+}
+
+thread_local! {
+    /// Panel blocks kept between tasks (see `run`).
+    static AMX_BUFFER: std::cell::Cell<Vec<AmxBlock>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 #[cfg(target_arch = "x86_64")]

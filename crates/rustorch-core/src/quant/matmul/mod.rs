@@ -208,11 +208,15 @@ fn x8_put(group_block: &mut [u8], r: usize, block: &[u8]) {
 /// 4-byte quad at a time (the batch kernels read blocks this way, once per
 /// product).
 fn x8_get(group_block: &[u8], r: usize) -> [u8; 144] {
+    // Quad t of row r lies at `x8_quant_at(r, 4 t)` = X8_HEAD + 4 r + 32 t:
+    // one slice with a fixed stride, which the loop reads without a bounds
+    // check per quad.
+    const _: () = assert!(x8_quant_at(3, 4 * 5) == X8_HEAD + 4 * 3 + 32 * 5);
     let mut block = [0u8; 144];
     block[..16].copy_from_slice(&group_block[16 * r..16 * r + 16]);
-    for qb in (0..128).step_by(4) {
-        let at = x8_quant_at(r, qb);
-        block[16 + qb..20 + qb].copy_from_slice(&group_block[at..at + 4]);
+    let quads = &group_block[X8_HEAD + 4 * r..][..32 * 31 + 4];
+    for (t, quad) in block[16..].chunks_exact_mut(4).enumerate() {
+        quad.copy_from_slice(&quads[32 * t..32 * t + 4]);
     }
     block
 }
