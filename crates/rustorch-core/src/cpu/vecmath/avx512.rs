@@ -105,7 +105,7 @@ unsafe fn sigmoid_v(x: __m512) -> __m512 {
 }
 
 /// SiLU x / (1 + e^-x), as `special::silu_f32` computes it. Here `vdivps`
-/// stays: on Zen 5 it beat a reciprocal with a correction step (which also
+/// stays: on Zen 4 it beat a reciprocal with a correction step (which also
 /// needs the sign split of `sigmoid_v`). Below -88 the result (under
 /// 1e-36 in magnitude) is x * 0 = -0 and silu(-inf) is NaN, as in PyTorch.
 #[inline(always)]

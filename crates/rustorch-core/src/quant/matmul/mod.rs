@@ -626,28 +626,6 @@ fn product_whole(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut [f32]
     let ib = m.min(64);
     let tiles = kernels::exact_tiles(w.qtype, level).filter(|_| m >= 4);
     let (tile, tile8) = (tiles.map(|t| t.tile4), tiles.map(|t| t.tile8));
-    // The tiles read the activation rows packed in pairs (`ActPair`), made
-    // once here for all of the product's weight rows.
-    let mut pair_buf = PAIR_BUFFER.with(|b| b.take());
-    let nb = w.cols / 32;
-    let pairs: &[kernels::ActPair] = match tiles {
-        Some(t) => {
-            let len = (m / 2) * nb;
-            if pair_buf.len() < len {
-                pair_buf.resize(len, kernels::ActPair::EMPTY);
-            }
-            let buf = &mut pair_buf[..len];
-            buf.par_chunks_mut(nb).enumerate().for_each(|(p, chunk)| {
-                // SAFETY: the tiles' level is available (`find` checked
-                // `isa`); the two rows have the same length.
-                unsafe { (t.pack)(act.row(2 * p), act.row(2 * p + 1), chunk) }
-            });
-            buf
-        }
-        None => &[],
-    };
-    // Rows `2p` and `2p + 1`.
-    let pair = |p: usize| &pairs[p * nb..(p + 1) * nb];
     let mut jb = (TILE_WEIGHT_BYTES / w.row_bytes.max(1))
         .clamp(4, 64)
         .min(n.div_ceil(threads * 4))
@@ -661,102 +639,140 @@ fn product_whole(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut [f32]
         // four-weight-row kernels.
         jb -= jb % 4;
     }
-    let (nj, ni) = (n.div_ceil(jb), m.div_ceil(ib));
     let rows = kernels::exact_rows(w.qtype, level);
     let out_ptr = OutPtr(out.as_mut_ptr());
-    (0..nj * ni).into_par_iter().for_each(|t| {
-        let (j0, i0) = ((t / ni) * jb, (t % ni) * ib);
-        let (j1, i1) = ((j0 + jb).min(n), (i0 + ib).min(m));
-        let mut i = i0;
-        if let (Some(rows), Some(tile8)) = (rows, tile8) {
-            // Eight activation rows at a time where a four-by-eight kernel
-            // exists: each weight block is decoded once for 32 products.
-            // (Tasks start at multiples of `ib`, so `i` is even here and
-            // rows i.. are whole pairs.)
-            while i + 8 <= i1 {
-                let a: [&[u8]; 8] = std::array::from_fn(|k| act.row(i + k));
-                let p8: [&[kernels::ActPair]; 4] = std::array::from_fn(|k| pair(i / 2 + k));
-                let mut j = j0;
-                while j + 4 <= j1 {
-                    let mut r = [[0f32; 8]; 4];
-                    // SAFETY: as for `rows` below, for four weight rows
-                    // and eight activation rows.
-                    unsafe { tile8([w.row(j), w.row(j + 1), w.row(j + 2), w.row(j + 3)], a, p8, &mut r) };
-                    for (dj, rj) in r.into_iter().enumerate() {
-                        for (k, v) in rj.into_iter().enumerate() {
-                            // SAFETY: (i + k, j + dj) lies in this tile; see `OutPtr`.
-                            unsafe { out_ptr.write((i + k) * n + j + dj, v) };
+    // The tiles read the activation rows packed in pairs (`ActPair`, 96
+    // bytes per row and block), made once per chunk of rows for all of
+    // the weight rows. A chunk's pairs take at most as much memory as the
+    // weights (256 KiB at least): where the weights are small enough for
+    // that to split the rows, they stay in cache between the chunks, and
+    // a small model's memory does not grow by several times a matrix.
+    let nb = w.cols / 32;
+    let chunk_rows = match tiles {
+        Some(_) => {
+            let per_row = (nb * std::mem::size_of::<kernels::ActPair>() / 2).max(1);
+            let bound = w.bytes.len().max(256 << 10);
+            (bound / per_row / ib).max(1) * ib
+        }
+        None => m,
+    };
+    let mut pair_buf = PAIR_BUFFER.with(|b| b.take());
+    for c0 in (0..m).step_by(chunk_rows.max(1)) {
+        let c1 = (c0 + chunk_rows).min(m);
+        let pairs: &[kernels::ActPair] = match tiles {
+            Some(t) => {
+                let len = ((c1 - c0) / 2) * nb;
+                if pair_buf.len() < len {
+                    pair_buf.resize(len, kernels::ActPair::EMPTY);
+                }
+                let buf = &mut pair_buf[..len];
+                buf.par_chunks_mut(nb).enumerate().for_each(|(p, chunk)| {
+                    // SAFETY: the tiles' level is available (`find` checked
+                    // `isa`); the two rows have the same length.
+                    unsafe { (t.pack)(act.row(c0 + 2 * p), act.row(c0 + 2 * p + 1), chunk) }
+                });
+                buf
+            }
+            None => &[],
+        };
+        // Rows `c0 + 2p` and `c0 + 2p + 1`.
+        let pair = |p: usize| &pairs[p * nb..(p + 1) * nb];
+        let (nj, ni) = (n.div_ceil(jb), (c1 - c0).div_ceil(ib));
+        (0..nj * ni).into_par_iter().for_each(|t| {
+            let (j0, i0) = ((t / ni) * jb, c0 + (t % ni) * ib);
+            let (j1, i1) = ((j0 + jb).min(n), (i0 + ib).min(c1));
+
+            let mut i = i0;
+            if let (Some(rows), Some(tile8)) = (rows, tile8) {
+                // Eight activation rows at a time where a four-by-eight kernel
+                // exists: each weight block is decoded once for 32 products.
+                // (Tasks start at multiples of `ib`, so `i` is even here and
+                // rows i.. are whole pairs.)
+                while i + 8 <= i1 {
+                    let a: [&[u8]; 8] = std::array::from_fn(|k| act.row(i + k));
+                    let p8: [&[kernels::ActPair]; 4] = std::array::from_fn(|k| pair((i - c0) / 2 + k));
+                    let mut j = j0;
+                    while j + 4 <= j1 {
+                        let mut r = [[0f32; 8]; 4];
+                        // SAFETY: as for `rows` below, for four weight rows
+                        // and eight activation rows.
+                        unsafe { tile8([w.row(j), w.row(j + 1), w.row(j + 2), w.row(j + 3)], a, p8, &mut r) };
+                        for (dj, rj) in r.into_iter().enumerate() {
+                            for (k, v) in rj.into_iter().enumerate() {
+                                // SAFETY: (i + k, j + dj) lies in this tile; see `OutPtr`.
+                                unsafe { out_ptr.write((i + k) * n + j + dj, v) };
+                            }
+                        }
+                        j += 4;
+                    }
+                    for j in j..j1 {
+                        for half in 0..2 {
+                            let a4 = [a[4 * half], a[4 * half + 1], a[4 * half + 2], a[4 * half + 3]];
+                            let mut r = [0f32; 4];
+                            // SAFETY: as for `rows` below.
+                            unsafe { rows(w.row(j), a4, &mut r) };
+                            for (k, v) in r.into_iter().enumerate() {
+                                // SAFETY: (i + 4 half + k, j) lies in this tile; see `OutPtr`.
+                                unsafe { out_ptr.write((i + 4 * half + k) * n + j, v) };
+                            }
                         }
                     }
-                    j += 4;
+                    i += 8;
                 }
-                for j in j..j1 {
-                    for half in 0..2 {
-                        let a4 = [a[4 * half], a[4 * half + 1], a[4 * half + 2], a[4 * half + 3]];
+            }
+            if let Some(rows) = rows {
+                while i + 4 <= i1 {
+                    let a = [act.row(i), act.row(i + 1), act.row(i + 2), act.row(i + 3)];
+                    let mut j = j0;
+                    while let Some(tile) = tile.filter(|_| j + 4 <= j1 && i % 2 == 0) {
+                        let p4 = [pair((i - c0) / 2), pair((i - c0) / 2 + 1)];
+                        let mut r = [[0f32; 4]; 4];
+                        // SAFETY: as for `rows` below, for four weight rows.
+                        unsafe { tile([w.row(j), w.row(j + 1), w.row(j + 2), w.row(j + 3)], a, p4, &mut r) };
+                        for (dj, rj) in r.into_iter().enumerate() {
+                            for (k, v) in rj.into_iter().enumerate() {
+                                // SAFETY: (i + k, j + dj) lies in this tile; see `OutPtr`.
+                                unsafe { out_ptr.write((i + k) * n + j + dj, v) };
+                            }
+                        }
+                        j += 4;
+                    }
+                    for j in j..j1 {
                         let mut r = [0f32; 4];
-                        // SAFETY: as for `rows` below.
-                        unsafe { rows(w.row(j), a4, &mut r) };
+                        // SAFETY: as for `call`; `exact_rows` gave a kernel at
+                        // `level`, which this CPU supports, for four rows
+                        // that each match the weight row.
+                        unsafe { rows(w.row(j), a, &mut r) };
                         for (k, v) in r.into_iter().enumerate() {
-                            // SAFETY: (i + 4 half + k, j) lies in this tile; see `OutPtr`.
-                            unsafe { out_ptr.write((i + 4 * half + k) * n + j, v) };
+                            // SAFETY: (i + k, j) lies in this tile (i + k < i1
+                            // <= m, j < j1 <= n); see `OutPtr`.
+                            unsafe { out_ptr.write((i + k) * n + j, v) };
                         }
                     }
+                    i += 4;
                 }
-                i += 8;
             }
-        }
-        if let Some(rows) = rows {
-            while i + 4 <= i1 {
-                let a = [act.row(i), act.row(i + 1), act.row(i + 2), act.row(i + 3)];
+            for i in i..i1 {
                 let mut j = j0;
-                while let Some(tile) = tile.filter(|_| j + 4 <= j1 && i % 2 == 0) {
-                    let p4 = [pair(i / 2), pair(i / 2 + 1)];
-                    let mut r = [[0f32; 4]; 4];
-                    // SAFETY: as for `rows` below, for four weight rows.
-                    unsafe { tile([w.row(j), w.row(j + 1), w.row(j + 2), w.row(j + 3)], a, p4, &mut r) };
-                    for (dj, rj) in r.into_iter().enumerate() {
-                        for (k, v) in rj.into_iter().enumerate() {
-                            // SAFETY: (i + k, j + dj) lies in this tile; see `OutPtr`.
-                            unsafe { out_ptr.write((i + k) * n + j + dj, v) };
-                        }
+                while let Some(cols) = cols.filter(|_| j + 4 <= j1) {
+                    let mut r = [0f32; 4];
+                    // SAFETY: as for `call`; `exact_cols` gave a kernel at
+                    // `level`, which this CPU supports, for four weight rows
+                    // that each match the activation row.
+                    unsafe { cols(act.row(i), [w.row(j), w.row(j + 1), w.row(j + 2), w.row(j + 3)], &mut r) };
+                    for (dj, v) in r.into_iter().enumerate() {
+                        // SAFETY: (i, j + dj) lies in this tile; see `OutPtr`.
+                        unsafe { out_ptr.write(i * n + j + dj, v) };
                     }
                     j += 4;
                 }
                 for j in j..j1 {
-                    let mut r = [0f32; 4];
-                    // SAFETY: as for `call`; `exact_rows` gave a kernel at
-                    // `level`, which this CPU supports, for four rows
-                    // that each match the weight row.
-                    unsafe { rows(w.row(j), a, &mut r) };
-                    for (k, v) in r.into_iter().enumerate() {
-                        // SAFETY: (i + k, j) lies in this tile (i + k < i1
-                        // <= m, j < j1 <= n); see `OutPtr`.
-                        unsafe { out_ptr.write((i + k) * n + j, v) };
-                    }
+                    // SAFETY: (i, j) lies in this tile; see `OutPtr`.
+                    unsafe { out_ptr.write(i * n + j, call(j, i)) };
                 }
-                i += 4;
             }
-        }
-        for i in i..i1 {
-            let mut j = j0;
-            while let Some(cols) = cols.filter(|_| j + 4 <= j1) {
-                let mut r = [0f32; 4];
-                // SAFETY: as for `call`; `exact_cols` gave a kernel at
-                // `level`, which this CPU supports, for four weight rows
-                // that each match the activation row.
-                unsafe { cols(act.row(i), [w.row(j), w.row(j + 1), w.row(j + 2), w.row(j + 3)], &mut r) };
-                for (dj, v) in r.into_iter().enumerate() {
-                    // SAFETY: (i, j + dj) lies in this tile; see `OutPtr`.
-                    unsafe { out_ptr.write(i * n + j + dj, v) };
-                }
-                j += 4;
-            }
-            for j in j..j1 {
-                // SAFETY: (i, j) lies in this tile; see `OutPtr`.
-                unsafe { out_ptr.write(i * n + j, call(j, i)) };
-            }
-        }
-    });
+        });
+    }
     PAIR_BUFFER.with(|b| b.replace(pair_buf));
     Ok(())
 }
