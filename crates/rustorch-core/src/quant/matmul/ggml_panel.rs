@@ -26,7 +26,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::ggml_superblock::{Order, Unpack, Unpacked};
-use super::{Isa, OutPtr, QMatRef};
+use super::{Isa, OutPtr, QMatRef, ThreadBuffer};
 use crate::quant::blocks::{
     f16_to_f32, q3k_scales, Block, BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K,
     KVALUES_IQ4NL,
@@ -114,14 +114,9 @@ impl PanelBlock {
     /// `put` of `from_unpacked(u, group, bias)`, without the `SuperRow`.
     fn put_unpacked(&mut self, r: usize, u: &Unpacked, group: usize, bias: i32) {
         self.put_codes(r, &u.codes);
-        for g in 0..256 / group {
-            self.scales[g][r] = u.lane_scales[g * group / 4] as i16 as i32;
-        }
-        let mut corr = u.mins;
-        if bias != 0 {
-            for (c, &s) in corr.iter_mut().zip(&u.bias_scales) {
-                *c = (-bias * s as i32) as i16;
-            }
+        let (scales, corr) = scales_and_corr(u, group, bias);
+        for g in 0..16 {
+            self.scales[g][r] = scales[g];
         }
         self.put_corr(r, &corr);
         self.d[r] = u.d;
@@ -151,22 +146,32 @@ pub(super) trait PanelType: Block + Sync {
 
 /// From the shared unpacking (Q2_K, Q4_K, Q5_K, Q6_K); `bias` is Q6_K's 32.
 fn from_unpacked(u: &Unpacked, group: usize, bias: i32) -> SuperRow {
-    let mut s = SuperRow::blank();
-    s.codes = u.codes;
+    let (scales, corr) = scales_and_corr(u, group, bias);
+    SuperRow {
+        codes: u.codes,
+        scales,
+        corr,
+        d: u.d,
+        dmin: u.dmin,
+    }
+}
+
+/// `SuperRow`'s group scales (zero past `256 / group`) and `corr` of an
+/// unpacked super-block.
+fn scales_and_corr(u: &Unpacked, group: usize, bias: i32) -> ([i32; 16], [i16; 16]) {
+    let mut scales = [0; 16];
     for g in 0..256 / group {
         // Lane l scales codes 4l..4l + 4 (its low i16).
-        s.scales[g] = u.lane_scales[g * group / 4] as i16 as i32;
+        scales[g] = u.lane_scales[g * group / 4] as i16 as i32;
     }
-    for k in 0..16 {
-        s.corr[k] = if bias == 0 {
+    let corr = std::array::from_fn(|k| {
+        if bias == 0 {
             u.mins[k]
         } else {
             (-bias * u.bias_scales[k] as i32) as i16
-        };
-    }
-    s.d = u.d;
-    s.dmin = u.dmin;
-    s
+        }
+    });
+    (scales, corr)
 }
 
 macro_rules! via_unpacked {
@@ -339,11 +344,8 @@ fn run<W: PanelType>(
         // The panels of the last task on this thread, reused: every field
         // of every row is written below (rows past `n` blank), and a fresh
         // zeroed buffer per task cost a twentieth of a prompt's time.
-        let mut buffer = PANEL_BUFFER.with(|b| b.take());
-        if buffer.len() < count * nb {
-            buffer.resize_with(count * nb, PanelBlock::zeroed);
-        }
-        let blocks = &mut buffer[..count * nb];
+        let mut buffer = ThreadBuffer::take(&PANEL_BUFFER);
+        let blocks = buffer.slice(count * nb, PanelBlock::zeroed);
         // Block by block, sixteen rows each, so that the block being
         // written (5.6 KiB) stays in L1 while its rows' codes are spread
         // four bytes at a time over its 64 lines.
@@ -389,7 +391,6 @@ fn run<W: PanelType>(
                 i += rows;
             }
         }
-        PANEL_BUFFER.with(|b| b.replace(buffer));
     });
 }
 

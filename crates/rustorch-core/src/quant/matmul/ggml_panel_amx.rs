@@ -42,7 +42,7 @@
 
 use super::ggml_panel::{PanelType, SuperRow, LANES};
 use super::ggml_superblock::Order;
-use super::{Isa, OutPtr, QMatRef};
+use super::{Isa, OutPtr, QMatRef, ThreadBuffer};
 use crate::quant::blocks::{BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
 use crate::quant::QType;
 use rayon::prelude::*;
@@ -171,11 +171,8 @@ fn run<W: PanelType>(
         // The blocks of the last task on this thread, reused (`build`
         // writes every field the kernels read): a fresh zeroed buffer per
         // task costs page faults and a memset of every panel.
-        let mut buffer = AMX_BUFFER.with(|b| b.take());
-        if buffer.len() < count * nb {
-            buffer.resize_with(count * nb, AmxBlock::zeroed);
-        }
-        let blocks = &mut buffer[..count * nb];
+        let mut buffer = ThreadBuffer::take(&AMX_BUFFER);
+        let blocks = buffer.slice(count * nb, AmxBlock::zeroed);
         let mut has_hi = vec![false; count];
         let mut rows: [SuperRow; LANES] = std::array::from_fn(|_| SuperRow::blank());
         for p in 0..count {
@@ -237,7 +234,6 @@ fn run<W: PanelType>(
         unsafe {
             super::amx::release();
         }
-        AMX_BUFFER.with(|b| b.replace(buffer));
     });
 }
 

@@ -38,6 +38,8 @@ pub use isa::Isa;
 
 use super::{QTensor, QType, QuantError};
 use rayon::prelude::*;
+use std::cell::Cell;
+use std::thread::LocalKey;
 
 /// The type activations are quantized to for a product with weights of
 /// type `w` (llama.cpp's `vec_dot_type`); `None` for types without a
@@ -313,17 +315,7 @@ impl<'a> QMatRef<'a> {
     /// Block `b` of row `j` as `W` (the matrix's block type), in either
     /// layout (gathered from its pieces in the interleaved one).
     fn block_of<W: crate::quant::blocks::Block>(&self, j: usize, b: usize) -> W {
-        use crate::quant::blocks::cast_blocks;
-        let ts = self.qtype.type_size();
-        if self.interleaved {
-            let (g, r) = (j / INTERLEAVE_ROWS, j % INTERLEAVE_ROWS);
-            let at = g * INTERLEAVE_ROWS * self.row_bytes + b * INTERLEAVE_ROWS * ts;
-            let bytes = x8_get(&self.bytes[at..at + INTERLEAVE_ROWS * ts], r);
-            cast_blocks::<W>(&bytes).expect("one whole Q4_K block")[0]
-        } else {
-            let at = j * self.row_bytes + b * ts;
-            cast_blocks::<W>(&self.bytes[at..at + ts]).expect("one whole block")[0]
-        }
+        self.with_block(j, b, |x: &W| *x)
     }
 
     /// `f(&block)` for block `b` of row `j` as `W` (the matrix's block
@@ -656,16 +648,12 @@ fn product_whole(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut [f32]
         }
         None => m,
     };
-    let mut pair_buf = PAIR_BUFFER.with(|b| b.take());
+    let mut pair_buf = ThreadBuffer::take(&PAIR_BUFFER);
     for c0 in (0..m).step_by(chunk_rows.max(1)) {
         let c1 = (c0 + chunk_rows).min(m);
         let pairs: &[kernels::ActPair] = match tiles {
             Some(t) => {
-                let len = ((c1 - c0) / 2) * nb;
-                if pair_buf.len() < len {
-                    pair_buf.resize(len, kernels::ActPair::EMPTY);
-                }
-                let buf = &mut pair_buf[..len];
+                let buf = pair_buf.slice(((c1 - c0) / 2) * nb, || kernels::ActPair::EMPTY);
                 buf.par_chunks_mut(nb).enumerate().for_each(|(p, chunk)| {
                     // SAFETY: the tiles' level is available (`find` checked
                     // `isa`); the two rows have the same length.
@@ -681,7 +669,6 @@ fn product_whole(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut [f32]
         (0..nj * ni).into_par_iter().for_each(|t| {
             let (j0, i0) = ((t / ni) * jb, c0 + (t % ni) * ib);
             let (j1, i1) = ((j0 + jb).min(n), (i0 + ib).min(c1));
-
             let mut i = i0;
             if let (Some(rows), Some(tile8)) = (rows, tile8) {
                 // Eight activation rows at a time where a four-by-eight kernel
@@ -773,16 +760,48 @@ fn product_whole(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut [f32]
             }
         });
     }
-    PAIR_BUFFER.with(|b| b.replace(pair_buf));
     Ok(())
 }
 
 thread_local! {
     /// The packed activation pairs of the last batched product on this
-    /// thread, kept so that the next one reuses the pages (a prompt's
-    /// products need megabytes, and fresh pages fault). Taken out for the
-    /// product, so a product nested in another's rayon tasks makes its own.
-    static PAIR_BUFFER: std::cell::Cell<Vec<kernels::ActPair>> = const { std::cell::Cell::new(Vec::new()) };
+    /// thread (see `ThreadBuffer`).
+    static PAIR_BUFFER: Cell<Vec<kernels::ActPair>> = const { Cell::new(Vec::new()) };
+}
+
+/// A buffer kept on this thread between products (in `cache`), so that the
+/// next product reuses its pages: a prompt's products need megabytes, and
+/// fresh pages fault and are zeroed. Taken out while in use (a product
+/// nested in another's rayon tasks on the same thread makes its own), put
+/// back when dropped.
+pub(super) struct ThreadBuffer<T: 'static> {
+    cache: &'static LocalKey<Cell<Vec<T>>>,
+    buf: Vec<T>,
+}
+
+impl<T: 'static> ThreadBuffer<T> {
+    pub(super) fn take(cache: &'static LocalKey<Cell<Vec<T>>>) -> Self {
+        ThreadBuffer {
+            cache,
+            buf: cache.with(Cell::take),
+        }
+    }
+
+    /// The first `len` values: new ones from `fill`, the others as the
+    /// last user left them (users write every value they read).
+    pub(super) fn slice(&mut self, len: usize, fill: impl FnMut() -> T) -> &mut [T] {
+        if self.buf.len() < len {
+            self.buf.resize_with(len, fill);
+        }
+        &mut self.buf[..len]
+    }
+}
+
+impl<T: 'static> Drop for ThreadBuffer<T> {
+    fn drop(&mut self) {
+        let buf = std::mem::take(&mut self.buf);
+        self.cache.with(|c| c.replace(buf));
+    }
 }
 
 /// The output of a batched product, written by tasks that each own one
