@@ -124,5 +124,45 @@ fn decode_attention(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, matmul, row_ops, elementwise, conv, decode_attention);
+/// Attention of a prompt's micro-batch over an f16 cache (prompt
+/// processing): TinyLlama's heads, `t` new positions after `past` cached
+/// ones, under the causal mask, as `Model::forward` runs it.
+fn prompt_attention(c: &mut Criterion) {
+    let (hq, hkv, d) = (32usize, 4usize, 64usize);
+    let mut g = c.benchmark_group("cached_attention");
+    g.sample_size(10);
+    for (t, past) in [(256usize, 0usize), (256, 256), (512, 0)] {
+        let l = t + past;
+        let q = Tensor::randn([hq, t, d], DType::F32, 10).unwrap();
+        let k = Tensor::randn([hkv, l, d], DType::F32, 11)
+            .unwrap()
+            .to_dtype(DType::F16)
+            .unwrap();
+        let vt = Tensor::randn([hkv, d, l], DType::F32, 12)
+            .unwrap()
+            .to_dtype(DType::F16)
+            .unwrap();
+        let m: Vec<f32> = (0..t * l)
+            .map(|e| if e % l <= past + e / l { 0.0 } else { f32::NEG_INFINITY })
+            .collect();
+        let mask = Tensor::from_vec(m, [t, l]).unwrap();
+        // Multiply-adds of the live (unmasked) products, both of them.
+        let live: usize = (0..t).map(|i| past + i + 1).sum();
+        g.throughput(Throughput::Elements((2 * hq * live * d) as u64));
+        g.bench_function(format!("prompt_32x4x64_T{t}_past{past}"), |bch| {
+            rayon::scope(|_| bch.iter(|| black_box(Tensor::cached_attention(&q, &k, &vt, &mask, 0.125).unwrap())))
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(
+    benches,
+    matmul,
+    row_ops,
+    elementwise,
+    conv,
+    decode_attention,
+    prompt_attention
+);
 criterion_main!(benches);

@@ -45,7 +45,7 @@ impl Model {
         // Checked for the whole prompt first, so that a bad token or a full
         // cache fails before any micro-batch fills the cache.
         self.check_tokens(cache, tokens)?;
-        let batches = row_chunks(tokens.len(), UBATCH_ROWS);
+        let batches = row_chunks(tokens.len(), knob("RUSTORCH_UBATCH", UBATCH_ROWS));
         let start = cache.len();
         let mut logits = Vec::with_capacity(batches.len());
         for (i, r) in batches.iter().enumerate() {
@@ -53,7 +53,13 @@ impl Model {
                 Logits::All => Some(Logits::All),
                 Logits::Last => (i + 1 == batches.len()).then_some(Logits::Last),
             };
-            match self.forward_on_pool(cache, &tokens[r.clone()], want, FFN_CHUNK_ROWS, &mut |_, _, _| Ok(())) {
+            match self.forward_on_pool(
+                cache,
+                &tokens[r.clone()],
+                want,
+                knob("RUSTORCH_FFN_CHUNK", FFN_CHUNK_ROWS),
+                &mut |_, _, _| Ok(()),
+            ) {
                 Ok(out) => logits.extend(out),
                 Err(e) => {
                     // A failed pass leaves the cache as it found it.
@@ -365,6 +371,13 @@ const FFN_CHUNK_ROWS: usize = 128;
 /// batch, and every micro-batch has at least 8 rows (`row_chunks`), so
 /// each product takes the batched path.
 const UBATCH_ROWS: usize = 256;
+
+/// A size overridden by the environment (`RUSTORCH_UBATCH`,
+/// `RUSTORCH_FFN_CHUNK`: for measuring other batch sizes; the bits do not
+/// depend on them), else `default`.
+fn knob(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
 
 /// Ranges of about `chunk` rows covering `0..rows`; a last range shorter
 /// than 8 rows joins the one before it.

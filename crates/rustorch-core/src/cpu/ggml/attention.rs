@@ -137,9 +137,12 @@ fn attend(op: &Op, inputs: &[CpuInput<'_>], scale: f32, groups: bool) -> Result<
             d,
             l,
         };
+        let wide = WideCache::new(&k, &vt, hkv, l, dv);
         out.par_chunks_mut(4 * dv)
             .enumerate()
-            .for_each(|(g, o)| four_rows(&queries, &k, &vt, group, scale, 4 * g, o));
+            .for_each_init(FourRowScratch::default, |s, (g, o)| {
+                four_rows(&queries, &wide, group, scale, 4 * g, o, s)
+            });
         return Ok(vec![CpuStorage::from_vec(out)]);
     }
     if groups && t == 1 && kq_path == FloatOrder::VecDot && kqv_path == FloatOrder::VecDot {
@@ -265,6 +268,68 @@ struct Queries<'a> {
     l: usize,
 }
 
+/// Keys and transposed values widened to f32 once per op, for the batched
+/// path: every query row of a prompt batch reads every key and value row,
+/// and a conversion per load cost as much as the products. Widening an
+/// f16 value is exact, and a product of two widened f16 values is exact in
+/// f32, so the FMAs give the f16 products' bits.
+struct WideCache {
+    k: Vec<f32>,
+    vt: Vec<f32>,
+    l: usize,
+    d: usize,
+    dv: usize,
+}
+
+impl WideCache {
+    fn new(k: &Rows<'_>, vt: &Rows<'_>, hkv: usize, l: usize, dv: usize) -> WideCache {
+        use half::slice::HalfFloatSliceExt;
+        let d = k.len;
+        let mut wide = WideCache {
+            k: vec![0f32; hkv * l * d],
+            vt: vec![0f32; hkv * dv * l],
+            l,
+            d,
+            dv,
+        };
+        if l * d > 0 {
+            wide.k.par_chunks_mut(l * d).enumerate().for_each(|(h, out)| {
+                for (j, row) in out.chunks_exact_mut(d).enumerate() {
+                    k.row(h, j).convert_to_f32_slice(row);
+                }
+            });
+        }
+        if dv * l > 0 {
+            wide.vt.par_chunks_mut(dv * l).enumerate().for_each(|(h, out)| {
+                for (c, row) in out.chunks_exact_mut(l).enumerate() {
+                    vt.row(h, c).convert_to_f32_slice(row);
+                }
+            });
+        }
+        wide
+    }
+
+    fn key(&self, h: usize, j: usize) -> &[f32] {
+        let s = (h * self.l + j) * self.d;
+        &self.k[s..s + self.d]
+    }
+
+    fn value_row(&self, h: usize, c: usize) -> &[f32] {
+        let s = (h * self.dv + c) * self.l;
+        &self.vt[s..s + self.l]
+    }
+}
+
+/// Buffers of one worker for `four_rows`, kept across its tasks.
+#[derive(Default)]
+struct FourRowScratch {
+    q: [Vec<f32>; 4],
+    scores: [Vec<f32>; 4],
+    probs: Vec<f32>,
+    p16: [Vec<f16>; 4],
+    p32: [Vec<f32>; 4],
+}
+
 /// Query rows `row0..row0 + 4` (one head) into `o` (`4 x Dv`), in
 /// tinyBLAS's order for both products, with the bits of the one-row path:
 /// - scores are computed for the keys that any of the four rows sees;
@@ -274,61 +339,89 @@ struct Queries<'a> {
 ///   spans: the extra blocks hold zero probabilities, which add exact
 ///   zeros, and the union starts on a 64-element boundary like each span,
 ///   so every lane sums the same elements in the same order.
-fn four_rows(qs: &Queries<'_>, k: &Rows<'_>, vt: &Rows<'_>, group: usize, scale: f32, row0: usize, o: &mut [f32]) {
+fn four_rows(
+    qs: &Queries<'_>,
+    wide: &WideCache,
+    group: usize,
+    scale: f32,
+    row0: usize,
+    o: &mut [f32],
+    s: &mut FourRowScratch,
+) {
+    use half::slice::HalfFloatSliceExt;
     let (t, d, l) = (qs.t, qs.d, qs.l);
     let dv = o.len() / 4;
     let (h, i0) = (row0 / t, row0 % t);
     let hk = h / group;
-    let q16: Vec<Vec<f16>> = (0..4)
-        .map(|r| to_f16(&qs.q[(row0 + r) * d..(row0 + r + 1) * d]))
-        .collect();
-    let q16r = [&q16[0][..], &q16[1], &q16[2], &q16[3]];
+    for (r, q) in s.q.iter_mut().enumerate() {
+        // Rounded to f16 as GGML converts the operand, then widened back.
+        let q16 = to_f16(&qs.q[(row0 + r) * d..(row0 + r + 1) * d]);
+        q.resize(d, 0.0);
+        q16.convert_to_f32_slice(q);
+    }
+    let qr: [&[f32]; 4] = std::array::from_fn(|r| &s.q[r][..]);
     let masks: [&[f32]; 4] = std::array::from_fn(|r| &qs.mask[(i0 + r) * l..(i0 + r + 1) * l]);
-    let hidden = |r: usize, j: usize| masks[r][j] == f32::NEG_INFINITY;
-    let live: Vec<usize> = (0..l).filter(|&j| (0..4).any(|r| !hidden(r, j))).collect();
-    let mut scores = vec![vec![0f32; l]; 4];
-    let mut keys = live.chunks_exact(4);
-    for g in &mut keys {
-        let s = dot_tiny_4x4(std::array::from_fn(|c| k.row(hk, g[c])), q16r);
-        for (c, &j) in g.iter().enumerate() {
-            for r in 0..4 {
-                scores[r][j] = s[c][r];
-            }
+    // Keys from the first that any row sees to the last: products of keys
+    // masked inside that range are computed, then set to 0 below, as the
+    // one-row path leaves them.
+    let seen = |r: usize| {
+        let m = masks[r];
+        let first = m.iter().position(|&v| v != f32::NEG_INFINITY)?;
+        let last = m.iter().rposition(|&v| v != f32::NEG_INFINITY)?;
+        Some(first..last + 1)
+    };
+    let keys = (0..4)
+        .filter_map(seen)
+        .reduce(|a, b| a.start.min(b.start)..a.end.max(b.end))
+        .unwrap_or(0..0);
+    for sc in s.scores.iter_mut() {
+        sc.clear();
+        sc.resize(l, 0.0);
+    }
+    let mut j = keys.start;
+    while j + 4 <= keys.end {
+        // Queries as the tile's rows: each row's four scores are adjacent.
+        let out = dot_tiny_4x4(qr, std::array::from_fn(|c| wide.key(hk, j + c)));
+        for (sc, o) in s.scores.iter_mut().zip(&out) {
+            sc[j..j + 4].copy_from_slice(o);
+        }
+        j += 4;
+    }
+    for j in j..keys.end {
+        for (sc, q) in s.scores.iter_mut().zip(qr) {
+            sc[j] = dot(FloatOrder::TinyBlas, q, wide.key(hk, j));
         }
     }
-    for &j in keys.remainder() {
-        for r in 0..4 {
-            scores[r][j] = dot(FloatOrder::TinyBlas, k.row(hk, j), q16r[r]);
-        }
-    }
-    let mut p16 = Vec::with_capacity(4);
     let mut span: Option<std::ops::Range<usize>> = None;
-    for (r, sc) in scores.iter_mut().enumerate() {
+    s.probs.resize(l, 0.0);
+    for (r, mask) in masks.iter().enumerate() {
+        let sc = &mut s.scores[r];
         // A select per element (vectorized), not a branch.
-        for (v, &m) in sc.iter_mut().zip(masks[r]) {
+        for (v, &m) in sc.iter_mut().zip(*mask) {
             *v = if m == f32::NEG_INFINITY { 0.0 } else { *v };
         }
-        let row = probabilities(sc, masks[r], scale);
-        let s = nonzero_span(&row);
-        if !s.is_empty() {
+        soft_max_ext_live(sc, mask, scale, &mut s.probs);
+        let p16 = &mut s.p16[r];
+        p16.resize(l, f16::ZERO);
+        p16.convert_from_f32_slice(&s.probs);
+        let rs = nonzero_span(p16);
+        if !rs.is_empty() {
             span = Some(match span {
-                Some(u) => u.start.min(s.start)..u.end.max(s.end),
-                None => s,
+                Some(u) => u.start.min(rs.start)..u.end.max(rs.end),
+                None => rs,
             });
         }
-        p16.push(row);
     }
     let span = span.unwrap_or(0..0);
-    let probs = [
-        &p16[0][span.clone()],
-        &p16[1][span.clone()],
-        &p16[2][span.clone()],
-        &p16[3][span.clone()],
-    ];
+    for r in 0..4 {
+        s.p32[r].resize(span.len(), 0.0);
+        s.p16[r][span.clone()].convert_to_f32_slice(&mut s.p32[r]);
+    }
+    let probs: [&[f32]; 4] = std::array::from_fn(|r| &s.p32[r][..]);
     let mut c = 0;
     while c + 4 <= dv {
-        let s = dot_tiny_4x4(std::array::from_fn(|m| &vt.row(hk, c + m)[span.clone()]), probs);
-        for (m, sm) in s.iter().enumerate() {
+        let out = dot_tiny_4x4(std::array::from_fn(|m| &wide.value_row(hk, c + m)[span.clone()]), probs);
+        for (m, sm) in out.iter().enumerate() {
             for r in 0..4 {
                 o[r * dv + c + m] = sm[r];
             }
@@ -337,7 +430,7 @@ fn four_rows(qs: &Queries<'_>, k: &Rows<'_>, vt: &Rows<'_>, group: usize, scale:
     }
     for c in c..dv {
         for r in 0..4 {
-            o[r * dv + c] = dot(FloatOrder::TinyBlas, &vt.row(hk, c)[span.clone()], probs[r]);
+            o[r * dv + c] = dot(FloatOrder::TinyBlas, &wide.value_row(hk, c)[span.clone()], probs[r]);
         }
     }
 }

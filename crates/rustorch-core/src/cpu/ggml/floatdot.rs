@@ -355,7 +355,7 @@ mod avx512 {
     ///
     /// # Safety
     /// AVX-512 F and FMA; every row as long as `x`, a multiple of 16.
-    #[target_feature(enable = "avx512f,fma,f16c")]
+    #[target_feature(enable = "avx512f,avx512vl,fma,f16c")]
     pub(super) unsafe fn dot_tiny_rows<E: Elem, const N: usize>(w: [&[E]; N], x: &[E]) -> [f32; N] {
         let mut acc = [_mm512_setzero_ps(); N];
         let mut l = 0;
@@ -382,7 +382,7 @@ mod avx512 {
     /// # Safety
     /// AVX-512 F and FMA; all rows of one length, a multiple of 16.
     #[allow(clippy::needless_range_loop)]
-    #[target_feature(enable = "avx512f,fma,f16c")]
+    #[target_feature(enable = "avx512f,avx512vl,fma,f16c")]
     pub(super) unsafe fn dot_tiny_tile<E: Elem, const R: usize, const C: usize>(
         w: [&[E]; R],
         x: [&[E]; C],
@@ -430,7 +430,7 @@ mod avx512 {
     ///
     /// # Safety
     /// AVX-512 F and FMA; every row as long as `x`.
-    #[target_feature(enable = "avx512f,fma,f16c")]
+    #[target_feature(enable = "avx512f,avx512vl,fma,f16c")]
     pub(super) unsafe fn dot_vec_rows<E: Elem, const N: usize>(w: [&[E]; N], x: &[E]) -> [f32; N] {
         // SAFETY: forwarded from the caller.
         unsafe { dot_vec_rows_loading(w, x, x) }
@@ -443,7 +443,7 @@ mod avx512 {
     ///
     /// # Safety
     /// AVX-512 F and FMA; every row, `x` and `xl` of one length.
-    #[target_feature(enable = "avx512f,fma,f16c")]
+    #[target_feature(enable = "avx512f,avx512vl,fma,f16c")]
     pub(super) unsafe fn dot_vec_rows_loading<E: Elem, X: Elem, const N: usize>(
         w: [&[E]; N],
         x: &[E],

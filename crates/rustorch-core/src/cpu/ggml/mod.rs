@@ -65,6 +65,7 @@ pub(crate) fn has_avx512() -> bool {
     *HAS.get_or_init(|| {
         is_x86_feature_detected!("avx512f")
             && is_x86_feature_detected!("avx512dq")
+            && is_x86_feature_detected!("avx512vl")
             && is_x86_feature_detected!("f16c")
             && is_x86_feature_detected!("fma")
     })

@@ -22,7 +22,7 @@ pub(crate) fn soft_max_ext_row(x: &[f32], mask: Option<&[f32]>, scale: f32, out:
             None => w,
         };
     }
-    let max = out.iter().fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m });
+    let max = max_of(out);
     let blocks = n / 16 * 16;
     #[cfg(target_arch = "x86_64")]
     let sum = if super::has_avx512() {
@@ -42,6 +42,24 @@ pub(crate) fn soft_max_ext_row(x: &[f32], mask: Option<&[f32]>, scale: f32, out:
     for v in out.iter_mut() {
         *v *= inv;
     }
+}
+
+/// The largest element (-inf for none). GGML scans one element at a time;
+/// sixteen running maxima give the same value for any values but NaN (max
+/// is exact and order-free; a zero's sign may differ, which `exp(w - max)`
+/// does not see), and vectorize where a single one is a chain of
+/// dependent compares.
+fn max_of(w: &[f32]) -> f32 {
+    let pick = |m: f32, v: f32| if v > m { v } else { m };
+    let mut lanes = [f32::NEG_INFINITY; 16];
+    let mut blocks = w.chunks_exact(16);
+    for b in &mut blocks {
+        for (m, &v) in lanes.iter_mut().zip(b) {
+            *m = pick(*m, v);
+        }
+    }
+    let tail = blocks.remainder().iter().fold(f32::NEG_INFINITY, |m, &v| pick(m, v));
+    lanes.iter().fold(tail, |m, &v| pick(m, v))
 }
 
 /// e = exp(w - max) in place on whole 16-lane blocks; returns GGML's sum.
