@@ -57,7 +57,7 @@ impl Model {
                 cache,
                 &tokens[r.clone()],
                 want,
-                knob("RUSTORCH_FFN_CHUNK", FFN_CHUNK_ROWS),
+                knob("RUSTORCH_FFN_CHUNK", self.ffn_chunk_rows()),
                 &mut |_, _, _| Ok(()),
             ) {
                 Ok(out) => logits.extend(out),
@@ -361,6 +361,28 @@ impl Model {
 /// the batched path it takes for the whole prompt (a lone row would take
 /// the matvec path, whose order differs for some weight types).
 const FFN_CHUNK_ROWS: usize = 128;
+
+/// The share of the weights' bytes that a feed-forward chunk's three
+/// intermediates may take (1/32) before chunks shrink to `FFN_CHUNK_ROWS`:
+/// a whole micro-batch in one chunk reads the block's weights once instead
+/// of twice, which on the AMX host made TinyLlama's pp512 215 instead of
+/// 164 t/s (its intermediates: 17 MB against 637 MB of weights), while
+/// SmolLM2's (4.7 MB against 94 MB) would not fit its memory budget.
+const FFN_SHARE_OF_WEIGHTS: usize = 32;
+
+impl Model {
+    /// Rows per feed-forward chunk: a whole micro-batch when its
+    /// intermediates take at most 1/32 of the weights, else `FFN_CHUNK_ROWS`.
+    fn ffn_chunk_rows(&self) -> usize {
+        let per_row = 3 * self.config.n_ff * std::mem::size_of::<f32>();
+        let rows = self.weights.n_bytes() / FFN_SHARE_OF_WEIGHTS / per_row.max(1);
+        if rows >= UBATCH_ROWS {
+            UBATCH_ROWS
+        } else {
+            FFN_CHUNK_ROWS
+        }
+    }
+}
 
 /// Prompt positions that `Model::forward` sends through the model at a
 /// time (llama.cpp's micro-batch, `n_ubatch`, whose default is 512). At
