@@ -527,49 +527,37 @@ fn run<W: PanelType>(
                 block.put_all_codes(&staged);
             }
         }
-        // Activation rows a block at a time, every panel of the task against
-        // each block: the task's panels (about 256 KiB) and one block of
-        // rows (up to 400 KiB) then stay in L2 together, where all rows
-        // against one panel at a time streamed every activation row from
-        // L3 once per panel.
-        for i0 in (0..m).step_by(ACT_BLOCK_ROWS) {
-            let i1 = (i0 + ACT_BLOCK_ROWS).min(m);
-            for p in 0..count {
-                let j0 = (first + p) * LANES;
-                let valid = LANES.min(n - j0);
-                let panel = &blocks[p * nb..(p + 1) * nb];
-                let mut i = i0;
-                while i < i1 {
-                    let four = i + 4 <= i1 && (0..4).all(|k| order(i + k) == order(i));
-                    let rows = if four { 4 } else { 1 };
-                    let mut res = [[0f32; LANES]; 4];
-                    // SAFETY: `available(isa)` was checked by the caller.
-                    #[cfg(target_arch = "x86_64")]
-                    unsafe {
-                        if four {
-                            let a = [acts[i], acts[i + 1], acts[i + 2], acts[i + 3]];
-                            res = dispatch::<W, 4>(panel, a, order(i));
-                        } else {
-                            res[0] = dispatch::<W, 1>(panel, [acts[i]], order(i))[0];
-                        }
+        for p in 0..count {
+            let j0 = (first + p) * LANES;
+            let valid = LANES.min(n - j0);
+            let panel = &blocks[p * nb..(p + 1) * nb];
+            let mut i = 0;
+            while i < m {
+                let four = i + 4 <= m && (0..4).all(|k| order(i + k) == order(i));
+                let rows = if four { 4 } else { 1 };
+                let mut res = [[0f32; LANES]; 4];
+                // SAFETY: `available(isa)` was checked by the caller.
+                #[cfg(target_arch = "x86_64")]
+                unsafe {
+                    if four {
+                        let a = [acts[i], acts[i + 1], acts[i + 2], acts[i + 3]];
+                        res = dispatch::<W, 4>(panel, a, order(i));
+                    } else {
+                        res[0] = dispatch::<W, 1>(panel, [acts[i]], order(i))[0];
                     }
-                    for (k, r) in res.iter().enumerate().take(rows) {
-                        for (l, &v) in r.iter().enumerate().take(valid) {
-                            // SAFETY: this task owns weight rows j0..j0 + 16
-                            // (column j0 + l of every output row); see `OutPtr`.
-                            unsafe { out_ptr.write((i + k) * n + j0 + l, v) };
-                        }
-                    }
-                    i += rows;
                 }
+                for (k, r) in res.iter().enumerate().take(rows) {
+                    for (l, &v) in r.iter().enumerate().take(valid) {
+                        // SAFETY: this task owns weight rows j0..j0 + 16
+                        // (column j0 + l of every output row); see `OutPtr`.
+                        unsafe { out_ptr.write((i + k) * n + j0 + l, v) };
+                    }
+                }
+                i += rows;
             }
         }
     });
 }
-
-/// Activation rows per block of `run` (a multiple of 4: llama.cpp's gemm
-/// rows come in aligned fours).
-const ACT_BLOCK_ROWS: usize = 64;
 
 thread_local! {
     /// Panel blocks kept between tasks (see `run`).

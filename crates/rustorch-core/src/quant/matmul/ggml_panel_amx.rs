@@ -50,9 +50,6 @@ use rayon::prelude::*;
 /// Activation rows per step: two tiles of sixteen.
 const ROWS: usize = 32;
 
-/// Steps of activation rows that `run` takes against all of a task's panels.
-const STEPS_PER_BLOCK: usize = 2;
-
 /// Sixteen weight rows' super-block, as the tile products read it.
 #[repr(C, align(64))]
 struct AmxBlock {
@@ -202,40 +199,32 @@ fn run<W: PanelType>(
         unsafe {
             super::amx::TileConfig::FULL.load();
         }
-        // Activation rows two tile steps (64 rows) at a time, every panel of
-        // the task against each (see `ggml_panel::run`): the panels and
-        // those rows stay in L2 together.
-        for t0 in (0..m.div_ceil(ROWS)).step_by(STEPS_PER_BLOCK) {
-            let t1 = (t0 + STEPS_PER_BLOCK).min(m.div_ceil(ROWS));
-            for p in 0..count {
-                let j0 = (first + p) * LANES;
-                let valid = LANES.min(n - j0);
-                let panel = &blocks[p * nb..(p + 1) * nb];
-                for t in t0..t1 {
-                    let rows = ROWS.min(m - t * ROWS);
-                    let group = &lines[t * nb * ROWS * 4..(t + 1) * nb * ROWS * 4];
-                    let ys = &acts[t * ROWS..t * ROWS + rows];
-                    let ords = &orders[t * ROWS..t * ROWS + rows];
-                    let per_chunk = ords.iter().any(|o| o.sums_per_chunk());
-                    let mut res = [[0f32; LANES]; ROWS];
-                    #[cfg(target_arch = "x86_64")]
-                    // SAFETY: as above; the tile configuration is loaded.
-                    unsafe {
-                        match (W::MINS, per_chunk) {
-                            (true, false) => tile::outputs::<true>(panel, has_hi[p], group, ys, ords, &mut res),
-                            (false, false) => tile::outputs::<false>(panel, has_hi[p], group, ys, ords, &mut res),
-                            (true, true) => tile::outputs_chunked::<true>(panel, has_hi[p], group, ys, ords, &mut res),
-                            (false, true) => {
-                                tile::outputs_chunked::<false>(panel, has_hi[p], group, ys, ords, &mut res)
-                            }
-                        }
-                    };
-                    for (k, r) in res.iter().enumerate().take(rows) {
-                        for (l, &v) in r.iter().enumerate().take(valid) {
-                            // SAFETY: this task owns weight rows j0..j0 + 16
-                            // (column j0 + l of every output row); see `OutPtr`.
-                            unsafe { out_ptr.write((t * ROWS + k) * n + j0 + l, v) };
-                        }
+        for p in 0..count {
+            let j0 = (first + p) * LANES;
+            let valid = LANES.min(n - j0);
+            let panel = &blocks[p * nb..(p + 1) * nb];
+            for t in 0..m.div_ceil(ROWS) {
+                let rows = ROWS.min(m - t * ROWS);
+                let group = &lines[t * nb * ROWS * 4..(t + 1) * nb * ROWS * 4];
+                let ys = &acts[t * ROWS..t * ROWS + rows];
+                let ords = &orders[t * ROWS..t * ROWS + rows];
+                let per_chunk = ords.iter().any(|o| o.sums_per_chunk());
+                let mut res = [[0f32; LANES]; ROWS];
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: as above; the tile configuration is loaded.
+                unsafe {
+                    match (W::MINS, per_chunk) {
+                        (true, false) => tile::outputs::<true>(panel, has_hi[p], group, ys, ords, &mut res),
+                        (false, false) => tile::outputs::<false>(panel, has_hi[p], group, ys, ords, &mut res),
+                        (true, true) => tile::outputs_chunked::<true>(panel, has_hi[p], group, ys, ords, &mut res),
+                        (false, true) => tile::outputs_chunked::<false>(panel, has_hi[p], group, ys, ords, &mut res),
+                    }
+                };
+                for (k, r) in res.iter().enumerate().take(rows) {
+                    for (l, &v) in r.iter().enumerate().take(valid) {
+                        // SAFETY: this task owns weight rows j0..j0 + 16
+                        // (column j0 + l of every output row); see `OutPtr`.
+                        unsafe { out_ptr.write((t * ROWS + k) * n + j0 + l, v) };
                     }
                 }
             }
