@@ -1,7 +1,9 @@
 //! `bench -m MODEL -p 512 -n 128 -r 5`: llama-bench's protocol and its
 //! markdown table (tools/llama-bench/llama-bench.cpp).
 //!
-//! Two tests, each on a fresh context of `n_prompt + n_gen` positions:
+//! Two kinds of test, each run on an emptied context (sized for the longest
+//! prompt plus the longest generation; `-p` and `-n` take comma-separated
+//! lists, one test per size, as llama-bench's do):
 //! - `ppN`: N random tokens (BOS first when the model adds it) run as
 //!   prompt batches of up to 512 (llama-bench's default ubatch), logits of
 //!   the last position only;
@@ -91,7 +93,9 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
     if args.repetitions == 0 {
         return Err(CliError::msg("--repetitions must be at least 1"));
     }
-    if args.n_prompt == 0 && args.n_gen == 0 {
+    let prompts: Vec<usize> = args.n_prompt.iter().copied().filter(|&n| n > 0).collect();
+    let gens: Vec<usize> = args.n_gen.iter().copied().filter(|&n| n > 0).collect();
+    if prompts.is_empty() && gens.is_empty() {
         return Err(CliError::msg("nothing to measure: -p and -n are both 0"));
     }
     let path = loader::prepare(&args.model)?;
@@ -107,7 +111,8 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
     let (model, load_time) = loader::load(&path, &args.model.backend)?;
     eprintln!("load: {:.2} ms", load_time.as_secs_f64() * 1e3);
     let depth = args.n_depth;
-    let n_ctx = depth + args.n_prompt + args.n_gen;
+    let longest = |sizes: &[usize]| sizes.iter().copied().max().unwrap_or(0);
+    let n_ctx = depth + longest(&prompts) + longest(&gens);
     if n_ctx > model.config().n_ctx_train {
         eprintln!(
             "note: {n_ctx} positions exceed the model's training context of {}",
@@ -123,25 +128,26 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
     // used (+3 MB of peak memory for SmolLM2).
     let mut cache = model.new_cache(n_ctx)?;
     let kv_bytes = cache.n_bytes();
-    if args.n_prompt > 0 {
-        prompt(&model, &mut cache, args.n_prompt, &mut rng)?; // warm-up
+    for &n_prompt in &prompts {
+        cache.clear();
+        prompt(&model, &mut cache, n_prompt, &mut rng)?; // warm-up
         let mut samples = Vec::with_capacity(args.repetitions);
         for _ in 0..args.repetitions {
             cache.clear();
             fill(&model, &mut cache, depth, &mut rng)?;
             let t = Instant::now();
-            prompt(&model, &mut cache, args.n_prompt, &mut rng)?;
+            prompt(&model, &mut cache, n_prompt, &mut rng)?;
             samples.push(t.elapsed());
         }
         results.push(TestResult {
-            name: test_name("pp", args.n_prompt, depth),
-            n_prompt: args.n_prompt,
+            name: test_name("pp", n_prompt, depth),
+            n_prompt,
             n_gen: 0,
             n_depth: depth,
             samples,
         });
     }
-    if args.n_gen > 0 {
+    for &n_gen in &gens {
         cache.clear();
         generate(&model, &mut cache, 1, &mut rng)?; // warm-up
         let mut samples = Vec::with_capacity(args.repetitions);
@@ -149,13 +155,13 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
             cache.clear();
             fill(&model, &mut cache, depth, &mut rng)?;
             let t = Instant::now();
-            generate(&model, &mut cache, args.n_gen, &mut rng)?;
+            generate(&model, &mut cache, n_gen, &mut rng)?;
             samples.push(t.elapsed());
         }
         results.push(TestResult {
-            name: test_name("tg", args.n_gen, depth),
+            name: test_name("tg", n_gen, depth),
             n_prompt: 0,
-            n_gen: args.n_gen,
+            n_gen,
             n_depth: depth,
             samples,
         });

@@ -172,13 +172,27 @@ pub struct BenchArgs {
     #[command(flatten)]
     pub model: ModelArgs,
 
-    /// Prompt-processing test: tokens per prompt (0 = skip)
-    #[arg(short = 'p', long = "n-prompt", value_name = "N", default_value_t = 512)]
-    pub n_prompt: usize,
+    /// Prompt-processing tests: tokens per prompt, one test per value of a
+    /// comma-separated list, as llama-bench's -p (0 = skip)
+    #[arg(
+        short = 'p',
+        long = "n-prompt",
+        value_name = "N[,N...]",
+        value_delimiter = ',',
+        default_value = "512"
+    )]
+    pub n_prompt: Vec<usize>,
 
-    /// Generation test: tokens to generate (0 = skip)
-    #[arg(short = 'n', long = "n-gen", value_name = "N", default_value_t = 128)]
-    pub n_gen: usize,
+    /// Generation tests: tokens to generate, one test per value of a
+    /// comma-separated list (0 = skip)
+    #[arg(
+        short = 'n',
+        long = "n-gen",
+        value_name = "N[,N...]",
+        value_delimiter = ',',
+        default_value = "128"
+    )]
+    pub n_gen: Vec<usize>,
 
     /// Repetitions of each test (after one warm-up run)
     #[arg(short = 'r', long = "repetitions", value_name = "N", default_value_t = 5)]

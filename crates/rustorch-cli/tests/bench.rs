@@ -39,6 +39,24 @@ fn markdown_table_has_llama_bench_shape() {
     assert!(stderr(&o).contains("load: "), "{}", stderr(&o));
 }
 
+/// Comma-separated sizes, as llama-bench takes them: one row per size, the
+/// prompt tests first, in the order given.
+#[test]
+fn size_lists_give_one_test_each() {
+    let Some(model) = real_model("RUSTORCH_SMOLLM2_GGUF") else {
+        return;
+    };
+    let o = cli(["bench", "-m", &model, "-p", "16,8", "-n", "2,4", "-r", "1", "-t", "2"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let tests: Vec<String> = out
+        .lines()
+        .skip(2)
+        .map(|l| l.split('|').map(str::trim).nth(6).unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(tests, ["pp16", "pp8", "tg2", "tg4"], "{out}");
+}
+
 #[test]
 fn json_figures_follow_from_the_samples() {
     let Some(model) = real_model("RUSTORCH_SMOLLM2_GGUF") else {
