@@ -290,12 +290,63 @@ impl Quantize<QK_K> for BlockQ6K {
 
 impl Quantize<QK_K> for BlockQ8K {
     fn quantize(x: &[f32; QK_K]) -> Self {
+        let mut y = BlockQ8K::default();
+        let mut bsums = [0i16; 16];
+        if let Some(d) = q8k_block(x, &mut y.qs, &mut bsums) {
+            for (b, s) in y.bsums.iter_mut().zip(bsums) {
+                *b = s.to_le_bytes();
+            }
+            y.d = d.to_le_bytes();
+        }
+        y
+    }
+}
+
+crate::simd_dispatch! {
+    /// `quantize_row_q8_K_ref` of one block into `qs` and `bsums`; its
+    /// scale `d`, or `None` (all zeros) when every value is zero. Compiled
+    /// for the widest SIMD level (each activation row of a K-quant product
+    /// goes through it; the baseline build ran at SSE2): the largest
+    /// magnitude from sixteen running lanes (max is exact and order-free),
+    /// then the first value with that magnitude, which is the one
+    /// `signed_max`'s scan keeps.
+    fn q8k_block(x: &[f32; QK_K], qs: &mut [i8; QK_K], bsums: &mut [i16; 16]) -> Option<f32> {
+        let mut lanes = [0f32; 16];
+        for c in x.chunks_exact(16) {
+            for (m, &v) in lanes.iter_mut().zip(c) {
+                let a = v.abs();
+                *m = if a > *m { a } else { *m };
+            }
+        }
+        let amax = lanes.iter().fold(0f32, |m, &a| if a > m { a } else { m });
+        if amax == 0.0 {
+            return None;
+        }
+        let max = *x.iter().find(|v| v.abs() == amax)?;
+        // -127 rather than -128 keeps every quant in [-127, 127].
+        let iscale = -127.0 / max;
+        for (q, &v) in qs.iter_mut().zip(x) {
+            *q = nearest_int(iscale * v).min(127) as i8;
+        }
+        for (b, g) in bsums.iter_mut().zip(qs.chunks_exact(16)) {
+            *b = g.iter().map(|&q| q as i32).sum::<i32>() as i16;
+        }
+        Some(1.0 / iscale)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `quantize_row_q8_K_ref` as C writes it: one scan for the signed
+    /// maximum, then the quants and the sums.
+    fn q8k_scalar(x: &[f32; QK_K]) -> BlockQ8K {
         let (max, amax) = signed_max(x);
         let mut y = BlockQ8K::default();
         if amax == 0.0 {
             return y;
         }
-        // -127 rather than -128 keeps every quant in [-127, 127].
         let iscale = -127.0 / max;
         for (q, &v) in y.qs.iter_mut().zip(x) {
             *q = nearest_int(iscale * v).min(127) as i8;
@@ -306,5 +357,35 @@ impl Quantize<QK_K> for BlockQ8K {
         }
         y.d = (1.0 / iscale).to_le_bytes();
         y
+    }
+
+    /// The vectorized block equals the scan, for the magnitude's first
+    /// holder of either sign among ties, zeros, tiny and huge values.
+    #[test]
+    fn q8k_block_equals_the_scan() {
+        let mut seed = 3u64;
+        let mut next = || {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+        };
+        let mut cases: Vec<[f32; QK_K]> = Vec::new();
+        for scale in [1.0f32, 1e-30, 3e4, 1e-42] {
+            cases.push(std::array::from_fn(|_| next() * scale));
+        }
+        let mut ties = [0.25f32; QK_K];
+        ties[17] = -2.0;
+        ties[200] = 2.0;
+        cases.push(ties);
+        ties[17] = 2.0;
+        ties[200] = -2.0;
+        cases.push(ties);
+        cases.push([0.0; QK_K]);
+        let mut one = [-0.0f32; QK_K];
+        one[255] = -1.5;
+        cases.push(one);
+        for (k, x) in cases.iter().enumerate() {
+            let (a, b) = (BlockQ8K::quantize(x), q8k_scalar(x));
+            assert_eq!((a.d, a.qs, a.bsums), (b.d, b.qs, b.bsums), "case {k}");
+        }
     }
 }

@@ -12,7 +12,7 @@ pub(super) const GROUP_MAX_EPS: f32 = 1e-15;
 /// Round to nearest, ties to even, for |x| < 2^22: adding 1.5 * 2^23 puts
 /// the integer in the low mantissa bits. Outside that range (and for NaN)
 /// the result is meaningless but defined, as in C.
-#[inline]
+#[inline(always)]
 pub(super) fn nearest_int(x: f32) -> i32 {
     let v = x + 12_582_912.0;
     (v.to_bits() & 0x007f_ffff) as i32 - 0x0040_0000
