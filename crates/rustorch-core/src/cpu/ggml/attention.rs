@@ -137,12 +137,18 @@ fn attend(op: &Op, inputs: &[CpuInput<'_>], scale: f32, groups: bool) -> Result<
             d,
             l,
         };
-        let wide = WideCache::new(&k, &vt, hkv, l, dv);
-        out.par_chunks_mut(4 * dv)
-            .enumerate()
-            .for_each_init(FourRowScratch::default, |s, (g, o)| {
-                four_rows(&queries, &wide, group, scale, 4 * g, o, s)
-            });
+        // One key/value head at a time, so that only its keys and values
+        // are widened at once (the query heads of a group are contiguous
+        // in the output).
+        for (hk, out_h) in out.chunks_mut(group * t * dv).enumerate() {
+            let wide = WideCache::new(&k, &vt, hk, l, dv);
+            out_h
+                .par_chunks_mut(4 * dv)
+                .enumerate()
+                .for_each_init(FourRowScratch::default, |s, (g, o)| {
+                    four_rows(&queries, &wide, scale, hk * group * t + 4 * g, o, s)
+                });
+        }
         return Ok(vec![CpuStorage::from_vec(out)]);
     }
     if groups && t == 1 && kq_path == FloatOrder::VecDot && kqv_path == FloatOrder::VecDot {
@@ -268,55 +274,47 @@ struct Queries<'a> {
     l: usize,
 }
 
-/// Keys and transposed values widened to f32 once per op, for the batched
-/// path: every query row of a prompt batch reads every key and value row,
-/// and a conversion per load cost as much as the products. Widening an
-/// f16 value is exact, and a product of two widened f16 values is exact in
-/// f32, so the FMAs give the f16 products' bits.
+/// One key/value head's keys and transposed values widened to f32 once per
+/// op, for the batched path: every query row of a prompt batch reads every
+/// key and value row, and a conversion per load cost as much as the
+/// products. Widening an f16 value is exact, and a product of two widened
+/// f16 values is exact in f32, so the FMAs give the f16 products' bits.
 struct WideCache {
     k: Vec<f32>,
     vt: Vec<f32>,
     l: usize,
     d: usize,
-    dv: usize,
 }
 
 impl WideCache {
-    fn new(k: &Rows<'_>, vt: &Rows<'_>, hkv: usize, l: usize, dv: usize) -> WideCache {
+    fn new(k: &Rows<'_>, vt: &Rows<'_>, hk: usize, l: usize, dv: usize) -> WideCache {
         use half::slice::HalfFloatSliceExt;
         let d = k.len;
         let mut wide = WideCache {
-            k: vec![0f32; hkv * l * d],
-            vt: vec![0f32; hkv * dv * l],
+            k: vec![0f32; l * d],
+            vt: vec![0f32; dv * l],
             l,
             d,
-            dv,
         };
-        if l * d > 0 {
-            wide.k.par_chunks_mut(l * d).enumerate().for_each(|(h, out)| {
-                for (j, row) in out.chunks_exact_mut(d).enumerate() {
-                    k.row(h, j).convert_to_f32_slice(row);
-                }
-            });
+        if d > 0 {
+            for (j, row) in wide.k.chunks_exact_mut(d).enumerate() {
+                k.row(hk, j).convert_to_f32_slice(row);
+            }
         }
-        if dv * l > 0 {
-            wide.vt.par_chunks_mut(dv * l).enumerate().for_each(|(h, out)| {
-                for (c, row) in out.chunks_exact_mut(l).enumerate() {
-                    vt.row(h, c).convert_to_f32_slice(row);
-                }
-            });
+        if l > 0 {
+            for (c, row) in wide.vt.chunks_exact_mut(l).enumerate() {
+                vt.row(hk, c).convert_to_f32_slice(row);
+            }
         }
         wide
     }
 
-    fn key(&self, h: usize, j: usize) -> &[f32] {
-        let s = (h * self.l + j) * self.d;
-        &self.k[s..s + self.d]
+    fn key(&self, j: usize) -> &[f32] {
+        &self.k[j * self.d..(j + 1) * self.d]
     }
 
-    fn value_row(&self, h: usize, c: usize) -> &[f32] {
-        let s = (h * self.dv + c) * self.l;
-        &self.vt[s..s + self.l]
+    fn value_row(&self, c: usize) -> &[f32] {
+        &self.vt[c * self.l..(c + 1) * self.l]
     }
 }
 
@@ -339,20 +337,11 @@ struct FourRowScratch {
 ///   spans: the extra blocks hold zero probabilities, which add exact
 ///   zeros, and the union starts on a 64-element boundary like each span,
 ///   so every lane sums the same elements in the same order.
-fn four_rows(
-    qs: &Queries<'_>,
-    wide: &WideCache,
-    group: usize,
-    scale: f32,
-    row0: usize,
-    o: &mut [f32],
-    s: &mut FourRowScratch,
-) {
+fn four_rows(qs: &Queries<'_>, wide: &WideCache, scale: f32, row0: usize, o: &mut [f32], s: &mut FourRowScratch) {
     use half::slice::HalfFloatSliceExt;
     let (t, d, l) = (qs.t, qs.d, qs.l);
     let dv = o.len() / 4;
-    let (h, i0) = (row0 / t, row0 % t);
-    let hk = h / group;
+    let i0 = row0 % t;
     for (r, q) in s.q.iter_mut().enumerate() {
         // Rounded to f16 as GGML converts the operand, then widened back.
         let q16 = to_f16(&qs.q[(row0 + r) * d..(row0 + r + 1) * d]);
@@ -381,7 +370,7 @@ fn four_rows(
     let mut j = keys.start;
     while j + 4 <= keys.end {
         // Queries as the tile's rows: each row's four scores are adjacent.
-        let out = dot_tiny_4x4(qr, std::array::from_fn(|c| wide.key(hk, j + c)));
+        let out = dot_tiny_4x4(qr, std::array::from_fn(|c| wide.key(j + c)));
         for (sc, o) in s.scores.iter_mut().zip(&out) {
             sc[j..j + 4].copy_from_slice(o);
         }
@@ -389,7 +378,7 @@ fn four_rows(
     }
     for j in j..keys.end {
         for (sc, q) in s.scores.iter_mut().zip(qr) {
-            sc[j] = dot(FloatOrder::TinyBlas, q, wide.key(hk, j));
+            sc[j] = dot(FloatOrder::TinyBlas, q, wide.key(j));
         }
     }
     let mut span: Option<std::ops::Range<usize>> = None;
@@ -420,7 +409,7 @@ fn four_rows(
     let probs: [&[f32]; 4] = std::array::from_fn(|r| &s.p32[r][..]);
     let mut c = 0;
     while c + 4 <= dv {
-        let out = dot_tiny_4x4(std::array::from_fn(|m| &wide.value_row(hk, c + m)[span.clone()]), probs);
+        let out = dot_tiny_4x4(std::array::from_fn(|m| &wide.value_row(c + m)[span.clone()]), probs);
         for (m, sm) in out.iter().enumerate() {
             for r in 0..4 {
                 o[r * dv + c + m] = sm[r];
@@ -430,7 +419,7 @@ fn four_rows(
     }
     for c in c..dv {
         for r in 0..4 {
-            o[r * dv + c] = dot(FloatOrder::TinyBlas, &wide.value_row(hk, c)[span.clone()], probs[r]);
+            o[r * dv + c] = dot(FloatOrder::TinyBlas, &wide.value_row(c)[span.clone()], probs[r]);
         }
     }
 }
