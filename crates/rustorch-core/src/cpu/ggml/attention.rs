@@ -137,9 +137,24 @@ fn attend(op: &Op, inputs: &[CpuInput<'_>], scale: f32, groups: bool) -> Result<
             d,
             l,
         };
-        // One key/value head at a time, so that only its keys and values
-        // are widened at once (the query heads of a group are contiguous
-        // in the output).
+        if hkv * l * (d + dv) * std::mem::size_of::<f32>() <= WIDE_ALL_BYTES {
+            // Every head widened at once, and one parallel loop over all
+            // rows (no join per head).
+            let wides: Vec<WideCache> = (0..hkv)
+                .into_par_iter()
+                .map(|hk| WideCache::new(&k, &vt, hk, l, dv))
+                .collect();
+            out.par_chunks_mut(4 * dv)
+                .enumerate()
+                .for_each_init(FourRowScratch::default, |s, (g, o)| {
+                    let row0 = 4 * g;
+                    four_rows(&queries, &wides[row0 / t / group], scale, row0, o, s)
+                });
+            return Ok(vec![CpuStorage::from_vec(out)]);
+        }
+        // A long cache: one key/value head at a time, so that only its keys
+        // and values are widened at once (the query heads of a group are
+        // contiguous in the output).
         for (hk, out_h) in out.chunks_mut(group * t * dv).enumerate() {
             let wide = WideCache::new(&k, &vt, hk, l, dv);
             out_h
@@ -317,6 +332,11 @@ impl WideCache {
         &self.vt[c * self.l..(c + 1) * self.l]
     }
 }
+
+/// The most bytes of widened keys and values that the batched path holds
+/// for all key/value heads at once; past it (a long cache), it widens and
+/// runs one head at a time.
+const WIDE_ALL_BYTES: usize = 16 << 20;
 
 /// Buffers of one worker for `four_rows`, kept across its tasks.
 #[derive(Default)]
