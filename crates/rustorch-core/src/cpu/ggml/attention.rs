@@ -137,7 +137,7 @@ fn attend(op: &Op, inputs: &[CpuInput<'_>], scale: f32, groups: bool) -> Result<
             d,
             l,
         };
-        if hkv * l * (d + dv) * std::mem::size_of::<f32>() <= WIDE_ALL_BYTES {
+        if hkv * l * (d + dv) * std::mem::size_of::<f32>() <= wide_all_bytes() {
             // Every head widened at once, and one parallel loop over all
             // rows (no join per head).
             let wides: Vec<WideCache> = (0..hkv)
@@ -337,6 +337,22 @@ impl WideCache {
 /// for all key/value heads at once; past it (a long cache), it widens and
 /// runs one head at a time.
 const WIDE_ALL_BYTES: usize = 16 << 20;
+
+#[cfg(not(test))]
+fn wide_all_bytes() -> usize {
+    WIDE_ALL_BYTES
+}
+
+#[cfg(test)]
+thread_local! {
+    /// `WIDE_ALL_BYTES` as this test thread sets it (0: the per-head path).
+    static WIDE_LIMIT: std::cell::Cell<usize> = const { std::cell::Cell::new(WIDE_ALL_BYTES) };
+}
+
+#[cfg(test)]
+fn wide_all_bytes() -> usize {
+    WIDE_LIMIT.with(|c| c.get())
+}
 
 /// Buffers of one worker for `four_rows`, kept across its tasks.
 #[derive(Default)]
@@ -577,6 +593,16 @@ mod tests {
         let n_past = 70;
         let (g, s) = grouped_and_single((4, 2, 8, 192, 64, 64), 4.0, 0.125, |i, j| j <= n_past + i * 9);
         assert_same_bits(&g, &s, "four rows");
+    }
+
+    /// The long-cache form of the four-row path (one key/value head
+    /// widened at a time) gives the same bits.
+    #[test]
+    fn four_row_groups_one_head_at_a_time_equal_single_rows() {
+        WIDE_LIMIT.with(|c| c.set(0));
+        let (g, s) = grouped_and_single((8, 2, 8, 192, 64, 64), 4.0, 0.125, |i, j| j <= 70 + i * 9);
+        WIDE_LIMIT.with(|c| c.set(WIDE_ALL_BYTES));
+        assert_same_bits(&g, &s, "one head at a time");
     }
 
     /// The one-position path (query heads of a key/value head together)
