@@ -45,7 +45,7 @@ impl Model {
         // Checked for the whole prompt first, so that a bad token or a full
         // cache fails before any micro-batch fills the cache.
         self.check_tokens(cache, tokens)?;
-        let batches = row_chunks(tokens.len(), knob("RUSTORCH_UBATCH", UBATCH_ROWS));
+        let batches = row_chunks(tokens.len(), ubatch_rows());
         let start = cache.len();
         let mut logits = Vec::with_capacity(batches.len());
         for (i, r) in batches.iter().enumerate() {
@@ -57,7 +57,7 @@ impl Model {
                 cache,
                 &tokens[r.clone()],
                 want,
-                knob("RUSTORCH_FFN_CHUNK", self.ffn_chunk_rows()),
+                ffn_chunk_override().unwrap_or_else(|| self.ffn_chunk_rows()),
                 &mut |_, _, _| Ok(()),
             ) {
                 Ok(out) => logits.extend(out),
@@ -394,11 +394,23 @@ impl Model {
 /// each product takes the batched path.
 const UBATCH_ROWS: usize = 256;
 
-/// A size overridden by the environment (`RUSTORCH_UBATCH`,
-/// `RUSTORCH_FFN_CHUNK`: for measuring other batch sizes; the bits do not
-/// depend on them), else `default`.
-fn knob(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+/// Prompt positions per micro-batch: `RUSTORCH_UBATCH`, else `UBATCH_ROWS`
+/// (the override is for measuring other sizes; the bits do not depend on
+/// it). Read once per process: the forward pass asks on every decode step.
+fn ubatch_rows() -> usize {
+    static ROWS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *ROWS.get_or_init(|| env_size("RUSTORCH_UBATCH").unwrap_or(UBATCH_ROWS))
+}
+
+/// `RUSTORCH_FFN_CHUNK`, the feed-forward chunk's override (as
+/// `ubatch_rows`).
+fn ffn_chunk_override() -> Option<usize> {
+    static ROWS: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *ROWS.get_or_init(|| env_size("RUSTORCH_FFN_CHUNK"))
+}
+
+fn env_size(name: &str) -> Option<usize> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
 /// Ranges of about `chunk` rows covering `0..rows`; a last range shorter

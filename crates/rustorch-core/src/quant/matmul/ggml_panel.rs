@@ -191,28 +191,26 @@ unsafe fn transpose_quads(rows: &StagedCodes, c: usize, codes: &mut [[u8; 64]; 6
     }
 }
 
-/// Panel block `b` of weight rows `j0..j0 + 16` straight from Q4_K weights
-/// in the x8 layout (`super::interleave_rows`), where it is one of them
-/// (else false, and nothing written): in that layout the 32 bytes at
-/// `X8_HEAD + 32 t` are quant quad `t` of eight rows, so the nibbles of two
-/// groups' quads are a panel line each (`put_all_codes`' result) with no
-/// unpacking of rows; the heads give the scales, mins and d per row.
-fn fill_from_x8(w: &QMatRef<'_>, j0: usize, b: usize, block: &mut PanelBlock) -> bool {
-    use super::INTERLEAVE_ROWS;
-    use crate::quant::blocks::scale_min_k4;
-    const TS: usize = 144;
+/// Whether `fill_from_x8` takes `w`'s panels: Q4_K weights in the x8
+/// layout (`super::interleave_rows`), on a CPU with AVX-512 BW.
+fn x8_fill_applies(w: &QMatRef<'_>) -> bool {
     #[cfg(target_arch = "x86_64")]
     let simd = std::arch::is_x86_feature_detected!("avx512bw");
     #[cfg(not(target_arch = "x86_64"))]
     let simd = false;
-    if !w.interleaved || w.qtype() != QType::Q4K || !simd {
-        return false;
-    }
-    let group_block = |g: usize| {
-        let at = g * INTERLEAVE_ROWS * w.row_bytes + b * INTERLEAVE_ROWS * TS;
-        // Rows past the matrix (its last panel may hold one group only).
-        (g * INTERLEAVE_ROWS < w.rows()).then(|| &w.bytes[at..at + INTERLEAVE_ROWS * TS])
-    };
+    w.interleaved && w.qtype() == QType::Q4K && simd
+}
+
+/// Panel block `b` of weight rows `j0..j0 + 16` straight from the weights,
+/// where `x8_fill_applies(w)`: in the x8 layout the 32 bytes at
+/// `X8_HEAD + 32 t` are quant quad `t` of eight rows, so the nibbles of two
+/// groups' quads are a panel line each (`put_all_codes`' result) with no
+/// unpacking of rows; the heads give the scales, mins and d per row.
+fn fill_from_x8(w: &QMatRef<'_>, j0: usize, b: usize, block: &mut PanelBlock) {
+    use super::INTERLEAVE_ROWS;
+    use crate::quant::blocks::scale_min_k4;
+    // Rows past the matrix (its last panel may hold one group only).
+    let group_block = |g: usize| (g * INTERLEAVE_ROWS < w.rows()).then(|| w.x8_group_block(g, b));
     let g0 = j0 / INTERLEAVE_ROWS;
     let groups = [group_block(g0), group_block(g0 + 1)];
     #[cfg(target_arch = "x86_64")]
@@ -240,7 +238,6 @@ fn fill_from_x8(w: &QMatRef<'_>, j0: usize, b: usize, block: &mut PanelBlock) ->
             block.dmin[r] = f16_to_f32([head[2], head[3]]);
         }
     }
-    true
 }
 
 /// The codes of `fill_from_x8`: quad `t` of both groups' rows (zero for an
@@ -496,6 +493,7 @@ fn run<W: PanelType>(
     let panels = n.div_ceil(LANES);
     let per_task = panels_per_task(nb, panels);
     let fill = W::panel_filler(isa);
+    let from_x8 = x8_fill_applies(w);
     let out_ptr = OutPtr(out.as_mut_ptr());
     (0..panels.div_ceil(per_task)).into_par_iter().for_each(|t| {
         let first = t * per_task;
@@ -511,7 +509,8 @@ fn run<W: PanelType>(
         for p in 0..count {
             for b in 0..nb {
                 let block = &mut blocks[p * nb + b];
-                if fill_from_x8(w, (first + p) * LANES, b, block) {
+                if from_x8 {
+                    fill_from_x8(w, (first + p) * LANES, b, block);
                     continue;
                 }
                 for (r, codes) in staged.0.iter_mut().enumerate() {

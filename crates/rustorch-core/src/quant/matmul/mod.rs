@@ -325,14 +325,20 @@ impl<'a> QMatRef<'a> {
         use crate::quant::blocks::cast_blocks;
         let ts = self.qtype.type_size();
         if self.interleaved {
-            let (g, r) = (j / INTERLEAVE_ROWS, j % INTERLEAVE_ROWS);
-            let at = g * INTERLEAVE_ROWS * self.row_bytes + b * INTERLEAVE_ROWS * ts;
-            let block = x8_get(&self.bytes[at..at + INTERLEAVE_ROWS * ts], r);
+            let block = x8_get(self.x8_group_block(j / INTERLEAVE_ROWS, b), j % INTERLEAVE_ROWS);
             f(&cast_blocks::<W>(&block[..ts]).expect("one whole Q4_K block")[0])
         } else {
             let at = j * self.row_bytes + b * ts;
             f(&cast_blocks::<W>(&self.bytes[at..at + ts]).expect("one whole block")[0])
         }
+    }
+
+    /// Block `b` of the eight rows of group `g` of an interleaved matrix
+    /// (`interleave_rows`): their heads, then their quant quads.
+    fn x8_group_block(&self, g: usize, b: usize) -> &'a [u8] {
+        let ts = self.qtype.type_size();
+        let at = g * INTERLEAVE_ROWS * self.row_bytes + b * INTERLEAVE_ROWS * ts;
+        &self.bytes[at..at + INTERLEAVE_ROWS * ts]
     }
 
     /// Row `j`'s blocks as `W` (the matrix's block type), in either layout.
