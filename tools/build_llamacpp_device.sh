@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds llama.cpp's llama-bench, llama-quantize and test-backend-ops HERE for the device host's
+# Builds llama.cpp's llama-bench, llama-quantize, test-backend-ops and llama-completion HERE for the device host's
 # CPU (Intel Xeon Sapphire Rapids class: AVX-512 VNNI/BF16/FP16 and AMX), not for this machine,
 # from the same llama-cpp-python sources as tools/build_llamacpp.sh, in two variants:
 #
@@ -29,7 +29,7 @@ set -euo pipefail
 variants="${1:-noamx,amx}"
 version="${2:-0.3.36}"
 cache="${RUSTORCH_CACHE:-$HOME/.cache/rustorch}/llamacpp-$version"
-tools=(llama-bench llama-quantize test-backend-ops)
+tools=(llama-bench llama-quantize test-backend-ops llama-completion)
 jobs="${JOBS:-$(nproc)}"
 
 log() { echo "build_llamacpp_device: $*" >&2; }

@@ -3,8 +3,9 @@
 # which has no network and no Rust toolchain (its python3 has numpy and pyyaml, not gguf):
 #
 #   rustorch-cli             $RUSTORCH_CLI or target/release/rustorch-cli, stripped
-#   llama-noamx/             llama-bench, llama-quantize (GCC, no AMX), stripped
-#   llama-amx/               llama-bench (clang, AMX) and the libomp.so.5 it loads, stripped
+#   llama-noamx/             llama-bench, llama-quantize, llama-completion (GCC, no AMX), stripped
+#   llama-amx/               llama-bench, llama-completion (clang, AMX) and the libomp.so.5
+#                            they load, stripped (llama-completion: greedy text to compare)
 #   mkmodel.py               $MKMODEL or ../shared/tools/mkmodel.py (random-weight GGUF models)
 #   whl/gguf-*.whl           the gguf package mkmodel.py imports (pure Python)
 #   time                     GNU time (for the peak RSS), in case the host lacks /usr/bin/time
@@ -45,10 +46,10 @@ mkdir -p "$out/llama-noamx" "$out/llama-amx" "$out/whl"
 strip -o "$out/rustorch-cli" "$cli"
 tests=()
 [ "${DEVICE_BUNDLE_TESTS:-0}" = 1 ] && tests=(test-backend-ops)
-for t in llama-bench llama-quantize "${tests[@]}"; do
+for t in llama-bench llama-quantize llama-completion "${tests[@]}"; do
     strip -o "$out/llama-noamx/$t" "${dirs[noamx]}/$t"
 done
-for t in llama-bench "${tests[@]}"; do
+for t in llama-bench llama-completion "${tests[@]}"; do
     strip -o "$out/llama-amx/$t" "${dirs[amx]}/$t"
 done
 strip --strip-unneeded -o "$out/llama-amx/libomp.so.5" "${dirs[amx]}/libomp.so.5"
@@ -68,7 +69,7 @@ python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3
 } > "$out/BUNDLE.txt"
 
 # The amx binaries must still find the carried libomp next to themselves.
-for t in "$out"/llama-amx/llama-bench "$out"/llama-amx/test-backend-ops; do
+for t in "$out"/llama-amx/llama-bench "$out"/llama-amx/llama-completion "$out"/llama-amx/test-backend-ops; do
     [ -e "$t" ] || continue
     [ "$(ldd "$t" | awk '/libomp/ {print $3}')" = "$out/llama-amx/libomp.so.5" ] \
         || { log "$t does not load the carried libomp.so.5"; exit 1; }

@@ -128,6 +128,34 @@ fn qmatvec(c: &mut Criterion) {
     bench_types(c, "qmatvec", 262144, 640, 1, &[QType::Q8_0]);
 }
 
+/// Q4_K matvecs in the interleaved ("x8") layout that the model loader
+/// gives the weights llama.cpp repacks (`ggml_repack_gemv`), where this
+/// CPU has that path: 2048 x 2048 (TinyLlama's attention projections,
+/// L3-resident when repeated) and 65536 x 2048 (75 MB, past this
+/// machine's 32 MB L3: a generation step's stream from memory).
+fn qmatvec_x8(c: &mut Criterion) {
+    let mut g = c.benchmark_group("qmatvec_x8");
+    g.sample_size(10)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    for (rows, cols) in [(2048usize, 2048usize), (65536, 2048)] {
+        if !matmul::interleave_pays(QType::Q4K, rows) {
+            eprintln!("qmatvec_x8: no interleaved Q4_K path on this CPU, skipped");
+            return;
+        }
+        let x = values(cols, 11);
+        let mut bytes = weights(QType::Q4K, rows, cols).bytes().to_vec();
+        matmul::interleave_rows(QType::Q4K, rows, cols, &mut bytes).expect("interleave");
+        let aligned = CacheAligned::copy_of(&bytes);
+        let w = QMatRef::interleaved(QType::Q4K, rows, cols, aligned.bytes()).expect("weights");
+        g.throughput(Throughput::Bytes(bytes.len() as u64));
+        g.bench_function(format!("Q4_K_{rows}x{cols}"), |b| {
+            b.iter(|| black_box(matmul::qmatmul(&w, &x).expect("qmatmul")))
+        });
+    }
+    g.finish();
+}
+
 fn qmatmul(c: &mut Criterion) {
     bench_shape(c, "qmatmul", 4096, 4096, 512);
 }
@@ -151,5 +179,5 @@ fn membw(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, membw, qmatvec, qmatmul);
+criterion_group!(benches, membw, qmatvec, qmatvec_x8, qmatmul);
 criterion_main!(benches);

@@ -16,7 +16,7 @@ use rayon::prelude::*;
 
 pub fn execute(op: &Op, inputs: &[CpuInput<'_>]) -> CpuResult {
     match op {
-        Op::QMatMul { qtype } => matmul(op, *qtype, inputs[0], inputs[1]),
+        Op::QMatMul { qtype, lookup_table } => matmul(op, *qtype, *lookup_table, inputs[0], inputs[1]),
         Op::QMatMuls { qtypes } => matmuls(op, qtypes, inputs[0], &inputs[1..]),
         Op::QEmbedding { qtype } => embedding(op, *qtype, inputs[0], inputs[1]),
         _ => Err(BackendError::invalid(op.name(), "not a quantized-weight op")),
@@ -62,9 +62,13 @@ fn matrix<'a>(
     m.map_err(|e| quant_err(op, e))
 }
 
-fn matmul(op: &Op, qtype: QType, x: CpuInput<'_>, w: CpuInput<'_>) -> CpuResult {
+fn matmul(op: &Op, qtype: QType, lookup_table: bool, x: CpuInput<'_>, w: CpuInput<'_>) -> CpuResult {
     let (bytes, rows, cols, interleaved) = weight(op, qtype, w)?;
-    let m = matrix(op, qtype, &bytes, rows, cols, interleaved)?;
+    let mut m = matrix(op, qtype, &bytes, rows, cols, interleaved)?;
+    if lookup_table {
+        // In llama.cpp's plain buffer: no repacked or AMX order.
+        m = m.with_repack(false);
+    }
     let xs = input_slice::<f32>(op, x)?;
     let out = qmatmul(&m, &xs).map_err(|e| quant_err(op, e))?;
     Ok(vec![CpuStorage::F32(out)])

@@ -322,7 +322,7 @@ pub fn infer_outputs(op: &Op, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> 
             s.extend([m, n]);
             one(s, d)
         }
-        Op::QMatMul { qtype } => {
+        Op::QMatMul { qtype, .. } => {
             expect_inputs(op, inputs, 2)?;
             Ok(vec![qmatmul_output(op, &inputs[0], &inputs[1], *qtype)?])
         }

@@ -270,6 +270,10 @@ pub enum Op {
     /// of k values of `qtype`. Output f32 [.., n].
     QMatMul {
         qtype: QType,
+        /// The weight is also looked up by row (a tied token embedding):
+        /// llama.cpp keeps such a weight in its plain CPU buffer, so its
+        /// products take the plain order, never a repacked or AMX one.
+        lookup_table: bool,
     },
     /// Several `QMatMul`s of one activation: `x @ w_i^T` for each weight,
     /// with the activations quantized once per dot type instead of once per
@@ -435,7 +439,7 @@ impl Op {
             Op::TopK { .. } => "topk".into(),
             Op::Sort { .. } => "sort".into(),
             Op::MatMul => "matmul".into(),
-            Op::QMatMul { qtype } => format!("qmatmul_{}", qtype.name().to_lowercase()),
+            Op::QMatMul { qtype, .. } => format!("qmatmul_{}", qtype.name().to_lowercase()),
             Op::QMatMuls { qtypes } => format!("qmatmul_x{}", qtypes.len()),
             Op::IndexSelect { .. } => "index_select".into(),
             Op::Gather { .. } => "gather".into(),

@@ -18,6 +18,8 @@ pub struct QWeight {
     qtype: QType,
     rows: usize,
     cols: usize,
+    /// Also looked up by row (`as_lookup_table`).
+    lookup_table: bool,
 }
 
 impl QWeight {
@@ -59,6 +61,7 @@ impl QWeight {
             qtype,
             rows,
             cols,
+            lookup_table: false,
         })
     }
 
@@ -91,7 +94,18 @@ impl QWeight {
             qtype,
             rows,
             cols,
+            lookup_table: false,
         })
+    }
+
+    /// This weight marked as also looked up by row (a token embedding that
+    /// a tied model multiplies too): llama.cpp keeps such a weight in its
+    /// plain CPU buffer, so `qmatmul` with it takes the plain order, never
+    /// a repacked or AMX one. An interleaved weight has no rows to look up
+    /// and stays as it is.
+    pub fn as_lookup_table(self) -> QWeight {
+        let lookup_table = !self.is_interleaved();
+        QWeight { lookup_table, ..self }
     }
 
     /// Whether the bytes are in the interleaved layout (`for_matmul_in`):
@@ -145,7 +159,11 @@ impl Tensor {
     /// computed as llama.cpp does (activations quantized to the weight
     /// type's dot type, integer dot products).
     pub fn qmatmul(&self, w: &QWeight) -> Result<Tensor> {
-        self.run1(&Op::QMatMul { qtype: w.qtype }, &[self, &w.data])
+        let op = Op::QMatMul {
+            qtype: w.qtype,
+            lookup_table: w.lookup_table,
+        };
+        self.run1(&op, &[self, &w.data])
     }
 
     /// `self @ w^T` for each weight, the same values as one `qmatmul` per

@@ -96,7 +96,7 @@ impl Loader<'_> {
         if matmul_only {
             Ok(QWeight::for_matmul_in(self.exec, qtype, rows, cols, bytes)?)
         } else {
-            Ok(QWeight::from_bytes_in(self.exec, qtype, rows, cols, bytes)?)
+            Ok(QWeight::from_bytes_in(self.exec, qtype, rows, cols, bytes)?.as_lookup_table())
         }
     }
 

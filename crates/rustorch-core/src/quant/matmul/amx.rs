@@ -101,6 +101,26 @@ impl TileConfig {
         }
     };
 
+    /// A configuration with `(rows, bytes per row)` for each of `tmm0..tmm7`
+    /// (`(0, 0)` for a tile left unused).
+    pub(super) const fn with_shapes(shapes: [(u8, u16); 8]) -> TileConfig {
+        let mut colsb = [0u16; 16];
+        let mut rows = [0u8; 16];
+        let mut t = 0;
+        while t < 8 {
+            rows[t] = shapes[t].0;
+            colsb[t] = shapes[t].1;
+            t += 1;
+        }
+        TileConfig {
+            palette: 1,
+            start_row: 0,
+            reserved: [0; 14],
+            colsb,
+            rows,
+        }
+    }
+
     /// Loads this configuration into the calling thread's tile state.
     ///
     /// # Safety

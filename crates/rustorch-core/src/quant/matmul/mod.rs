@@ -15,6 +15,7 @@
 mod activations;
 #[cfg(target_arch = "x86_64")]
 mod amx;
+mod amx_order;
 mod float_path;
 mod ggml_panel;
 mod ggml_panel_amx;
@@ -33,6 +34,7 @@ mod kernels;
 mod tests;
 
 pub use activations::QuantizedRows;
+pub use amx_order::{ggml_order, GgmlOrder};
 pub use ggml_repack::llama_repacks;
 pub use isa::Isa;
 
@@ -98,6 +100,10 @@ pub struct QMatRef<'a> {
     /// Whether the bytes are in the interleaved layout (`interleave_rows`)
     /// rather than row after row.
     interleaved: bool,
+    /// Whether llama.cpp's loader would put the weight in an extra buffer
+    /// (repacked, AMX) rather than its plain one: every weight except those
+    /// also looked up by row (`with_repack(false)`).
+    extra_buffer: bool,
 }
 
 /// Rows per group of the interleaved layout (`interleave_rows`).
@@ -249,6 +255,7 @@ impl<'a> QMatRef<'a> {
             bytes,
             repacked: llama_repacks(qtype, rows),
             interleaved: false,
+            extra_buffer: true,
         })
     }
 
@@ -281,6 +288,7 @@ impl<'a> QMatRef<'a> {
     /// read that layout).
     pub fn with_repack(mut self, on: bool) -> Self {
         self.repacked = (on && llama_repacks(self.qtype, self.rows)) || self.interleaved;
+        self.extra_buffer = on || self.interleaved;
         self
     }
 
@@ -398,6 +406,11 @@ pub fn qmatmul_quantized_into(
         float_path::product(w, act, out);
         return Ok(());
     }
+    if amx_order::applies(w) {
+        // The AMX build's order (opt-in), for one row or many.
+        amx_order::product(isa, w, act, out);
+        return Ok(());
+    }
     if let Some(split) = Matvec::plan(isa, w, act) {
         // Matvec: weight rows split into chunks that each task streams once.
         let out_ptr = OutPtr(out.as_mut_ptr());
@@ -512,7 +525,7 @@ impl Matvec {
     /// The split of a checked product with one activation row, `None` for
     /// any other product and for the paths that run as a whole.
     fn plan(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows) -> Option<Matvec> {
-        if act.rows() != 1 || is_float(w.qtype) {
+        if act.rows() != 1 || is_float(w.qtype) || amx_order::applies(w) {
             return None;
         }
         let n = w.rows;
@@ -830,5 +843,15 @@ impl OutPtr {
     unsafe fn write(&self, at: usize, v: f32) {
         // SAFETY: forwarded from the caller.
         unsafe { self.0.add(at).write(v) }
+    }
+
+    /// `write` of `v[j]` at `at + j` for j in 0..16.
+    ///
+    /// # Safety
+    /// As `write`, for each of the sixteen elements.
+    #[inline(always)]
+    unsafe fn write16(&self, at: usize, v: &[f32; 16]) {
+        // SAFETY: forwarded from the caller; `v` is a separate array.
+        unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), self.0.add(at), 16) }
     }
 }

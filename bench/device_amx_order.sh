@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Greedy output of rustorch-cli against llama.cpp's two device builds, on the device host (AMX):
+# with RUSTORCH_GGML_ORDER=amx against the clang AMX build, and with the default (reference) order
+# against the GCC build without AMX. Run from the repo root with .device-bin/ carried
+# (DEVICE_BUNDLE_XZ=1 tools/device_bundle.sh). Random-weight models (mkmodel.py) have nearly
+# flat logits, so a product that differs in one bit soon changes the greedy tokens: equal text
+# over N tokens is a sharp test of equal arithmetic.
+#
+# usage: bench/device_amx_order.sh [-m MODELS] [-n 48] [-t 2]
+#   MODELS: comma-separated, of tinyllama-q8_0 (default), smollm2-shape-q4_1 (compare_llamacpp.sh names)
+# Prints one line per model and build: "same" or "DIFFERENT" (then both texts); exits 1 on any
+# difference. A carried .device-bin/rustorch_core_tests (the library's unit tests, stripped)
+# runs first, filtered to the AMX-order and tile tests.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+models="tinyllama-q8_0"
+n_gen=48
+threads=2
+while [ $# -gt 0 ]; do
+    case "$1" in
+        -m) models="$2"; shift 2 ;;
+        -n) n_gen="$2"; shift 2 ;;
+        -t) threads="$2"; shift 2 ;;
+        *) echo "device_amx_order: unknown option $1" >&2; exit 2 ;;
+    esac
+done
+log() { echo "device_amx_order: $*" >&2; }
+bin="${DEVICE_BIN:-$root/.device-bin}"
+if compgen -G "$bin/*.xz" >/dev/null || compgen -G "$bin/*/*.xz" >/dev/null; then
+    rm -rf /tmp/rustorch-device-bin
+    cp -r "$bin" /tmp/rustorch-device-bin
+    bin=/tmp/rustorch-device-bin
+    find "$bin" -name '*.xz' -print0 | xargs -0 python3 -c '
+import lzma, shutil, sys
+for f in sys.argv[1:]:
+    with lzma.open(f) as src, open(f[:-3], "wb") as dst:
+        shutil.copyfileobj(src, dst)'
+    find "$bin" -name '*.xz' -delete
+fi
+chmod +x "$bin/rustorch-cli" "$bin"/llama-*/llama-* "$bin"/rustorch_core_tests 2>/dev/null || true
+
+if [ -x "$bin/rustorch_core_tests" ]; then
+    log "unit tests: amx_order and amx"
+    "$bin/rustorch_core_tests" amx 2>&1 | tail -n 20
+fi
+
+site=/tmp/rustorch-site
+if ! python3 -c 'import gguf' 2>/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target "$site" "$bin"/whl/*.whl >&2
+    export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+export RUSTORCH_CLI="$bin/rustorch-cli" LLAMA_BIN="$bin/llama-noamx" MKMODEL="$bin/mkmodel.py"
+export BENCH_MODELS_DIR="${MODELS_DIR:-/tmp/rustorch-bench-models}" QUANT_THREADS="$(nproc)"
+bash bench/compare_llamacpp.sh -m "$models" -p 1 -n 0 -r 1 -t "$threads" --models-only >/dev/null 2>&1 \
+    || { log "making the models failed"; exit 1; }
+
+prompt="Once upon a time"
+status=0
+IFS=, read -r -a list <<< "$models"
+for m in "${list[@]}"; do
+    f="$BENCH_MODELS_DIR/$m.gguf"
+    [ -f "$f" ] || { log "no model $f"; exit 1; }
+    for build in amx noamx; do
+        order=reference
+        [ "$build" = amx ] && order=amx
+        theirs="$("$bin/llama-$build/llama-completion" -m "$f" -p "$prompt" -n "$n_gen" --temp 0 -t "$threads" \
+            -no-cnv --no-display-prompt --no-warmup 2>/dev/null || true)"
+        ours="$(RUSTORCH_GGML_ORDER=$order "$bin/rustorch-cli" -m "$f" -p "$prompt" -n "$n_gen" --temp 0 \
+            -t "$threads" 2>/dev/null || true)"
+        # Both end with a newline or not; compare the generated text itself.
+        if [ "$(printf '%s' "$theirs" | tr -d '\n')" = "$(printf '%s' "$ours" | tr -d '\n')" ] && [ -n "$ours" ]; then
+            echo "$m: RUSTORCH_GGML_ORDER=$order vs llama.cpp $build build: same ($n_gen tokens)"
+        else
+            echo "$m: RUSTORCH_GGML_ORDER=$order vs llama.cpp $build build: DIFFERENT"
+            echo "  llama.cpp: $(printf '%q' "$theirs")"
+            echo "  rustorch:  $(printf '%q' "$ours")"
+            status=1
+        fi
+    done
+done
+exit "$status"

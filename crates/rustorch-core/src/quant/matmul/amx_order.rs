@@ -1,0 +1,802 @@
+//! llama.cpp's AMX build's order for Q4_0, Q4_1 and Q8_0 weights
+//! (`ggml-cpu/amx/mmq.cpp`), chosen with `RUSTORCH_GGML_ORDER=amx`.
+//!
+//! llama.cpp built for a CPU with AMX (a native build on Sapphire Rapids or
+//! later) keeps these weights in its AMX buffer and multiplies them there,
+//! in another order than its plain CPU path, whose bits the rest of
+//! `quant::matmul` reproduces: for each output `(m, n)` it sums every
+//! 32-value block in integers (tile products for batches, `vpdpbusd` for
+//! one row), then
+//!
+//! ```text
+//! acc = fma(f32(isum_b), d_w[n][b] * d_a[m][b], acc)      every type
+//! acc = fma(m_w[n][b], s_a[m][b], acc)                    Q4_1 only
+//! ```
+//!
+//! from `acc = 0` over the blocks in order, where the plain path keeps
+//! eight f32 lanes per output and adds them at the end. Integer sums are
+//! exact, so any instructions may form them; the f32 steps are the ones
+//! above, the same for one activation row and for many (the AMX build's
+//! matvec and tile kernels agree). Activations are quantized as on the
+//! plain path (Q8_0, Q8_1 for Q4_1).
+//!
+//! The order is cheaper than the plain one (one conversion and one or two
+//! FMAs per block for sixteen outputs at once), which is most of why that
+//! build processes prompts about twice as fast on legacy types. It is
+//! opt-in: output then matches that build, not the plain one. It applies
+//! to the weights llama.cpp's loader puts in the AMX buffer: matrices only
+//! multiplied (`QMatRef::with_repack(false)` marks the others, such as a
+//! tied token embedding) whose row count is a multiple of 32
+//! (`supports_op` in `ggml-cpu/amx/amx.cpp`). K-quants keep the plain
+//! order here.
+//!
+//! Weights go in groups of sixteen rows. A group's panel holds, per block,
+//! the rows' 32 values as signed bytes laid out for a tile product's second
+//! operand (`codes[k][4 n + e]` = value `4 k + e` of row `n`), their f32
+//! scales (and mins) and `128 * sum` of each row's values (the correction
+//! for `vpdpbusd`, which multiplies unsigned by signed bytes: the
+//! activations go in as `a + 128`). With AMX, sixteen activation rows of a
+//! block are one tile (loaded in place from the Q8_0/Q8_1 rows) and one
+//! `tdpbssd` gives the 16 x 16 block sums; elsewhere `vpdpbusd` forms them
+//! a row at a time.
+
+// Row, lane and block indices address several arrays.
+#![allow(clippy::needless_range_loop)]
+
+use super::{Isa, OutPtr, QMatRef, QuantizedRows};
+use crate::quant::QType;
+use half::f16;
+use rayon::prelude::*;
+use std::sync::OnceLock;
+
+/// Which llama.cpp build's arithmetic the products reproduce.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GgmlOrder {
+    /// The plain CPU backend (any build without AMX): the default.
+    Reference,
+    /// The AMX build, for the weights it multiplies in its AMX buffer.
+    Amx,
+}
+
+impl GgmlOrder {
+    /// `RUSTORCH_GGML_ORDER`: `amx` or `reference` (the default; an
+    /// unknown value is an error to the caller).
+    pub fn parse(s: &str) -> Option<GgmlOrder> {
+        match s.to_ascii_lowercase().as_str() {
+            "amx" => Some(GgmlOrder::Amx),
+            "reference" | "ref" | "plain" => Some(GgmlOrder::Reference),
+            _ => None,
+        }
+    }
+}
+
+/// The order of this process's products: `RUSTORCH_GGML_ORDER`, read once
+/// (an unknown value reads as the default; `rustorch-cli` rejects it first).
+pub fn ggml_order() -> GgmlOrder {
+    static ORDER: OnceLock<GgmlOrder> = OnceLock::new();
+    *ORDER.get_or_init(|| {
+        std::env::var("RUSTORCH_GGML_ORDER")
+            .ok()
+            .and_then(|v| GgmlOrder::parse(&v))
+            .unwrap_or(GgmlOrder::Reference)
+    })
+}
+
+/// Rows per group (one tile's sixteen output columns).
+const GROUP: usize = 16;
+/// Groups per parallel task: activation rows loaded once serve four.
+const GROUPS_PER_TASK: usize = 4;
+/// Values per block.
+const QK: usize = 32;
+
+/// Whether the AMX build multiplies `w` in its AMX buffer (the order of
+/// this module): a legacy type it has kernels for, a matrix only
+/// multiplied, rows a multiple of 32.
+pub(super) fn covers(w: &QMatRef<'_>) -> bool {
+    matches!(w.qtype(), QType::Q4_0 | QType::Q4_1 | QType::Q8_0)
+        && w.extra_buffer
+        && !w.is_interleaved()
+        && w.rows().is_multiple_of(2 * GROUP)
+        && w.cols().is_multiple_of(QK)
+}
+
+/// Whether products of `w` take this module's order in this process.
+pub(super) fn applies(w: &QMatRef<'_>) -> bool {
+    ggml_order() == GgmlOrder::Amx && covers(w)
+}
+
+/// Sixteen weight rows in the form the kernels read (see the module doc).
+#[derive(Default)]
+struct Panel {
+    /// Per block: `codes[64 k + 4 n + e]` = value `4 k + e` of row `n`
+    /// (signed, as bytes).
+    codes: Vec<[u8; 512]>,
+    /// Per block: `128 * sum of row n's values`.
+    comp: Vec<[i32; GROUP]>,
+    /// Per block: row n's scale.
+    d: Vec<[f32; GROUP]>,
+    /// Per block: row n's min (Q4_1; zeros otherwise).
+    m: Vec<[f32; GROUP]>,
+}
+
+impl Panel {
+    /// Fills the panel from rows `n0..n0 + 16` of `w` (one of the covered
+    /// types, checked by the caller).
+    fn fill(&mut self, w: &QMatRef<'_>, n0: usize) {
+        let qtype = w.qtype();
+        let ts = qtype.type_size();
+        let kb = w.cols() / QK;
+        self.codes.resize(kb, [0; 512]);
+        self.comp.resize(kb, [0; GROUP]);
+        self.d.resize(kb, [0.0; GROUP]);
+        self.m.resize(kb, [0.0; GROUP]);
+        let half = |b: &[u8], at: usize| f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32();
+        for n in 0..GROUP {
+            let row = &w.bytes()[(n0 + n) * w.row_bytes..(n0 + n + 1) * w.row_bytes];
+            for (b, block) in row.chunks_exact(ts).enumerate() {
+                let mut v = [0i8; QK];
+                match qtype {
+                    QType::Q4_0 | QType::Q4_1 => {
+                        let (qs, offset) = if qtype == QType::Q4_0 {
+                            (&block[2..18], 8)
+                        } else {
+                            (&block[4..20], 0)
+                        };
+                        for j in 0..16 {
+                            v[j] = (qs[j] & 0x0F) as i8 - offset;
+                            v[j + 16] = (qs[j] >> 4) as i8 - offset;
+                        }
+                    }
+                    _ => {
+                        for j in 0..QK {
+                            v[j] = block[2 + j] as i8;
+                        }
+                    }
+                }
+                let codes = &mut self.codes[b];
+                for k in 0..8 {
+                    for e in 0..4 {
+                        codes[64 * k + 4 * n + e] = v[4 * k + e] as u8;
+                    }
+                }
+                self.comp[b][n] = 128 * v.iter().map(|&x| x as i32).sum::<i32>();
+                self.d[b][n] = half(block, 0);
+                self.m[b][n] = if qtype == QType::Q4_1 { half(block, 2) } else { 0.0 };
+            }
+        }
+    }
+}
+
+/// The activation rows as the kernels read them (some fields only by the
+/// x86 kernels).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+struct Acts<'a> {
+    q: &'a QuantizedRows,
+    /// Values of the Q8_0 / Q8_1 blocks, row after row.
+    kb: usize,
+    /// Each value plus 128, as an unsigned byte (`vpdpbusd`'s first operand).
+    biased: Vec<u8>,
+    /// Per row and block: scale `d`.
+    d: Vec<f32>,
+    /// Per row and block: `s` (Q8_1: `d * sum`; zeros for Q8_0).
+    s: Vec<f32>,
+    /// Per row and block: the sum of the block's values.
+    sum: Vec<i32>,
+    /// Byte offset of a block's values (2 for Q8_0, 4 for Q8_1).
+    qs_at: usize,
+}
+
+impl<'a> Acts<'a> {
+    fn new(q: &'a QuantizedRows, kb: usize) -> Acts<'a> {
+        let q8_1 = q.dot_type() == QType::Q8_1;
+        let (ts, qs_at) = if q8_1 { (36, 4) } else { (34, 2) };
+        let rows = q.rows();
+        let mut biased = vec![0u8; rows * kb * QK];
+        let mut d = vec![0f32; rows * kb];
+        let mut s = vec![0f32; rows * kb];
+        let mut sum = vec![0i32; rows * kb];
+        let half = |b: &[u8], at: usize| f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32();
+        for i in 0..rows {
+            for (b, block) in q.row(i).chunks_exact(ts).enumerate() {
+                d[i * kb + b] = half(block, 0);
+                if q8_1 {
+                    s[i * kb + b] = half(block, 2);
+                }
+                let out = &mut biased[(i * kb + b) * QK..(i * kb + b + 1) * QK];
+                for (o, &x) in out.iter_mut().zip(&block[qs_at..qs_at + QK]) {
+                    *o = x ^ 0x80;
+                }
+                sum[i * kb + b] = block[qs_at..qs_at + QK].iter().map(|&x| x as i8 as i32).sum();
+            }
+        }
+        Acts {
+            q,
+            kb,
+            biased,
+            d,
+            s,
+            sum,
+            qs_at,
+        }
+    }
+}
+
+/// `out = act @ w^T` in the AMX build's order (`applies(w)` holds; shapes
+/// checked by the caller; `act` is `w`'s dot type).
+pub(super) fn product(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut [f32]) {
+    let (m, n) = (act.rows(), w.rows());
+    let kb = w.cols() / QK;
+    let acts = Acts::new(act, kb);
+    let q4_1 = w.qtype() == QType::Q4_1;
+    let kernel = Kernel::at_most(isa);
+    let out_ptr = OutPtr(out.as_mut_ptr());
+    let groups = n / GROUP;
+    #[cfg(target_arch = "x86_64")]
+    if m < GROUP && !matches!(kernel, Kernel::Scalar) {
+        // A few rows (token generation): each group of weight rows read
+        // once, straight from its blocks (a panel would cost more to build
+        // than the products).
+        (0..groups).into_par_iter().for_each(|g| {
+            for i in 0..m {
+                let mut sums = [0f32; GROUP];
+                // SAFETY: AVX-512 VNNI is available (`at_most`); row i and
+                // weight rows g * 16.. exist.
+                unsafe { simd::direct16(w, &acts, i, g * GROUP, &mut sums) };
+                for (j, v) in sums.into_iter().enumerate() {
+                    // SAFETY: this task alone writes group g's outputs.
+                    unsafe { out_ptr.write(i * n + g * GROUP + j, v) };
+                }
+            }
+        });
+        return;
+    }
+    (0..groups.div_ceil(GROUPS_PER_TASK))
+        .into_par_iter()
+        .for_each_init(Vec::<Panel>::new, |panels, t| {
+            let g0 = t * GROUPS_PER_TASK;
+            let g1 = (g0 + GROUPS_PER_TASK).min(groups);
+            panels.resize_with(g1 - g0, Panel::default);
+            for (p, g) in panels.iter_mut().zip(g0..g1) {
+                kernel.fill(p, w, g * GROUP);
+            }
+            kernel.begin();
+            let mut i = 0;
+            let mut tile = [[0f32; GROUP]; GROUP];
+            while i < m {
+                let rows = kernel.rows_at(m - i);
+                for (p, g) in panels.iter().zip(g0..g1) {
+                    kernel.run(p, &acts, i, rows, q4_1, &mut tile);
+                    for (r, sums) in tile[..rows].iter().enumerate() {
+                        // SAFETY: this task alone writes the outputs of
+                        // groups g0..g1 (16 columns each), for every row.
+                        unsafe { out_ptr.write16((i + r) * n + g * GROUP, sums) };
+                    }
+                }
+                i += rows;
+            }
+            kernel.end();
+        });
+}
+
+/// How the block sums are formed.
+#[derive(Clone, Copy)]
+enum Kernel {
+    Scalar,
+    #[cfg(target_arch = "x86_64")]
+    Vnni,
+    #[cfg(target_arch = "x86_64")]
+    Amx,
+}
+
+impl Kernel {
+    /// The widest kernel this CPU runs at or below `isa`.
+    fn at_most(isa: Isa) -> Kernel {
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = isa;
+        #[cfg(target_arch = "x86_64")]
+        {
+            if isa >= Isa::Amx && Isa::Amx.is_available() {
+                return Kernel::Amx;
+            }
+            if isa >= Isa::Avx512Vnni && Isa::Avx512Vnni.is_available() {
+                return Kernel::Vnni;
+            }
+        }
+        Kernel::Scalar
+    }
+
+    /// Readies this thread for `run` (the tile configuration, for AMX).
+    fn begin(self) {
+        #[cfg(target_arch = "x86_64")]
+        if let Kernel::Amx = self {
+            // SAFETY: AMX is usable (`at_most`).
+            unsafe { simd::CONFIG.load() };
+        }
+    }
+
+    /// Gives back what `begin` took.
+    fn end(self) {
+        #[cfg(target_arch = "x86_64")]
+        if let Kernel::Amx = self {
+            // SAFETY: AMX is usable (`at_most`).
+            unsafe { super::amx::release() };
+        }
+    }
+
+    /// `p.fill(w, n0)`, vectorized where the kernel is.
+    fn fill(self, p: &mut Panel, w: &QMatRef<'_>, n0: usize) {
+        match self {
+            Kernel::Scalar => p.fill(w, n0),
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: AVX-512 VNNI is available (`at_most`); rows n0..n0 + 16
+            // of a covered type exist (the caller's groups).
+            Kernel::Vnni | Kernel::Amx => unsafe { simd::fill16(p, w, n0) },
+        }
+    }
+
+    /// Activation rows the next call takes when `left` remain.
+    fn rows_at(self, left: usize) -> usize {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Amx if left >= GROUP => GROUP,
+            _ => left.min(4),
+        }
+    }
+
+    /// Rows `i..i + rows` against one panel into `tile[..rows]`.
+    fn run(self, p: &Panel, a: &Acts<'_>, i: usize, rows: usize, q4_1: bool, tile: &mut [[f32; GROUP]; GROUP]) {
+        match self {
+            Kernel::Scalar => scalar(p, a, i, rows, q4_1, tile),
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Vnni | Kernel::Amx if rows < GROUP => {
+                // SAFETY: AVX-512 VNNI is available (`at_most`); rows <= 4.
+                unsafe {
+                    match rows {
+                        1 => simd::vnni::<1>(p, a, i, q4_1, tile),
+                        2 => simd::vnni::<2>(p, a, i, q4_1, tile),
+                        3 => simd::vnni::<3>(p, a, i, q4_1, tile),
+                        _ => simd::vnni::<4>(p, a, i, q4_1, tile),
+                    }
+                }
+            }
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Vnni | Kernel::Amx => {
+                // SAFETY: AMX is usable and this thread's tile configuration
+                // is `simd::CONFIG` (`at_most`, `begin`: only `Amx` asks for
+                // 16 rows); rows i..i + 16 exist.
+                unsafe { simd::amx16(p, a, i, q4_1, tile) }
+            }
+        }
+    }
+}
+
+/// The order in plain Rust: the reference the SIMD kernels are tested
+/// against, and the path of CPUs without AVX-512 VNNI.
+fn scalar(p: &Panel, a: &Acts<'_>, i: usize, rows: usize, q4_1: bool, tile: &mut [[f32; GROUP]; GROUP]) {
+    for r in 0..rows {
+        let row = i + r;
+        for n in 0..GROUP {
+            let mut acc = 0f32;
+            for b in 0..a.kb {
+                let vals = &a.biased[(row * a.kb + b) * QK..(row * a.kb + b + 1) * QK];
+                let mut isum = 0i32;
+                for (j, &x) in vals.iter().enumerate() {
+                    let w = p.codes[b][64 * (j / 4) + 4 * n + j % 4] as i8 as i32;
+                    isum += (x ^ 0x80) as i8 as i32 * w;
+                }
+                acc = (isum as f32).mul_add(p.d[b][n] * a.d[row * a.kb + b], acc);
+                if q4_1 {
+                    acc = p.m[b][n].mul_add(a.s[row * a.kb + b], acc);
+                }
+            }
+            tile[r][n] = acc;
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod simd {
+    use super::super::amx::{tdpbssd, tile_load, tile_store, tile_zero, TileConfig};
+    use super::{Acts, Panel, QMatRef, GROUP, QK};
+    use crate::quant::QType;
+    use std::arch::x86_64::*;
+
+    /// `R` activation rows from `i` against a panel, `vpdpbusd` per block.
+    ///
+    /// # Safety
+    /// AVX-512 F/BW and VNNI are available; rows `i..i + R` exist.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma")]
+    pub(super) unsafe fn vnni<const R: usize>(
+        p: &Panel,
+        a: &Acts<'_>,
+        i: usize,
+        q4_1: bool,
+        tile: &mut [[f32; GROUP]; GROUP],
+    ) {
+        let mut acc = [_mm512_setzero_ps(); R];
+        for b in 0..a.kb {
+            // SAFETY (pointer reads): block b < kb of the panel's arrays,
+            // and of rows i..i + R of the biased activations.
+            unsafe {
+                let cw: [__m512i; 8] =
+                    std::array::from_fn(|k| _mm512_loadu_si512(p.codes[b].as_ptr().add(64 * k).cast()));
+                let comp = _mm512_loadu_si512(p.comp[b].as_ptr().cast());
+                let dw = _mm512_loadu_ps(p.d[b].as_ptr());
+                let mw = _mm512_loadu_ps(p.m[b].as_ptr());
+                for r in 0..R {
+                    let at = (i + r) * a.kb + b;
+                    let x = a.biased.as_ptr().add(at * QK).cast::<i32>();
+                    let mut s = _mm512_setzero_si512();
+                    for k in 0..8 {
+                        s = _mm512_dpbusd_epi32(s, _mm512_set1_epi32(x.add(k).read_unaligned()), cw[k]);
+                    }
+                    s = _mm512_sub_epi32(s, comp);
+                    let scale = _mm512_mul_ps(dw, _mm512_set1_ps(a.d[at]));
+                    acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc[r]);
+                    if q4_1 {
+                        acc[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(a.s[at]), acc[r]);
+                    }
+                }
+            }
+        }
+        for r in 0..R {
+            // SAFETY: a row of the tile holds 16 f32.
+            unsafe { _mm512_storeu_ps(tile[r].as_mut_ptr(), acc[r]) };
+        }
+    }
+
+    /// Activation row `i` against weight rows `n0..n0 + 16` read straight
+    /// from their blocks: the weights as `vpdpbusd`'s unsigned operand (Q4
+    /// codes as they are, Q8_0 values plus 128) against the signed
+    /// activations, each zmm two rows' block (eight lanes each), reduced to
+    /// one sum per row; then the offsets (`8 * sum(a)` for Q4_0, `128 *
+    /// sum(a)` for Q8_0) come off and the f32 steps follow.
+    ///
+    /// # Safety
+    /// AVX-512 F/BW/VL, VNNI, FMA and F16C are available; row `i` of the
+    /// activations and rows `n0..n0 + 16` of `w` (a covered type) exist.
+    /// How far ahead of the current block `direct16` prefetches each row.
+    const PREFETCH_AHEAD: usize = 256;
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,fma,f16c")]
+    pub(super) unsafe fn direct16(w: &QMatRef<'_>, a: &Acts<'_>, i: usize, n0: usize, out: &mut [f32; GROUP]) {
+        let qtype = w.qtype();
+        let ts = qtype.type_size();
+        let rb = w.row_bytes;
+        let (q8, q4_1) = (qtype == QType::Q8_0, qtype == QType::Q4_1);
+        let qoff = if q4_1 { 4 } else { 2 };
+        let offset = match qtype {
+            QType::Q8_0 => 128,
+            QType::Q4_0 => 8,
+            _ => 0,
+        };
+        let act_row = a.q.row(i).as_ptr();
+        let ats = a.q.row(i).len() / a.kb;
+        let rows = w.bytes().as_ptr().add(n0 * rb);
+        let gather_idx = _mm512_mullo_epi32(
+            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+            _mm512_set1_epi32(rb as i32),
+        );
+        let nib_shift = _mm512_setr_epi64(
+            0,
+            0,
+            0x0004_0004_0004_0004,
+            0x0004_0004_0004_0004,
+            0,
+            0,
+            0x0004_0004_0004_0004,
+            0x0004_0004_0004_0004,
+        );
+        let dup = _mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3);
+        let m4 = _mm512_set1_epi8(0x0F);
+        let flip = _mm512_set1_epi8(-128);
+        let order = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 16, 24, 17, 25, 18, 26, 19, 27);
+        let pair = |x: __m512i, y: __m512i| _mm512_add_epi32(_mm512_unpacklo_epi32(x, y), _mm512_unpackhi_epi32(x, y));
+        let quad = |x: __m512i, y: __m512i| _mm512_add_epi32(_mm512_unpacklo_epi64(x, y), _mm512_unpackhi_epi64(x, y));
+        let halves = |z: __m512i| _mm512_add_epi32(z, _mm512_shuffle_i64x2::<0b10_11_00_01>(z, z));
+        let mut acc = _mm512_setzero_ps();
+        for b in 0..a.kb {
+            // SAFETY (pointer reads): block b < kb of activation row i and of
+            // the sixteen weight rows (the caller's contract).
+            unsafe {
+                let ab = act_row.add(b * ats);
+                let av = _mm512_broadcast_i64x4(_mm256_loadu_si256(ab.add(a.qs_at).cast()));
+                let blk = rows.add(b * ts);
+                if b % 3 == 0 {
+                    // Sixteen rows' streams at once: ask for each row's
+                    // line a few blocks ahead (a block is at most 34 bytes).
+                    for r in 0..GROUP {
+                        _mm_prefetch::<_MM_HINT_T0>(blk.wrapping_add(r * rb + PREFETCH_AHEAD).cast());
+                    }
+                }
+                let v: [__m512i; 8] = std::array::from_fn(|p| {
+                    let (r0, r1) = (blk.add(2 * p * rb + qoff), blk.add((2 * p + 1) * rb + qoff));
+                    let x = if q8 {
+                        let x = _mm512_inserti64x4::<1>(
+                            _mm512_castsi256_si512(_mm256_loadu_si256(r0.cast())),
+                            _mm256_loadu_si256(r1.cast()),
+                        );
+                        _mm512_xor_si512(x, flip)
+                    } else {
+                        let y = _mm256_inserti128_si256::<1>(
+                            _mm256_castsi128_si256(_mm_loadu_si128(r0.cast())),
+                            _mm_loadu_si128(r1.cast()),
+                        );
+                        let x = _mm512_permutexvar_epi64(dup, _mm512_castsi256_si512(y));
+                        _mm512_and_si512(_mm512_srlv_epi16(x, nib_shift), m4)
+                    };
+                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), x, av)
+                });
+                let (x01, x23, x45, x67) = (pair(v[0], v[1]), pair(v[2], v[3]), pair(v[4], v[5]), pair(v[6], v[7]));
+                let (t0, t1) = (halves(quad(x01, x23)), halves(quad(x45, x67)));
+                let mut isum = _mm512_permutex2var_epi32(t0, order, t1);
+                let at = i * a.kb + b;
+                if offset != 0 {
+                    isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(offset * a.sum[at]));
+                }
+                // Dword at each row's block start: d (low half), Q4_1's m (high).
+                let dm = _mm512_i32gather_epi32::<1>(gather_idx, blk.cast());
+                let dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
+                acc = _mm512_fmadd_ps(
+                    _mm512_cvtepi32_ps(isum),
+                    _mm512_mul_ps(dw, _mm512_set1_ps(a.d[at])),
+                    acc,
+                );
+                if q4_1 {
+                    let mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(dm)));
+                    acc = _mm512_fmadd_ps(mw, _mm512_set1_ps(a.s[at]), acc);
+                }
+            }
+        }
+        // SAFETY: `out` holds 16 f32.
+        unsafe { _mm512_storeu_ps(out.as_mut_ptr(), acc) };
+    }
+
+    /// `Panel::fill` with gathers: dword `k` of sixteen rows' block is one
+    /// `vpgatherdd` (Q8_0), or two for Q4 codes (one gather of packed
+    /// nibbles gives dwords `k` and `k + 4`).
+    ///
+    /// # Safety
+    /// AVX-512 F/BW and VNNI are available; rows `n0..n0 + 16` of `w` (a
+    /// covered type) exist.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
+    pub(super) unsafe fn fill16(p: &mut Panel, w: &QMatRef<'_>, n0: usize) {
+        let qtype = w.qtype();
+        let ts = qtype.type_size();
+        let rb = w.row_bytes;
+        let kb = w.cols() / QK;
+        p.codes.resize(kb, [0; 512]);
+        p.comp.resize(kb, [0; GROUP]);
+        p.d.resize(kb, [0.0; GROUP]);
+        p.m.resize(kb, [0.0; GROUP]);
+        let idx = _mm512_mullo_epi32(
+            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+            _mm512_set1_epi32(rb as i32),
+        );
+        let m4 = _mm512_set1_epi8(0x0F);
+        let eight = _mm512_set1_epi8(8);
+        let ones = _mm512_set1_epi8(1);
+        let rows = w.bytes().as_ptr().add(n0 * rb);
+        for b in 0..kb {
+            // SAFETY: every gather reads 4 bytes within block b of one of
+            // the sixteen rows (the caller's contract); the stores go to the
+            // panel's arrays for block b (resized above).
+            unsafe {
+                let blk = rows.add(b * ts);
+                let mut codes = [_mm512_setzero_si512(); 8];
+                match qtype {
+                    QType::Q8_0 => {
+                        for k in 0..8 {
+                            codes[k] = _mm512_i32gather_epi32::<1>(idx, blk.add(2 + 4 * k).cast());
+                        }
+                    }
+                    _ => {
+                        let qoff = if qtype == QType::Q4_1 { 4 } else { 2 };
+                        for k in 0..4 {
+                            let g = _mm512_i32gather_epi32::<1>(idx, blk.add(qoff + 4 * k).cast());
+                            codes[k] = _mm512_and_si512(g, m4);
+                            codes[k + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(g), m4);
+                        }
+                        if qtype == QType::Q4_0 {
+                            for c in codes.iter_mut() {
+                                *c = _mm512_sub_epi8(*c, eight);
+                            }
+                        }
+                    }
+                }
+                let mut sum = _mm512_setzero_si512();
+                for k in 0..8 {
+                    _mm512_storeu_si512(p.codes[b].as_mut_ptr().add(64 * k).cast(), codes[k]);
+                    sum = _mm512_dpbusd_epi32(sum, ones, codes[k]);
+                }
+                _mm512_storeu_si512(p.comp[b].as_mut_ptr().cast(), _mm512_slli_epi32::<7>(sum));
+                let dm = _mm512_i32gather_epi32::<1>(idx, blk.cast());
+                _mm512_storeu_ps(p.d[b].as_mut_ptr(), _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm)));
+                let mins = if qtype == QType::Q4_1 {
+                    _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(dm)))
+                } else {
+                    _mm512_setzero_ps()
+                };
+                _mm512_storeu_ps(p.m[b].as_mut_ptr(), mins);
+            }
+        }
+    }
+
+    /// Tile shapes: tmm0 the panel's block (8 rows of 64 bytes), tmm2
+    /// sixteen activation rows of one block (32 bytes each), tmm4 and tmm5
+    /// the 16 x 16 sums (alternate blocks, so that one block's tile product
+    /// runs while the previous one's sums are scaled).
+    pub(super) const CONFIG: TileConfig =
+        TileConfig::with_shapes([(8, 64), (0, 0), (16, 32), (0, 0), (16, 64), (16, 64), (0, 0), (0, 0)]);
+
+    /// Sixteen activation rows from `i` against a panel, one tile product
+    /// per block.
+    ///
+    /// # Safety
+    /// AMX is usable (`amx::usable`), `CONFIG` is this thread's tile
+    /// configuration, and AVX-512 VNNI is available; rows `i..i + 16`
+    /// exist.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma")]
+    pub(super) unsafe fn amx16(p: &Panel, a: &Acts<'_>, i: usize, q4_1: bool, tile: &mut [[f32; GROUP]; GROUP]) {
+        #[repr(C, align(64))]
+        struct Sums([[i32; GROUP]; GROUP]);
+        let mut sums = [Sums([[0; GROUP]; GROUP]), Sums([[0; GROUP]; GROUP])];
+        let row_bytes = a.q.row(0).len();
+        let ts = row_bytes / a.kb;
+        let base = a.q.bytes().as_ptr();
+        let mut acc = [_mm512_setzero_ps(); GROUP];
+        // SAFETY: AMX is usable (the caller's contract); every tile load
+        // reads 16 rows of 32 bytes at `row_bytes` apart within rows
+        // i..i + 16 of the activations, or the panel's 512 bytes of block b;
+        // every store writes one `Sums`.
+        unsafe {
+            for b in 0..a.kb {
+                let x = base.add(i * row_bytes + b * ts + a.qs_at);
+                tile_load!(2, x, row_bytes);
+                tile_load!(0, p.codes[b].as_ptr(), 64usize);
+                let s = &mut sums[b % 2];
+                if b % 2 == 0 {
+                    tile_zero!(4);
+                    tdpbssd!(4, 2, 0);
+                    tile_store!(4, s.0.as_mut_ptr(), 64usize);
+                } else {
+                    tile_zero!(5);
+                    tdpbssd!(5, 2, 0);
+                    tile_store!(5, s.0.as_mut_ptr(), 64usize);
+                }
+                let dw = _mm512_loadu_ps(p.d[b].as_ptr());
+                let mw = _mm512_loadu_ps(p.m[b].as_ptr());
+                for r in 0..GROUP {
+                    let at = (i + r) * a.kb + b;
+                    let v = _mm512_cvtepi32_ps(_mm512_load_si512(s.0[r].as_ptr().cast()));
+                    acc[r] = _mm512_fmadd_ps(v, _mm512_mul_ps(dw, _mm512_set1_ps(a.d[at])), acc[r]);
+                    if q4_1 {
+                        acc[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(a.s[at]), acc[r]);
+                    }
+                }
+            }
+            for r in 0..GROUP {
+                _mm512_storeu_ps(tile[r].as_mut_ptr(), acc[r]);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::matmul::vec_dot_type;
+    use crate::quant::QTensor;
+
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+            })
+            .collect()
+    }
+
+    /// The AMX build's order written out once more, from the GGUF blocks
+    /// (independently of the panels): per block an exact integer sum, then
+    /// `fma(f32(isum), d_w * d_a, acc)` (and `fma(m_w, s_a, acc)` for Q4_1).
+    fn spelled_out(qtype: QType, w: &[u8], rows: usize, cols: usize, act: &QuantizedRows) -> Vec<f32> {
+        let ts = qtype.type_size();
+        let kb = cols / QK;
+        let row_bytes = kb * ts;
+        let half = |b: &[u8], at: usize| f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32();
+        let (ats, aqs) = if act.dot_type() == QType::Q8_1 {
+            (36, 4)
+        } else {
+            (34, 2)
+        };
+        let mut out = vec![0f32; act.rows() * rows];
+        for m in 0..act.rows() {
+            for n in 0..rows {
+                let mut acc = 0f32;
+                for b in 0..kb {
+                    let wb = &w[n * row_bytes + b * ts..][..ts];
+                    let ab = &act.row(m)[b * ats..][..ats];
+                    let wv: Vec<i32> = match qtype {
+                        QType::Q8_0 => (0..QK).map(|j| wb[2 + j] as i8 as i32).collect(),
+                        _ => {
+                            let (qs, off) = if qtype == QType::Q4_0 {
+                                (&wb[2..], 8)
+                            } else {
+                                (&wb[4..], 0)
+                            };
+                            (0..QK)
+                                .map(|j| if j < 16 { qs[j] & 15 } else { qs[j - 16] >> 4 } as i32 - off)
+                                .collect()
+                        }
+                    };
+                    let isum: i32 = (0..QK).map(|j| wv[j] * ab[aqs + j] as i8 as i32).sum();
+                    acc = (isum as f32).mul_add(half(wb, 0) * half(ab, 0), acc);
+                    if qtype == QType::Q4_1 {
+                        acc = half(wb, 2).mul_add(half(ab, 2), acc);
+                    }
+                }
+                out[m * rows + n] = acc;
+            }
+        }
+        out
+    }
+
+    /// Every kernel this CPU runs (and the portable one) gives the bits of
+    /// the order spelled out, for one activation row (token generation),
+    /// a few (the narrow kernels' tails) and many (the tile kernel).
+    #[test]
+    fn products_equal_the_order_spelled_out() {
+        for qtype in [QType::Q4_0, QType::Q4_1, QType::Q8_0] {
+            let (rows, cols) = (96, 256);
+            let wq = QTensor::quantize(qtype, [rows, cols], &values(rows * cols, 3)).unwrap();
+            let w = QMatRef::new(qtype, rows, cols, wq.bytes()).unwrap();
+            assert!(covers(&w), "{qtype}");
+            for m in [1usize, 3, 16, 37] {
+                let x = values(m * cols, 5 + m as u64);
+                let act = QuantizedRows::quantize(vec_dot_type(qtype).unwrap(), &x, cols).unwrap();
+                let want = spelled_out(qtype, wq.bytes(), rows, cols, &act);
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+                    let mut got = vec![0f32; m * rows];
+                    product(isa, &w, &act, &mut got);
+                    assert_eq!(bits(&got), bits(&want), "{qtype}, {m} rows, {isa:?}");
+                }
+                // The portable kernel, whatever this CPU has.
+                let acts = Acts::new(&act, cols / QK);
+                let mut p = Panel::default();
+                p.fill(&w, 16);
+                let mut tile = [[0f32; GROUP]; GROUP];
+                let r = m.min(GROUP);
+                scalar(&p, &acts, 0, r, qtype == QType::Q4_1, &mut tile);
+                for i in 0..r {
+                    for j in 0..GROUP {
+                        assert_eq!(
+                            tile[i][j].to_bits(),
+                            want[i * rows + 16 + j].to_bits(),
+                            "{qtype} scalar"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// A tied embedding (marked `with_repack(false)`), a row count that is
+    /// not a multiple of 32 and K-quants keep the plain order.
+    #[test]
+    fn only_the_amx_buffers_weights_are_covered() {
+        let q = QTensor::quantize(QType::Q8_0, [48, 64], &values(48 * 64, 1)).unwrap();
+        let w = QMatRef::new(QType::Q8_0, 48, 64, q.bytes()).unwrap();
+        assert!(!covers(&w), "48 rows");
+        let q = QTensor::quantize(QType::Q8_0, [64, 64], &values(64 * 64, 1)).unwrap();
+        let w = QMatRef::new(QType::Q8_0, 64, 64, q.bytes()).unwrap();
+        assert!(covers(&w));
+        assert!(!covers(&w.with_repack(false)), "a tied embedding");
+        let q = QTensor::quantize(QType::Q4K, [64, 256], &values(64 * 256, 1)).unwrap();
+        assert!(!covers(&QMatRef::new(QType::Q4K, 64, 256, q.bytes()).unwrap()));
+    }
+}
