@@ -4,7 +4,9 @@
 # against the GCC build without AMX. Run from the repo root with .device-bin/ carried
 # (DEVICE_BUNDLE_XZ=1 tools/device_bundle.sh). Random-weight models (mkmodel.py) have nearly
 # flat logits, so a product that differs in one bit soon changes the greedy tokens: equal text
-# over N tokens is a sharp test of equal arithmetic.
+# over N tokens is a sharp test of equal arithmetic. llama-completion runs with -fa off: its
+# default (flash attention where the backend has it) sums attention in another order than the
+# plain attention that rustorch reproduces.
 #
 # usage: bench/device_amx_order.sh [-m MODELS] [-n 48] [-t 2]
 #   MODELS: comma-separated, of tinyllama-q8_0 (default), smollm2-shape-q4_1 (compare_llamacpp.sh names)
@@ -65,8 +67,11 @@ for m in "${list[@]}"; do
     for build in amx noamx; do
         order=reference
         [ "$build" = amx ] && order=amx
+        # llama.cpp prints a stray byte token as it is, rustorch as U+FFFD: compare both as
+        # UTF-8 with replacement characters.
         theirs="$("$bin/llama-$build/llama-completion" -m "$f" -p "$prompt" -n "$n_gen" --temp 0 -t "$threads" \
-            -no-cnv --no-display-prompt --no-warmup 2>/dev/null || true)"
+            -no-cnv --no-display-prompt --no-warmup -fa off 2>/dev/null \
+            | python3 -c 'import sys; sys.stdout.write(sys.stdin.buffer.read().decode("utf-8", "replace"))' || true)"
         ours="$(RUSTORCH_GGML_ORDER=$order "$bin/rustorch-cli" -m "$f" -p "$prompt" -n "$n_gen" --temp 0 \
             -t "$threads" 2>/dev/null || true)"
         # Both end with a newline or not; compare the generated text itself.

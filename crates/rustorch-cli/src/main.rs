@@ -48,6 +48,7 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<(), CliError> {
+    check_ggml_order()?;
     rustorch_llm::model::keep_freed_buffers();
     match cli.command {
         Some(Command::Info(args)) => info::run(&args),
@@ -58,5 +59,17 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Some(Command::Bench(args)) => bench::run(&args),
         Some(Command::Chat(args)) => chat::run(&args),
         None => generate::run(&cli.generate),
+    }
+}
+
+/// `RUSTORCH_GGML_ORDER`, when set, must name an order (the library reads an
+/// unknown value as the default; here it is an error, not a silent default).
+fn check_ggml_order() -> Result<(), CliError> {
+    use rustorch_core::quant::matmul::GgmlOrder;
+    match std::env::var("RUSTORCH_GGML_ORDER") {
+        Ok(v) if GgmlOrder::parse(&v).is_none() => Err(CliError::msg(format!(
+            "RUSTORCH_GGML_ORDER={v:?} is not an order: use amx (llama.cpp's AMX build) or reference (its plain CPU build, the default)"
+        ))),
+        _ => Ok(()),
     }
 }

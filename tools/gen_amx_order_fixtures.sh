@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Makes crates/rustorch-cli/tests/fixtures/amx_order.json ON THE DEVICE HOST (a CPU with AMX):
+# greedy continuations from llama.cpp built with AMX (clang, ggml-cpu/amx) and without it (GCC),
+# for random-weight models at SmolLM2-135M's shape, so that tests/amx_order.rs can check
+# RUSTORCH_GGML_ORDER=amx (and the default order) on any machine, AMX or not.
+#
+# The models are made the way the test makes them: tools/mkmodel.py smollm2 (F16, seeded), then
+# `rustorch-cli quantize` to Q4_1 and Q8_0 (the two legacy types with AMX kernels in llama.cpp
+# that a model's every matrix can take at this shape); the fixture records each file's sha256,
+# and the test refuses to compare if its own files differ. Random weights give nearly flat
+# logits: a product that differs in one bit soon changes the greedy tokens, and the two builds'
+# texts differ (the fixture shows it).
+#
+# usage (device, repo root, .device-bin carried from DEVICE_BUNDLE_XZ=1 tools/device_bundle.sh):
+#   OUT=folder bash tools/gen_amx_order_fixtures.sh     -> $OUT/amx_order.json
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+out="${OUT:?set OUT to a folder}"
+n_gen=32
+threads=2
+bin="${DEVICE_BIN:-$root/.device-bin}"
+log() { echo "gen_amx_order_fixtures: $*" >&2; }
+if compgen -G "$bin/*.xz" >/dev/null || compgen -G "$bin/*/*.xz" >/dev/null; then
+    rm -rf /tmp/rustorch-device-bin
+    cp -r "$bin" /tmp/rustorch-device-bin
+    bin=/tmp/rustorch-device-bin
+    find "$bin" -name '*.xz' -print0 | xargs -0 python3 -c '
+import lzma, shutil, sys
+for f in sys.argv[1:]:
+    with lzma.open(f) as src, open(f[:-3], "wb") as dst:
+        shutil.copyfileobj(src, dst)'
+    find "$bin" -name '*.xz' -delete
+fi
+chmod +x "$bin/rustorch-cli" "$bin"/llama-*/llama-* 2>/dev/null || true
+site=/tmp/rustorch-site
+if ! python3 -c 'import gguf' 2>/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target "$site" "$bin"/whl/*.whl >&2
+    export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+grep -qw amx_int8 /proc/cpuinfo || { log "this CPU has no AMX-INT8"; exit 1; }
+
+work=/tmp/rustorch-amx-order
+mkdir -p "$work"
+[ -f "$work/smollm2-f16.gguf" ] || python3 tools/mkmodel.py smollm2 "$work/smollm2-f16.gguf" >&2
+prompts=("Once upon a time" "The meaning of life is" "1, 2, 3, 4," "In the beginning")
+utf8() { python3 -c 'import sys; sys.stdout.write(sys.stdin.buffer.read().decode("utf-8", "replace"))'; }
+{
+    echo '{'
+    echo '  "generator": "tools/gen_amx_order_fixtures.sh",'
+    echo "  \"llama_cpp\": $(grep -m1 '^llama.cpp:' "$bin/BUNDLE.txt" | python3 -c 'import json, sys; print(json.dumps(sys.stdin.read().strip()))'),"
+    echo "  \"cpu\": \"$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')\","
+    echo "  \"n_gen\": $n_gen,"
+    echo '  "models": ['
+    first_model=1
+    for qtype in Q4_1 Q8_0; do
+        f="$work/smollm2-$qtype.gguf"
+        "$bin/rustorch-cli" quantize "$work/smollm2-f16.gguf" "$f" "$qtype" >/dev/null 2>&1
+        [ "$first_model" = 1 ] || echo '    ,'
+        first_model=0
+        echo "    {\"shape\": \"smollm2\", \"qtype\": \"$qtype\", \"sha256\": \"$(sha256sum "$f" | cut -c1-64)\", \"cases\": ["
+        first=1
+        for p in "${prompts[@]}"; do
+            amx="$("$bin/llama-amx/llama-completion" -m "$f" -p "$p" -n "$n_gen" --temp 0 -t "$threads" \
+                -no-cnv --no-display-prompt --no-warmup -fa off 2>/dev/null | utf8)"
+            noamx="$("$bin/llama-noamx/llama-completion" -m "$f" -p "$p" -n "$n_gen" --temp 0 -t "$threads" \
+                -no-cnv --no-display-prompt --no-warmup -fa off 2>/dev/null | utf8)"
+            [ "$first" = 1 ] || echo '      ,'
+            first=0
+            python3 -c 'import json, sys; print("      " + json.dumps({"prompt": sys.argv[1], "amx": sys.argv[2], "noamx": sys.argv[3]}, ensure_ascii=False))' \
+                "$p" "$amx" "$noamx"
+        done
+        echo '    ]}'
+    done
+    echo '  ]'
+    echo '}'
+} > "$out/amx_order.json"
+python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$out/amx_order.json"
+log "wrote $out/amx_order.json"
