@@ -156,6 +156,29 @@ fn qmatvec_x8(c: &mut Criterion) {
     g.finish();
 }
 
+/// Legacy-type matvecs in the AMX build's order on weights packed as its
+/// kernels stream them (`matmul::amx_pack`, what `RUSTORCH_GGML_ORDER=amx`
+/// loads), at 5632 x 2048 and past the L3 at 32768 x 2048.
+fn qmatvec_amx_order(c: &mut Criterion) {
+    let mut g = c.benchmark_group("qmatvec_amx_order");
+    g.sample_size(10)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    for (rows, cols) in [(5632usize, 2048usize), (32768, 2048)] {
+        let x = values(cols, 11);
+        for qtype in [QType::Q4_0, QType::Q4_1, QType::Q8_0] {
+            let packed = matmul::amx_pack(qtype, rows, cols, weights(qtype, rows, cols).bytes()).expect("pack");
+            let aligned = CacheAligned::copy_of(&packed);
+            let w = QMatRef::amx_packed(qtype, rows, cols, aligned.bytes()).expect("weights");
+            g.throughput(Throughput::Bytes(packed.len() as u64));
+            g.bench_function(format!("{qtype}_{rows}x{cols}"), |b| {
+                b.iter(|| black_box(matmul::qmatmul(&w, &x).expect("qmatmul")))
+            });
+        }
+    }
+    g.finish();
+}
+
 fn qmatmul(c: &mut Criterion) {
     bench_shape(c, "qmatmul", 4096, 4096, 512);
 }
@@ -179,5 +202,5 @@ fn membw(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, membw, qmatvec, qmatvec_x8, qmatmul);
+criterion_group!(benches, membw, qmatvec, qmatvec_x8, qmatvec_amx_order, qmatmul);
 criterion_main!(benches);

@@ -9,7 +9,7 @@ use super::{CpuInput, CpuResult, CpuStorage};
 use crate::error::BackendError;
 use crate::op::Op;
 use crate::quant::matmul::{
-    qmatmul, qmatvecs_quantized_into, vec_dot_type, Isa, QMatRef, QuantizedRows, INTERLEAVE_ROWS,
+    qmatmul, qmatvecs_quantized_into, vec_dot_type, Isa, QMatRef, QuantizedRows, INTERLEAVE_ROWS, PACKED_ROWS,
 };
 use crate::quant::{dequantize_into, QType};
 use rayon::prelude::*;
@@ -31,18 +31,31 @@ fn quant_err(op: &Op, e: crate::quant::QuantError) -> BackendError {
 /// `[rows, row_bytes]` row after row, or `[rows / 8, blocks, 8 * block
 /// bytes]` in the interleaved layout (`QWeight`'s matmul layout); the
 /// flag says which.
-type WeightBytes<'a> = (std::borrow::Cow<'a, [u8]>, usize, usize, bool);
+type WeightBytes<'a> = (std::borrow::Cow<'a, [u8]>, usize, usize, Layout);
+
+/// How a weight's bytes are laid out (told by the data tensor's rank).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    /// `[rows, row_bytes]`: GGUF's blocks row after row.
+    Rows,
+    /// `[rows / 8, blocks, 8 * block bytes]` (`interleave_rows`).
+    Interleaved,
+    /// `[rows / 16, blocks, 1, packed block bytes]` (`amx_order::pack`).
+    AmxPacked,
+}
 
 fn weight<'a>(op: &Op, qtype: QType, w: CpuInput<'a>) -> Result<WeightBytes<'a>, BackendError> {
     let dims = w.dims();
-    let interleaved = dims.len() == 3;
-    let (rows, row_bytes) = if interleaved {
-        (dims[0] * INTERLEAVE_ROWS, dims[1] * qtype.type_size())
-    } else {
-        (dims[0], dims[1])
+    let (layout, rows, cols) = match dims.len() {
+        3 => (
+            Layout::Interleaved,
+            dims[0] * INTERLEAVE_ROWS,
+            dims[1] * qtype.block_size(),
+        ),
+        4 => (Layout::AmxPacked, dims[0] * PACKED_ROWS, dims[1] * qtype.block_size()),
+        _ => (Layout::Rows, dims[0], dims[1] / qtype.type_size() * qtype.block_size()),
     };
-    let cols = row_bytes / qtype.type_size() * qtype.block_size();
-    Ok((input_slice::<u8>(op, w)?, rows, cols, interleaved))
+    Ok((input_slice::<u8>(op, w)?, rows, cols, layout))
 }
 
 /// The weight bytes as a matrix in their layout.
@@ -52,19 +65,19 @@ fn matrix<'a>(
     bytes: &'a [u8],
     rows: usize,
     cols: usize,
-    interleaved: bool,
+    layout: Layout,
 ) -> Result<QMatRef<'a>, BackendError> {
-    let m = if interleaved {
-        QMatRef::interleaved(qtype, rows, cols, bytes)
-    } else {
-        QMatRef::new(qtype, rows, cols, bytes)
+    let m = match layout {
+        Layout::Interleaved => QMatRef::interleaved(qtype, rows, cols, bytes),
+        Layout::AmxPacked => QMatRef::amx_packed(qtype, rows, cols, bytes),
+        Layout::Rows => QMatRef::new(qtype, rows, cols, bytes),
     };
     m.map_err(|e| quant_err(op, e))
 }
 
 fn matmul(op: &Op, qtype: QType, lookup_table: bool, x: CpuInput<'_>, w: CpuInput<'_>) -> CpuResult {
-    let (bytes, rows, cols, interleaved) = weight(op, qtype, w)?;
-    let mut m = matrix(op, qtype, &bytes, rows, cols, interleaved)?;
+    let (bytes, rows, cols, layout) = weight(op, qtype, w)?;
+    let mut m = matrix(op, qtype, &bytes, rows, cols, layout)?;
     if lookup_table {
         // In llama.cpp's plain buffer: no repacked or AMX order.
         m = m.with_repack(false);
@@ -81,7 +94,7 @@ fn matmuls(op: &Op, qtypes: &[QType], x: CpuInput<'_>, ws: &[CpuInput<'_>]) -> C
     // Each weight's bytes and shape, and which quantized activations it takes.
     let mut weights = Vec::with_capacity(ws.len());
     for (&qtype, &w) in qtypes.iter().zip(ws) {
-        let (bytes, rows, cols, interleaved) = weight(op, qtype, w)?;
+        let (bytes, rows, cols, layout) = weight(op, qtype, w)?;
         let dot =
             vec_dot_type(qtype).ok_or_else(|| BackendError::invalid(op.name(), format!("no matmul for {qtype}")))?;
         let at = match quantized.iter().position(|q| q.dot_type() == dot) {
@@ -91,15 +104,15 @@ fn matmuls(op: &Op, qtypes: &[QType], x: CpuInput<'_>, ws: &[CpuInput<'_>]) -> C
                 quantized.len() - 1
             }
         };
-        weights.push((qtype, bytes, rows, cols, interleaved, at));
+        weights.push((qtype, bytes, rows, cols, layout, at));
     }
     let mut outs: Vec<Vec<f32>> = weights
         .iter()
         .map(|&(_, _, rows, _, _, at)| vec![0f32; quantized[at].rows() * rows])
         .collect();
     let mut items = Vec::with_capacity(weights.len());
-    for ((qtype, bytes, rows, cols, interleaved, at), out) in weights.iter().zip(outs.iter_mut()) {
-        let m = matrix(op, *qtype, bytes, *rows, *cols, *interleaved)?;
+    for ((qtype, bytes, rows, cols, layout, at), out) in weights.iter().zip(outs.iter_mut()) {
+        let m = matrix(op, *qtype, bytes, *rows, *cols, *layout)?;
         items.push((m, &quantized[*at], &mut out[..]));
     }
     // One parallel loop for all the products where they are matvecs.
@@ -109,12 +122,12 @@ fn matmuls(op: &Op, qtypes: &[QType], x: CpuInput<'_>, ws: &[CpuInput<'_>]) -> C
 }
 
 fn embedding(op: &Op, qtype: QType, w: CpuInput<'_>, ids: CpuInput<'_>) -> CpuResult {
-    let (bytes, rows, cols, interleaved) = weight(op, qtype, w)?;
-    if interleaved {
+    let (bytes, rows, cols, layout) = weight(op, qtype, w)?;
+    if layout != Layout::Rows {
         // `infer` admits only row-after-row weights here.
         return Err(BackendError::invalid(
             op.name(),
-            "interleaved weights have no rows to look up",
+            "interleaved or packed weights have no rows to look up",
         ));
     }
     let row_bytes = bytes.len() / rows.max(1);

@@ -78,7 +78,28 @@ impl QWeight {
         cols: usize,
         mut bytes: Vec<u8>,
     ) -> Result<QWeight> {
-        use crate::quant::matmul::{interleave_pays, interleave_rows, INTERLEAVE_ROWS};
+        use crate::quant::matmul::{amx_pack, amx_packs, interleave_pays, interleave_rows, INTERLEAVE_ROWS};
+        if amx_packs(qtype, rows, cols) {
+            // The AMX order (`RUSTORCH_GGML_ORDER=amx`): packed as its
+            // kernels stream it, and as llama.cpp's AMX buffer holds it.
+            let packed = amx_pack(qtype, rows, cols, &bytes).map_err(|e| Error::invalid("qweight", e.to_string()))?;
+            drop(bytes);
+            let block = crate::quant::matmul::packed_block_bytes(qtype);
+            let dims = [
+                rows / crate::quant::matmul::PACKED_ROWS,
+                cols / qtype.block_size(),
+                1,
+                block,
+            ];
+            let data = Tensor::from_storage_in(exec, CpuStorage::U8(packed), dims)?;
+            return Ok(QWeight {
+                data,
+                qtype,
+                rows,
+                cols,
+                lookup_table: false,
+            });
+        }
         if !interleave_pays(qtype, rows) {
             return Self::from_bytes_in(exec, qtype, rows, cols, bytes);
         }
@@ -104,7 +125,7 @@ impl QWeight {
     /// a repacked or AMX one. An interleaved weight has no rows to look up
     /// and stays as it is.
     pub fn as_lookup_table(self) -> QWeight {
-        let lookup_table = !self.is_interleaved();
+        let lookup_table = !self.is_rearranged();
         QWeight { lookup_table, ..self }
     }
 
@@ -112,6 +133,12 @@ impl QWeight {
     /// such a weight can be multiplied but not looked up by row.
     pub fn is_interleaved(&self) -> bool {
         self.data.dims().len() == 3
+    }
+
+    /// Whether the bytes are in some layout other than row after row
+    /// (interleaved, or packed for the AMX order): no row lookups then.
+    pub fn is_rearranged(&self) -> bool {
+        self.data.dims().len() != 2
     }
 
     pub fn qtype(&self) -> QType {
@@ -135,10 +162,10 @@ impl QWeight {
 
     /// Rows `ids` (any integer shape) dequantized to f32: `[ids.., cols]`.
     pub fn embedding(&self, ids: &Tensor) -> Result<Tensor> {
-        if self.is_interleaved() {
+        if self.is_rearranged() {
             return Err(Error::invalid(
                 "qembedding",
-                "this weight is in the interleaved matmul layout (QWeight::for_matmul_in), which has no rows to look up",
+                "this weight is in a matmul layout (QWeight::for_matmul_in: interleaved or packed), which has no rows to look up",
             ));
         }
         self.data

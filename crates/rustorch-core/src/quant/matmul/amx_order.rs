@@ -93,16 +93,103 @@ const QK: usize = 32;
 /// this module): a legacy type it has kernels for, a matrix only
 /// multiplied, rows a multiple of 32.
 pub(super) fn covers(w: &QMatRef<'_>) -> bool {
-    matches!(w.qtype(), QType::Q4_0 | QType::Q4_1 | QType::Q8_0)
-        && w.extra_buffer
-        && !w.is_interleaved()
-        && w.rows().is_multiple_of(2 * GROUP)
-        && w.cols().is_multiple_of(QK)
+    w.amx_packed || (shape_covered(w.qtype(), w.rows(), w.cols()) && w.extra_buffer && !w.is_interleaved())
+}
+
+/// A legacy type with AMX kernels in llama.cpp, rows a multiple of 32.
+fn shape_covered(qtype: QType, rows: usize, cols: usize) -> bool {
+    matches!(qtype, QType::Q4_0 | QType::Q4_1 | QType::Q8_0)
+        && rows.is_multiple_of(2 * GROUP)
+        && cols.is_multiple_of(QK)
+}
+
+/// Whether a matrix that is only multiplied is stored packed (`pack`) in
+/// this process: the AMX order is on and covers its type and shape.
+pub fn packs(qtype: QType, rows: usize, cols: usize) -> bool {
+    ggml_order() == GgmlOrder::Amx && shape_covered(qtype, rows, cols)
+}
+
+/// Bytes of one packed block: sixteen rows' block `b` (`pack`).
+pub fn packed_block_bytes(qtype: QType) -> usize {
+    match qtype {
+        QType::Q8_0 => 512 + 32 + 32,
+        QType::Q4_1 => 256 + 32 + 32,
+        _ => 256 + 32,
+    }
+}
+
+/// Rows per packed group (`pack`).
+pub const PACKED_ROWS: usize = GROUP;
+
+/// `rows x cols` weights (GGUF blocks, row after row) in the packed layout
+/// that the AMX order's kernels stream, as llama.cpp's AMX buffer holds
+/// them: groups of sixteen rows, each group's blocks in order, each block
+/// `packed_block_bytes` long:
+///
+/// - Q8_0: the values as signed bytes, `codes[64 k + 4 n + e]` = value
+///   `4 k + e` of row `n` (a tile operand); each row's sum of values (i16);
+///   each row's `d` (f16);
+/// - Q4_0, Q4_1: the packed nibbles, `nib[64 k + 4 n + e]` = byte `4 k + e`
+///   of row `n`'s codes (low nibble value `4 k + e`, high `4 k + e + 16`);
+///   each row's `d` (f16), then for Q4_1 each row's `m` (f16).
+///
+/// Q4 blocks keep their size; Q8_0 grows by 32 bytes per 544 (6%).
+pub fn pack(qtype: QType, rows: usize, cols: usize, bytes: &[u8]) -> Result<Vec<u8>, crate::quant::QuantError> {
+    let ts = qtype.type_size();
+    if !shape_covered(qtype, rows, cols) || bytes.len() != rows * cols / QK * ts {
+        return Err(crate::quant::QuantError::Mismatch {
+            op: "amx_order::pack",
+            detail: format!(
+                "{} bytes are not {rows} x {cols} {qtype} weights with rows a multiple of 32",
+                bytes.len()
+            ),
+        });
+    }
+    let kb = cols / QK;
+    let rb = kb * ts;
+    let pb = packed_block_bytes(qtype);
+    // Streamed every token, like the weights it replaces: on huge pages.
+    let mut out = Vec::with_capacity(rows / GROUP * kb * pb);
+    crate::huge_pages::advise(&mut out);
+    out.resize(rows / GROUP * kb * pb, 0);
+    for (g, group) in out.chunks_exact_mut(kb * pb).enumerate() {
+        for (b, dst) in group.chunks_exact_mut(pb).enumerate() {
+            for n in 0..GROUP {
+                let block = &bytes[(g * GROUP + n) * rb + b * ts..][..ts];
+                match qtype {
+                    QType::Q8_0 => {
+                        for k in 0..8 {
+                            dst[64 * k + 4 * n..64 * k + 4 * n + 4].copy_from_slice(&block[2 + 4 * k..6 + 4 * k]);
+                        }
+                        let sum: i32 = block[2..34].iter().map(|&x| x as i8 as i32).sum();
+                        dst[512 + 2 * n..514 + 2 * n].copy_from_slice(&(sum as i16).to_le_bytes());
+                        dst[544 + 2 * n..546 + 2 * n].copy_from_slice(&block[..2]);
+                    }
+                    _ => {
+                        let qs = if qtype == QType::Q4_1 {
+                            &block[4..20]
+                        } else {
+                            &block[2..18]
+                        };
+                        for k in 0..4 {
+                            dst[64 * k + 4 * n..64 * k + 4 * n + 4].copy_from_slice(&qs[4 * k..4 * k + 4]);
+                        }
+                        dst[256 + 2 * n..258 + 2 * n].copy_from_slice(&block[..2]);
+                        if qtype == QType::Q4_1 {
+                            dst[288 + 2 * n..290 + 2 * n].copy_from_slice(&block[2..4]);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Whether products of `w` take this module's order in this process.
 pub(super) fn applies(w: &QMatRef<'_>) -> bool {
-    ggml_order() == GgmlOrder::Amx && covers(w)
+    // Packed weights exist only in this order (`packs`).
+    w.amx_packed || (ggml_order() == GgmlOrder::Amx && covers(w))
 }
 
 /// Sixteen weight rows in the form the kernels read (see the module doc).
@@ -162,6 +249,58 @@ impl Panel {
                 self.comp[b][n] = 128 * v.iter().map(|&x| x as i32).sum::<i32>();
                 self.d[b][n] = half(block, 0);
                 self.m[b][n] = if qtype == QType::Q4_1 { half(block, 2) } else { 0.0 };
+            }
+        }
+    }
+}
+
+impl Panel {
+    /// `fill` from packed weights (`pack`): group `g`.
+    fn fill_packed(&mut self, w: &QMatRef<'_>, g: usize) {
+        let qtype = w.qtype();
+        let kb = w.cols() / QK;
+        let pb = packed_block_bytes(qtype);
+        self.codes.resize(kb, [0; 512]);
+        self.comp.resize(kb, [0; GROUP]);
+        self.d.resize(kb, [0.0; GROUP]);
+        self.m.resize(kb, [0.0; GROUP]);
+        let half = |b: &[u8], at: usize| f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32();
+        for b in 0..kb {
+            let src = &w.bytes()[(g * kb + b) * pb..][..pb];
+            let codes = &mut self.codes[b];
+            match qtype {
+                QType::Q8_0 => {
+                    codes.copy_from_slice(&src[..512]);
+                    for n in 0..GROUP {
+                        self.comp[b][n] = 128 * i16::from_le_bytes([src[512 + 2 * n], src[513 + 2 * n]]) as i32;
+                        self.d[b][n] = half(src, 544 + 2 * n);
+                        self.m[b][n] = 0.0;
+                    }
+                }
+                _ => {
+                    let offset = if qtype == QType::Q4_0 { 8 } else { 0 };
+                    let mut sums = [0i32; GROUP];
+                    for k in 0..4 {
+                        for j in 0..64 {
+                            let (lo, hi) = (
+                                (src[64 * k + j] & 0x0F) as i8 - offset,
+                                (src[64 * k + j] >> 4) as i8 - offset,
+                            );
+                            codes[64 * k + j] = lo as u8;
+                            codes[64 * (k + 4) + j] = hi as u8;
+                            sums[j / 4] += lo as i32 + hi as i32;
+                        }
+                    }
+                    for n in 0..GROUP {
+                        self.comp[b][n] = 128 * sums[n];
+                        self.d[b][n] = half(src, 256 + 2 * n);
+                        self.m[b][n] = if qtype == QType::Q4_1 {
+                            half(src, 288 + 2 * n)
+                        } else {
+                            0.0
+                        };
+                    }
+                }
             }
         }
     }
@@ -232,6 +371,34 @@ pub(super) fn product(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut 
     let out_ptr = OutPtr(out.as_mut_ptr());
     let groups = n / GROUP;
     #[cfg(target_arch = "x86_64")]
+    if w.amx_packed && m < GROUP && !matches!(kernel, Kernel::Scalar) {
+        // A few rows of packed weights: each packed group streamed once,
+        // its codes met by every row as they are.
+        (0..groups).into_par_iter().for_each(|g| {
+            let mut tile = [[0f32; GROUP]; GROUP];
+            let mut i = 0;
+            while i < m {
+                let rows = (m - i).min(4);
+                // SAFETY: AVX-512 VNNI is available (`at_most`); rows i..i +
+                // rows and packed group g exist.
+                unsafe {
+                    match rows {
+                        1 => simd::packed_rows::<1>(w, &acts, i, g, &mut tile),
+                        2 => simd::packed_rows::<2>(w, &acts, i, g, &mut tile),
+                        3 => simd::packed_rows::<3>(w, &acts, i, g, &mut tile),
+                        _ => simd::packed_rows::<4>(w, &acts, i, g, &mut tile),
+                    }
+                }
+                for (r, sums) in tile[..rows].iter().enumerate() {
+                    // SAFETY: this task alone writes group g's outputs.
+                    unsafe { out_ptr.write16((i + r) * n + g * GROUP, sums) };
+                }
+                i += rows;
+            }
+        });
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
     if m < GROUP && !matches!(kernel, Kernel::Scalar) {
         // A few rows (token generation): each group of weight rows read
         // once, straight from its blocks (a panel would cost more to build
@@ -257,7 +424,11 @@ pub(super) fn product(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut 
             let g1 = (g0 + GROUPS_PER_TASK).min(groups);
             panels.resize_with(g1 - g0, Panel::default);
             for (p, g) in panels.iter_mut().zip(g0..g1) {
-                kernel.fill(p, w, g * GROUP);
+                if w.amx_packed {
+                    kernel.fill_packed(p, w, g);
+                } else {
+                    kernel.fill(p, w, g * GROUP);
+                }
             }
             kernel.begin();
             let mut i = 0;
@@ -276,6 +447,61 @@ pub(super) fn product(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut 
             }
             kernel.end();
         });
+}
+
+/// Several products of packed weights with a few activation rows each (a
+/// decode step's Q, K and V projections, or gate and up) as one parallel
+/// loop over every product's groups, each output with the bits `product`
+/// gives it. Returns false, doing nothing, unless every weight is packed,
+/// every product has fewer than 16 rows and this CPU has AVX-512 VNNI.
+pub(super) fn matvecs(isa: Isa, items: &mut [(QMatRef<'_>, &QuantizedRows, &mut [f32])]) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if matches!(Kernel::at_most(isa), Kernel::Scalar)
+            || !items.iter().all(|(w, act, _)| w.amx_packed && act.rows() < GROUP)
+        {
+            return false;
+        }
+        let acts: Vec<Acts<'_>> = items.iter().map(|(w, act, _)| Acts::new(act, w.cols() / QK)).collect();
+        let outs: Vec<OutPtr> = items.iter_mut().map(|(_, _, out)| OutPtr(out.as_mut_ptr())).collect();
+        let tasks: Vec<(usize, usize)> = items
+            .iter()
+            .enumerate()
+            .flat_map(|(k, (w, _, _))| (0..w.rows() / GROUP).map(move |g| (k, g)))
+            .collect();
+        let items = &*items;
+        tasks.into_par_iter().for_each(|(k, g)| {
+            let (w, act, _) = &items[k];
+            let (m, n) = (act.rows(), w.rows());
+            let mut tile = [[0f32; GROUP]; GROUP];
+            let mut i = 0;
+            while i < m {
+                let rows = (m - i).min(4);
+                // SAFETY: AVX-512 VNNI is available (`at_most`); rows i..i +
+                // rows and packed group g of product k exist.
+                unsafe {
+                    match rows {
+                        1 => simd::packed_rows::<1>(w, &acts[k], i, g, &mut tile),
+                        2 => simd::packed_rows::<2>(w, &acts[k], i, g, &mut tile),
+                        3 => simd::packed_rows::<3>(w, &acts[k], i, g, &mut tile),
+                        _ => simd::packed_rows::<4>(w, &acts[k], i, g, &mut tile),
+                    }
+                }
+                for (r, sums) in tile[..rows].iter().enumerate() {
+                    // SAFETY: this task alone writes group g's outputs of
+                    // product k (checked shapes: `m x n`).
+                    unsafe { outs[k].write16((i + r) * n + g * GROUP, sums) };
+                }
+                i += rows;
+            }
+        });
+        true
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (isa, items);
+        false
+    }
 }
 
 /// How the block sums are formed.
@@ -331,6 +557,17 @@ impl Kernel {
             // SAFETY: AVX-512 VNNI is available (`at_most`); rows n0..n0 + 16
             // of a covered type exist (the caller's groups).
             Kernel::Vnni | Kernel::Amx => unsafe { simd::fill16(p, w, n0) },
+        }
+    }
+
+    /// `p.fill_packed(w, g)`, vectorized where the kernel is.
+    fn fill_packed(self, p: &mut Panel, w: &QMatRef<'_>, g: usize) {
+        match self {
+            Kernel::Scalar => p.fill_packed(w, g),
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: AVX-512 VNNI is available (`at_most`); packed group g
+            // exists (the caller's groups).
+            Kernel::Vnni | Kernel::Amx => unsafe { simd::fill_packed16(p, w, g) },
         }
     }
 
@@ -622,6 +859,170 @@ mod simd {
         }
     }
 
+    /// `Panel::fill_packed`: the codes copied (Q8_0) or split into
+    /// nibbles (Q4), the sums and scales widened.
+    ///
+    /// # Safety
+    /// AVX-512 F/BW and VNNI are available; `w` is packed and group `g`
+    /// exists.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
+    pub(super) unsafe fn fill_packed16(p: &mut Panel, w: &QMatRef<'_>, g: usize) {
+        let qtype = w.qtype();
+        let kb = w.cols() / QK;
+        let pb = super::packed_block_bytes(qtype);
+        p.codes.resize(kb, [0; 512]);
+        p.comp.resize(kb, [0; GROUP]);
+        p.d.resize(kb, [0.0; GROUP]);
+        p.m.resize(kb, [0.0; GROUP]);
+        let m4 = _mm512_set1_epi8(0x0F);
+        let eight = _mm512_set1_epi8(8);
+        let ones = _mm512_set1_epi8(1);
+        let base = w.bytes().as_ptr().add(g * kb * pb);
+        for b in 0..kb {
+            // SAFETY: packed block b of group g is `pb` bytes within the
+            // weights (the caller's contract); the stores go to the panel's
+            // arrays for block b (resized above).
+            unsafe {
+                let blk = base.add(b * pb);
+                let dst = p.codes[b].as_mut_ptr();
+                if qtype == QType::Q8_0 {
+                    for k in 0..8 {
+                        _mm512_storeu_si512(dst.add(64 * k).cast(), _mm512_loadu_si512(blk.add(64 * k).cast()));
+                    }
+                    let sums = _mm512_cvtepi16_epi32(_mm256_loadu_si256(blk.add(512).cast()));
+                    _mm512_storeu_si512(p.comp[b].as_mut_ptr().cast(), _mm512_slli_epi32::<7>(sums));
+                    _mm512_storeu_ps(
+                        p.d[b].as_mut_ptr(),
+                        _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(544).cast())),
+                    );
+                    _mm512_storeu_ps(p.m[b].as_mut_ptr(), _mm512_setzero_ps());
+                } else {
+                    let mut sum = _mm512_setzero_si512();
+                    for k in 0..4 {
+                        let nib = _mm512_loadu_si512(blk.add(64 * k).cast());
+                        let mut lo = _mm512_and_si512(nib, m4);
+                        let mut hi = _mm512_and_si512(_mm512_srli_epi16::<4>(nib), m4);
+                        if qtype == QType::Q4_0 {
+                            lo = _mm512_sub_epi8(lo, eight);
+                            hi = _mm512_sub_epi8(hi, eight);
+                        }
+                        _mm512_storeu_si512(dst.add(64 * k).cast(), lo);
+                        _mm512_storeu_si512(dst.add(64 * (k + 4)).cast(), hi);
+                        sum = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(sum, ones, lo), ones, hi);
+                    }
+                    _mm512_storeu_si512(p.comp[b].as_mut_ptr().cast(), _mm512_slli_epi32::<7>(sum));
+                    _mm512_storeu_ps(
+                        p.d[b].as_mut_ptr(),
+                        _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(256).cast())),
+                    );
+                    let mins = if qtype == QType::Q4_1 {
+                        _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(288).cast()))
+                    } else {
+                        _mm512_setzero_ps()
+                    };
+                    _mm512_storeu_ps(p.m[b].as_mut_ptr(), mins);
+                }
+            }
+        }
+    }
+
+    /// How many packed blocks ahead `packed_rows` prefetches.
+    const PREFETCH_BLOCKS: usize = 8;
+
+    /// `R` activation rows from `i` against packed group `g`, straight from
+    /// the packed blocks: Q8_0 codes against the activations plus 128 (less
+    /// the rows' sums times 128), Q4 nibbles as the unsigned operand against
+    /// the signed activations (less `8 * sum(a)` for Q4_0).
+    ///
+    /// # Safety
+    /// AVX-512 F/BW, VNNI, FMA and F16C are available; `w` is packed, group
+    /// `g` and rows `i..i + R` exist.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma,f16c")]
+    pub(super) unsafe fn packed_rows<const R: usize>(
+        w: &QMatRef<'_>,
+        a: &Acts<'_>,
+        i: usize,
+        g: usize,
+        tile: &mut [[f32; GROUP]; GROUP],
+    ) {
+        let qtype = w.qtype();
+        let kb = a.kb;
+        let pb = super::packed_block_bytes(qtype);
+        let base = w.bytes().as_ptr().add(g * kb * pb);
+        let m4 = _mm512_set1_epi8(0x0F);
+        let ats = a.q.row(i).len() / kb;
+        let mut acc = [_mm512_setzero_ps(); R];
+        for b in 0..kb {
+            // SAFETY (pointer reads): packed block b of group g, and block b
+            // of rows i..i + R of the activations (the caller's contract).
+            unsafe {
+                let blk = base.add(b * pb);
+                // Each line of the block PREFETCH_BLOCKS ahead: one stream
+                // per task, but the hardware prefetcher alone kept it at
+                // half the read bandwidth.
+                let ahead = blk.wrapping_add(PREFETCH_BLOCKS * pb);
+                for line in (0..pb).step_by(64) {
+                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast());
+                }
+                if qtype == QType::Q8_0 {
+                    let cw: [__m512i; 8] = std::array::from_fn(|k| _mm512_loadu_si512(blk.add(64 * k).cast()));
+                    let comp = _mm512_slli_epi32::<7>(_mm512_cvtepi16_epi32(_mm256_loadu_si256(blk.add(512).cast())));
+                    let dw = _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(544).cast()));
+                    for r in 0..R {
+                        let at = (i + r) * kb + b;
+                        let x = a.biased.as_ptr().add(at * QK).cast::<i32>();
+                        // Two chains of four: a block's sums do not wait on
+                        // eight dependent `vpdpbusd`s (integers: any order).
+                        let (mut s0, mut s1) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+                        for k in (0..8).step_by(2) {
+                            s0 = _mm512_dpbusd_epi32(s0, _mm512_set1_epi32(x.add(k).read_unaligned()), cw[k]);
+                            s1 = _mm512_dpbusd_epi32(s1, _mm512_set1_epi32(x.add(k + 1).read_unaligned()), cw[k + 1]);
+                        }
+                        let s = _mm512_sub_epi32(_mm512_add_epi32(s0, s1), comp);
+                        let scale = _mm512_mul_ps(dw, _mm512_set1_ps(a.d[at]));
+                        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc[r]);
+                    }
+                } else {
+                    let mut cw = [_mm512_setzero_si512(); 8];
+                    for k in 0..4 {
+                        let nib = _mm512_loadu_si512(blk.add(64 * k).cast());
+                        cw[k] = _mm512_and_si512(nib, m4);
+                        cw[k + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(nib), m4);
+                    }
+                    let dw = _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(256).cast()));
+                    let q4_1 = qtype == QType::Q4_1;
+                    let mw = if q4_1 {
+                        _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(288).cast()))
+                    } else {
+                        _mm512_setzero_ps()
+                    };
+                    for r in 0..R {
+                        let at = (i + r) * kb + b;
+                        let x = a.q.row(i + r).as_ptr().add(b * ats + a.qs_at).cast::<i32>();
+                        let (mut s0, mut s1) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+                        for k in (0..8).step_by(2) {
+                            s0 = _mm512_dpbusd_epi32(s0, cw[k], _mm512_set1_epi32(x.add(k).read_unaligned()));
+                            s1 = _mm512_dpbusd_epi32(s1, cw[k + 1], _mm512_set1_epi32(x.add(k + 1).read_unaligned()));
+                        }
+                        let mut s = _mm512_add_epi32(s0, s1);
+                        if !q4_1 {
+                            s = _mm512_sub_epi32(s, _mm512_set1_epi32(8 * a.sum[at]));
+                        }
+                        let scale = _mm512_mul_ps(dw, _mm512_set1_ps(a.d[at]));
+                        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc[r]);
+                        if q4_1 {
+                            acc[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(a.s[at]), acc[r]);
+                        }
+                    }
+                }
+            }
+        }
+        for r in 0..R {
+            // SAFETY: a row of the tile holds 16 f32.
+            unsafe { _mm512_storeu_ps(tile[r].as_mut_ptr(), acc[r]) };
+        }
+    }
+
     /// Tile shapes: tmm0 the panel's block (8 rows of 64 bytes), tmm2
     /// sixteen activation rows of one block (32 bytes each), tmm4 and tmm5
     /// the 16 x 16 sums (alternate blocks, so that one block's tile product
@@ -760,10 +1161,14 @@ mod tests {
                 let act = QuantizedRows::quantize(vec_dot_type(qtype).unwrap(), &x, cols).unwrap();
                 let want = spelled_out(qtype, wq.bytes(), rows, cols, &act);
                 let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                let packed = pack(qtype, rows, cols, wq.bytes()).unwrap();
+                let wp = QMatRef::amx_packed(qtype, rows, cols, &packed).unwrap();
                 for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
-                    let mut got = vec![0f32; m * rows];
-                    product(isa, &w, &act, &mut got);
-                    assert_eq!(bits(&got), bits(&want), "{qtype}, {m} rows, {isa:?}");
+                    for (layout, w) in [("rows", &w), ("packed", &wp)] {
+                        let mut got = vec![0f32; m * rows];
+                        product(isa, w, &act, &mut got);
+                        assert_eq!(bits(&got), bits(&want), "{qtype}, {m} rows, {isa:?}, {layout}");
+                    }
                 }
                 // The portable kernel, whatever this CPU has.
                 let acts = Acts::new(&act, cols / QK);

@@ -34,7 +34,7 @@ mod kernels;
 mod tests;
 
 pub use activations::QuantizedRows;
-pub use amx_order::{ggml_order, GgmlOrder};
+pub use amx_order::{ggml_order, pack as amx_pack, packed_block_bytes, packs as amx_packs, GgmlOrder, PACKED_ROWS};
 pub use ggml_repack::llama_repacks;
 pub use isa::Isa;
 
@@ -104,6 +104,9 @@ pub struct QMatRef<'a> {
     /// (repacked, AMX) rather than its plain one: every weight except those
     /// also looked up by row (`with_repack(false)`).
     extra_buffer: bool,
+    /// Whether the bytes are in the AMX order's packed layout
+    /// (`amx_order::pack`).
+    amx_packed: bool,
 }
 
 /// Rows per group of the interleaved layout (`interleave_rows`).
@@ -256,6 +259,7 @@ impl<'a> QMatRef<'a> {
             repacked: llama_repacks(qtype, rows),
             interleaved: false,
             extra_buffer: true,
+            amx_packed: false,
         })
     }
 
@@ -272,6 +276,32 @@ impl<'a> QMatRef<'a> {
             });
         }
         Ok(QMatRef { interleaved: true, ..m })
+    }
+
+    /// `bytes` in the AMX order's packed layout (`amx_order::pack`) of
+    /// `rows x cols` weights of `qtype`: multiplied in that order only.
+    pub fn amx_packed(qtype: QType, rows: usize, cols: usize, bytes: &'a [u8]) -> Result<Self, QuantError> {
+        let ok = matches!(qtype, QType::Q4_0 | QType::Q4_1 | QType::Q8_0)
+            && rows.is_multiple_of(32)
+            && cols.is_multiple_of(32)
+            && bytes.len() == rows / amx_order::PACKED_ROWS * (cols / 32) * amx_order::packed_block_bytes(qtype);
+        if !ok {
+            return Err(QuantError::Mismatch {
+                op: "qmatmul",
+                detail: format!("{} bytes are not {rows} x {cols} packed {qtype} weights", bytes.len()),
+            });
+        }
+        Ok(QMatRef {
+            qtype,
+            rows,
+            cols,
+            row_bytes: qtype.type_size() * cols / 32,
+            bytes,
+            repacked: false,
+            interleaved: false,
+            extra_buffer: true,
+            amx_packed: true,
+        })
     }
 
     /// Whether the bytes are in the interleaved layout.
@@ -435,6 +465,12 @@ pub fn qmatvecs_quantized_into(
     isa: Isa,
     items: &mut [(QMatRef<'_>, &QuantizedRows, &mut [f32])],
 ) -> Result<(), QuantError> {
+    for (w, act, out) in items.iter() {
+        check_product(isa, w, act, out.len())?;
+    }
+    if amx_order::matvecs(isa, items) {
+        return Ok(());
+    }
     let mut plans = Vec::with_capacity(items.len());
     for (w, act, out) in items.iter() {
         let (m, n) = check_product(isa, w, act, out.len())?;
