@@ -167,7 +167,8 @@ fn qmatvec_amx_order(c: &mut Criterion) {
     for (rows, cols) in [(5632usize, 2048usize), (32768, 2048)] {
         let x = values(cols, 11);
         for qtype in [QType::Q4_0, QType::Q4_1, QType::Q8_0] {
-            let packed = matmul::amx_pack(qtype, rows, cols, weights(qtype, rows, cols).bytes()).expect("pack");
+            let packed =
+                matmul::amx_pack(qtype, rows, cols, weights(qtype, rows, cols).bytes().to_vec()).expect("pack");
             let aligned = CacheAligned::copy_of(&packed);
             let w = QMatRef::amx_packed(qtype, rows, cols, aligned.bytes()).expect("weights");
             g.throughput(Throughput::Bytes(packed.len() as u64));

@@ -82,8 +82,7 @@ impl QWeight {
         if amx_packs(qtype, rows, cols) {
             // The AMX order (`RUSTORCH_GGML_ORDER=amx`): packed as its
             // kernels stream it, and as llama.cpp's AMX buffer holds it.
-            let packed = amx_pack(qtype, rows, cols, &bytes).map_err(|e| Error::invalid("qweight", e.to_string()))?;
-            drop(bytes);
+            let packed = amx_pack(qtype, rows, cols, bytes).map_err(|e| Error::invalid("qweight", e.to_string()))?;
             let block = crate::quant::matmul::packed_block_bytes(qtype);
             let dims = [
                 rows / crate::quant::matmul::PACKED_ROWS,

@@ -134,7 +134,7 @@ pub const PACKED_ROWS: usize = GROUP;
 ///   each row's `d` (f16), then for Q4_1 each row's `m` (f16).
 ///
 /// Q4 blocks keep their size; Q8_0 grows by 32 bytes per 544 (6%).
-pub fn pack(qtype: QType, rows: usize, cols: usize, bytes: &[u8]) -> Result<Vec<u8>, crate::quant::QuantError> {
+pub fn pack(qtype: QType, rows: usize, cols: usize, mut bytes: Vec<u8>) -> Result<Vec<u8>, crate::quant::QuantError> {
     let ts = qtype.type_size();
     if !shape_covered(qtype, rows, cols) || bytes.len() != rows * cols / QK * ts {
         return Err(crate::quant::QuantError::Mismatch {
@@ -148,14 +148,21 @@ pub fn pack(qtype: QType, rows: usize, cols: usize, bytes: &[u8]) -> Result<Vec<
     let kb = cols / QK;
     let rb = kb * ts;
     let pb = packed_block_bytes(qtype);
-    // Streamed every token, like the weights it replaces: on huge pages.
-    let mut out = Vec::with_capacity(rows / GROUP * kb * pb);
-    crate::huge_pages::advise(&mut out);
-    out.resize(rows / GROUP * kb * pb, 0);
-    for (g, group) in out.chunks_exact_mut(kb * pb).enumerate() {
+    let (old_group, new_group) = (GROUP * rb, kb * pb);
+    // In place, last group first: packed group g starts at or after where
+    // its rows did (a packed block is at least as long as sixteen rows'
+    // blocks) and ends before group g + 1's packed bytes, so writing it only
+    // overwrites groups already packed and its own rows, copied aside first.
+    // No second copy of the weights is ever made (a 1 GB model would need
+    // twice the memory, and the kernel would clear twice the pages).
+    bytes.resize(rows / GROUP * new_group, 0);
+    let mut rows_of_group = vec![0u8; old_group];
+    for g in (0..rows / GROUP).rev() {
+        rows_of_group.copy_from_slice(&bytes[g * old_group..(g + 1) * old_group]);
+        let group = &mut bytes[g * new_group..(g + 1) * new_group];
         for (b, dst) in group.chunks_exact_mut(pb).enumerate() {
             for n in 0..GROUP {
-                let block = &bytes[(g * GROUP + n) * rb + b * ts..][..ts];
+                let block = &rows_of_group[n * rb + b * ts..][..ts];
                 match qtype {
                     QType::Q8_0 => {
                         for k in 0..8 {
@@ -183,7 +190,7 @@ pub fn pack(qtype: QType, rows: usize, cols: usize, bytes: &[u8]) -> Result<Vec<
             }
         }
     }
-    Ok(out)
+    Ok(bytes)
 }
 
 /// Whether products of `w` take this module's order in this process.
@@ -1161,7 +1168,7 @@ mod tests {
                 let act = QuantizedRows::quantize(vec_dot_type(qtype).unwrap(), &x, cols).unwrap();
                 let want = spelled_out(qtype, wq.bytes(), rows, cols, &act);
                 let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                let packed = pack(qtype, rows, cols, wq.bytes()).unwrap();
+                let packed = pack(qtype, rows, cols, wq.bytes().to_vec()).unwrap();
                 let wp = QMatRef::amx_packed(qtype, rows, cols, &packed).unwrap();
                 for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
                     for (layout, w) in [("rows", &w), ("packed", &wp)] {
