@@ -156,10 +156,7 @@ pub fn pack(qtype: QType, rows: usize, cols: usize, mut bytes: Vec<u8>) -> Resul
     // No second copy of the weights is ever made (a 1 GB model would need
     // twice the memory, and the kernel would clear twice the pages).
     bytes.resize(rows / GROUP * new_group, 0);
-    let mut rows_of_group = vec![0u8; old_group];
-    for g in (0..rows / GROUP).rev() {
-        rows_of_group.copy_from_slice(&bytes[g * old_group..(g + 1) * old_group]);
-        let group = &mut bytes[g * new_group..(g + 1) * new_group];
+    let pack_group = |rows_of_group: &[u8], group: &mut [u8]| {
         for (b, dst) in group.chunks_exact_mut(pb).enumerate() {
             for n in 0..GROUP {
                 let block = &rows_of_group[n * rb + b * ts..][..ts];
@@ -188,6 +185,22 @@ pub fn pack(qtype: QType, rows: usize, cols: usize, mut bytes: Vec<u8>) -> Resul
                     }
                 }
             }
+        }
+    };
+    if new_group == old_group {
+        // Q4: each group packs within its own bytes, all at once.
+        bytes.par_chunks_exact_mut(new_group).for_each_init(
+            || vec![0u8; old_group],
+            |rows_of_group, group| {
+                rows_of_group.copy_from_slice(group);
+                pack_group(rows_of_group, group);
+            },
+        );
+    } else {
+        let mut rows_of_group = vec![0u8; old_group];
+        for g in (0..rows / GROUP).rev() {
+            rows_of_group.copy_from_slice(&bytes[g * old_group..(g + 1) * old_group]);
+            pack_group(&rows_of_group, &mut bytes[g * new_group..(g + 1) * new_group]);
         }
     }
     Ok(bytes)
