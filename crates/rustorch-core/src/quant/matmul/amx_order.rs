@@ -39,6 +39,14 @@
 //! block are one tile (loaded in place from the Q8_0/Q8_1 rows) and one
 //! `tdpbssd` gives the 16 x 16 block sums; elsewhere `vpdpbusd` forms them
 //! a row at a time.
+//!
+//! The model loader stores such weights packed once (`pack`, as llama.cpp's
+//! AMX buffer does): per block of sixteen rows the codes in the panel's
+//! order (Q4 nibbles still packed, so Q4 weights keep their size; Q8_0
+//! grows by 6% for the rows' sums). A panel is then a copy or a nibble
+//! split, and token generation streams the packed groups directly
+//! (`simd::packed_rows`). Matrices in GGUF's layout (the `qmatmul` API)
+//! are read as they are (`simd::direct16`, `Panel::fill`).
 
 // Row, lane and block indices address several arrays.
 #![allow(clippy::needless_range_loop)]
