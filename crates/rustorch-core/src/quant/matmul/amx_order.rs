@@ -90,6 +90,11 @@ pub fn ggml_order() -> GgmlOrder {
     })
 }
 
+/// The f16 (little-endian) at byte `at` of `b`, widened.
+fn f16_at(b: &[u8], at: usize) -> f32 {
+    f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32()
+}
+
 /// Rows per group (one tile's sixteen output columns).
 const GROUP: usize = 16;
 /// Groups per parallel task: activation rows loaded once serve four.
@@ -245,7 +250,6 @@ impl Panel {
         self.comp.resize(kb, [0; GROUP]);
         self.d.resize(kb, [0.0; GROUP]);
         self.m.resize(kb, [0.0; GROUP]);
-        let half = |b: &[u8], at: usize| f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32();
         for n in 0..GROUP {
             let row = &w.bytes()[(n0 + n) * w.row_bytes..(n0 + n + 1) * w.row_bytes];
             for (b, block) in row.chunks_exact(ts).enumerate() {
@@ -275,8 +279,8 @@ impl Panel {
                     }
                 }
                 self.comp[b][n] = 128 * v.iter().map(|&x| x as i32).sum::<i32>();
-                self.d[b][n] = half(block, 0);
-                self.m[b][n] = if qtype == QType::Q4_1 { half(block, 2) } else { 0.0 };
+                self.d[b][n] = f16_at(block, 0);
+                self.m[b][n] = if qtype == QType::Q4_1 { f16_at(block, 2) } else { 0.0 };
             }
         }
     }
@@ -292,7 +296,6 @@ impl Panel {
         self.comp.resize(kb, [0; GROUP]);
         self.d.resize(kb, [0.0; GROUP]);
         self.m.resize(kb, [0.0; GROUP]);
-        let half = |b: &[u8], at: usize| f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32();
         for b in 0..kb {
             let src = &w.bytes()[(g * kb + b) * pb..][..pb];
             let codes = &mut self.codes[b];
@@ -301,7 +304,7 @@ impl Panel {
                     codes.copy_from_slice(&src[..512]);
                     for n in 0..GROUP {
                         self.comp[b][n] = 128 * i16::from_le_bytes([src[512 + 2 * n], src[513 + 2 * n]]) as i32;
-                        self.d[b][n] = half(src, 544 + 2 * n);
+                        self.d[b][n] = f16_at(src, 544 + 2 * n);
                         self.m[b][n] = 0.0;
                     }
                 }
@@ -321,9 +324,9 @@ impl Panel {
                     }
                     for n in 0..GROUP {
                         self.comp[b][n] = 128 * sums[n];
-                        self.d[b][n] = half(src, 256 + 2 * n);
+                        self.d[b][n] = f16_at(src, 256 + 2 * n);
                         self.m[b][n] = if qtype == QType::Q4_1 {
-                            half(src, 288 + 2 * n)
+                            f16_at(src, 288 + 2 * n)
                         } else {
                             0.0
                         };
@@ -362,12 +365,11 @@ impl<'a> Acts<'a> {
         let mut d = vec![0f32; rows * kb];
         let mut s = vec![0f32; rows * kb];
         let mut sum = vec![0i32; rows * kb];
-        let half = |b: &[u8], at: usize| f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32();
         for i in 0..rows {
             for (b, block) in q.row(i).chunks_exact(ts).enumerate() {
-                d[i * kb + b] = half(block, 0);
+                d[i * kb + b] = f16_at(block, 0);
                 if q8_1 {
-                    s[i * kb + b] = half(block, 2);
+                    s[i * kb + b] = f16_at(block, 2);
                 }
                 let out = &mut biased[(i * kb + b) * QK..(i * kb + b + 1) * QK];
                 for (o, &x) in out.iter_mut().zip(&block[qs_at..qs_at + QK]) {
@@ -402,28 +404,11 @@ pub(super) fn product(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut 
     if w.amx_packed && m < GROUP && !matches!(kernel, Kernel::Scalar) {
         // A few rows of packed weights: each packed group streamed once,
         // its codes met by every row as they are.
-        (0..groups).into_par_iter().for_each(|g| {
-            let mut tile = [[0f32; GROUP]; GROUP];
-            let mut i = 0;
-            while i < m {
-                let rows = (m - i).min(4);
-                // SAFETY: AVX-512 VNNI is available (`at_most`); rows i..i +
-                // rows and packed group g exist.
-                unsafe {
-                    match rows {
-                        1 => simd::packed_rows::<1>(w, &acts, i, g, &mut tile),
-                        2 => simd::packed_rows::<2>(w, &acts, i, g, &mut tile),
-                        3 => simd::packed_rows::<3>(w, &acts, i, g, &mut tile),
-                        _ => simd::packed_rows::<4>(w, &acts, i, g, &mut tile),
-                    }
-                }
-                for (r, sums) in tile[..rows].iter().enumerate() {
-                    // SAFETY: this task alone writes group g's outputs.
-                    unsafe { out_ptr.write16((i + r) * n + g * GROUP, sums) };
-                }
-                i += rows;
-            }
-        });
+        // SAFETY: AVX-512 VNNI is available (`at_most`); each task alone
+        // writes its group's outputs of the checked `m x n` product.
+        (0..groups)
+            .into_par_iter()
+            .for_each(|g| unsafe { packed_group(w, &acts, g, &out_ptr) });
         return;
     }
     #[cfg(target_arch = "x86_64")]
@@ -499,29 +484,9 @@ pub(super) fn matvecs(isa: Isa, items: &mut [(QMatRef<'_>, &QuantizedRows, &mut 
             .collect();
         let items = &*items;
         tasks.into_par_iter().for_each(|(k, g)| {
-            let (w, act, _) = &items[k];
-            let (m, n) = (act.rows(), w.rows());
-            let mut tile = [[0f32; GROUP]; GROUP];
-            let mut i = 0;
-            while i < m {
-                let rows = (m - i).min(4);
-                // SAFETY: AVX-512 VNNI is available (`at_most`); rows i..i +
-                // rows and packed group g of product k exist.
-                unsafe {
-                    match rows {
-                        1 => simd::packed_rows::<1>(w, &acts[k], i, g, &mut tile),
-                        2 => simd::packed_rows::<2>(w, &acts[k], i, g, &mut tile),
-                        3 => simd::packed_rows::<3>(w, &acts[k], i, g, &mut tile),
-                        _ => simd::packed_rows::<4>(w, &acts[k], i, g, &mut tile),
-                    }
-                }
-                for (r, sums) in tile[..rows].iter().enumerate() {
-                    // SAFETY: this task alone writes group g's outputs of
-                    // product k (checked shapes: `m x n`).
-                    unsafe { outs[k].write16((i + r) * n + g * GROUP, sums) };
-                }
-                i += rows;
-            }
+            // SAFETY: AVX-512 VNNI is available (`at_most`); this task alone
+            // writes group g's outputs of product k (checked shapes).
+            unsafe { packed_group(&items[k].0, &acts[k], g, &outs[k]) };
         });
         true
     }
@@ -529,6 +494,36 @@ pub(super) fn matvecs(isa: Isa, items: &mut [(QMatRef<'_>, &QuantizedRows, &mut 
     {
         let _ = (isa, items);
         false
+    }
+}
+
+/// Every activation row of `a` against packed group `g` of `w`, four rows
+/// at a time, into `out` (`rows x w.rows()`).
+///
+/// # Safety
+/// AVX-512 VNNI is available; `w` is packed, group `g` exists, `out` points
+/// at the product's outputs and no other thread writes group `g`'s.
+#[cfg(target_arch = "x86_64")]
+unsafe fn packed_group(w: &QMatRef<'_>, a: &Acts<'_>, g: usize, out: &OutPtr) {
+    let (m, n) = (a.q.rows(), w.rows());
+    let mut tile = [[0f32; GROUP]; GROUP];
+    let mut i = 0;
+    while i < m {
+        let rows = (m - i).min(4);
+        // SAFETY: forwarded from the caller; rows i..i + rows exist.
+        unsafe {
+            match rows {
+                1 => simd::packed_rows::<1>(w, a, i, g, &mut tile),
+                2 => simd::packed_rows::<2>(w, a, i, g, &mut tile),
+                3 => simd::packed_rows::<3>(w, a, i, g, &mut tile),
+                _ => simd::packed_rows::<4>(w, a, i, g, &mut tile),
+            }
+        }
+        for (r, sums) in tile[..rows].iter().enumerate() {
+            // SAFETY: forwarded from the caller (group g's 16 columns).
+            unsafe { out.write16((i + r) * n + g * GROUP, sums) };
+        }
+        i += rows;
     }
 }
 
