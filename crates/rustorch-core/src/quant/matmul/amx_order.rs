@@ -27,8 +27,8 @@
 //! to the weights llama.cpp's loader puts in the AMX buffer: matrices only
 //! multiplied (`QMatRef::with_repack(false)` marks the others, such as a
 //! tied token embedding) whose row count is a multiple of 32
-//! (`supports_op` in `ggml-cpu/amx/amx.cpp`). K-quants keep the plain
-//! order here.
+//! (`supports_op` in `ggml-cpu/amx/amx.cpp`). The K-quants' AMX order is
+//! `amx_order_k`'s.
 //!
 //! Weights go in groups of sixteen rows. A group's panel holds, per block,
 //! the rows' 32 values as signed bytes laid out for a tile product's second
@@ -106,7 +106,11 @@ const QK: usize = 32;
 /// this module): a legacy type it has kernels for, a matrix only
 /// multiplied, rows a multiple of 32.
 pub(super) fn covers(w: &QMatRef<'_>) -> bool {
-    w.amx_packed || (shape_covered(w.qtype(), w.rows(), w.cols()) && w.extra_buffer && !w.is_interleaved())
+    let (qtype, rows, cols) = (w.qtype(), w.rows(), w.cols());
+    w.amx_packed
+        || (w.extra_buffer
+            && ((shape_covered(qtype, rows, cols) && !w.is_interleaved())
+                || super::amx_order_k::shape_covered(qtype, rows, cols)))
 }
 
 /// A legacy type with AMX kernels in llama.cpp, rows a multiple of 32.
@@ -393,6 +397,11 @@ impl<'a> Acts<'a> {
 /// `out = act @ w^T` in the AMX build's order (`applies(w)` holds; shapes
 /// checked by the caller; `act` is `w`'s dot type).
 pub(super) fn product(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut [f32]) {
+    if act.dot_type() == QType::Q8K {
+        // The K-quants (`amx_order_k`).
+        super::amx_order_k::product(isa, w, act, out);
+        return;
+    }
     let (m, n) = (act.rows(), w.rows());
     let kb = w.cols() / QK;
     let acts = Acts::new(act, kb);
@@ -1214,7 +1223,8 @@ mod tests {
     }
 
     /// A tied embedding (marked `with_repack(false)`), a row count that is
-    /// not a multiple of 32 and K-quants keep the plain order.
+    /// not a multiple of 32, K-quants with columns not a multiple of 256 and
+    /// types without AMX kernels keep the plain order.
     #[test]
     fn only_the_amx_buffers_weights_are_covered() {
         let q = QTensor::quantize(QType::Q8_0, [48, 64], &values(48 * 64, 1)).unwrap();
@@ -1224,7 +1234,21 @@ mod tests {
         let w = QMatRef::new(QType::Q8_0, 64, 64, q.bytes()).unwrap();
         assert!(covers(&w));
         assert!(!covers(&w.with_repack(false)), "a tied embedding");
-        let q = QTensor::quantize(QType::Q4K, [64, 256], &values(64 * 256, 1)).unwrap();
-        assert!(!covers(&QMatRef::new(QType::Q4K, 64, 256, q.bytes()).unwrap()));
+        for (qtype, rows, cols, covered) in [
+            (QType::Q4K, 64, 256, true),
+            (QType::Q6K, 64, 512, true),
+            (QType::Q5K, 48, 256, false),
+            (QType::IQ4XS, 64, 256, true),
+            (QType::Q2K, 64, 256, false),
+            (QType::Q5_0, 64, 256, false),
+        ] {
+            let q = QTensor::quantize(qtype, [rows, cols], &values(rows * cols, 1)).unwrap();
+            let w = QMatRef::new(qtype, rows, cols, q.bytes()).unwrap();
+            assert_eq!(covers(&w), covered, "{qtype} {rows} x {cols}");
+            assert!(!covers(&w.with_repack(false)), "{qtype}: a tied embedding");
+        }
+        // K-quant columns: whole super-blocks (llama.cpp's QK_K alignment).
+        assert!(super::super::amx_order_k::shape_covered(QType::Q4K, 32, 768));
+        assert!(!super::super::amx_order_k::shape_covered(QType::Q4K, 32, 640));
     }
 }

@@ -411,12 +411,15 @@ const fn order_code(o: Order) -> u8 {
         Order::RepackGemv => 1,
         Order::RepackGemm => 2,
         Order::RepackGemmHalves => 3,
+        Order::Amx => 4,
     }
 }
 const TILED: u8 = order_code(Order::Tiled);
 const GEMV: u8 = order_code(Order::RepackGemv);
 const GEMM: u8 = order_code(Order::RepackGemm);
 const HALVES: u8 = order_code(Order::RepackGemmHalves);
+#[cfg(target_arch = "x86_64")]
+const AMX: u8 = order_code(Order::Amx);
 
 /// Whether this CPU runs the panel kernels at or below `isa`.
 pub(super) fn available(isa: Isa) -> bool {
@@ -582,6 +585,7 @@ unsafe fn dispatch<W: PanelType, const A: usize>(
                     Order::RepackGemv => vnni::outputs::<A, $g32, $mins, GEMV>(panel, acts),
                     Order::RepackGemm => vnni::outputs::<A, $g32, $mins, GEMM>(panel, acts),
                     Order::RepackGemmHalves => vnni::outputs::<A, $g32, $mins, HALVES>(panel, acts),
+                    Order::Amx => vnni::outputs::<A, $g32, $mins, AMX>(panel, acts),
                 }
             }
         };
@@ -596,7 +600,7 @@ unsafe fn dispatch<W: PanelType, const A: usize>(
 
 #[cfg(target_arch = "x86_64")]
 pub(super) mod vnni {
-    use super::{PanelBlock, GEMM, GEMV, HALVES, LANES, TILED};
+    use super::{PanelBlock, AMX, GEMM, GEMV, HALVES, LANES, TILED};
     use crate::quant::blocks::BlockQ8K;
     use std::arch::x86_64::*;
 
@@ -713,13 +717,20 @@ pub(super) mod vnni {
                         acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s_block[k]), dd, acc[k]);
                         acc_min[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m_block[k]), dm, acc_min[k]);
                     }
+                    AMX => {
+                        // acc = fma(f32(s), d * d_a, acc); acc = fma(-f32(m),
+                        // dmin * d_a, acc) (`fnmadd` rounds once, as that fma).
+                        let (dd, dm) = (_mm512_mul_ps(d, da[k]), _mm512_mul_ps(dmin, da[k]));
+                        acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s_block[k]), dd, acc[k]);
+                        acc[k] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(m_block[k]), dm, acc[k]);
+                    }
                     _ => {}
                 }
             }
         }
         let mut res = [[0f32; LANES]; 4];
         for k in 0..A {
-            let v = if ORDER == TILED {
+            let v = if ORDER == TILED || ORDER == AMX {
                 acc[k]
             } else {
                 _mm512_sub_ps(acc[k], acc_min[k])

@@ -333,7 +333,7 @@ mod tile {
 
     /// Sixteen weight rows (`panel`, one block per super-block) against up
     /// to `ROWS` activation rows (`ys`, copied into `lines`), each summing
-    /// whole super-blocks (`Order::Tiled` or `Order::RepackGemv`); results
+    /// whole super-blocks (`Order::Tiled`, `Order::RepackGemv`, `Order::Amx`); results
     /// into `res[k]`. `MINS`: the type has mins (the blocks' `mins` are
     /// filled).
     ///
@@ -508,7 +508,9 @@ mod tile {
 
     /// Row `k`'s f32 step for integers `(s, m)` that end a block (or half):
     /// the tiled order's `r = f32(s) * d; r = fma(-dmin, f32(m), r);
-    /// acc = fma(r, d_a, acc)` (as `ggml_panel`), or the repacked orders'
+    /// acc = fma(r, d_a, acc)` (as `ggml_panel`), the AMX build's
+    /// `acc = fma(f32(s), d * d_a, acc); acc = fma(-f32(m), dmin * d_a,
+    /// acc)`, or the repacked orders'
     /// `acc = fma(f32(s), d * d_a, acc)` and `acc_min = fma(f32(m), dmin *
     /// d_a, acc_min)`.
     ///
@@ -529,6 +531,10 @@ mod tile {
                 let v = _mm512_mul_ps(_mm512_cvtepi32_ps(s), d);
                 let v = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(m), v);
                 *acc = _mm512_fmadd_ps(v, da, *acc);
+            } else if order == Order::Amx {
+                // `fnmadd` rounds -(m * dm) + acc once, as fma(-m, dm, acc).
+                *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd, *acc);
+                *acc = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(m), dm, *acc);
             } else {
                 *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd, *acc);
                 *acc_min = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), dm, *acc_min);
@@ -536,7 +542,7 @@ mod tile {
         }
     }
 
-    /// Each row's result: `acc` (tiled order) or `acc - acc_min`.
+    /// Each row's result: `acc` (tiled and AMX orders) or `acc - acc_min`.
     ///
     /// # Safety
     /// AVX-512 F must be available.
@@ -550,7 +556,7 @@ mod tile {
         for (k, &order) in orders.iter().enumerate() {
             // SAFETY: AVX-512 F (the caller); 16 f32 into a 16-element array.
             unsafe {
-                let v = if order == Order::Tiled {
+                let v = if matches!(order, Order::Tiled | Order::Amx) {
                     acc[k]
                 } else {
                     _mm512_sub_ps(acc[k], acc_min[k])

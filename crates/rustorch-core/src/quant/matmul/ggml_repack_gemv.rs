@@ -45,7 +45,7 @@ pub(super) fn gemv(w: &QMatRef<'_>, acts: &[&[BlockQ8K]], out: &mut [f32]) {
     (0..n.div_ceil(chunk)).into_par_iter().for_each(|c| {
         let (j0, j1) = (c * chunk, ((c + 1) * chunk).min(n));
         // SAFETY: this task alone writes the outputs of weight rows j0..j1.
-        unsafe { gemv_rows(w, &acts, j0..j1, &out_ptr) };
+        unsafe { gemv_rows::<false>(w, &acts, j0..j1, &out_ptr) };
     });
 }
 
@@ -59,14 +59,21 @@ pub(super) fn chunk_rows(n: usize) -> usize {
 
 /// `gemv`'s outputs for weight rows `rows` (a start that is a multiple of
 /// eight), on this thread; `acts` are Q8_K rows as bytes (no allocation
-/// per task: a decode step runs thousands of these).
+/// per task: a decode step runs thousands of these). `AMX`: Q4_K in the
+/// AMX build's order instead (`amx_order_k`: the products' and the mins'
+/// FMAs into one accumulator, `acc = fma(-f32(M), dmin_w * d_a, acc)`).
 ///
 /// # Safety
 /// `out` points at `acts.len() x w.rows()` outputs, and no other thread
 /// writes those of `rows` meanwhile; AVX-512 VNNI is available, and VBMI
 /// too for interleaved weights (`x8_gemv_available`).
 #[cfg(target_arch = "x86_64")]
-pub(super) unsafe fn gemv_rows(w: &QMatRef<'_>, acts: &[&[u8]], rows: std::ops::Range<usize>, out_ptr: &OutPtr) {
+pub(super) unsafe fn gemv_rows<const AMX: bool>(
+    w: &QMatRef<'_>,
+    acts: &[&[u8]],
+    rows: std::ops::Range<usize>,
+    out_ptr: &OutPtr,
+) {
     use crate::quant::blocks::{cast_blocks, BlockQ4K};
     use crate::quant::QType;
     let q2k = w.qtype() == QType::Q2K;
@@ -75,7 +82,7 @@ pub(super) unsafe fn gemv_rows(w: &QMatRef<'_>, acts: &[&[u8]], rows: std::ops::
     if w.interleaved {
         // Chunks hold whole groups of the interleaved layout.
         // SAFETY: forwarded from the caller.
-        unsafe { x8_rows(w, acts, 0, rows, out_ptr) };
+        unsafe { x8_rows::<AMX>(w, acts, 0, rows, out_ptr) };
         return;
     }
     let mut j = j0;
@@ -89,7 +96,7 @@ pub(super) unsafe fn gemv_rows(w: &QMatRef<'_>, acts: &[&[u8]], rows: std::ops::
                 if q2k {
                     simd::gemv8_q2k(a, rows, &mut r)
                 } else {
-                    simd::gemv8_q4k(a, rows, &mut r)
+                    simd::gemv8_q4k::<AMX>(a, rows, &mut r)
                 }
             };
             for (k, v) in r.into_iter().enumerate() {
@@ -100,9 +107,9 @@ pub(super) unsafe fn gemv_rows(w: &QMatRef<'_>, acts: &[&[u8]], rows: std::ops::
         }
         j += 8;
     }
-    // `llama_repacks` holds, so rows % 8 == 0 and this is only a
-    // fallback for Q4_K.
-    for j in j..if q2k { j } else { j1 } {
+    // `llama_repacks` holds (the AMX order covers rows % 32 == 0), so
+    // rows % 8 == 0 and this is only a fallback for Q4_K.
+    for j in j..if q2k || AMX { j } else { j1 } {
         let wr: &[BlockQ4K] = cast_blocks(w.row(j)).expect("Q4_K weight rows are whole blocks");
         for (i, a) in acts.iter().enumerate() {
             let a: &[BlockQ8K] = cast_blocks(a).expect("Q8_K activation rows are whole blocks");
@@ -135,18 +142,25 @@ pub(super) fn gemm_small(w: &QMatRef<'_>, acts: &[&[BlockQ8K]], out: &mut [f32])
         let rows = c * chunk..((c + 1) * chunk).min(n);
         // SAFETY: this task alone writes the outputs of these weight rows;
         // the caller checked AVX-512 VNNI and VBMI.
-        unsafe { x8_rows(w, &acts, m - m % 4, rows, &out_ptr) };
+        unsafe { x8_rows::<false>(w, &acts, m - m % 4, rows, &out_ptr) };
     });
 }
 
 /// The outputs of `x8` weight rows `rows` (whole groups of eight) for
 /// every activation row (bytes): the first `gemm_rows` (a multiple of
-/// four) in the gemm order, four at a time, the rest in the gemv order.
+/// four) in the gemm order, four at a time, the rest in the gemv order
+/// (`AMX`: the AMX build's order, with `gemm_rows` zero).
 ///
 /// # Safety
 /// As `gemv_rows`; AVX-512 VBMI is available too.
 #[cfg(target_arch = "x86_64")]
-unsafe fn x8_rows(w: &QMatRef<'_>, acts: &[&[u8]], gemm_rows: usize, rows: std::ops::Range<usize>, out_ptr: &OutPtr) {
+unsafe fn x8_rows<const AMX: bool>(
+    w: &QMatRef<'_>,
+    acts: &[&[u8]],
+    gemm_rows: usize,
+    rows: std::ops::Range<usize>,
+    out_ptr: &OutPtr,
+) {
     let n = w.rows();
     for j in rows.step_by(8) {
         let group = &w.bytes[j * w.row_bytes..(j + 8) * w.row_bytes];
@@ -169,7 +183,7 @@ unsafe fn x8_rows(w: &QMatRef<'_>, acts: &[&[u8]], gemm_rows: usize, rows: std::
         for (i, a) in acts.iter().enumerate().skip(gemm_rows) {
             let mut r = [0f32; 8];
             // SAFETY: as above.
-            unsafe { simd::gemv8_q4k_x8(a, group, &mut r) };
+            unsafe { simd::gemv8_q4k_x8::<AMX>(a, group, &mut r) };
             write(i, r);
         }
     }
@@ -188,6 +202,31 @@ mod simd {
 
     const Q4K_BYTES: usize = 144;
     const PREFETCH_AHEAD: usize = 768;
+
+    /// One super-block's f32 steps for eight outputs: the gemv order's
+    /// `acc = fma(S, d, acc)`, `acc_min = fma(M, dmin, acc_min)` (output
+    /// `acc - acc_min`), or with `AMX` the AMX build's `acc = fma(S, d,
+    /// acc)`, `acc = fma(-M, dmin, acc)` (`acc_min` stays +0, and `x - 0`
+    /// is `x`).
+    #[inline(always)]
+    unsafe fn block_step<const AMX: bool>(
+        s: __m256,
+        m: __m256,
+        d: __m256,
+        dmin: __m256,
+        acc: &mut __m256,
+        acc_min: &mut __m256,
+    ) {
+        // SAFETY: FMA in the kernels.
+        unsafe {
+            *acc = _mm256_fmadd_ps(s, d, *acc);
+            if AMX {
+                *acc = _mm256_fnmadd_ps(m, dmin, *acc);
+            } else {
+                *acc_min = _mm256_fmadd_ps(m, dmin, *acc_min);
+            }
+        }
+    }
 
     /// Sum of the 16 i32 lanes of each of `v[0..8]`: lane `r` of the result.
     #[inline(always)]
@@ -259,7 +298,7 @@ mod simd {
     /// # Safety
     /// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C must be available.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    pub(in super::super) unsafe fn gemv8_q4k(a: &[u8], w: [&[u8]; 8], out: &mut [f32; 8]) {
+    pub(in super::super) unsafe fn gemv8_q4k<const AMX: bool>(a: &[u8], w: [&[u8]; 8], out: &mut [f32; 8]) {
         let nb = a.len() / A_BYTES;
         if !a.len().is_multiple_of(A_BYTES) || w.iter().any(|r| r.len() != nb * Q4K_BYTES) {
             *out = [f32::NAN; 8];
@@ -335,8 +374,7 @@ mod simd {
                 ));
                 let d = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_cvtepi32_epi16(dd)), yd);
                 let dmin = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_srli_epi32::<16>(dd))), yd);
-                acc = _mm256_fmadd_ps(s, d, acc);
-                acc_min = _mm256_fmadd_ps(m, dmin, acc_min);
+                block_step::<AMX>(s, m, d, dmin, &mut acc, &mut acc_min);
             }
         }
         // SAFETY: `out` holds eight f32 values.
@@ -406,7 +444,7 @@ mod simd {
     /// # Safety
     /// AVX-512 F/BW/VL/VNNI/VBMI, AVX2, FMA and F16C must be available.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
-    pub(in super::super) unsafe fn gemv8_q4k_x8(a: &[u8], group: &[u8], out: &mut [f32; 8]) {
+    pub(in super::super) unsafe fn gemv8_q4k_x8<const AMX: bool>(a: &[u8], group: &[u8], out: &mut [f32; 8]) {
         let nb = a.len() / A_BYTES;
         if !a.len().is_multiple_of(A_BYTES) || group.len() != 8 * nb * Q4K_BYTES {
             *out = [f32::NAN; 8];
@@ -476,8 +514,7 @@ mod simd {
                 ));
                 let d = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_cvtepi32_epi16(dd)), yd);
                 let dmin = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_srli_epi32::<16>(dd))), yd);
-                acc = _mm256_fmadd_ps(s, d, acc);
-                acc_min = _mm256_fmadd_ps(m, dmin, acc_min);
+                block_step::<AMX>(s, m, d, dmin, &mut acc, &mut acc_min);
             }
         }
         // SAFETY: `out` holds eight f32 values.

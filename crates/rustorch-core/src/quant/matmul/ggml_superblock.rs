@@ -367,6 +367,9 @@ pub(super) enum Order {
     RepackGemm,
     /// Repacked Q2_K gemm: one FMA per 128-value half for each.
     RepackGemmHalves,
+    /// llama.cpp's AMX build (`amx_order_k`): per block `acc = fma(f32(s),
+    /// d_w * d_a, acc)`, then `acc = fma(-f32(m), dmin_w * d_a, acc)`.
+    Amx,
 }
 
 impl Order {
@@ -427,13 +430,19 @@ fn outputs<const W: usize, const A: usize>(
                         *acc = (s as f32).mul_add(d, *acc);
                         *acc_min = (mp as f32).mul_add(dmin, *acc_min);
                     }
+                    Order::Amx => {
+                        let (d, dmin) = (u.d * y.scale(), u.dmin * y.scale());
+                        let (s, mp) = ((s[0] + s[1]) + (s[2] + s[3]), (mp[0] + mp[1]) + (mp[2] + mp[3]));
+                        *acc = (s as f32).mul_add(d, *acc);
+                        *acc = (-(mp as f32)).mul_add(dmin, *acc);
+                    }
                 }
             }
         }
     }
     std::array::from_fn(|r| {
         std::array::from_fn(|k| {
-            if orders[k] == Order::Tiled {
+            if matches!(orders[k], Order::Tiled | Order::Amx) {
                 acc[r][k]
             } else {
                 acc[r][k] - acc_min[r][k]

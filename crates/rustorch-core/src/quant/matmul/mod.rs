@@ -16,6 +16,7 @@ mod activations;
 #[cfg(target_arch = "x86_64")]
 mod amx;
 mod amx_order;
+mod amx_order_k;
 mod float_path;
 mod ggml_panel;
 mod ggml_panel_amx;
@@ -602,7 +603,7 @@ impl Matvec {
                 // SAFETY: forwarded from the caller (`plan` checked AVX-512
                 // VNNI; chunks start at multiples of eight); the one
                 // activation row is whole Q8_K blocks (`check_product`).
-                unsafe { ggml_repack_gemv::gemv_rows(w, &[act.row(0)], rows, out) };
+                unsafe { ggml_repack_gemv::gemv_rows::<false>(w, &[act.row(0)], rows, out) };
             }
             MatvecKind::Rows { dot, cols } => {
                 let a = act.row(0);

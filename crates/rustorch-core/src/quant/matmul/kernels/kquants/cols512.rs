@@ -484,7 +484,7 @@ pub(in crate::quant::matmul) unsafe fn dot_cols_q5k(a: &[u8], w: [&[u8]; 4], out
 pub(in crate::quant::matmul) unsafe fn dot_cols_q6k(a: &[u8], w: [&[u8]; 4], out: &mut [f32; 4]) {
     let mut o = [[0f32; 4]; 1];
     // SAFETY: forwarded from the caller.
-    unsafe { cols_q6k::<false, 1>([a], w, &mut o) };
+    unsafe { cols_q6k::<VEC_DOT, 1>([a], w, &mut o) };
     *out = o[0];
 }
 
@@ -505,17 +505,39 @@ pub(in crate::quant::matmul) unsafe fn tiled_cols_q6k<const A: usize>(
     out: &mut [[f32; 4]; A],
 ) {
     // SAFETY: forwarded from the caller.
-    unsafe { cols_q6k::<true, A>(a, w, out) }
+    unsafe { cols_q6k::<TILED, A>(a, w, out) }
 }
 
-/// `dot_cols_q6k` (`TILED` false, one activation row) and
-/// `tiled_cols_q6k` (true).
+/// As `tiled_cols_q6k`, in llama.cpp's AMX build's order (`amx_order_k`):
+/// `acc = fma(f32(S), d_w * d_a, acc)` per super-block.
+///
+/// # Safety
+/// As `dot_cols_q4k`, for every activation row.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(in crate::quant::matmul) unsafe fn amx_cols_q6k<const A: usize>(
+    a: [&[u8]; A],
+    w: [&[u8]; 4],
+    out: &mut [[f32; 4]; A],
+) {
+    // SAFETY: forwarded from the caller.
+    unsafe { cols_q6k::<AMX, A>(a, w, out) }
+}
+
+/// `cols_q6k`'s orders: `vec_dot_q6_K_q8_K`'s lanes, the tiled order's
+/// `fma(f32(S) * d_w, d_a, acc)`, the AMX build's `fma(f32(S), d_w * d_a,
+/// acc)`.
+const VEC_DOT: u8 = 0;
+const TILED: u8 = 1;
+const AMX: u8 = 2;
+
+/// `dot_cols_q6k` (`VEC_DOT`, one activation row), `tiled_cols_q6k`
+/// (`TILED`) and `amx_cols_q6k` (`AMX`).
 ///
 /// # Safety
 /// As `dot_cols_q4k`, for every activation row.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[inline]
-unsafe fn cols_q6k<const TILED: bool, const A: usize>(a: [&[u8]; A], w: [&[u8]; 4], out: &mut [[f32; 4]; A]) {
+unsafe fn cols_q6k<const ORDER: u8, const A: usize>(a: [&[u8]; A], w: [&[u8]; 4], out: &mut [[f32; 4]; A]) {
     let Some(nb) = a
         .iter()
         .map(|x| check(x, &w, Q6K_BYTES))
@@ -568,7 +590,11 @@ unsafe fn cols_q6k<const TILED: bool, const A: usize>(a: [&[u8]; A], w: [&[u8]; 
                 }
             }
             // d4 with a factor of 1.0: the weights' scales alone (exact).
-            let dw = if TILED { d4(wb, 208, 1.0) } else { _mm_setzero_ps() };
+            let dw = if ORDER == VEC_DOT {
+                _mm_setzero_ps()
+            } else {
+                d4(wb, 208, 1.0)
+            };
             for k in 0..A {
                 let y = ys[k];
                 // The `- 32` of every quant, per lane l as llama.cpp takes it:
@@ -578,22 +604,27 @@ unsafe fn cols_q6k<const TILED: bool, const A: usize>(a: [&[u8]; A], w: [&[u8]; 
                 let sub23 = _mm512_slli_epi32::<5>(_mm512_madd_epi16(bs, sc23));
                 let p01 = _mm512_sub_epi32(fold2(lanes[k][0], lanes[k][1]), sub01);
                 let p23 = _mm512_sub_epi32(fold2(lanes[k][2], lanes[k][3]), sub23);
-                if TILED {
+                if ORDER != VEC_DOT {
                     // Rows' eight lanes to one sum each: [r0 | r1 | r2 | r3]
                     // by 128-bit lanes, then within them.
                     let z = _mm512_add_epi32(
                         _mm512_shuffle_i64x2::<0b10_00_10_00>(p01, p23),
                         _mm512_shuffle_i64x2::<0b11_01_11_01>(p01, p23),
                     );
-                    let t = _mm_mul_ps(_mm_cvtepi32_ps(sum_lanes4(z)), dw);
-                    tiled[k] = _mm_fmadd_ps(t, _mm_set1_ps(f32_at(y)), tiled[k]);
+                    let s = _mm_cvtepi32_ps(sum_lanes4(z));
+                    let da = _mm_set1_ps(f32_at(y));
+                    tiled[k] = if ORDER == TILED {
+                        _mm_fmadd_ps(_mm_mul_ps(s, dw), da, tiled[k])
+                    } else {
+                        _mm_fmadd_ps(s, _mm_mul_ps(dw, da), tiled[k])
+                    };
                 } else {
                     acc.fma(d4(wb, 208, f32_at(y)), p01, p23);
                 }
             }
         }
     }
-    if TILED {
+    if ORDER != VEC_DOT {
         for k in 0..A {
             // SAFETY: each output row holds four f32 values; SSE enabled above.
             unsafe { _mm_storeu_ps(out[k].as_mut_ptr(), tiled[k]) };
