@@ -126,16 +126,17 @@ fn attend(op: &Op, inputs: &[CpuInput<'_>], scale: f32, groups: bool) -> Result<
     if dv == 0 {
         return Ok(vec![CpuStorage::from_vec(out)]);
     }
-    if groups && kq_path == FloatOrder::TinyBlas && kqv_path == FloatOrder::TinyBlas && t.is_multiple_of(4) {
-        // Four query rows of one head at a time (t is a multiple of 4, so
-        // no group crosses heads): each key and value row loaded then
-        // meets four query rows (`dot_tiny_4x4`).
+    if groups && kq_path == FloatOrder::TinyBlas && kqv_path == FloatOrder::TinyBlas {
+        // Four query rows of one head at a time (a head's last group holds
+        // the t % 4 rows left, so no group crosses heads): each key and
+        // value row loaded then meets four query rows (`dot_tiny_4x4`).
         let queries = Queries {
             q: &q,
             mask: &mask,
             t,
             d,
             l,
+            dv,
         };
         if hkv * l * (d + dv) * std::mem::size_of::<f32>() <= wide_all_bytes() {
             // Every head widened at once, and one parallel loop over all
@@ -144,25 +145,29 @@ fn attend(op: &Op, inputs: &[CpuInput<'_>], scale: f32, groups: bool) -> Result<
                 .into_par_iter()
                 .map(|hk| WideCache::new(&k, &vt, hk, l, dv))
                 .collect();
-            out.par_chunks_mut(4 * dv)
-                .enumerate()
-                .for_each_init(FourRowScratch::default, |s, (g, o)| {
-                    let row0 = 4 * g;
-                    four_rows(&queries, &wides[row0 / t / group], scale, row0, o, s)
-                });
+            out.par_chunks_mut(t * dv).enumerate().for_each(|(h, out_h)| {
+                out_h
+                    .par_chunks_mut(4 * dv)
+                    .enumerate()
+                    .for_each_init(FourRowScratch::default, |s, (g, o)| {
+                        four_rows(&queries, &wides[h / group], scale, h * t + 4 * g, o, s)
+                    })
+            });
             return Ok(vec![CpuStorage::from_vec(out)]);
         }
         // A long cache: one key/value head at a time, so that only its keys
         // and values are widened at once (the query heads of a group are
         // contiguous in the output).
-        for (hk, out_h) in out.chunks_mut(group * t * dv).enumerate() {
+        for (hk, out_k) in out.chunks_mut(group * t * dv).enumerate() {
             let wide = WideCache::new(&k, &vt, hk, l, dv);
-            out_h
-                .par_chunks_mut(4 * dv)
-                .enumerate()
-                .for_each_init(FourRowScratch::default, |s, (g, o)| {
-                    four_rows(&queries, &wide, scale, hk * group * t + 4 * g, o, s)
-                });
+            out_k.par_chunks_mut(t * dv).enumerate().for_each(|(h, out_h)| {
+                out_h
+                    .par_chunks_mut(4 * dv)
+                    .enumerate()
+                    .for_each_init(FourRowScratch::default, |s, (g, o)| {
+                        four_rows(&queries, &wide, scale, (hk * group + h) * t + 4 * g, o, s)
+                    })
+            });
         }
         return Ok(vec![CpuStorage::from_vec(out)]);
     }
@@ -287,6 +292,7 @@ struct Queries<'a> {
     t: usize,
     d: usize,
     l: usize,
+    dv: usize,
 }
 
 /// One key/value head's keys and transposed values widened to f32 once per
@@ -364,8 +370,10 @@ struct FourRowScratch {
     p32: [Vec<f32>; 4],
 }
 
-/// Query rows `row0..row0 + 4` (one head) into `o` (`4 x Dv`), in
-/// tinyBLAS's order for both products, with the bits of the one-row path:
+/// Query rows `row0..row0 + n` (one head; `n = o.len() / Dv`, 1 to 4) into
+/// `o` (`n x Dv`), in tinyBLAS's order for both products, with the bits of
+/// the one-row path (fewer than four rows, a head's last group, fill the
+/// tile with copies of its last row, whose results are dropped):
 /// - scores are computed for the keys that any of the four rows sees;
 ///   each row's masked scores are then set to 0 as in the one-row path
 ///   (the mask hides them anyway);
@@ -375,17 +383,20 @@ struct FourRowScratch {
 ///   so every lane sums the same elements in the same order.
 fn four_rows(qs: &Queries<'_>, wide: &WideCache, scale: f32, row0: usize, o: &mut [f32], s: &mut FourRowScratch) {
     use half::slice::HalfFloatSliceExt;
-    let (t, d, l) = (qs.t, qs.d, qs.l);
-    let dv = o.len() / 4;
+    let (t, d, l, dv) = (qs.t, qs.d, qs.l, qs.dv);
+    let rows = o.len() / dv;
+    debug_assert!((1..=4).contains(&rows));
+    // Tile row r computes query row `row0 + src(r)`.
+    let src = |r: usize| r.min(rows - 1);
     let i0 = row0 % t;
     for (r, q) in s.q.iter_mut().enumerate() {
         // Rounded to f16 as GGML converts the operand, then widened back.
-        let q16 = to_f16(&qs.q[(row0 + r) * d..(row0 + r + 1) * d]);
+        let q16 = to_f16(&qs.q[(row0 + src(r)) * d..(row0 + src(r) + 1) * d]);
         q.resize(d, 0.0);
         q16.convert_to_f32_slice(q);
     }
     let qr: [&[f32]; 4] = std::array::from_fn(|r| &s.q[r][..]);
-    let masks: [&[f32]; 4] = std::array::from_fn(|r| &qs.mask[(i0 + r) * l..(i0 + r + 1) * l]);
+    let masks: [&[f32]; 4] = std::array::from_fn(|r| &qs.mask[(i0 + src(r)) * l..(i0 + src(r) + 1) * l]);
     // Keys from the first that any row sees to the last: products of keys
     // masked inside that range are computed, then set to 0 below, as the
     // one-row path leaves them.
@@ -447,14 +458,14 @@ fn four_rows(qs: &Queries<'_>, wide: &WideCache, scale: f32, row0: usize, o: &mu
     while c + 4 <= dv {
         let out = dot_tiny_4x4(std::array::from_fn(|m| &wide.value_row(c + m)[span.clone()]), probs);
         for (m, sm) in out.iter().enumerate() {
-            for r in 0..4 {
+            for r in 0..rows {
                 o[r * dv + c + m] = sm[r];
             }
         }
         c += 4;
     }
     for c in c..dv {
-        for r in 0..4 {
+        for r in 0..rows {
             o[r * dv + c] = dot(FloatOrder::TinyBlas, &wide.value_row(c)[span.clone()], probs[r]);
         }
     }
@@ -593,6 +604,12 @@ mod tests {
         let n_past = 70;
         let (g, s) = grouped_and_single((4, 2, 8, 192, 64, 64), 4.0, 0.125, |i, j| j <= n_past + i * 9);
         assert_same_bits(&g, &s, "four rows");
+        // Query counts that are not whole groups of four (a prompt's last
+        // micro-batch): each head's last group is partial.
+        for t in [2, 5, 7, 10] {
+            let (g, s) = grouped_and_single((4, 2, t, 192, 64, 64), 4.0, 0.125, |i, j| j <= n_past + i * 9);
+            assert_same_bits(&g, &s, &format!("{t} rows"));
+        }
     }
 
     /// The long-cache form of the four-row path (one key/value head
@@ -601,8 +618,10 @@ mod tests {
     fn four_row_groups_one_head_at_a_time_equal_single_rows() {
         WIDE_LIMIT.with(|c| c.set(0));
         let (g, s) = grouped_and_single((8, 2, 8, 192, 64, 64), 4.0, 0.125, |i, j| j <= 70 + i * 9);
+        let (g7, s7) = grouped_and_single((8, 2, 7, 192, 64, 64), 4.0, 0.125, |i, j| j <= 70 + i * 9);
         WIDE_LIMIT.with(|c| c.set(WIDE_ALL_BYTES));
         assert_same_bits(&g, &s, "one head at a time");
+        assert_same_bits(&g7, &s7, "one head at a time, 7 rows");
     }
 
     /// The one-position path (query heads of a key/value head together)
