@@ -361,7 +361,10 @@ struct Acts<'a> {
 }
 
 impl<'a> Acts<'a> {
-    fn new(q: &'a QuantizedRows, kb: usize) -> Acts<'a> {
+    /// The rows' scales, and from row `biased_from` on their biased values
+    /// and sums (the AMX tiles read whole groups of sixteen rows in place;
+    /// rows before `biased_from` keep zeros there, in pages never touched).
+    fn new(q: &'a QuantizedRows, kb: usize, biased_from: usize) -> Acts<'a> {
         let q8_1 = q.dot_type() == QType::Q8_1;
         let (ts, qs_at) = if q8_1 { (36, 4) } else { (34, 2) };
         let rows = q.rows();
@@ -374,6 +377,9 @@ impl<'a> Acts<'a> {
                 d[i * kb + b] = f16_at(block, 0);
                 if q8_1 {
                     s[i * kb + b] = f16_at(block, 2);
+                }
+                if i < biased_from {
+                    continue;
                 }
                 let out = &mut biased[(i * kb + b) * QK..(i * kb + b + 1) * QK];
                 for (o, &x) in out.iter_mut().zip(&block[qs_at..qs_at + QK]) {
@@ -404,9 +410,20 @@ pub(super) fn product(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut 
     }
     let (m, n) = (act.rows(), w.rows());
     let kb = w.cols() / QK;
-    let acts = Acts::new(act, kb);
-    let q4_1 = w.qtype() == QType::Q4_1;
     let kernel = Kernel::at_most(isa);
+    // With AMX, whole groups of sixteen rows go through the tiles, which
+    // read the Q8 rows as they are; the rest (and any product of fewer
+    // rows, a matvec) through `vpdpbusd`, which needs the biased values.
+    #[cfg(target_arch = "x86_64")]
+    let biased_from = if matches!(kernel, Kernel::Amx) && m >= GROUP {
+        m - m % GROUP
+    } else {
+        0
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let biased_from = 0;
+    let acts = Acts::new(act, kb, biased_from);
+    let q4_1 = w.qtype() == QType::Q4_1;
     let out_ptr = OutPtr(out.as_mut_ptr());
     let groups = n / GROUP;
     #[cfg(target_arch = "x86_64")]
@@ -484,7 +501,7 @@ pub(super) fn matvecs(isa: Isa, items: &mut [(QMatRef<'_>, &QuantizedRows, &mut 
         {
             return false;
         }
-        let acts: Vec<Acts<'_>> = items.iter().map(|(w, act, _)| Acts::new(act, w.cols() / QK)).collect();
+        let acts: Vec<Acts<'_>> = items.iter().map(|(w, act, _)| Acts::new(act, w.cols() / QK, 0)).collect();
         let outs: Vec<OutPtr> = items.iter_mut().map(|(_, _, out)| OutPtr(out.as_mut_ptr())).collect();
         let tasks: Vec<(usize, usize)> = items
             .iter()
@@ -1083,20 +1100,31 @@ mod simd {
         // i..i + 16 of the activations, or the panel's 512 bytes of block b;
         // every store writes one `Sums`.
         unsafe {
-            for b in 0..a.kb {
-                let x = base.add(i * row_bytes + b * ts + a.qs_at);
-                tile_load!(2, x, row_bytes);
-                tile_load!(0, p.codes[b].as_ptr(), 64usize);
-                let s = &mut sums[b % 2];
-                if b % 2 == 0 {
-                    tile_zero!(4);
-                    tdpbssd!(4, 2, 0);
-                    tile_store!(4, s.0.as_mut_ptr(), 64usize);
-                } else {
-                    tile_zero!(5);
-                    tdpbssd!(5, 2, 0);
-                    tile_store!(5, s.0.as_mut_ptr(), 64usize);
+            // Block b's tile product is issued before block b - 1's sums are
+            // read back: vector loads of a tile store's lines right after it
+            // stall until the store has drained to the cache.
+            for step in 0..=a.kb {
+                if step < a.kb {
+                    let b = step;
+                    let x = base.add(i * row_bytes + b * ts + a.qs_at);
+                    tile_load!(2, x, row_bytes);
+                    tile_load!(0, p.codes[b].as_ptr(), 64usize);
+                    let s = &mut sums[b % 2];
+                    if b % 2 == 0 {
+                        tile_zero!(4);
+                        tdpbssd!(4, 2, 0);
+                        tile_store!(4, s.0.as_mut_ptr(), 64usize);
+                    } else {
+                        tile_zero!(5);
+                        tdpbssd!(5, 2, 0);
+                        tile_store!(5, s.0.as_mut_ptr(), 64usize);
+                    }
                 }
+                if step == 0 {
+                    continue;
+                }
+                let b = step - 1;
+                let s = &sums[b % 2];
                 let dw = _mm512_loadu_ps(p.d[b].as_ptr());
                 let mw = _mm512_loadu_ps(p.m[b].as_ptr());
                 for r in 0..GROUP {
@@ -1203,7 +1231,7 @@ mod tests {
                     }
                 }
                 // The portable kernel, whatever this CPU has.
-                let acts = Acts::new(&act, cols / QK);
+                let acts = Acts::new(&act, cols / QK, 0);
                 let mut p = Panel::default();
                 p.fill(&w, 16);
                 let mut tile = [[0f32; GROUP]; GROUP];
