@@ -15,6 +15,8 @@
 # Environment: the same as flags, MODELS, N_PROMPT, N_GEN, REPS, CPUS, THREADS, AMX=0;
 # DEVICE_BIN (default .device-bin), MODELS_DIR (default /tmp/rustorch-bench-models), OUT (a
 # folder: the tables go to $OUT/issue5.md, the logs next to it).
+# rustorch-cli multiplies in llama.cpp's order for this CPU when built natively (the AMX build's on
+# the device host) unless RUSTORCH_GGML_ORDER says otherwise; the report names the order.
 # TinyLlama Q4_K_M alone at -r 2 takes about 4 minutes on the idle host (model making included).
 set -euo pipefail
 
@@ -101,6 +103,8 @@ fi
     echo
     [ -f "$bin/BUNDLE.txt" ] && { sed 's/^/    /' "$bin/BUNDLE.txt"; echo; }
     echo "Command: bench/device_issue5.sh -m $models -p $prompts -n $n_gen -r $reps -c ${cpus:-none} -t $threads$([ "$amx" = 1 ] || echo ' -A')"
+    echo
+    echo "rustorch-cli: $("$bin/rustorch-cli" devices 2>/dev/null | grep -m1 '^llama.cpp order' || echo 'order unknown')"
     echo
 } > "$report"
 

@@ -26,6 +26,7 @@ pub fn run() -> Result<(), CliError> {
     // The level the quantized products run at: AMX only where the CPU has
     // it and the OS granted the tile state (RUSTORCH_QUANT_ISA caps it).
     println!("quantized kernels: {}", Isa::detected());
+    println!("{}", order_line());
     println!();
     for report in exec.device_reports() {
         let cap = &report.capability;
@@ -55,6 +56,24 @@ pub fn run() -> Result<(), CliError> {
         config.min_offload_elems
     );
     Ok(())
+}
+
+/// Whose arithmetic the quantized products reproduce, and why.
+fn order_line() -> String {
+    use rustorch_core::quant::matmul::{ggml_order, GgmlOrder};
+    let order = ggml_order();
+    let name = match order {
+        GgmlOrder::Amx => "amx (llama.cpp built with AMX)",
+        GgmlOrder::Reference => "reference (llama.cpp's plain CPU build)",
+    };
+    let why = if std::env::var_os("RUSTORCH_GGML_ORDER").is_some() {
+        "set by RUSTORCH_GGML_ORDER".to_string()
+    } else if order == GgmlOrder::Amx {
+        "this CPU has AMX-INT8, as a native llama.cpp build there uses; RUSTORCH_GGML_ORDER=reference for the plain build's".to_string()
+    } else {
+        "this CPU has no AMX; RUSTORCH_GGML_ORDER=amx for that build's".to_string()
+    };
+    format!("llama.cpp order: {name}: {why}")
 }
 
 fn memory(total: Option<u64>, free: Option<u64>) -> String {

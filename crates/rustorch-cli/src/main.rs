@@ -30,6 +30,7 @@ use error::CliError;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    exit_quietly_on_closed_pipe();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
@@ -44,6 +45,18 @@ fn main() -> ExitCode {
             eprintln!("error: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `rustorch-cli devices | head` closes stdout early: end quietly as other
+/// command-line tools do (the default SIGPIPE action), not with a panic
+/// from `println!` (Rust ignores SIGPIPE, so each write would fail).
+fn exit_quietly_on_closed_pipe() {
+    #[cfg(unix)]
+    // SAFETY: restores the default action of one signal before any thread
+    // starts; no handler of ours is involved.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
 
@@ -64,12 +77,17 @@ fn run(cli: Cli) -> Result<(), CliError> {
 
 /// `RUSTORCH_GGML_ORDER`, when set, must name an order (the library reads an
 /// unknown value as the default; here it is an error, not a silent default).
+/// Unset, the order is llama.cpp's on this CPU when built natively: its AMX
+/// build's where the CPU has AMX-INT8, the plain one elsewhere.
 fn check_ggml_order() -> Result<(), CliError> {
-    use rustorch_core::quant::matmul::GgmlOrder;
+    use rustorch_core::quant::matmul::{set_default_ggml_order, GgmlOrder};
     match std::env::var("RUSTORCH_GGML_ORDER") {
         Ok(v) if GgmlOrder::parse(&v).is_none() => Err(CliError::msg(format!(
-            "RUSTORCH_GGML_ORDER={v:?} is not an order: use amx (llama.cpp's AMX build) or reference (its plain CPU build, the default)"
+            "RUSTORCH_GGML_ORDER={v:?} is not an order: use amx (llama.cpp's AMX build, the default on CPUs with AMX) or reference (its plain CPU build, the default elsewhere)"
         ))),
-        _ => Ok(()),
+        _ => {
+            set_default_ggml_order(GgmlOrder::native());
+            Ok(())
+        }
     }
 }

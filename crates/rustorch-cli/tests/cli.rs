@@ -268,3 +268,22 @@ fn quantize_errors_are_one_line() {
     assert_one_line_error(&o, "the model is already quantized (blk.0.attn_k.weight is Q4_0)");
     assert!(!again.exists(), "nothing is written on error");
 }
+
+/// A reader that stops early (`rustorch-cli devices | head -1`) ends the output quietly: no
+/// panic from a write to the closed pipe.
+#[cfg(unix)]
+#[test]
+fn a_closed_stdout_is_not_a_panic() {
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rustorch-cli"))
+        .arg("devices")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary runs");
+    // Close the read end before the first line is written.
+    drop(child.stdout.take());
+    let o = child.wait_with_output().expect("the binary ends");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("panicked"), "stderr: {err}");
+}

@@ -29,16 +29,28 @@ pub(super) fn usable() -> bool {
             if std::env::var_os("RUSTORCH_NO_AMX").is_some_and(|v| v != "0") {
                 return false;
             }
-            // CPUID leaf 7, sub-leaf 0: EDX bit 24 AMX-TILE, bit 25 AMX-INT8.
-            // (An absent leaf reads as zeros.)
-            let leaf7 = std::arch::x86_64::__cpuid_count(7, 0);
-            if (leaf7.edx >> 24) & 3 != 3 {
-                return false;
-            }
-            request_tile_state()
+            // (An absent CPUID leaf reads as zeros.)
+            cpu_has_amx_int8() && request_tile_state()
         })
     }
     #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+    {
+        false
+    }
+}
+
+/// Whether this CPU has AMX-TILE and AMX-INT8 (CPUID alone: whatever the
+/// OS grants and `RUSTORCH_NO_AMX`, which decide only whether the tiles
+/// run). llama.cpp built natively for such a CPU multiplies in its AMX
+/// buffer, so this picks the default order (`amx_order::ggml_order`).
+pub fn cpu_has_amx_int8() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // CPUID leaf 7, sub-leaf 0: EDX bit 24 AMX-TILE, bit 25 AMX-INT8.
+        let leaf7 = std::arch::x86_64::__cpuid_count(7, 0);
+        (leaf7.edx >> 24) & 3 == 3
+    }
+    #[cfg(not(target_arch = "x86_64"))]
     {
         false
     }

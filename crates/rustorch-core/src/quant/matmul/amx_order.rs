@@ -1,5 +1,7 @@
 //! llama.cpp's AMX build's order for Q4_0, Q4_1 and Q8_0 weights
-//! (`ggml-cpu/amx/mmq.cpp`), chosen with `RUSTORCH_GGML_ORDER=amx`.
+//! (`ggml-cpu/amx/mmq.cpp`): `rustorch-cli`'s default on CPUs with
+//! AMX-INT8, chosen anywhere with `RUSTORCH_GGML_ORDER=amx` (`reference`
+//! for the plain order, the library's default).
 //!
 //! llama.cpp built for a CPU with AMX (a native build on Sapphire Rapids or
 //! later) keeps these weights in its AMX buffer and multiplies them there,
@@ -22,8 +24,10 @@
 //!
 //! The order is cheaper than the plain one (one conversion and one or two
 //! FMAs per block for sixteen outputs at once), which is most of why that
-//! build processes prompts about twice as fast on legacy types. It is
-//! opt-in: output then matches that build, not the plain one. It applies
+//! build processes prompts about twice as fast on legacy types. Output
+//! then matches that build, not the plain one: a native build of llama.cpp
+//! on a CPU with AMX is that build (`GgmlOrder::native`), so `rustorch-cli`
+//! takes this order there (`set_default_ggml_order`). It applies
 //! to the weights llama.cpp's loader puts in the AMX buffer: matrices only
 //! multiplied (`QMatRef::with_repack(false)` marks the others, such as a
 //! tied token embedding) whose row count is a multiple of 32
@@ -60,15 +64,17 @@ use std::sync::OnceLock;
 /// Which llama.cpp build's arithmetic the products reproduce.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GgmlOrder {
-    /// The plain CPU backend (any build without AMX): the default.
+    /// The plain CPU backend (any build without AMX): the library's
+    /// default, and `rustorch-cli`'s on CPUs without AMX.
     Reference,
-    /// The AMX build, for the weights it multiplies in its AMX buffer.
+    /// The AMX build, for the weights it multiplies in its AMX buffer:
+    /// `rustorch-cli`'s default on CPUs with AMX-INT8 (`native`).
     Amx,
 }
 
 impl GgmlOrder {
-    /// `RUSTORCH_GGML_ORDER`: `amx` or `reference` (the default; an
-    /// unknown value is an error to the caller).
+    /// `RUSTORCH_GGML_ORDER`: `amx` or `reference` (an unknown value is an
+    /// error to the caller).
     pub fn parse(s: &str) -> Option<GgmlOrder> {
         match s.to_ascii_lowercase().as_str() {
             "amx" => Some(GgmlOrder::Amx),
@@ -76,18 +82,43 @@ impl GgmlOrder {
             _ => None,
         }
     }
+
+    /// llama.cpp's order on this CPU when built natively: `-march=native`
+    /// defines `__AMX_INT8__` where the CPU has it, and ggml then keeps the
+    /// covered weights in its AMX buffer. Whether the OS grants the tile
+    /// state does not matter: the order is the same with or without tiles.
+    pub fn native() -> GgmlOrder {
+        if super::amx::cpu_has_amx_int8() {
+            GgmlOrder::Amx
+        } else {
+            GgmlOrder::Reference
+        }
+    }
 }
 
-/// The order of this process's products: `RUSTORCH_GGML_ORDER`, read once
-/// (an unknown value reads as the default; `rustorch-cli` rejects it first).
+static ORDER: OnceLock<GgmlOrder> = OnceLock::new();
+
+/// The order of this process's products, fixed at its first read:
+/// `RUSTORCH_GGML_ORDER`, else what `set_default_ggml_order` chose, else
+/// `Reference` (an unknown value reads as the default; `rustorch-cli`
+/// rejects it first). The library's tests and fixtures assume the plain
+/// build's order on every CPU unless the variable says otherwise.
 pub fn ggml_order() -> GgmlOrder {
-    static ORDER: OnceLock<GgmlOrder> = OnceLock::new();
-    *ORDER.get_or_init(|| {
-        std::env::var("RUSTORCH_GGML_ORDER")
-            .ok()
-            .and_then(|v| GgmlOrder::parse(&v))
-            .unwrap_or(GgmlOrder::Reference)
-    })
+    *ORDER.get_or_init(|| env_order().unwrap_or(GgmlOrder::Reference))
+}
+
+fn env_order() -> Option<GgmlOrder> {
+    std::env::var("RUSTORCH_GGML_ORDER")
+        .ok()
+        .and_then(|v| GgmlOrder::parse(&v))
+}
+
+/// Makes `order` this process's order where `RUSTORCH_GGML_ORDER` does not
+/// name one (`rustorch-cli` passes `GgmlOrder::native()`). Call it before
+/// any product: once the order has been read it no longer changes, and
+/// this returns false.
+pub fn set_default_ggml_order(order: GgmlOrder) -> bool {
+    ORDER.set(env_order().unwrap_or(order)).is_ok()
 }
 
 /// The f16 (little-endian) at byte `at` of `b`, widened.
@@ -501,7 +532,10 @@ pub(super) fn matvecs(isa: Isa, items: &mut [(QMatRef<'_>, &QuantizedRows, &mut 
         {
             return false;
         }
-        let acts: Vec<Acts<'_>> = items.iter().map(|(w, act, _)| Acts::new(act, w.cols() / QK, 0)).collect();
+        let acts: Vec<Acts<'_>> = items
+            .iter()
+            .map(|(w, act, _)| Acts::new(act, w.cols() / QK, 0))
+            .collect();
         let outs: Vec<OutPtr> = items.iter_mut().map(|(_, _, out)| OutPtr(out.as_mut_ptr())).collect();
         let tasks: Vec<(usize, usize)> = items
             .iter()

@@ -35,7 +35,10 @@ mod kernels;
 mod tests;
 
 pub use activations::QuantizedRows;
-pub use amx_order::{ggml_order, pack as amx_pack, packed_block_bytes, packs as amx_packs, GgmlOrder, PACKED_ROWS};
+pub use amx_order::{
+    ggml_order, pack as amx_pack, packed_block_bytes, packs as amx_packs, set_default_ggml_order, GgmlOrder,
+    PACKED_ROWS,
+};
 pub use ggml_repack::llama_repacks;
 pub use isa::Isa;
 
@@ -438,7 +441,8 @@ pub fn qmatmul_quantized_into(
         return Ok(());
     }
     if amx_order::applies(w) {
-        // The AMX build's order (opt-in), for one row or many.
+        // The AMX build's order (`rustorch-cli`'s default on CPUs with
+        // AMX), for one row or many.
         amx_order::product(isa, w, act, out);
         return Ok(());
     }
