@@ -104,7 +104,8 @@ fi
     [ -f "$bin/BUNDLE.txt" ] && { sed 's/^/    /' "$bin/BUNDLE.txt"; echo; }
     echo "Command: bench/device_issue5.sh -m $models -p $prompts -n $n_gen -r $reps -c ${cpus:-none} -t $threads$([ "$amx" = 1 ] || echo ' -A')"
     echo
-    echo "rustorch-cli: $("$bin/rustorch-cli" devices 2>/dev/null | grep -m1 '^llama.cpp order' || echo 'order unknown')"
+    devices="$("$bin/rustorch-cli" devices 2>/dev/null || true)"
+    echo "rustorch-cli: $(grep '^llama.cpp order' <<< "$devices" || echo 'order unknown')"
     echo
 } > "$report"
 
