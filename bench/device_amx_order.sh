@@ -29,30 +29,16 @@ while [ $# -gt 0 ]; do
 done
 log() { echo "device_amx_order: $*" >&2; }
 bin="${DEVICE_BIN:-$root/.device-bin}"
-if compgen -G "$bin/*.xz" >/dev/null || compgen -G "$bin/*/*.xz" >/dev/null; then
-    rm -rf /tmp/rustorch-device-bin
-    cp -r "$bin" /tmp/rustorch-device-bin
-    bin=/tmp/rustorch-device-bin
-    find "$bin" -name '*.xz' -print0 | xargs -0 python3 -c '
-import lzma, shutil, sys
-for f in sys.argv[1:]:
-    with lzma.open(f) as src, open(f[:-3], "wb") as dst:
-        shutil.copyfileobj(src, dst)'
-    find "$bin" -name '*.xz' -delete
-fi
-chmod +x "$bin/rustorch-cli" "$bin"/llama-*/llama-* "$bin"/rustorch_core_tests 2>/dev/null || true
+# shellcheck source=../tools/device_lib.sh
+source "$root/tools/device_lib.sh"
+bin="$(device_bundle "$bin")"
 
 if [ -x "$bin/rustorch_core_tests" ]; then
     log "unit tests: amx_order and amx"
     "$bin/rustorch_core_tests" amx 2>&1 | tail -n 20
 fi
 
-site=/tmp/rustorch-site
-if ! python3 -c 'import gguf' 2>/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target "$site" "$bin"/whl/*.whl >&2
-    export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
-fi
+device_gguf "$bin"
 export RUSTORCH_CLI="$bin/rustorch-cli" LLAMA_BIN="$bin/llama-noamx" MKMODEL="$bin/mkmodel.py"
 export BENCH_MODELS_DIR="${MODELS_DIR:-/tmp/rustorch-bench-models}" QUANT_THREADS="$(nproc)"
 bash bench/compare_llamacpp.sh -m "$models" -p 1 -n 0 -r 1 -t "$threads" --models-only >/dev/null 2>&1 \

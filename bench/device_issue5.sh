@@ -50,20 +50,9 @@ log() { echo "device_issue5: $*" >&2; }
 start=$SECONDS
 
 # --- what was carried ------------------------------------------------------------------------
-if compgen -G "$bin/*.xz" >/dev/null; then
-    # tools/device_bundle.sh with DEVICE_BUNDLE_XZ=1: unpack the binaries (python3's lzma).
-    log "unpacking the xz-compressed bundle to /tmp/rustorch-device-bin"
-    rm -rf /tmp/rustorch-device-bin
-    cp -r "$bin" /tmp/rustorch-device-bin
-    bin=/tmp/rustorch-device-bin
-    find "$bin" -name '*.xz' -print0 | xargs -0 python3 -c '
-import lzma, shutil, sys
-for f in sys.argv[1:]:
-    with lzma.open(f) as src, open(f[:-3], "wb") as dst:
-        shutil.copyfileobj(src, dst)'
-    find "$bin" -name '*.xz' -delete
-fi
-chmod +x "$bin/rustorch-cli" "$bin"/llama-*/llama-* "$bin/time" 2>/dev/null || true
+# shellcheck source=../tools/device_lib.sh
+source "$root/tools/device_lib.sh"
+bin="$(device_bundle "$bin")"
 need=("$bin/rustorch-cli" "$bin/llama-noamx/llama-bench" "$bin/llama-noamx/llama-quantize" "$bin/mkmodel.py")
 [ "$amx" = 1 ] && need+=("$bin/llama-amx/llama-bench")
 for f in "${need[@]}"; do
@@ -79,12 +68,7 @@ else
     report="$logs/issue5.md"
 fi
 
-site=/tmp/rustorch-site
-if ! python3 -c 'import gguf' 2>/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target "$site" "$bin"/whl/*.whl >&2
-    export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
-fi
+device_gguf "$bin"
 python3 -c 'import gguf, numpy' || { log "python3 cannot import gguf and numpy"; exit 1; }
 
 time_bin=/usr/bin/time

@@ -23,24 +23,10 @@ n_gen=32
 threads=2
 bin="${DEVICE_BIN:-$root/.device-bin}"
 log() { echo "gen_amx_order_fixtures: $*" >&2; }
-if compgen -G "$bin/*.xz" >/dev/null || compgen -G "$bin/*/*.xz" >/dev/null; then
-    rm -rf /tmp/rustorch-device-bin
-    cp -r "$bin" /tmp/rustorch-device-bin
-    bin=/tmp/rustorch-device-bin
-    find "$bin" -name '*.xz' -print0 | xargs -0 python3 -c '
-import lzma, shutil, sys
-for f in sys.argv[1:]:
-    with lzma.open(f) as src, open(f[:-3], "wb") as dst:
-        shutil.copyfileobj(src, dst)'
-    find "$bin" -name '*.xz' -delete
-fi
-chmod +x "$bin/rustorch-cli" "$bin"/llama-*/llama-* 2>/dev/null || true
-site=/tmp/rustorch-site
-if ! python3 -c 'import gguf' 2>/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target "$site" "$bin"/whl/*.whl >&2
-    export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
-fi
+# shellcheck source=../tools/device_lib.sh
+source "$root/tools/device_lib.sh"
+bin="$(device_bundle "$bin")"
+device_gguf "$bin"
 grep -qw amx_int8 /proc/cpuinfo || { log "this CPU has no AMX-INT8"; exit 1; }
 
 work=/tmp/rustorch-amx-order
