@@ -19,6 +19,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 out="${OUT:?set OUT to a folder}"
+mkdir -p "$out"
 n_gen=32
 threads=2
 bin="${DEVICE_BIN:-$root/.device-bin}"
