@@ -44,16 +44,9 @@ pub(super) fn usable() -> bool {
 /// run). llama.cpp built natively for such a CPU multiplies in its AMX
 /// buffer, so this picks the default order (`amx_order::ggml_order`).
 pub fn cpu_has_amx_int8() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        // CPUID leaf 7, sub-leaf 0: EDX bit 24 AMX-TILE, bit 25 AMX-INT8.
-        let leaf7 = std::arch::x86_64::__cpuid_count(7, 0);
-        (leaf7.edx >> 24) & 3 == 3
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    // CPUID leaf 7, sub-leaf 0: EDX bit 24 AMX-TILE, bit 25 AMX-INT8.
+    let leaf7 = std::arch::x86_64::__cpuid_count(7, 0);
+    (leaf7.edx >> 24) & 3 == 3
 }
 
 /// `arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`: 0 when granted

@@ -88,11 +88,11 @@ impl GgmlOrder {
     /// covered weights in its AMX buffer. Whether the OS grants the tile
     /// state does not matter: the order is the same with or without tiles.
     pub fn native() -> GgmlOrder {
+        #[cfg(target_arch = "x86_64")]
         if super::amx::cpu_has_amx_int8() {
-            GgmlOrder::Amx
-        } else {
-            GgmlOrder::Reference
+            return GgmlOrder::Amx;
         }
+        GgmlOrder::Reference
     }
 }
 
@@ -168,6 +168,9 @@ pub fn packed_block_bytes(qtype: QType) -> usize {
 
 /// Rows per packed group (`pack`).
 pub const PACKED_ROWS: usize = GROUP;
+
+/// The most bytes of GGUF rows that `pack` copies aside at once (Q8_0).
+const PACK_BATCH_BYTES: usize = 4 << 20;
 
 /// `rows x cols` weights (GGUF blocks, row after row) in the packed layout
 /// that the AMX order's kernels stream, as llama.cpp's AMX buffer holds
@@ -245,10 +248,25 @@ pub fn pack(qtype: QType, rows: usize, cols: usize, mut bytes: Vec<u8>) -> Resul
             },
         );
     } else {
-        let mut rows_of_group = vec![0u8; old_group];
-        for g in (0..rows / GROUP).rev() {
-            rows_of_group.copy_from_slice(&bytes[g * old_group..(g + 1) * old_group]);
-            pack_group(&rows_of_group, &mut bytes[g * new_group..(g + 1) * new_group]);
+        // Q8_0 grows: batches of groups, last batch first. A batch's rows
+        // are copied aside, then its groups pack in parallel into
+        // `g0 * new_group..g1 * new_group`, which holds only its own rows
+        // and rows of later groups, already packed further on (`g0 *
+        // new_group >= g0 * old_group`: earlier groups' rows are never
+        // overwritten). The copy aside stays small (`PACK_BATCH_BYTES`).
+        let groups = rows / GROUP;
+        let per_batch = (PACK_BATCH_BYTES / old_group).clamp(1, groups.max(1));
+        let mut aside = vec![0u8; per_batch * old_group];
+        let mut g1 = groups;
+        while g1 > 0 {
+            let g0 = g1.saturating_sub(per_batch);
+            let src = &mut aside[..(g1 - g0) * old_group];
+            src.copy_from_slice(&bytes[g0 * old_group..g1 * old_group]);
+            bytes[g0 * new_group..g1 * new_group]
+                .par_chunks_exact_mut(new_group)
+                .zip(src.par_chunks_exact(old_group))
+                .for_each(|(group, rows_of_group)| pack_group(rows_of_group, group));
+            g1 = g0;
         }
     }
     Ok(bytes)
@@ -1280,6 +1298,27 @@ mod tests {
                         );
                     }
                 }
+            }
+        }
+    }
+
+    /// Packing in place, in batches (Q8_0 grows) or all at once (Q4), gives
+    /// what packing each pair of groups on its own gives.
+    #[test]
+    fn packing_in_place_equals_packing_each_part() {
+        for (qtype, rows) in [(QType::Q8_0, 16 * 130), (QType::Q4_1, 64)] {
+            let cols = 4096;
+            let q = QTensor::quantize(qtype, [rows, cols], &values(rows * cols, 9)).unwrap();
+            let whole = pack(qtype, rows, cols, q.bytes().to_vec()).unwrap();
+            let row_bytes = q.bytes().len() / rows;
+            let mut parts = Vec::new();
+            for pair in q.bytes().chunks(32 * row_bytes) {
+                parts.extend(pack(qtype, 32, cols, pair.to_vec()).unwrap());
+            }
+            assert!(whole == parts, "{qtype}");
+            if qtype == QType::Q8_0 {
+                let old_group = 16 * (cols / QK) * qtype.type_size();
+                assert!(rows / 16 > 2 * (PACK_BATCH_BYTES / old_group), "three batches or more");
             }
         }
     }
