@@ -133,6 +133,7 @@ fn attend(op: &Op, inputs: &[CpuInput<'_>], scale: f32, groups: bool) -> Result<
         let queries = Queries {
             q: &q,
             mask: &mask,
+            visible: &visible_keys(&mask, t, l),
             t,
             d,
             l,
@@ -289,10 +290,27 @@ fn widen(x: &[f16]) -> Vec<f32> {
 struct Queries<'a> {
     q: &'a [f32],
     mask: &'a [f32],
+    /// Per query position, the keys from the first to the last its mask
+    /// does not hide (`visible_keys`), shared by every head.
+    visible: &'a [Option<std::ops::Range<usize>>],
     t: usize,
     d: usize,
     l: usize,
     dv: usize,
+}
+
+/// For each of the `t` mask rows (`l` keys each), the range from the first
+/// key it does not hide to the last; `None` for a row that hides all.
+/// Computed once per op instead of once per head and group of rows.
+fn visible_keys(mask: &[f32], t: usize, l: usize) -> Vec<Option<std::ops::Range<usize>>> {
+    (0..t)
+        .map(|i| {
+            let m = &mask[i * l..(i + 1) * l];
+            let first = m.iter().position(|&v| v != f32::NEG_INFINITY)?;
+            let last = m.iter().rposition(|&v| v != f32::NEG_INFINITY)?;
+            Some(first..last + 1)
+        })
+        .collect()
 }
 
 /// One key/value head's keys and transposed values widened to f32 once per
@@ -400,14 +418,8 @@ fn four_rows(qs: &Queries<'_>, wide: &WideCache, scale: f32, row0: usize, o: &mu
     // Keys from the first that any row sees to the last: products of keys
     // masked inside that range are computed, then set to 0 below, as the
     // one-row path leaves them.
-    let seen = |r: usize| {
-        let m = masks[r];
-        let first = m.iter().position(|&v| v != f32::NEG_INFINITY)?;
-        let last = m.iter().rposition(|&v| v != f32::NEG_INFINITY)?;
-        Some(first..last + 1)
-    };
     let keys = (0..4)
-        .filter_map(seen)
+        .filter_map(|r| qs.visible[i0 + src(r)].clone())
         .reduce(|a, b| a.start.min(b.start)..a.end.max(b.end))
         .unwrap_or(0..0);
     for sc in s.scores.iter_mut() {
