@@ -67,11 +67,11 @@ fn order_line() -> String {
         GgmlOrder::Reference => "reference (llama.cpp's plain CPU build)",
     };
     let why = if std::env::var_os("RUSTORCH_GGML_ORDER").is_some() {
-        "set by RUSTORCH_GGML_ORDER".to_string()
+        "set by RUSTORCH_GGML_ORDER"
     } else if order == GgmlOrder::Amx {
-        "this CPU has AMX-INT8, as a native llama.cpp build there uses; RUSTORCH_GGML_ORDER=reference for the plain build's".to_string()
+        "this CPU has AMX-INT8, as a native llama.cpp build there uses; RUSTORCH_GGML_ORDER=reference for the plain build's"
     } else {
-        "this CPU has no AMX; RUSTORCH_GGML_ORDER=amx for that build's".to_string()
+        "this CPU has no AMX; RUSTORCH_GGML_ORDER=amx for that build's"
     };
     format!("llama.cpp order: {name}: {why}")
 }

@@ -460,18 +460,9 @@ pub(super) fn product(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut 
     let (m, n) = (act.rows(), w.rows());
     let kb = w.cols() / QK;
     let kernel = Kernel::at_most(isa);
-    // With AMX, whole groups of sixteen rows go through the tiles, which
-    // read the Q8 rows as they are; the rest (and any product of fewer
-    // rows, a matvec) through `vpdpbusd`, which needs the biased values.
-    #[cfg(target_arch = "x86_64")]
-    let biased_from = if matches!(kernel, Kernel::Amx) && m >= GROUP {
-        m - m % GROUP
-    } else {
-        0
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let biased_from = 0;
-    let acts = Acts::new(act, kb, biased_from);
+    // The tiles read the Q8 rows as they are; the other rows go through
+    // `vpdpbusd`, which needs the biased values.
+    let acts = Acts::new(act, kb, kernel.tile_rows(m));
     let q4_1 = w.qtype() == QType::Q4_1;
     let out_ptr = OutPtr(out.as_mut_ptr());
     let groups = n / GROUP;
@@ -669,6 +660,19 @@ impl Kernel {
             // SAFETY: AVX-512 VNNI is available (`at_most`); packed group g
             // exists (the caller's groups).
             Kernel::Vnni | Kernel::Amx => unsafe { simd::fill_packed16(p, w, g) },
+        }
+    }
+
+    /// Of `m` activation rows, how many `product` runs through the tiles:
+    /// whole groups of sixteen with AMX (fewer rows in all take the matvec
+    /// paths), none otherwise.
+    fn tile_rows(self, m: usize) -> usize {
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = m;
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Amx if m >= GROUP => m - m % GROUP,
+            _ => 0,
         }
     }
 

@@ -31,7 +31,10 @@
 //!   the interleaved layout or GGUF rows), Q6_K by `amx_cols_q6k`;
 //! - batches and the other types: `ggml_panel` with `Order::Amx` (its AMX
 //!   tile products where the CPU has them);
-//! - without AVX-512 VNNI: `portable`, the order spelled out.
+//! - without AVX-512 VNNI: `portable`, on the default order's portable
+//!   integer sums.
+//!
+//! The tests spell the order out from the GGUF blocks (`tests::AmxSums`).
 //!
 //! It covers what llama.cpp's loader puts in the AMX buffer: matrices only
 //! multiplied, rows a multiple of 32 and columns of 256
@@ -40,11 +43,10 @@
 // Group and value indices address several arrays.
 #![allow(clippy::needless_range_loop)]
 
-use super::ggml_superblock::{q8k_rows, Order};
+use super::ggml_superblock::{q8k_rows, run_tiles, Order};
+use super::ggml_tiled::iq4xs_sum;
 use super::{Isa, OutPtr, QMatRef, QuantizedRows};
-use crate::quant::blocks::{
-    f16_to_f32, scale_min_k4, Block, BlockIQ4XS, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, KVALUES_IQ4NL,
-};
+use crate::quant::blocks::{f16_to_f32, BlockIQ4XS, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
 use crate::quant::QType;
 use rayon::prelude::*;
 
@@ -56,138 +58,32 @@ pub(super) fn shape_covered(qtype: QType, rows: usize, cols: usize) -> bool {
         && cols.is_multiple_of(256)
 }
 
-/// The sum of activation group `g` (16 values) of `y`.
-fn bsum(y: &BlockQ8K, g: usize) -> i32 {
-    i16::from_le_bytes(y.bsums[g]) as i32
-}
-
-/// A weight type of this order: its super-blocks' integers and scales.
-trait AmxSums: Block {
-    /// Whether the type has mins (the second f32 step).
-    const MINS: bool;
-    /// `(S, M)` of one super-block against one activation block.
-    fn sums(x: &Self, y: &BlockQ8K) -> (i32, i32);
-    /// `(d_w, dmin_w)`, widened (`dmin_w` 0 without mins).
-    fn scales(x: &Self) -> (f32, f32);
-}
-
-/// Q4_K and Q5_K: 8 groups of 32 with 6-bit scales and mins; `q(g, e)` is
-/// value `e` of group `g`.
-fn k4_sums(scales: &[u8; 12], y: &BlockQ8K, q: impl Fn(usize, usize) -> i32) -> (i32, i32) {
-    let (mut s, mut m) = (0, 0);
-    for g in 0..8 {
-        let (sc, mn) = scale_min_k4(g, scales);
-        let raw: i32 = (0..32).map(|e| q(g, e) * y.qs[32 * g + e] as i32).sum();
-        s += sc as i32 * raw;
-        m += mn as i32 * (bsum(y, 2 * g) + bsum(y, 2 * g + 1));
-    }
-    (s, m)
-}
-
-impl AmxSums for BlockQ4K {
-    const MINS: bool = true;
-    fn sums(x: &Self, y: &BlockQ8K) -> (i32, i32) {
-        k4_sums(&x.scales, y, |g, e| {
-            ((x.qs[32 * (g / 2) + e] >> (4 * (g % 2))) & 0xF) as i32
-        })
-    }
-    fn scales(x: &Self) -> (f32, f32) {
-        (f16_to_f32(x.d), f16_to_f32(x.dmin))
-    }
-}
-
-impl AmxSums for BlockQ5K {
-    const MINS: bool = true;
-    fn sums(x: &Self, y: &BlockQ8K) -> (i32, i32) {
-        k4_sums(&x.scales, y, |g, e| {
-            let low = (x.qs[32 * (g / 2) + e] >> (4 * (g % 2))) & 0xF;
-            let high = (x.qh[e] >> g) & 1;
-            (low | high << 4) as i32
-        })
-    }
-    fn scales(x: &Self) -> (f32, f32) {
-        (f16_to_f32(x.d), f16_to_f32(x.dmin))
-    }
-}
-
-impl AmxSums for BlockQ6K {
-    const MINS: bool = false;
-    fn sums(x: &Self, y: &BlockQ8K) -> (i32, i32) {
-        let mut s = 0;
-        for g in 0..16 {
-            let raw: i32 = (16 * g..16 * g + 16)
-                .map(|v| {
-                    // Value v = 128 h + 32 k + l: low bits in nibble k / 2
-                    // of ql[64 h + 32 (k % 2) + l], high bits 2k.. of
-                    // qh[32 h + l].
-                    let (h, k, l) = (v / 128, (v % 128) / 32, v % 32);
-                    let low = (x.ql[64 * h + 32 * (k % 2) + l] >> (4 * (k / 2))) & 0xF;
-                    let high = (x.qh[32 * h + l] >> (2 * k)) & 3;
-                    ((low | high << 4) as i32 - 32) * y.qs[v] as i32
-                })
-                .sum();
-            s += x.scales[g] as i32 * raw;
+/// Every output without SIMD, from the default order's exact integers: the
+/// shared super-block sums (`ggml_superblock`, `Order::Amx`) for Q4_K,
+/// Q5_K and Q6_K, the tiled path's for IQ4_XS (rows of either layout).
+fn portable(isa: Isa, w: &QMatRef<'_>, acts: &[&[BlockQ8K]], out: &mut [f32]) {
+    let amx = |_: usize| Order::Amx;
+    match w.qtype() {
+        QType::Q4K => run_tiles::<BlockQ4K>(isa, w, acts, &amx, out),
+        QType::Q5K => run_tiles::<BlockQ5K>(isa, w, acts, &amx, out),
+        QType::Q6K => run_tiles::<BlockQ6K>(isa, w, acts, &amx, out),
+        QType::IQ4XS => {
+            let n = w.rows();
+            let out_ptr = OutPtr(out.as_mut_ptr());
+            (0..n).into_par_iter().for_each(|j| {
+                let row: Vec<BlockIQ4XS> = w.row_blocks(j).collect();
+                for (i, a) in acts.iter().enumerate() {
+                    let v = row.iter().zip(a.iter()).fold(0f32, |acc, (x, y)| {
+                        (iq4xs_sum(x, y) as f32).mul_add(f16_to_f32(x.d) * y.scale(), acc)
+                    });
+                    // SAFETY: this task alone writes weight row j's outputs
+                    // (column j of every output row); see `OutPtr`.
+                    unsafe { out_ptr.write(i * n + j, v) };
+                }
+            });
         }
-        (s, 0)
+        other => unreachable!("the AMX order has no {other} kernel (`shape_covered` said so)"),
     }
-    fn scales(x: &Self) -> (f32, f32) {
-        (f16_to_f32(x.d), 0.0)
-    }
-}
-
-impl AmxSums for BlockIQ4XS {
-    const MINS: bool = false;
-    fn sums(x: &Self, y: &BlockQ8K) -> (i32, i32) {
-        let sh = u16::from_le_bytes(x.scales_h);
-        let mut s = 0;
-        for g in 0..8 {
-            let lo = (x.scales_l[g / 2] >> (4 * (g % 2))) & 0xF;
-            let ls = (lo | (((sh >> (2 * g)) & 3) as u8) << 4) as i32 - 32;
-            let raw: i32 = (0..32)
-                .map(|e| {
-                    let q = (x.qs[16 * g + e % 16] >> (4 * (e / 16))) & 0xF;
-                    KVALUES_IQ4NL[q as usize] as i32 * y.qs[32 * g + e] as i32
-                })
-                .sum();
-            s += ls * raw;
-        }
-        (s, 0)
-    }
-    fn scales(x: &Self) -> (f32, f32) {
-        (f16_to_f32(x.d), 0.0)
-    }
-}
-
-/// One weight row against one activation row, the order spelled out.
-fn dot<W: AmxSums>(w: &[W], a: &[BlockQ8K]) -> f32 {
-    let mut acc = 0f32;
-    for (x, y) in w.iter().zip(a) {
-        let (s, m) = W::sums(x, y);
-        let (d, dmin) = W::scales(x);
-        acc = (s as f32).mul_add(d * y.scale(), acc);
-        if W::MINS {
-            acc = (-(m as f32)).mul_add(dmin * y.scale(), acc);
-        }
-    }
-    acc
-}
-
-/// Every output with `dot`, weight rows in parallel (rows of the GGUF
-/// layout or the interleaved one).
-fn portable<W: AmxSums>(w: &QMatRef<'_>, acts: &[&[BlockQ8K]], out: &mut [f32]) {
-    let n = w.rows();
-    let out_ptr = OutPtr(out.as_mut_ptr());
-    const JB: usize = 8;
-    (0..n.div_ceil(JB)).into_par_iter().for_each(|jb| {
-        for j in jb * JB..((jb + 1) * JB).min(n) {
-            let row: Vec<W> = w.row_blocks::<W>(j).collect();
-            for (i, a) in acts.iter().enumerate() {
-                // SAFETY: each task writes the outputs of its own weight
-                // rows j (column j of every output row); see `OutPtr`.
-                unsafe { out_ptr.write(i * n + j, dot(&row, a)) };
-            }
-        }
-    });
 }
 
 /// Activation rows below which products run as matvecs (each weight row
@@ -207,13 +103,7 @@ pub(super) fn product(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut 
         super::ggml_panel::product(isa, w, &acts, out, &|_| Order::Amx);
         return;
     }
-    match w.qtype() {
-        QType::Q4K => portable::<BlockQ4K>(w, &acts, out),
-        QType::Q5K => portable::<BlockQ5K>(w, &acts, out),
-        QType::Q6K => portable::<BlockQ6K>(w, &acts, out),
-        QType::IQ4XS => portable::<BlockIQ4XS>(w, &acts, out),
-        other => unreachable!("the AMX order has no {other} kernel (`shape_covered` said so)"),
-    }
+    portable(isa, w, &acts, out);
 }
 
 /// The matvec kernels for a few activation rows (the caller checked
@@ -265,8 +155,125 @@ fn few_rows(w: &QMatRef<'_>, acts: &[&[BlockQ8K]], out: &mut [f32]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quant::blocks::cast_blocks;
+    use crate::quant::blocks::{cast_blocks, scale_min_k4, Block, KVALUES_IQ4NL};
     use crate::quant::{dequantize, quantize};
+
+    /// The sum of activation group `g` (16 values) of `y`.
+    fn bsum(y: &BlockQ8K, g: usize) -> i32 {
+        i16::from_le_bytes(y.bsums[g]) as i32
+    }
+
+    /// The order spelled out from the GGUF blocks (independently of the
+    /// kernels): a weight type's super-block integers and scales.
+    trait AmxSums: Block {
+        /// Whether the type has mins (the second f32 step).
+        const MINS: bool;
+        /// `(S, M)` of one super-block against one activation block.
+        fn sums(x: &Self, y: &BlockQ8K) -> (i32, i32);
+        /// `(d_w, dmin_w)`, widened (`dmin_w` 0 without mins).
+        fn scales(x: &Self) -> (f32, f32);
+    }
+
+    /// Q4_K and Q5_K: 8 groups of 32 with 6-bit scales and mins; `q(g, e)` is
+    /// value `e` of group `g`.
+    fn k4_sums(scales: &[u8; 12], y: &BlockQ8K, q: impl Fn(usize, usize) -> i32) -> (i32, i32) {
+        let (mut s, mut m) = (0, 0);
+        for g in 0..8 {
+            let (sc, mn) = scale_min_k4(g, scales);
+            let raw: i32 = (0..32).map(|e| q(g, e) * y.qs[32 * g + e] as i32).sum();
+            s += sc as i32 * raw;
+            m += mn as i32 * (bsum(y, 2 * g) + bsum(y, 2 * g + 1));
+        }
+        (s, m)
+    }
+
+    impl AmxSums for BlockQ4K {
+        const MINS: bool = true;
+        fn sums(x: &Self, y: &BlockQ8K) -> (i32, i32) {
+            k4_sums(&x.scales, y, |g, e| {
+                ((x.qs[32 * (g / 2) + e] >> (4 * (g % 2))) & 0xF) as i32
+            })
+        }
+        fn scales(x: &Self) -> (f32, f32) {
+            (f16_to_f32(x.d), f16_to_f32(x.dmin))
+        }
+    }
+
+    impl AmxSums for BlockQ5K {
+        const MINS: bool = true;
+        fn sums(x: &Self, y: &BlockQ8K) -> (i32, i32) {
+            k4_sums(&x.scales, y, |g, e| {
+                let low = (x.qs[32 * (g / 2) + e] >> (4 * (g % 2))) & 0xF;
+                let high = (x.qh[e] >> g) & 1;
+                (low | high << 4) as i32
+            })
+        }
+        fn scales(x: &Self) -> (f32, f32) {
+            (f16_to_f32(x.d), f16_to_f32(x.dmin))
+        }
+    }
+
+    impl AmxSums for BlockQ6K {
+        const MINS: bool = false;
+        fn sums(x: &Self, y: &BlockQ8K) -> (i32, i32) {
+            let mut s = 0;
+            for g in 0..16 {
+                let raw: i32 = (16 * g..16 * g + 16)
+                    .map(|v| {
+                        // Value v = 128 h + 32 k + l: low bits in nibble k / 2
+                        // of ql[64 h + 32 (k % 2) + l], high bits 2k.. of
+                        // qh[32 h + l].
+                        let (h, k, l) = (v / 128, (v % 128) / 32, v % 32);
+                        let low = (x.ql[64 * h + 32 * (k % 2) + l] >> (4 * (k / 2))) & 0xF;
+                        let high = (x.qh[32 * h + l] >> (2 * k)) & 3;
+                        ((low | high << 4) as i32 - 32) * y.qs[v] as i32
+                    })
+                    .sum();
+                s += x.scales[g] as i32 * raw;
+            }
+            (s, 0)
+        }
+        fn scales(x: &Self) -> (f32, f32) {
+            (f16_to_f32(x.d), 0.0)
+        }
+    }
+
+    impl AmxSums for BlockIQ4XS {
+        const MINS: bool = false;
+        fn sums(x: &Self, y: &BlockQ8K) -> (i32, i32) {
+            let sh = u16::from_le_bytes(x.scales_h);
+            let mut s = 0;
+            for g in 0..8 {
+                let lo = (x.scales_l[g / 2] >> (4 * (g % 2))) & 0xF;
+                let ls = (lo | (((sh >> (2 * g)) & 3) as u8) << 4) as i32 - 32;
+                let raw: i32 = (0..32)
+                    .map(|e| {
+                        let q = (x.qs[16 * g + e % 16] >> (4 * (e / 16))) & 0xF;
+                        KVALUES_IQ4NL[q as usize] as i32 * y.qs[32 * g + e] as i32
+                    })
+                    .sum();
+                s += ls * raw;
+            }
+            (s, 0)
+        }
+        fn scales(x: &Self) -> (f32, f32) {
+            (f16_to_f32(x.d), 0.0)
+        }
+    }
+
+    /// One weight row against one activation row, the order spelled out.
+    fn dot<W: AmxSums>(w: &[W], a: &[BlockQ8K]) -> f32 {
+        let mut acc = 0f32;
+        for (x, y) in w.iter().zip(a) {
+            let (s, m) = W::sums(x, y);
+            let (d, dmin) = W::scales(x);
+            acc = (s as f32).mul_add(d * y.scale(), acc);
+            if W::MINS {
+                acc = (-(m as f32)).mul_add(dmin * y.scale(), acc);
+            }
+        }
+        acc
+    }
 
     fn values(n: usize, seed: u64) -> Vec<f32> {
         let mut s = seed;

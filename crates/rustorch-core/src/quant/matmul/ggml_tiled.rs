@@ -69,21 +69,27 @@ impl Tiled for BlockQ3K {
 
 impl Tiled for BlockIQ4XS {
     fn block_term(x: &Self, y: &BlockQ8K) -> f32 {
-        let sh = u16::from_le_bytes(x.scales_h);
-        let mut s1 = 0i32;
-        for g in 0..8 {
-            let lo = (x.scales_l[g / 2] >> (4 * (g % 2))) & 0xF;
-            let ls = (lo | (((sh >> (2 * g)) & 3) as u8) << 4) as i32 - 32;
-            let raw: i32 = (0..32)
-                .map(|e| {
-                    let q = (x.qs[16 * g + e % 16] >> (4 * (e / 16))) & 0xF;
-                    KVALUES_IQ4NL[q as usize] as i32 * y.qs[32 * g + e] as i32
-                })
-                .sum();
-            s1 += ls * raw;
-        }
-        s1 as f32 * f16_to_f32(x.d)
+        iq4xs_sum(x, y) as f32 * f16_to_f32(x.d)
     }
+}
+
+/// An IQ4_XS super-block's exact sum `sum_g (ls_g - 32) * (levels_g . q8_g)`
+/// against one activation block (also the AMX order's, `amx_order_k`).
+pub(super) fn iq4xs_sum(x: &BlockIQ4XS, y: &BlockQ8K) -> i32 {
+    let sh = u16::from_le_bytes(x.scales_h);
+    let mut s1 = 0i32;
+    for g in 0..8 {
+        let lo = (x.scales_l[g / 2] >> (4 * (g % 2))) & 0xF;
+        let ls = (lo | (((sh >> (2 * g)) & 3) as u8) << 4) as i32 - 32;
+        let raw: i32 = (0..32)
+            .map(|e| {
+                let q = (x.qs[16 * g + e % 16] >> (4 * (e / 16))) & 0xF;
+                KVALUES_IQ4NL[q as usize] as i32 * y.qs[32 * g + e] as i32
+            })
+            .sum();
+        s1 += ls * raw;
+    }
+    s1
 }
 
 fn dot<W: Tiled>(w: &[W], a: &[BlockQ8K]) -> f32 {
