@@ -132,13 +132,17 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
         cache.clear();
         prompt(&model, &mut cache, n_prompt, &mut rng)?; // warm-up
         let mut samples = Vec::with_capacity(args.repetitions);
+        let mut profile = Profile::start(&model);
         for _ in 0..args.repetitions {
             cache.clear();
             fill(&model, &mut cache, depth, &mut rng)?;
+            profile.resume();
             let t = Instant::now();
             prompt(&model, &mut cache, n_prompt, &mut rng)?;
             samples.push(t.elapsed());
+            profile.pause();
         }
+        profile.print(&test_name("pp", n_prompt, depth), &samples);
         results.push(TestResult {
             name: test_name("pp", n_prompt, depth),
             n_prompt,
@@ -151,13 +155,17 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
         cache.clear();
         generate(&model, &mut cache, 1, &mut rng)?; // warm-up
         let mut samples = Vec::with_capacity(args.repetitions);
+        let mut profile = Profile::start(&model);
         for _ in 0..args.repetitions {
             cache.clear();
             fill(&model, &mut cache, depth, &mut rng)?;
+            profile.resume();
             let t = Instant::now();
             generate(&model, &mut cache, n_gen, &mut rng)?;
             samples.push(t.elapsed());
+            profile.pause();
         }
+        profile.print(&test_name("tg", n_gen, depth), &samples);
         results.push(TestResult {
             name: test_name("tg", n_gen, depth),
             n_prompt: 0,
@@ -182,6 +190,55 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
         print_markdown(&label, size, params, threads, &results);
     }
     Ok(())
+}
+
+/// The executor's op profile (`RUSTORCH_PROFILE`) of one test's timed
+/// repetitions: the depth fill between them is left out.
+struct Profile<'a> {
+    exec: &'a rustorch_core::Executor,
+    /// Op times summed so far, while the profile is paused.
+    kept: Vec<rustorch_core::OpProfile>,
+}
+
+impl<'a> Profile<'a> {
+    fn start(model: &'a Model) -> Profile<'a> {
+        let exec = model.executor();
+        exec.clear_profile();
+        Profile { exec, kept: Vec::new() }
+    }
+
+    /// Continues after `pause` (ops run meanwhile are dropped).
+    fn resume(&self) {
+        self.exec.clear_profile();
+    }
+
+    /// Adds the ops since `resume` to the kept sums.
+    fn pause(&mut self) {
+        for line in self.exec.profile() {
+            match self.kept.iter_mut().find(|k| k.op == line.op) {
+                Some(k) => {
+                    k.calls += line.calls;
+                    k.total += line.total;
+                }
+                None => self.kept.push(line),
+            }
+        }
+    }
+
+    /// The table for test `name`, whose repetitions took `samples`.
+    fn print(mut self, name: &str, samples: &[Duration]) {
+        if !self.exec.profiling() {
+            return;
+        }
+        self.kept
+            .sort_by(|a, b| b.total.cmp(&a.total).then_with(|| a.op.cmp(&b.op)));
+        let wall = samples.iter().sum();
+        eprintln!(
+            "\nprofile (RUSTORCH_PROFILE) of {name}, {} repetitions:\n{}",
+            samples.len(),
+            rustorch_core::executor::format_profile(&self.kept, Some(wall))
+        );
+    }
 }
 
 /// `ARCH SIZE FTYPE`, like llama.cpp's model description (`llama 135M Q4_1`).

@@ -42,6 +42,7 @@ pub fn run(args: &GenerateArgs) -> Result<(), CliError> {
     if args.verbose {
         exec.clear_trace();
     }
+    exec.clear_profile();
 
     let t_prompt = Instant::now();
     let mut logits = model.forward_last(&mut cache, &tokens)?;
@@ -84,6 +85,12 @@ pub fn run(args: &GenerateArgs) -> Result<(), CliError> {
     );
     if args.verbose {
         eprintln!("{}", exec.trace_table());
+    }
+    if exec.profiling() {
+        eprintln!(
+            "\nprofile (RUSTORCH_PROFILE), prompt and generation:\n{}",
+            exec.profile_table(Some(prompt_time + gen_time))
+        );
     }
     Ok(())
 }

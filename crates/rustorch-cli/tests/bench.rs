@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{assert_one_line_error, cli, real_model, stderr, stdout};
+use common::{assert_one_line_error, cli, cli_with_stdin, real_model, stderr, stdout, write_model, TempDir};
 
 /// llama-bench's header and rule lines for the default CPU columns
 /// (`llama-bench -m SmolLM2 -p 64 -n 16 -r 2 -t 2`, llama.cpp 0.3.36).
@@ -131,4 +131,45 @@ fn bench_errors_are_one_line() {
     assert_one_line_error(&o, "nothing to measure");
     let o = cli(["bench", "-m", "/no/model.gguf"]);
     assert_one_line_error(&o, "/no/model.gguf: no such file");
+}
+
+/// `RUSTORCH_PROFILE=1`: after each test, a table of its repetitions' op
+/// times on stderr (per op, with the time outside ops); the results table
+/// on stdout stays as it is.
+#[test]
+fn profile_tables_follow_each_test() {
+    let dir = TempDir::new("bench-profile");
+    let model = write_model(&dir, "tiny_tied");
+    let model = model.to_str().unwrap();
+    let args = ["bench", "-m", model, "-p", "8", "-n", "4", "-r", "2", "-t", "2"];
+    let o = cli_with_stdin(args, b"", &[("RUSTORCH_PROFILE", "1".as_ref())]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o).lines().count(), 4, "{}", stdout(&o));
+    let err = stderr(&o);
+    for test in ["pp8", "tg4"] {
+        let head = format!("profile (RUSTORCH_PROFILE) of {test}, 2 repetitions:");
+        let at = err.find(&head).unwrap_or_else(|| panic!("{head:?} not in {err}"));
+        let table: Vec<&str> = err[at..].lines().skip(1).take_while(|l| !l.is_empty()).collect();
+        assert!(table[0].ends_with("  op"), "{err}");
+        assert!(table.iter().any(|l| l.contains("qmatmul")), "{err}");
+        assert!(table.iter().any(|l| l.ends_with("all ops")), "{err}");
+        assert!(table.last().unwrap().contains("outside ops, of"), "{err}");
+    }
+    // Without the variable, no table.
+    let o = cli(args);
+    assert!(
+        o.status.success() && !stderr(&o).contains("RUSTORCH_PROFILE"),
+        "{}",
+        stderr(&o)
+    );
+    // A value it does not know: a warning naming it, as for the other
+    // executor variables, and the run goes on without a profile.
+    let o = cli_with_stdin(args, b"", &[("RUSTORCH_PROFILE", "everything".as_ref())]);
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("RUSTORCH_PROFILE: invalid argument") && err.contains("\"everything\""),
+        "{err}"
+    );
+    assert!(!err.contains("profile (RUSTORCH_PROFILE)"), "{err}");
 }

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{assert_one_line_error, cli, stderr, stdout, write_model, TempDir};
+use common::{assert_one_line_error, cli, cli_with_stdin, stderr, stdout, write_model, TempDir};
 use rustorch_core::gguf::Gguf;
 use rustorch_core::quant::QType;
 
@@ -286,4 +286,35 @@ fn a_closed_stdout_is_not_a_panic() {
     let o = child.wait_with_output().expect("the binary ends");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!err.contains("panicked"), "stderr: {err}");
+}
+
+/// `RUSTORCH_PROFILE=shapes` on a generation: one table on stderr after
+/// the timing line, a line per op and input shapes.
+#[test]
+fn generation_prints_the_op_profile() {
+    let dir = TempDir::new("gen-profile");
+    let path = write_model(&dir, "tiny_tied");
+    let args = [
+        "-m",
+        path.to_str().unwrap(),
+        "-p",
+        "tok1 tok2",
+        "-n",
+        "4",
+        "--temp",
+        "0",
+        "-t",
+        "2",
+    ];
+    let o = cli_with_stdin(args, b"", &[("RUSTORCH_PROFILE", "shapes".as_ref())]);
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    let at = err
+        .find("profile (RUSTORCH_PROFILE), prompt and generation:")
+        .expect(&err);
+    assert!(err[..at].contains("generation "), "{err}");
+    let table: Vec<&str> = err[at..].lines().skip(1).take_while(|l| !l.is_empty()).collect();
+    // Shapes mode: each op line names its operands' shapes.
+    assert!(table.iter().any(|l| l.contains("qmatmul") && l.contains(" [")), "{err}");
+    assert!(table.last().unwrap().contains("outside ops, of"), "{err}");
 }

@@ -95,11 +95,19 @@ fn conv(c: &mut Criterion) {
 /// lengths. It runs on a worker of rayon's pool, as the model's forward
 /// pass does, so that the op's split into tasks costs what it costs there.
 fn decode_attention(c: &mut Criterion) {
-    let (hq, hkv, d) = (32usize, 4usize, 64usize);
     let mut g = c.benchmark_group("cached_attention");
-    // (cache length, live positions): llama.cpp pads the attended length
-    // to 256, so early in a conversation most of it is masked.
-    for (l, live) in [(64usize, 64usize), (256, 32), (256, 256), (1024, 1024)] {
+    // (query heads, key/value heads, cache length, live positions):
+    // TinyLlama's heads, and SmolLM2's (9 x 3) early in a short generation;
+    // llama.cpp pads the attended length to 256, so early in a conversation
+    // most of it is masked.
+    let d = 64usize;
+    for (hq, hkv, l, live) in [
+        (32usize, 4usize, 64usize, 64usize),
+        (32, 4, 256, 32),
+        (32, 4, 256, 256),
+        (32, 4, 1024, 1024),
+        (9, 3, 128, 100),
+    ] {
         let q = Tensor::randn([hq, 1, d], DType::F32, 10).unwrap();
         let k = Tensor::randn([hkv, l, d], DType::F32, 11)
             .unwrap()
@@ -113,9 +121,9 @@ fn decode_attention(c: &mut Criterion) {
         let mask = Tensor::from_vec(m, [1, l]).unwrap();
         g.throughput(Throughput::Bytes((2 * hkv * live * d * 2) as u64));
         let name = if live == l {
-            format!("decode_32x4x64_L{l}")
+            format!("decode_{hq}x{hkv}x{d}_L{l}")
         } else {
-            format!("decode_32x4x64_L{l}_live{live}")
+            format!("decode_{hq}x{hkv}x{d}_L{l}_live{live}")
         };
         g.bench_function(name, |bch| {
             rayon::scope(|_| bch.iter(|| black_box(Tensor::cached_attention(&q, &k, &vt, &mask, 0.125).unwrap())))

@@ -21,7 +21,7 @@ pub use backend::{Backend, Buffer, DeviceBuffer, TensorRef};
 pub use device::{Device, DeviceCapability};
 pub use dtype::{DType, Scalar, WithDType, C64};
 pub use error::{BackendError, Error, Result};
-pub use executor::{Executor, ExecutorConfig, TraceEvent};
+pub use executor::{Executor, ExecutorConfig, OpProfile, ProfileMode, TraceEvent};
 pub use layout::Layout;
 pub use op::{AttnMask, Conv2dParams, Op, OpClass, Pool2dParams, RopeLayout, TensorMeta};
 pub use shape::Shape;

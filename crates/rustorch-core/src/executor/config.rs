@@ -1,5 +1,6 @@
 //! Explicit executor configuration, with environment overrides.
 
+use super::profile::ProfileMode;
 use crate::device::Device;
 use crate::error::{Error, Result};
 
@@ -9,6 +10,8 @@ use crate::error::{Error, Result};
 /// - `RUSTORCH_DEVICE=cpu|cuda[:N]|metal[:N]|vulkan[:N]|opencl[:N]`: try this device first.
 /// - `RUSTORCH_DISABLE_GPU=1`: register no device but the CPU.
 /// - `RUSTORCH_TRACE=1`: record every routing decision and print it to stderr as it happens.
+/// - `RUSTORCH_PROFILE=1|shapes`: sum each op's execution time, per op (or per op and input
+///   shapes), printed nowhere until asked (`Executor::profile_table`).
 /// - `RUSTORCH_MIN_OFFLOAD=N`: ops with fewer output elements stay on the CPU
 ///   unless their inputs already live on an accelerator.
 #[derive(Clone, Debug, PartialEq)]
@@ -21,6 +24,8 @@ pub struct ExecutorConfig {
     pub trace: bool,
     /// Also print each trace event to stderr as it happens.
     pub print_trace: bool,
+    /// Sum each op's execution time (`Executor::profile`).
+    pub profile: ProfileMode,
     /// Output elements below which the CPU wins over an accelerator that
     /// would first need the inputs copied to it.
     pub min_offload_elems: usize,
@@ -33,6 +38,7 @@ impl Default for ExecutorConfig {
             disable_gpu: false,
             trace: false,
             print_trace: false,
+            profile: ProfileMode::Off,
             min_offload_elems: 4096,
         }
     }
@@ -59,6 +65,10 @@ impl ExecutorConfig {
         let trace = flag(&get, "RUSTORCH_TRACE")?;
         c.trace = trace;
         c.print_trace = trace;
+        if let Some(v) = get("RUSTORCH_PROFILE") {
+            c.profile = ProfileMode::parse(&v)
+                .ok_or_else(|| Error::invalid("RUSTORCH_PROFILE", format!("expected 1, shapes or 0, got {v:?}")))?;
+        }
         if let Some(v) = get("RUSTORCH_MIN_OFFLOAD") {
             c.min_offload_elems = v.trim().parse().map_err(|_| {
                 Error::invalid(
@@ -93,15 +103,18 @@ mod tests {
             ("RUSTORCH_DEVICE", "cuda:1"),
             ("RUSTORCH_DISABLE_GPU", "1"),
             ("RUSTORCH_TRACE", "1"),
+            ("RUSTORCH_PROFILE", "shapes"),
         ]))
         .unwrap();
         assert_eq!(c.preferred_device, Some(Device::Cuda(1)));
         assert!(c.disable_gpu && c.trace);
+        assert_eq!(c.profile, ProfileMode::Shapes);
     }
 
     #[test]
     fn rejects_bad_values() {
         assert!(ExecutorConfig::from_vars(vars(&[("RUSTORCH_DEVICE", "tpu")])).is_err());
         assert!(ExecutorConfig::from_vars(vars(&[("RUSTORCH_TRACE", "maybe")])).is_err());
+        assert!(ExecutorConfig::from_vars(vars(&[("RUSTORCH_PROFILE", "all")])).is_err());
     }
 }

@@ -2,9 +2,11 @@
 //! moves inputs when it must, falls back on failure, and traces decisions.
 
 mod config;
+mod profile;
 mod trace;
 
 pub use config::ExecutorConfig;
+pub use profile::{format_profile, OpProfile, ProfileMode};
 pub use trace::{format_table, TraceEvent};
 
 use crate::backend::{Backend, Buffer, TensorRef};
@@ -41,6 +43,7 @@ pub struct Executor {
     config: ExecutorConfig,
     events: Mutex<Vec<TraceEvent>>,
     seq: AtomicU64,
+    profiler: profile::Profiler,
 }
 
 impl std::fmt::Debug for Executor {
@@ -67,6 +70,7 @@ impl Executor {
             config,
             events: Mutex::new(Vec::new()),
             seq: AtomicU64::new(0),
+            profiler: profile::Profiler::default(),
         }
     }
 
@@ -201,6 +205,39 @@ impl Executor {
         format_table(&self.trace())
     }
 
+    /// Whether op times are summed (`ExecutorConfig::profile`).
+    pub fn profiling(&self) -> bool {
+        self.config.profile != ProfileMode::Off
+    }
+
+    /// Summed op times since the start or the last `clear_profile`, the
+    /// most time first (empty unless profiling).
+    pub fn profile(&self) -> Vec<OpProfile> {
+        self.profiler.lines()
+    }
+
+    pub fn clear_profile(&self) {
+        self.profiler.clear();
+    }
+
+    /// The profile as a printable table; `wall`, the wall time of the run
+    /// it covers, adds the time spent outside ops.
+    pub fn profile_table(&self, wall: Option<std::time::Duration>) -> String {
+        format_profile(&self.profile(), wall)
+    }
+
+    /// Adds an op's time to the profile, when profiling (`op` names it).
+    fn profile_op<'a>(
+        &self,
+        op: impl FnOnce() -> String,
+        shapes: impl IntoIterator<Item = &'a crate::shape::Shape>,
+        elapsed: std::time::Duration,
+    ) {
+        if self.config.profile != ProfileMode::Off {
+            self.profiler.add(self.config.profile, op(), shapes, elapsed);
+        }
+    }
+
     fn record(&self, mut ev: TraceEvent) {
         if !self.config.trace {
             return;
@@ -320,17 +357,21 @@ impl Executor {
                 device,
                 source: e,
             })?;
-        self.record(TraceEvent {
-            seq: 0,
-            op: OP.into(),
-            input_shapes: vec![src.layout.shape().clone()],
-            dtype: src.buffer.dtype().to_string(),
-            device,
-            reason: "destination's device".into(),
-            fallbacks: vec![],
-            bytes_moved,
-            elapsed: start.elapsed(),
-        });
+        let elapsed = start.elapsed();
+        self.profile_op(|| OP.into(), [src.layout.shape()], elapsed);
+        if self.config.trace {
+            self.record(TraceEvent {
+                seq: 0,
+                op: OP.into(),
+                input_shapes: vec![src.layout.shape().clone()],
+                dtype: src.buffer.dtype().to_string(),
+                device,
+                reason: "destination's device".into(),
+                fallbacks: vec![],
+                bytes_moved,
+                elapsed,
+            });
+        }
         Ok(())
     }
 
@@ -388,6 +429,8 @@ impl Executor {
                         attempts.push((device, BackendError::Device { device, message }));
                         continue;
                     }
+                    let elapsed = start.elapsed();
+                    self.profile_op(|| op.name(), metas.iter().map(|m| &m.shape), elapsed);
                     if self.config.trace {
                         self.record(TraceEvent {
                             seq: 0,
@@ -402,7 +445,7 @@ impl Executor {
                             reason: cand.reason,
                             fallbacks: attempts.iter().map(|(d, e)| (*d, e.to_string())).collect(),
                             bytes_moved,
-                            elapsed: start.elapsed(),
+                            elapsed,
                         });
                     }
                     return Ok(bufs.into_iter().zip(outputs).collect());

@@ -61,6 +61,12 @@ impl<'a> Rows<'a> {
         })
     }
 
+    /// Up to `n` values of row `r` of head `h`, or none past the data.
+    fn row_from(&self, h: usize, r: usize, n: usize) -> &'a [f16] {
+        let s = self.offset + h * self.head_stride + r * self.row_stride;
+        self.data.get(s..(s + n).min(self.data.len())).unwrap_or(&[])
+    }
+
     fn row(&self, h: usize, r: usize) -> &'a [f16] {
         let s = self.offset + h * self.head_stride + r * self.row_stride;
         &self.data[s..s + self.len]
@@ -69,6 +75,28 @@ impl<'a> Rows<'a> {
 
 /// Dot products computed together (independent FMA chains; floatdot.rs).
 const ROWS: usize = 4;
+
+/// How many key or value rows ahead a decode step prefetches: a layer's
+/// cache was last read a whole token ago, so its rows come from the L3 or
+/// DRAM, and their loads stalled the products.
+const AHEAD: usize = 4;
+
+/// Asks for the cache lines of `x` (into L1).
+#[inline(always)]
+fn prefetch(x: &[f16]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let p = x.as_ptr().cast::<i8>();
+        for off in (0..std::mem::size_of_val(x)).step_by(64) {
+            // SAFETY: a prefetch reads nothing and never faults; the
+            // address is inside `x`.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(off)) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = x;
+}
 
 /// Inputs: q f32 `[Hq, T, D]`, k f16 `[Hkv, L, D]`, vt f16 `[Hkv, Dv, L]`,
 /// mask f32 `[T, L]` (added after scaling). Returns f32 `[Hq, T, Dv]`.
@@ -252,6 +280,7 @@ impl Decode<'_> {
             if self.mask[j] == f32::NEG_INFINITY {
                 continue;
             }
+            prefetch(self.k.row_from(hk, j + AHEAD, d));
             let key = self.k.row(hk, j);
             let s: [f32; N] = dot_vec_shared(std::array::from_fn(|r| &q32[r][..]), key)
                 .unwrap_or_else(|| std::array::from_fn(|r| dot(FloatOrder::VecDot, key, &q16[r])));
@@ -268,6 +297,9 @@ impl Decode<'_> {
             .unwrap_or(0..0);
         let p32: [Vec<f32>; N] = std::array::from_fn(|r| widen(&p16[r][span.clone()]));
         for c in 0..dv {
+            if c + AHEAD < dv {
+                prefetch(&self.vt.row(hk, c + AHEAD)[span.clone()]);
+            }
             let vrow = &self.vt.row(hk, c)[span.clone()];
             let s: [f32; N] = dot_vec_shared(std::array::from_fn(|r| &p32[r][..]), vrow)
                 .unwrap_or_else(|| std::array::from_fn(|r| dot(FloatOrder::VecDot, vrow, &p16[r][span.clone()])));
