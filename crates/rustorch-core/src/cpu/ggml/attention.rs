@@ -23,7 +23,7 @@
 //! long as the cache holds finite values there (it starts zeroed).
 
 use super::floatdot::{dot, dot_rows, dot_tiny_4x4, dot_vec_shared, FloatOrder};
-use super::softmax::soft_max_ext_live;
+use super::softmax::{soft_max_ext_live, soft_max_ext_visible};
 use crate::cpu::copy::input_slice;
 use crate::cpu::{CpuInput, CpuStorage, StorageElement};
 use crate::error::BackendError;
@@ -455,8 +455,9 @@ fn four_rows(qs: &Queries<'_>, wide: &WideCache, scale: f32, row0: usize, o: &mu
         .reduce(|a, b| a.start.min(b.start)..a.end.max(b.end))
         .unwrap_or(0..0);
     for sc in s.scores.iter_mut() {
-        sc.clear();
-        sc.resize(l, 0.0);
+        if sc.len() < l {
+            sc.resize(l, 0.0);
+        }
     }
     let mut j = keys.start;
     while j + 4 <= keys.end {
@@ -472,19 +473,38 @@ fn four_rows(qs: &Queries<'_>, wide: &WideCache, scale: f32, row0: usize, o: &mu
             sc[j] = dot(FloatOrder::TinyBlas, q, wide.key(j));
         }
     }
+    // Each distinct row's probabilities, rounded to f16 and widened back,
+    // in `p32[r]` over the blocks its softmax computes (`live[r]`), and the
+    // union of the rows' nonzero 64-element blocks (`span`).
     let mut span: Option<std::ops::Range<usize>> = None;
-    s.probs.resize(l, 0.0);
-    for (r, mask) in masks.iter().enumerate() {
-        let sc = &mut s.scores[r];
-        // A select per element (vectorized), not a branch.
-        for (v, &m) in sc.iter_mut().zip(*mask) {
-            *v = if m == f32::NEG_INFINITY { 0.0 } else { *v };
+    let mut live: [std::ops::Range<usize>; 4] = std::array::from_fn(|_| 0..0);
+    for r in 0..rows {
+        let (mask, p32) = (masks[r], &mut s.p32[r]);
+        if p32.len() < l {
+            p32.resize(l, 0.0);
         }
-        soft_max_ext_live(sc, mask, scale, &mut s.probs);
-        let p16 = &mut s.p16[r];
-        p16.resize(l, f16::ZERO);
-        p16.convert_from_f32_slice(&s.probs);
-        let rs = nonzero_span(p16);
+        let rs = match qs.visible[i0 + r].clone() {
+            Some(visible) => {
+                // The scores the tiles did not write this time are stale
+                // but finite, and hidden by the mask (-inf either way).
+                let lo_hi = soft_max_ext_visible(&s.scores[r][..l], mask, scale, &mut p32[..l], visible);
+                live[r] = lo_hi.clone();
+                round_through_f16(&mut p32[lo_hi.clone()], lo_hi.start, l)
+            }
+            None => {
+                // Every key hidden: GGML's NaN row, all of it.
+                let sc = &mut s.scores[r][..l];
+                sc.fill(0.0);
+                s.probs.resize(l, 0.0);
+                soft_max_ext_live(sc, mask, scale, &mut s.probs);
+                let p16 = &mut s.p16[r];
+                p16.resize(l, f16::ZERO);
+                p16.convert_from_f32_slice(&s.probs[..l]);
+                p16.convert_to_f32_slice(&mut p32[..l]);
+                live[r] = 0..l;
+                nonzero_span(p16)
+            }
+        };
         if !rs.is_empty() {
             span = Some(match span {
                 Some(u) => u.start.min(rs.start)..u.end.max(rs.end),
@@ -493,11 +513,21 @@ fn four_rows(qs: &Queries<'_>, wide: &WideCache, scale: f32, row0: usize, o: &mu
         }
     }
     let span = span.unwrap_or(0..0);
-    for r in 0..4 {
-        s.p32[r].resize(span.len(), 0.0);
-        s.p16[r][span.clone()].convert_to_f32_slice(&mut s.p32[r]);
+    // Zeros where a row's softmax wrote nothing (its hidden blocks) inside
+    // the span the value products read.
+    for (p32, live) in s.p32.iter_mut().zip(&live).take(rows) {
+        let (a, b) = (
+            live.start.clamp(span.start, span.end),
+            live.end.clamp(span.start, span.end),
+        );
+        if a < b {
+            p32[span.start..a].fill(0.0);
+            p32[b..span.end].fill(0.0);
+        } else {
+            p32[span.clone()].fill(0.0);
+        }
     }
-    let probs: [&[f32]; 4] = std::array::from_fn(|r| &s.p32[r][..]);
+    let probs: [&[f32]; 4] = std::array::from_fn(|r| &s.p32[src(r)][span.clone()]);
     let mut c = 0;
     while c + 4 <= dv {
         let out = dot_tiny_4x4(std::array::from_fn(|m| &wide.value_row(c + m)[span.clone()]), probs);
@@ -512,6 +542,35 @@ fn four_rows(qs: &Queries<'_>, wide: &WideCache, scale: f32, row0: usize, o: &mu
         for r in 0..rows {
             o[r * dv + c] = dot(FloatOrder::TinyBlas, &wide.value_row(c)[span.clone()], probs[r]);
         }
+    }
+}
+
+/// `p` (the elements `at..at + p.len()` of a row of `len`) rounded to f16
+/// and widened back in place, as the value product reads probabilities
+/// (`probabilities` then `widen`), and the row's `nonzero_span` over them,
+/// the row's other elements being zeros.
+fn round_through_f16(p: &mut [f32], at: usize, len: usize) -> std::ops::Range<usize> {
+    use half::slice::HalfFloatSliceExt;
+    const STEP: usize = 64;
+    let mut buf = [f16::ZERO; STEP];
+    let (mut first, mut last) = (None, 0);
+    let mut i = 0;
+    while i < p.len() {
+        // Up to the next 64-element boundary of the row.
+        let n = (STEP - (at + i) % STEP).min(p.len() - i);
+        let part = &mut p[i..i + n];
+        buf[..n].convert_from_f32_slice(part);
+        buf[..n].convert_to_f32_slice(part);
+        if buf[..n].iter().fold(0u16, |a, v| a | (v.to_bits() & 0x7fff)) != 0 {
+            let block = (at + i) / STEP;
+            first.get_or_insert(block);
+            last = block;
+        }
+        i += n;
+    }
+    match first {
+        Some(first) => first * STEP..((last + 1) * STEP).min(len),
+        None => 0..0,
     }
 }
 
@@ -653,6 +712,31 @@ mod tests {
         for t in [2, 5, 7, 10] {
             let (g, s) = grouped_and_single((4, 2, t, 192, 64, 64), 4.0, 0.125, |i, j| j <= n_past + i * 9);
             assert_same_bits(&g, &s, &format!("{t} rows"));
+        }
+    }
+
+    /// The four-row path's softmax rows (computed over each row's visible
+    /// blocks only, on scratch that holds earlier groups' scores): sharp
+    /// scores whose probabilities underflow in some rows' blocks only, a
+    /// mask with a hole in some rows, and a row that sees no key (GGML's
+    /// NaN row) give the one-row path's bits.
+    #[test]
+    fn four_row_softmax_spans_equal_single_rows() {
+        // One thread, so that one worker's scratch serves every group.
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+        let visible =
+            |i: usize, j: usize| i != 5 && j <= 70 + i * 9 && !(i.is_multiple_of(3) && (64..140).contains(&j));
+        for (t, spread) in [(8, 4.0), (8, 40.0), (7, 40.0), (12, 12.0)] {
+            let (g, s) = pool.install(|| grouped_and_single((4, 2, t, 256, 64, 64), spread, 0.125, visible));
+            assert_same_bits(&g, &s, &format!("{t} rows, spread {spread}"));
+            assert!(g.iter().any(|v| v.is_nan()), "the hidden row's NaN");
+        }
+        // A sliding window: the rows of a group start at different blocks,
+        // after rows of earlier groups that saw those blocks.
+        let window = |i: usize, j: usize| j <= 70 + i * 9 && j + 100 > 70 + i * 9;
+        for t in [8, 16, 11] {
+            let (g, s) = pool.install(|| grouped_and_single((4, 2, t, 256, 64, 64), 4.0, 0.125, window));
+            assert_same_bits(&g, &s, &format!("window, {t} rows"));
         }
     }
 

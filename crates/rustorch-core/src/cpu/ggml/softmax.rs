@@ -86,24 +86,40 @@ fn exp_blocks(w: &mut [f32], max: f32) -> f64 {
 /// to 256, most of it masked.)
 pub(crate) fn soft_max_ext_live(x: &[f32], mask: &[f32], scale: f32, out: &mut [f32]) {
     const NEG_INF: f32 = f32::NEG_INFINITY;
-    let n = x.len();
     let Some(first) = mask.iter().position(|&m| m != NEG_INF) else {
         // All masked: GGML's NaN row.
         return soft_max_ext_row(x, Some(mask), scale, out);
     };
     let last = mask.iter().rposition(|&m| m != NEG_INF).unwrap_or(first);
+    let live = soft_max_ext_visible(x, mask, scale, out, first..last + 1);
+    out[..live.start].fill(0.0);
+    out[live.end..].fill(0.0);
+}
+
+/// `soft_max_ext_live` for a row whose mask hides every element outside
+/// `visible` (non-empty, from the first element it does not hide to the
+/// last), known to the caller: writes only the blocks it computes and
+/// returns their range; the rest of the row's outputs are zeros, left
+/// for the caller to write.
+pub(crate) fn soft_max_ext_visible(
+    x: &[f32],
+    mask: &[f32],
+    scale: f32,
+    out: &mut [f32],
+    visible: std::ops::Range<usize>,
+) -> std::ops::Range<usize> {
+    let n = x.len();
     let blocks = n / 16 * 16;
-    let lo = first / 16 * 16;
+    let lo = visible.start / 16 * 16;
     // Past the last block the elements are summed one by one: keep all of
     // them when any is unmasked.
-    let hi = if last >= blocks {
+    let hi = if visible.end > blocks {
         n
     } else {
-        (last + 1).next_multiple_of(16)
+        visible.end.next_multiple_of(16)
     };
-    out[..lo].fill(0.0);
-    out[hi..].fill(0.0);
     soft_max_ext_row(&x[lo..hi], Some(&mask[lo..hi]), scale, &mut out[lo..hi]);
+    lo..hi
 }
 
 #[cfg(target_arch = "x86_64")]
