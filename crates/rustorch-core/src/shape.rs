@@ -54,7 +54,7 @@ impl Shape {
     }
 
     /// The shape both operands broadcast to, NumPy rules.
-    pub fn broadcast(op: &str, a: &Shape, b: &Shape) -> Result<Shape> {
+    pub fn broadcast(op: impl std::fmt::Display, a: &Shape, b: &Shape) -> Result<Shape> {
         let rank = a.rank().max(b.rank());
         let mut out = vec![0; rank];
         for (i, o) in out.iter_mut().enumerate() {
@@ -66,7 +66,7 @@ impl Shape {
                 (x, 1) => x,
                 _ => {
                     return Err(Error::shape(
-                        op,
+                        op.to_string(),
                         format!("shapes cannot be broadcast together (dim {i} of the result: {da} vs {db})"),
                         &[a, b],
                     ))
@@ -77,7 +77,7 @@ impl Shape {
     }
 
     /// Broadcasts any number of shapes.
-    pub fn broadcast_all(op: &str, shapes: &[&Shape]) -> Result<Shape> {
+    pub fn broadcast_all(op: impl std::fmt::Display + Copy, shapes: &[&Shape]) -> Result<Shape> {
         let mut out = Shape::scalar();
         for s in shapes {
             out = Shape::broadcast(op, &out, s)?;

@@ -3,7 +3,7 @@
 //! Runs once per op before any backend sees it, so bad shapes and dtypes
 //! become errors that name the op, never panics inside a kernel.
 
-use super::{AttnMask, Op, ReduceOp, TensorMeta, UnaryOp};
+use super::{AttnMask, Op, OpName, ReduceOp, TensorMeta, UnaryOp};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::quant::QType;
@@ -146,7 +146,7 @@ fn one(shape: impl Into<Shape>, dtype: DType) -> Result<Vec<TensorMeta>> {
 
 /// Output shapes and dtypes of `op` on inputs of these shapes and dtypes.
 pub fn infer_outputs(op: &Op, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> {
-    let name = op.name();
+    let name = OpName(op);
     match op {
         Op::Copy => {
             expect_inputs(op, inputs, 1)?;
@@ -190,7 +190,7 @@ pub fn infer_outputs(op: &Op, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> 
             if !ok {
                 return Err(Error::dtype(name, "unsupported input dtype", &[d]));
             }
-            one(Shape::broadcast(&name, &inputs[0].shape, &inputs[1].shape)?, d)
+            one(Shape::broadcast(name, &inputs[0].shape, &inputs[1].shape)?, d)
         }
         Op::Compare(c) => {
             expect_inputs(op, inputs, 2)?;
@@ -199,7 +199,7 @@ pub fn infer_outputs(op: &Op, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> 
                 return Err(Error::dtype(name, "complex numbers are not ordered", &[d]));
             }
             one(
-                Shape::broadcast(&name, &inputs[0].shape, &inputs[1].shape)?,
+                Shape::broadcast(name, &inputs[0].shape, &inputs[1].shape)?,
                 DType::Bool,
             )
         }
@@ -209,7 +209,7 @@ pub fn infer_outputs(op: &Op, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> 
                 return Err(Error::dtype(name, "condition must be bool", &[inputs[0].dtype]));
             }
             let d = same_dtype(op, &inputs[1..])?;
-            let s = Shape::broadcast_all(&name, &[&inputs[0].shape, &inputs[1].shape, &inputs[2].shape])?;
+            let s = Shape::broadcast_all(name, &[&inputs[0].shape, &inputs[1].shape, &inputs[2].shape])?;
             one(s, d)
         }
         Op::Reduce { op: r, dims, keepdim } => {
@@ -333,7 +333,7 @@ pub fn infer_outputs(op: &Op, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> 
                 ));
             }
             let batch = Shape::broadcast(
-                &name,
+                name,
                 &Shape::from(&a.dims()[..a.rank() - 2]),
                 &Shape::from(&b.dims()[..b.rank() - 2]),
             )?;
@@ -574,7 +574,7 @@ pub fn infer_outputs(op: &Op, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> 
                     ));
                 }
                 let target = Shape::from([qd[0], qd[1], qd[2], kd[2]]);
-                let b = Shape::broadcast(&name, &m.shape, &target)?;
+                let b = Shape::broadcast(name, &m.shape, &target)?;
                 if b != target {
                     return Err(Error::shape(
                         name,
@@ -790,7 +790,7 @@ fn conv_out(op: &Op, len: usize, k: usize, stride: usize, pad: usize, dil: usize
 
 /// The output of `x @ w^T` for a `qtype` weight `w` (u8 blocks `[n, row_bytes]`).
 fn qmatmul_output(op: &Op, x: &TensorMeta, w: &TensorMeta, qtype: QType) -> Result<TensorMeta> {
-    let name = op.name();
+    let name = OpName(op);
     if x.dtype != DType::F32 {
         return Err(Error::dtype(name, "activations must be f32", &[x.dtype]));
     }

@@ -494,3 +494,21 @@ impl TensorMeta {
         self.shape.numel() * self.dtype.size_in_bytes()
     }
 }
+
+/// An op's name for errors, formatted only when one is made: checking an
+/// op's inputs (`infer_outputs`, on every op) allocated `Op::name` each
+/// time otherwise.
+#[derive(Clone, Copy, Debug)]
+pub struct OpName<'a>(pub &'a Op);
+
+impl std::fmt::Display for OpName<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0.name())
+    }
+}
+
+impl From<OpName<'_>> for String {
+    fn from(n: OpName<'_>) -> String {
+        n.0.name()
+    }
+}
