@@ -198,10 +198,7 @@ pub fn infer_outputs(op: &Op, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> 
             if d.is_complex() && !matches!(c, super::CmpOp::Eq | super::CmpOp::Ne) {
                 return Err(Error::dtype(name, "complex numbers are not ordered", &[d]));
             }
-            one(
-                Shape::broadcast(name, &inputs[0].shape, &inputs[1].shape)?,
-                DType::Bool,
-            )
+            one(Shape::broadcast(name, &inputs[0].shape, &inputs[1].shape)?, DType::Bool)
         }
         Op::Where => {
             expect_inputs(op, inputs, 3)?;
