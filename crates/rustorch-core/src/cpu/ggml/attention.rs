@@ -23,7 +23,7 @@
 //! long as the cache holds finite values there (it starts zeroed).
 
 use super::floatdot::{dot, dot_rows, dot_tiny_4x4, dot_vec_shared, FloatOrder};
-use super::softmax::{soft_max_ext_live, soft_max_ext_visible};
+use super::softmax::{soft_max_ext_live, soft_max_ext_row, soft_max_ext_visible, visible_range};
 use crate::cpu::copy::input_slice;
 use crate::cpu::{CpuInput, CpuStorage, StorageElement};
 use crate::error::BackendError;
@@ -335,14 +335,7 @@ struct Queries<'a> {
 /// key it does not hide to the last; `None` for a row that hides all.
 /// Computed once per op instead of once per head and group of rows.
 fn visible_keys(mask: &[f32], t: usize, l: usize) -> Vec<Option<std::ops::Range<usize>>> {
-    (0..t)
-        .map(|i| {
-            let m = &mask[i * l..(i + 1) * l];
-            let first = m.iter().position(|&v| v != f32::NEG_INFINITY)?;
-            let last = m.iter().rposition(|&v| v != f32::NEG_INFINITY)?;
-            Some(first..last + 1)
-        })
-        .collect()
+    (0..t).map(|i| visible_range(&mask[i * l..(i + 1) * l])).collect()
 }
 
 /// One key/value head's keys and transposed values widened to f32 once per
@@ -415,8 +408,6 @@ fn wide_all_bytes() -> usize {
 struct FourRowScratch {
     q: [Vec<f32>; 4],
     scores: [Vec<f32>; 4],
-    probs: Vec<f32>,
-    p16: [Vec<f16>; 4],
     p32: [Vec<f32>; 4],
 }
 
@@ -492,17 +483,12 @@ fn four_rows(qs: &Queries<'_>, wide: &WideCache, scale: f32, row0: usize, o: &mu
                 round_through_f16(&mut p32[lo_hi.clone()], lo_hi.start, l)
             }
             None => {
-                // Every key hidden: GGML's NaN row, all of it.
-                let sc = &mut s.scores[r][..l];
-                sc.fill(0.0);
-                s.probs.resize(l, 0.0);
-                soft_max_ext_live(sc, mask, scale, &mut s.probs);
-                let p16 = &mut s.p16[r];
-                p16.resize(l, f16::ZERO);
-                p16.convert_from_f32_slice(&s.probs[..l]);
-                p16.convert_to_f32_slice(&mut p32[..l]);
+                // Every key hidden: GGML's NaN row, all of it (the stale
+                // scores are finite, so every element is -inf before the
+                // exponentials).
+                soft_max_ext_row(&s.scores[r][..l], Some(mask), scale, &mut p32[..l]);
                 live[r] = 0..l;
-                nonzero_span(p16)
+                round_through_f16(&mut p32[..l], 0, l)
             }
         };
         if !rs.is_empty() {
@@ -561,7 +547,7 @@ fn round_through_f16(p: &mut [f32], at: usize, len: usize) -> std::ops::Range<us
         let part = &mut p[i..i + n];
         buf[..n].convert_from_f32_slice(part);
         buf[..n].convert_to_f32_slice(part);
-        if buf[..n].iter().fold(0u16, |a, v| a | (v.to_bits() & 0x7fff)) != 0 {
+        if any_nonzero(&buf[..n]) {
             let block = (at + i) / STEP;
             first.get_or_insert(block);
             last = block;
@@ -607,13 +593,17 @@ fn probabilities(scores: &[f32], mask: &[f32], scale: f32) -> Vec<f16> {
 /// `ggml_vec_dot_f16`'s f64 tail then only drops zeros too.
 fn nonzero_span(p: &[f16]) -> std::ops::Range<usize> {
     const STEP: usize = 64;
-    // Whole blocks at a time: an OR over a block's magnitudes vectorizes.
-    let nonzero = |b: &[f16]| b.iter().fold(0u16, |a, v| a | (v.to_bits() & 0x7fff)) != 0;
-    let Some(first) = p.chunks(STEP).position(nonzero) else {
+    let Some(first) = p.chunks(STEP).position(any_nonzero) else {
         return 0..0;
     };
-    let last = p.chunks(STEP).rposition(nonzero).unwrap_or(first);
+    let last = p.chunks(STEP).rposition(any_nonzero).unwrap_or(first);
     (first * STEP)..((last + 1) * STEP).min(p.len())
+}
+
+/// Whether any of `b` is nonzero (or NaN): an OR over the magnitudes'
+/// bits, which vectorizes.
+fn any_nonzero(b: &[f16]) -> bool {
+    b.iter().fold(0u16, |a, v| a | (v.to_bits() & 0x7fff)) != 0
 }
 
 /// Inputs: x and g f32 of one shape; `act(x) * g` row by row over the last

@@ -85,15 +85,21 @@ fn exp_blocks(w: &mut [f32], max: f32) -> f64 {
 /// (Attention early in a conversation: llama.cpp pads the attended length
 /// to 256, most of it masked.)
 pub(crate) fn soft_max_ext_live(x: &[f32], mask: &[f32], scale: f32, out: &mut [f32]) {
-    const NEG_INF: f32 = f32::NEG_INFINITY;
-    let Some(first) = mask.iter().position(|&m| m != NEG_INF) else {
+    let Some(visible) = visible_range(mask) else {
         // All masked: GGML's NaN row.
         return soft_max_ext_row(x, Some(mask), scale, out);
     };
-    let last = mask.iter().rposition(|&m| m != NEG_INF).unwrap_or(first);
-    let live = soft_max_ext_visible(x, mask, scale, out, first..last + 1);
+    let live = soft_max_ext_visible(x, mask, scale, out, visible);
     out[..live.start].fill(0.0);
     out[live.end..].fill(0.0);
+}
+
+/// The elements of a mask row from the first it does not hide (-inf) to
+/// the last; `None` when it hides all.
+pub(crate) fn visible_range(mask: &[f32]) -> Option<std::ops::Range<usize>> {
+    let first = mask.iter().position(|&m| m != f32::NEG_INFINITY)?;
+    let last = mask.iter().rposition(|&m| m != f32::NEG_INFINITY)?;
+    Some(first..last + 1)
 }
 
 /// `soft_max_ext_live` for a row whose mask hides every element outside
