@@ -58,7 +58,7 @@ for m in "${list[@]}"; do
         theirs="$("$bin/llama-$build/llama-completion" -m "$f" -p "$prompt" -n "$n_gen" --temp 0 -t "$threads" \
             -no-cnv --no-display-prompt --no-warmup -fa off 2>/dev/null \
             | python3 -c 'import sys; sys.stdout.write(sys.stdin.buffer.read().decode("utf-8", "replace"))' || true)"
-        ours="$(RUSTORCH_GGML_ORDER=$order "$bin/rustorch-cli" -m "$f" -p "$prompt" -n "$n_gen" --temp 0 \
+        ours="$(RUSTORCH_GGML_ORDER=$order "$bin/rustorch-cli" -m "$f" -p "$prompt" -n "$n_gen" --temp 0 -fa off \
             -t "$threads" 2>/dev/null || true)"
         # Both end with a newline or not; compare the generated text itself.
         if [ "$(printf '%s' "$theirs" | tr -d '\n')" = "$(printf '%s' "$ours" | tr -d '\n')" ] && [ -n "$ours" ]; then

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds llama.cpp's command-line tools (test-backend-ops, llama-quantize,
+# Builds llama.cpp's command-line tools (test-backend-ops, llama-quantize, llama-completion,
 # llama-perplexity, llama-bench, llama-tokenize) from the sources that the
 # PyPI package `llama-cpp-python` vendors, for use as the reference in
 # benchmarks and fixture scripts.
@@ -15,7 +15,7 @@ set -euo pipefail
 version="${1:-0.3.36}"
 cache="${RUSTORCH_CACHE:-$HOME/.cache/rustorch}/llamacpp-$version"
 bin="$cache/build/bin"
-tools=(test-backend-ops llama-quantize llama-perplexity llama-bench llama-tokenize)
+tools=(test-backend-ops llama-quantize llama-perplexity llama-bench llama-tokenize llama-completion)
 
 have_all=1
 grep -qs RUSTORCH_LLAMACPP_THREADS "$bin/test-backend-ops" || have_all=0

@@ -126,7 +126,7 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
     // allocated after the first is freed, lands on memory the first left
     // resident and is zeroed there, touching pages the prompt test never
     // used (+3 MB of peak memory for SmolLM2).
-    let mut cache = model.new_cache(n_ctx)?;
+    let mut cache = loader::new_cache(&model, args.model.flash_attn, n_ctx)?;
     let kv_bytes = cache.n_bytes();
     for &n_prompt in &prompts {
         cache.clear();

@@ -50,7 +50,7 @@ pub fn run(args: &ChatArgs) -> Result<(), CliError> {
     let mut s = Session {
         template,
         sampler: loader::sampler(&args.sampling)?,
-        cache: model.new_cache(n_ctx)?,
+        cache: loader::new_cache(&model, args.model.flash_attn, n_ctx)?,
         cached: Vec::new(),
         messages: args.system.iter().map(|t| Message::system(t.as_str())).collect(),
         model: &model,

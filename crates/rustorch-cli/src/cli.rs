@@ -39,6 +39,21 @@ pub struct ModelArgs {
     /// CPU threads (default: all cores)
     #[arg(short = 't', long, value_name = "N")]
     pub threads: Option<usize>,
+
+    /// Flash attention, as llama.cpp's -fa (also spelled -fa here): auto and
+    /// on reproduce llama.cpp's default (flash attention on the CPU), off its
+    /// -fa off; the two round differently, so greedy text can differ
+    #[arg(long = "flash-attn", value_name = "on|off|auto", value_enum, default_value_t = FlashAttn::Auto)]
+    pub flash_attn: FlashAttn,
+}
+
+/// `--flash-attn`'s values.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FlashAttn {
+    On,
+    Off,
+    #[default]
+    Auto,
 }
 
 /// Sampling and stopping options, shared by generation and chat.

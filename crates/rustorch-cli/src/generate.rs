@@ -38,7 +38,7 @@ pub fn run(args: &GenerateArgs) -> Result<(), CliError> {
         )));
     }
     let mut sampler = loader::sampler(&args.sampling)?;
-    let mut cache = model.new_cache(n_ctx)?;
+    let mut cache = loader::new_cache(&model, args.model.flash_attn, n_ctx)?;
     if args.verbose {
         exec.clear_trace();
     }

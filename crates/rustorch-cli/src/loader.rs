@@ -2,12 +2,13 @@
 //! the thread pool, find the model (fetching the default one when no `-m`
 //! is given) and load it behind a progress bar.
 
-use crate::cli::{ModelArgs, SamplingArgs};
+use crate::cli::{FlashAttn, ModelArgs, SamplingArgs};
 use crate::error::CliError;
 use crate::fetch;
 use indicatif::{ProgressBar, ProgressStyle};
 use rustorch_core::Executor;
 use rustorch_llm::chat::ChatTemplate;
+use rustorch_llm::model::KvCache;
 use rustorch_llm::{Model, Sampler, SamplerConfig};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -80,6 +81,15 @@ pub fn load(path: &Path, backend: &str) -> Result<(Model, Duration), CliError> {
 }
 
 /// `-c`, or the default context capped by the model's training context.
+/// A KV cache of `n_ctx` positions for the attention `--flash-attn` asks
+/// for (flash attention unless it says off, as llama.cpp on the CPU).
+pub fn new_cache(model: &Model, flash: FlashAttn, n_ctx: usize) -> Result<KvCache, CliError> {
+    Ok(match flash {
+        FlashAttn::Off => model.new_cache(n_ctx)?,
+        FlashAttn::On | FlashAttn::Auto => model.new_flash_cache(n_ctx)?,
+    })
+}
+
 pub fn context_size(model: &Model, ctx: Option<usize>) -> Result<usize, CliError> {
     match ctx {
         Some(0) => Err(CliError::msg("--ctx-size must be at least 1")),

@@ -31,7 +31,9 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     exit_quietly_on_closed_pipe();
-    let cli = match Cli::try_parse() {
+    // llama.cpp spells --flash-attn `-fa`, which clap would read as -f -a.
+    let args = std::env::args_os().map(|a| if a == "-fa" { "--flash-attn".into() } else { a });
+    let cli = match Cli::try_parse_from(args) {
         Ok(c) => c,
         Err(e) => {
             // --help and --version come here too, with exit code 0.

@@ -76,7 +76,18 @@ fn greedy(model: &Path, prompt: &str, n: usize, order: &str) -> String {
     let o = Command::new(env!("CARGO_BIN_EXE_rustorch-cli"))
         .args(["-m"])
         .arg(model)
-        .args(["-p", prompt, "-n", &n.to_string(), "--temp", "0", "-t", "2"])
+        .args([
+            "-p",
+            prompt,
+            "-n",
+            &n.to_string(),
+            "--temp",
+            "0",
+            "-t",
+            "2",
+            "-fa",
+            "off",
+        ])
         .env("RUSTORCH_GGML_ORDER", order)
         .output()
         .expect("the binary runs");

@@ -64,7 +64,10 @@ fn greedy_generation_prints_llama_cpp_continuation() {
         "the reference continuation must not end early"
     );
     let want = String::from_utf8(tok.detokenize(&ids, false, false)).unwrap();
-    let o = cli(["-m", &model, "-p", prompt, "-n", "16", "--temp", "0", "-t", "2"]);
+    // The fixture is llama.cpp without flash attention.
+    let o = cli([
+        "-m", &model, "-p", prompt, "-n", "16", "--temp", "0", "-t", "2", "-fa", "off",
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(stdout(&o), format!("{want}\n"));
     let err = stderr(&o);

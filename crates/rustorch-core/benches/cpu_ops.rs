@@ -5,7 +5,7 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use rustorch_core::op::Conv2dParams;
-use rustorch_core::{DType, Tensor};
+use rustorch_core::{DType, FlashPaths, Tensor};
 use std::hint::black_box;
 use std::time::Duration;
 
@@ -125,8 +125,19 @@ fn decode_attention(c: &mut Criterion) {
         } else {
             format!("decode_{hq}x{hkv}x{d}_L{l}_live{live}")
         };
-        g.bench_function(name, |bch| {
+        g.bench_function(&name, |bch| {
             rayon::scope(|_| bch.iter(|| black_box(Tensor::cached_attention(&q, &k, &vt, &mask, 0.125).unwrap())))
+        });
+        // Flash attention (llama.cpp's default): values as rows, GGML's
+        // one-row path.
+        let v = vt.transpose(1, 2).unwrap().contiguous().unwrap();
+        let paths = FlashPaths {
+            tiled_rows: 0,
+            kv_len: l.next_multiple_of(256),
+            threads: rayon::current_num_threads(),
+        };
+        g.bench_function(format!("flash_{name}"), |bch| {
+            rayon::scope(|_| bch.iter(|| black_box(Tensor::flash_attention(&q, &k, &v, &mask, 0.125, paths).unwrap())))
         });
     }
     g.finish();
@@ -159,6 +170,17 @@ fn prompt_attention(c: &mut Criterion) {
         g.throughput(Throughput::Elements((2 * hq * live * d) as u64));
         g.bench_function(format!("prompt_32x4x64_T{t}_past{past}"), |bch| {
             rayon::scope(|_| bch.iter(|| black_box(Tensor::cached_attention(&q, &k, &vt, &mask, 0.125).unwrap())))
+        });
+        // Flash attention (llama.cpp's default): values as rows, GGML's
+        // tiled path.
+        let v = vt.transpose(1, 2).unwrap().contiguous().unwrap();
+        let paths = FlashPaths {
+            tiled_rows: t,
+            kv_len: l.next_multiple_of(256),
+            threads: rayon::current_num_threads(),
+        };
+        g.bench_function(format!("flash_prompt_32x4x64_T{t}_past{past}"), |bch| {
+            rayon::scope(|_| bch.iter(|| black_box(Tensor::flash_attention(&q, &k, &v, &mask, 0.125, paths).unwrap())))
         });
     }
     g.finish();

@@ -25,4 +25,4 @@ pub use executor::{Executor, ExecutorConfig, OpProfile, ProfileMode, TraceEvent}
 pub use layout::Layout;
 pub use op::{AttnMask, Conv2dParams, Op, OpClass, Pool2dParams, RopeLayout, TensorMeta};
 pub use shape::Shape;
-pub use tensor::{QWeight, Tensor};
+pub use tensor::{FlashPaths, QWeight, Tensor};

@@ -86,6 +86,21 @@ impl CpuBackend {
             Op::LayerNorm { .. } | Op::RmsNorm { .. } | Op::BatchNorm { .. } => norm::execute(op, inputs, outputs),
             Op::Rope { .. } | Op::Sdpa { .. } => attention::execute(op, inputs, outputs),
             Op::CachedAttention { scale } => ggml::attention::cached_attention(op, inputs, *scale),
+            Op::FlashAttention {
+                scale,
+                tiled_rows,
+                kv_len,
+                threads,
+            } => ggml::flash_attn::flash_attention(
+                op,
+                inputs,
+                ggml::flash_attn::FlashParams {
+                    scale: *scale,
+                    tiled_rows: *tiled_rows as usize,
+                    kv_len: *kv_len as usize,
+                    threads: *threads as usize,
+                },
+            ),
             Op::SwiGlu | Op::GeGlu => ggml::attention::gated(op, inputs),
             Op::Conv1d { .. }
             | Op::Conv2d { .. }

@@ -612,6 +612,36 @@ pub fn infer_outputs(op: &Op, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> 
             }
             one([qd[0], qd[1], vd[1]], DType::F32)
         }
+        Op::FlashAttention { .. } => {
+            expect_inputs(op, inputs, 4)?;
+            let (q, k, v, m) = (&inputs[0], &inputs[1], &inputs[2], &inputs[3]);
+            if q.dtype != DType::F32 || k.dtype != DType::F16 || v.dtype != DType::F16 || m.dtype != DType::F32 {
+                return Err(Error::dtype(
+                    name,
+                    "expects q f32, k f16, v f16, mask f32",
+                    &[q.dtype, k.dtype, v.dtype, m.dtype],
+                ));
+            }
+            for t in [q, k, v] {
+                need_rank(op, t, 3, "q, k and v")?;
+            }
+            need_rank(op, m, 2, "the mask")?;
+            let (qd, kd, vd, md) = (q.shape.dims(), k.shape.dims(), v.shape.dims(), m.shape.dims());
+            let bad = kd[0] == 0
+                || !qd[0].is_multiple_of(kd[0])
+                || vd[0] != kd[0]
+                || qd[2] != kd[2]
+                || vd[1] != kd[1]
+                || md != [qd[1], kd[1]];
+            if bad {
+                return Err(Error::shape(
+                    name,
+                    "expects q [Hq, T, D], k [Hkv, L, D], v [Hkv, L, Dv], mask [T, L] with Hq a multiple of Hkv",
+                    &[&q.shape, &k.shape, &v.shape, &m.shape],
+                ));
+            }
+            one([qd[0], qd[1], vd[2]], DType::F32)
+        }
         Op::SwiGlu | Op::GeGlu => {
             expect_inputs(op, inputs, 2)?;
             let (x, g) = (&inputs[0], &inputs[1]);

@@ -350,6 +350,22 @@ pub enum Op {
     CachedAttention {
         scale: f32,
     },
+    /// Attention over an f16 key/value cache with llama.cpp's CPU flash
+    /// attention (`ggml_flash_attn_ext`, its default): the paths and
+    /// roundings of `cpu::ggml::flash_attn`. Inputs: q f32 [Hq, T, D], k f16
+    /// [Hkv, L, D], v f16 [Hkv, L, Dv] (values as rows, llama.cpp's cache
+    /// layout with flash attention), mask f32 [T, L] (0 or -inf). Query rows
+    /// `0..tiled_rows` take GGML's tiled path (they belong to a llama.cpp
+    /// micro-batch of at least 64 positions), the rest its one-row path;
+    /// one query row over a llama.cpp cache of `kv_len >= 512` positions
+    /// takes its split-keys path with `threads` chunks. Output f32
+    /// [Hq, T, Dv].
+    FlashAttention {
+        scale: f32,
+        tiled_rows: u32,
+        kv_len: u32,
+        threads: u32,
+    },
     /// `silu(x) * g` with GGML's arithmetic (`ggml_swiglu`), row by row over
     /// the last dim. Inputs: x, g f32 of one shape.
     SwiGlu,
@@ -412,7 +428,9 @@ impl Op {
             | Op::Embedding
             | Op::QEmbedding { .. } => OpClass::Indexing,
             Op::LayerNorm { .. } | Op::RmsNorm { .. } | Op::BatchNorm { .. } => OpClass::Normalization,
-            Op::Rope { .. } | Op::Sdpa { .. } | Op::CachedAttention { .. } => OpClass::Attention,
+            Op::Rope { .. } | Op::Sdpa { .. } | Op::CachedAttention { .. } | Op::FlashAttention { .. } => {
+                OpClass::Attention
+            }
             Op::SwiGlu | Op::GeGlu => OpClass::Activation,
             Op::Conv1d { .. }
             | Op::Conv2d { .. }
@@ -458,6 +476,7 @@ impl Op {
             } => "rope_interleaved".into(),
             Op::Sdpa { .. } => "sdpa".into(),
             Op::CachedAttention { .. } => "cached_attention".into(),
+            Op::FlashAttention { .. } => "flash_attention".into(),
             Op::SwiGlu => "swiglu".into(),
             Op::GeGlu => "geglu".into(),
             Op::Conv1d { .. } => "conv1d".into(),

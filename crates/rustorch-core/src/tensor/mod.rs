@@ -24,6 +24,7 @@ use crate::executor::{Executor, Operand};
 use crate::layout::Layout;
 use crate::op::Op;
 use crate::shape::Shape;
+pub use nn::FlashPaths;
 pub use quant::QWeight;
 use std::fmt;
 use std::sync::Arc;

@@ -164,6 +164,33 @@ impl Tensor {
         q.run1(&Op::CachedAttention { scale }, &[q, k, vt, mask])
     }
 
+    /// Attention over an f16 key/value cache with llama.cpp's CPU flash
+    /// attention (`Op::FlashAttention`, llama.cpp's default): the same
+    /// softmax attention, summed tile by tile with an online softmax, so
+    /// that a model matches llama.cpp run with flash attention bit for bit.
+    ///
+    /// q f32 `[Hq, T, D]`, k f16 `[Hkv, L, D]`, v f16 `[Hkv, L, Dv]` (values
+    /// as rows, as llama.cpp's cache stores them with flash attention), mask
+    /// f32 `[T, L]` (0 keeps, -inf hides); Hq a multiple of Hkv. `llama`
+    /// says which of GGML's paths llama.cpp would take. Returns f32
+    /// `[Hq, T, Dv]`.
+    pub fn flash_attention(
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        mask: &Tensor,
+        scale: f32,
+        llama: FlashPaths,
+    ) -> Result<Tensor> {
+        let op = Op::FlashAttention {
+            scale,
+            tiled_rows: u32::try_from(llama.tiled_rows).unwrap_or(u32::MAX),
+            kv_len: u32::try_from(llama.kv_len).unwrap_or(u32::MAX),
+            threads: u32::try_from(llama.threads).unwrap_or(u32::MAX),
+        };
+        q.run1(&op, &[q, k, v, mask])
+    }
+
     /// `silu(self) * g` for f32 tensors of one shape, with llama.cpp's
     /// arithmetic (`ggml_swiglu`): the gated feed-forward activation of
     /// Llama-family models.
@@ -177,4 +204,26 @@ impl Tensor {
     pub fn geglu(&self, g: &Tensor) -> Result<Tensor> {
         self.run1(&Op::GeGlu, &[self, g])
     }
+}
+
+/// Which of GGML's flash-attention paths llama.cpp takes for a batch of
+/// query positions (`Tensor::flash_attention`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlashPaths {
+    /// The batch's first `tiled_rows` positions belong to a llama.cpp
+    /// micro-batch of at least 64 positions (its tiled path); the others
+    /// take the one-row path.
+    pub tiled_rows: usize,
+    /// The cache length llama.cpp attends over (`n_kv`: the used positions
+    /// padded to 256, within the cache's size).
+    pub kv_len: usize,
+    /// llama.cpp's thread count (the split-keys path of one position over
+    /// at least 512 cache positions has one chunk per thread).
+    pub threads: usize,
+}
+
+impl FlashPaths {
+    /// The fewest positions of a llama.cpp micro-batch that take the tiled
+    /// path (`GGML_FA_TILE_Q`).
+    pub const TILE_ROWS: usize = 64;
 }

@@ -14,7 +14,36 @@ use super::kv_cache::KvCache;
 use super::rope;
 use super::Model;
 use crate::error::{LlmError, Result};
-use rustorch_core::Tensor;
+use rustorch_core::{FlashPaths, Tensor};
+
+/// Where a micro-batch lies in its `forward` call's tokens: llama.cpp
+/// decodes a call's tokens in runs of `LLAMA_UBATCH` from its first, and
+/// flash attention takes its tiled path for the positions of a run of at
+/// least 64, its one-row path for the others.
+#[derive(Clone, Copy, Debug)]
+struct Batch {
+    /// The micro-batch's first token, as an index into the call's tokens.
+    start: usize,
+    /// The call's token count.
+    call_len: usize,
+}
+
+impl Batch {
+    /// How many of the micro-batch's `t` positions (a prefix) llama.cpp
+    /// runs through flash attention's tiled path.
+    fn tiled_rows(self, t: usize) -> usize {
+        use super::kv_cache::LLAMA_UBATCH;
+        // Every run but the last is full; the last is tiled when it has at
+        // least 64 positions.
+        let last_run = (self.call_len - 1) / LLAMA_UBATCH * LLAMA_UBATCH;
+        let tiled_end = if self.call_len - last_run >= FlashPaths::TILE_ROWS {
+            self.call_len
+        } else {
+            last_run
+        };
+        tiled_end.saturating_sub(self.start).min(t)
+    }
+}
 
 /// Which positions' logits a forward pass returns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,6 +85,10 @@ impl Model {
             match self.forward_on_pool(
                 cache,
                 &tokens[r.clone()],
+                Batch {
+                    start: r.start,
+                    call_len: tokens.len(),
+                },
                 want,
                 ffn_chunk_override().unwrap_or_else(|| self.ffn_chunk_rows()),
                 &mut |_, _, _| Ok(()),
@@ -89,7 +122,11 @@ impl Model {
     ) -> Result<Tensor> {
         // One batch, and the whole feed-forward block at once: `inspect`
         // sees every row.
-        let out = self.forward_on_pool(cache, tokens, Some(which), usize::MAX, inspect)?;
+        let whole = Batch {
+            start: 0,
+            call_len: tokens.len(),
+        };
+        let out = self.forward_on_pool(cache, tokens, whole, Some(which), usize::MAX, inspect)?;
         Ok(out.expect("logits were asked for"))
     }
 
@@ -112,6 +149,7 @@ impl Model {
         &self,
         cache: &mut KvCache,
         tokens: &[u32],
+        batch: Batch,
         which: Option<Logits>,
         ffn_chunk: usize,
         inspect: &mut (dyn FnMut(&str, usize, &Tensor) -> Result<()> + Send),
@@ -122,7 +160,7 @@ impl Model {
         // and sleeping until it finishes, a round trip of two futex waits
         // that cost a quarter of a decode step's time.
         // The other workers spin for the whole pass (`pool::run_spinning`).
-        super::pool::run_spinning(|| self.forward_in_pool(cache, tokens, which, ffn_chunk, inspect))
+        super::pool::run_spinning(|| self.forward_in_pool(cache, tokens, batch, which, ffn_chunk, inspect))
     }
 
     /// One batch through the model; `which: None` fills the cache and
@@ -131,6 +169,7 @@ impl Model {
         &self,
         cache: &mut KvCache,
         tokens: &[u32],
+        batch: Batch,
         which: Option<Logits>,
         ffn_chunk: usize,
         inspect: &mut (dyn FnMut(&str, usize, &Tensor) -> Result<()> + Send),
@@ -226,9 +265,19 @@ impl Model {
                     break;
                 }
                 let heads_first = {
-                    let (kc, vtc) = cache.view(il, attn_len)?;
-                    let mask = self.mask(pos0, t, attn_len, cfg.window_for_layer(il))?;
-                    Tensor::cached_attention(&q, &kc, &vtc, &mask, sdpa_scale as f32)?
+                    let (kc, vc) = cache.view(il, attn_len)?;
+                    let window = cfg.window_for_layer(il);
+                    let mask = self.mask(pos0, t, attn_len, window)?;
+                    if cache.flash() {
+                        let paths = FlashPaths {
+                            tiled_rows: batch.tiled_rows(t),
+                            kv_len: cache.llama_n_kv(total, window.is_some()),
+                            threads: rayon::current_num_threads(),
+                        };
+                        Tensor::flash_attention(&q, &kc, &vc, &mask, sdpa_scale as f32, paths)?
+                    } else {
+                        Tensor::cached_attention(&q, &kc, &vc, &mask, sdpa_scale as f32)?
+                    }
                 };
                 // q goes before the [H, T, D] -> [T, H * D] copy is made.
                 drop(q);

@@ -7,9 +7,11 @@ use std::sync::Arc;
 
 /// Keys and values of every layer for up to `n_ctx` positions, stored as
 /// f16 like llama.cpp's default cache (`type_k = type_v = f16`), so that
-/// attention sees the same rounded values. Values are stored transposed,
-/// as llama.cpp stores them without flash attention, so that attention
-/// reads them in the same order.
+/// attention sees the same rounded values. The cache also decides how
+/// attention runs: with flash attention (`KvCache::new_flash`, llama.cpp's
+/// default) values are stored as rows, as llama.cpp stores them then;
+/// without it (`KvCache::new`) transposed, as llama.cpp stores them then,
+/// so that each attention reads them in its own order.
 ///
 /// Storage is allocated for `n_ctx` rounded up to 256 positions (llama.cpp
 /// pads its context the same way), and attention reads the used positions
@@ -18,8 +20,13 @@ use std::sync::Arc;
 pub struct KvCache {
     /// Per layer: keys `[n_head_kv, n_alloc, head_dim_k]`.
     pub(crate) k: Vec<Tensor>,
-    /// Per layer: values, transposed: `[n_head_kv, head_dim_v, n_alloc]`.
+    /// Per layer: values, transposed (`[n_head_kv, head_dim_v, n_alloc]`),
+    /// or as rows with flash attention (`[n_head_kv, n_alloc, head_dim_v]`).
     pub(crate) vt: Vec<Tensor>,
+    flash: bool,
+    /// llama.cpp's cache size for layers with a sliding window (its SWA
+    /// cache holds the window plus a micro-batch), when the model has one.
+    swa_alloc: Option<usize>,
     n_ctx: usize,
     n_alloc: usize,
     len: usize,
@@ -33,8 +40,25 @@ const ATTN_PAD: usize = 64;
 
 pub const CACHE_DTYPE: DType = DType::F16;
 
+/// llama.cpp's default micro-batch (`n_ubatch`): its prompt batches are cut
+/// into runs of this many positions, and flash attention's path depends on
+/// each run's size (see `forward`).
+pub(crate) const LLAMA_UBATCH: usize = 512;
+
 impl KvCache {
+    /// A cache for attention without flash attention (llama.cpp's
+    /// `-fa off`).
     pub fn new(cfg: &ModelConfig, exec: &Arc<Executor>, n_ctx: usize) -> Result<KvCache> {
+        Self::with_attention(cfg, exec, n_ctx, false)
+    }
+
+    /// A cache for flash attention (llama.cpp's default on the CPU: `-fa
+    /// auto` or `on`).
+    pub fn new_flash(cfg: &ModelConfig, exec: &Arc<Executor>, n_ctx: usize) -> Result<KvCache> {
+        Self::with_attention(cfg, exec, n_ctx, true)
+    }
+
+    fn with_attention(cfg: &ModelConfig, exec: &Arc<Executor>, n_ctx: usize, flash: bool) -> Result<KvCache> {
         if n_ctx == 0 {
             return Err(LlmError::InvalidArgument("the context size must be at least 1".into()));
         }
@@ -43,15 +67,45 @@ impl KvCache {
         let mut vt = Vec::with_capacity(cfg.n_layer);
         for _ in 0..cfg.n_layer {
             k.push(Tensor::zeros([cfg.n_head_kv, n_alloc, cfg.head_dim_k], CACHE_DTYPE)?.with_executor(exec)?);
-            vt.push(Tensor::zeros([cfg.n_head_kv, cfg.head_dim_v, n_alloc], CACHE_DTYPE)?.with_executor(exec)?);
+            let v_shape = if flash {
+                [cfg.n_head_kv, n_alloc, cfg.head_dim_v]
+            } else {
+                [cfg.n_head_kv, cfg.head_dim_v, n_alloc]
+            };
+            vt.push(Tensor::zeros(v_shape, CACHE_DTYPE)?.with_executor(exec)?);
         }
+        // llama_kv_cache_iswa: GGML_PAD(n_swa + n_ubatch, 256), within the
+        // base size.
+        let swa_alloc = cfg
+            .sliding_window
+            .as_ref()
+            .map(|w| ((w.window + LLAMA_UBATCH).div_ceil(ALLOC_PAD) * ALLOC_PAD).min(n_alloc));
         Ok(KvCache {
             k,
             vt,
+            flash,
+            swa_alloc,
             n_ctx,
             n_alloc,
             len: 0,
         })
+    }
+
+    /// Whether attention over this cache is flash attention.
+    pub fn flash(&self) -> bool {
+        self.flash
+    }
+
+    /// The cache length llama.cpp's attention reads when `used` positions
+    /// are filled (`llama_kv_cache::get_n_kv`: `used` padded to 256, at
+    /// least 256, within the cache's size; `windowed` for a sliding-window
+    /// layer's cache).
+    pub(crate) fn llama_n_kv(&self, used: usize, windowed: bool) -> usize {
+        let size = match (windowed, self.swa_alloc) {
+            (true, Some(s)) => s,
+            _ => self.n_alloc,
+        };
+        (used.div_ceil(ALLOC_PAD) * ALLOC_PAD).max(ALLOC_PAD).min(size)
     }
 
     /// Positions filled so far (the next token's position).
@@ -94,7 +148,11 @@ impl KvCache {
     pub(crate) fn write(&mut self, il: usize, k: &Tensor, v: &Tensor) -> Result<()> {
         let pos = self.len;
         self.k[il].write_slice(1, pos, &k.to_dtype(CACHE_DTYPE)?)?;
-        self.vt[il].write_slice(2, pos, &v.transpose(1, 2)?.to_dtype(CACHE_DTYPE)?)?;
+        if self.flash {
+            self.vt[il].write_slice(1, pos, &v.to_dtype(CACHE_DTYPE)?)?;
+        } else {
+            self.vt[il].write_slice(2, pos, &v.transpose(1, 2)?.to_dtype(CACHE_DTYPE)?)?;
+        }
         Ok(())
     }
 
@@ -104,11 +162,16 @@ impl KvCache {
         (used.div_ceil(ATTN_PAD) * ATTN_PAD).min(self.n_alloc)
     }
 
-    /// Layer `il`'s keys `[n_head_kv, L, head_dim_k]` and transposed values
-    /// `[n_head_kv, head_dim_v, L]` for the first `L = attn_len` positions,
-    /// as views.
+    /// Layer `il`'s keys `[n_head_kv, L, head_dim_k]` and values (transposed,
+    /// `[n_head_kv, head_dim_v, L]`, or as rows `[n_head_kv, L, head_dim_v]`
+    /// with flash attention) for the first `L = attn_len` positions, as
+    /// views.
     pub(crate) fn view(&self, il: usize, attn_len: usize) -> Result<(Tensor, Tensor)> {
-        Ok((self.k[il].narrow(1, 0, attn_len)?, self.vt[il].narrow(2, 0, attn_len)?))
+        let v_dim = if self.flash { 1 } else { 2 };
+        Ok((
+            self.k[il].narrow(1, 0, attn_len)?,
+            self.vt[il].narrow(v_dim, 0, attn_len)?,
+        ))
     }
 
     pub(crate) fn advance(&mut self, n: usize) {

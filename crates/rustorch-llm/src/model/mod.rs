@@ -138,6 +138,12 @@ impl Model {
         KvCache::new(&self.config, &self.exec, n_ctx)
     }
 
+    /// A cache of `n_ctx` positions for flash attention (llama.cpp's default
+    /// on the CPU; `new_cache` reproduces `-fa off`).
+    pub fn new_flash_cache(&self, n_ctx: usize) -> Result<KvCache> {
+        KvCache::new_flash(&self.config, &self.exec, n_ctx)
+    }
+
     /// Logits of the last of `tokens` after running them, as a vector.
     pub fn forward_last(&self, cache: &mut KvCache, tokens: &[u32]) -> Result<Vec<f32>> {
         Ok(self.forward(cache, tokens, Logits::Last)?.to_vec::<f32>()?)

@@ -33,7 +33,7 @@ use rayon::prelude::*;
 
 /// An f16 operand read in place: `[heads, rows, len]` with unit stride in
 /// the last dimension (a cache view needs no copy).
-struct Rows<'a> {
+pub(super) struct Rows<'a> {
     data: &'a [f16],
     offset: usize,
     head_stride: usize,
@@ -42,7 +42,7 @@ struct Rows<'a> {
 }
 
 impl<'a> Rows<'a> {
-    fn new(op: &Op, input: CpuInput<'a>, what: &str) -> Result<Rows<'a>, BackendError> {
+    pub(super) fn new(op: &Op, input: CpuInput<'a>, what: &str) -> Result<Rows<'a>, BackendError> {
         let data = <f16 as StorageElement>::slice(input.storage)
             .ok_or_else(|| BackendError::invalid(op.name(), format!("{what} must be f16")))?;
         let (dims, strides) = (input.layout.dims(), input.layout.strides());
@@ -62,12 +62,12 @@ impl<'a> Rows<'a> {
     }
 
     /// Up to `n` values of row `r` of head `h`, or none past the data.
-    fn row_from(&self, h: usize, r: usize, n: usize) -> &'a [f16] {
+    pub(super) fn row_from(&self, h: usize, r: usize, n: usize) -> &'a [f16] {
         let s = self.offset + h * self.head_stride + r * self.row_stride;
         self.data.get(s..(s + n).min(self.data.len())).unwrap_or(&[])
     }
 
-    fn row(&self, h: usize, r: usize) -> &'a [f16] {
+    pub(super) fn row(&self, h: usize, r: usize) -> &'a [f16] {
         let s = self.offset + h * self.head_stride + r * self.row_stride;
         &self.data[s..s + self.len]
     }
@@ -79,11 +79,11 @@ const ROWS: usize = 4;
 /// How many key or value rows ahead a decode step prefetches: a layer's
 /// cache was last read a whole token ago, so its rows come from the L3 or
 /// DRAM, and their loads stalled the products.
-const AHEAD: usize = 4;
+pub(super) const AHEAD: usize = 4;
 
 /// Asks for the cache lines of `x` (into L1).
 #[inline(always)]
-fn prefetch(x: &[f16]) {
+pub(super) fn prefetch(x: &[f16]) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
@@ -334,7 +334,7 @@ struct Queries<'a> {
 /// For each of the `t` mask rows (`l` keys each), the range from the first
 /// key it does not hide to the last; `None` for a row that hides all.
 /// Computed once per op instead of once per head and group of rows.
-fn visible_keys(mask: &[f32], t: usize, l: usize) -> Vec<Option<std::ops::Range<usize>>> {
+pub(super) fn visible_keys(mask: &[f32], t: usize, l: usize) -> Vec<Option<std::ops::Range<usize>>> {
     (0..t).map(|i| visible_range(&mask[i * l..(i + 1) * l])).collect()
 }
 
@@ -561,7 +561,7 @@ fn round_through_f16(p: &mut [f32], at: usize, len: usize) -> std::ops::Range<us
 }
 
 /// An f32 operand rounded to f16, as GGML converts it for an f16 product.
-fn to_f16(x: &[f32]) -> Vec<f16> {
+pub(super) fn to_f16(x: &[f32]) -> Vec<f16> {
     use half::slice::HalfFloatSliceExt;
     // Vectorized (F16C where present), rounding to nearest even as
     // `f16::from_f32` does one at a time.

@@ -20,6 +20,7 @@
 pub(crate) mod attention;
 pub(crate) mod bf16dot;
 pub(crate) mod expf;
+pub(crate) mod flash_attn;
 pub(crate) mod floatdot;
 pub(crate) mod geglu;
 pub(crate) mod reduce;

@@ -44,6 +44,19 @@ pub(crate) fn soft_max_ext_row(x: &[f32], mask: Option<&[f32]>, scale: f32, out:
     }
 }
 
+/// `ggml_vec_soft_max_f32`'s exponentials on whole 16-lane blocks (`w`'s
+/// length a multiple of 16): `e = exp(w - max)` in place, and the f64 sum
+/// of each block's horizontal sum.
+pub(crate) fn exp_blocks_ggml(w: &mut [f32], max: f32) -> f64 {
+    debug_assert!(w.len().is_multiple_of(16));
+    #[cfg(target_arch = "x86_64")]
+    if super::has_avx512() {
+        // SAFETY: AVX-512 F, DQ and FMA are present (checked above).
+        return unsafe { avx512::exp_blocks(w, max) };
+    }
+    exp_blocks(w, max)
+}
+
 /// The largest element (-inf for none). GGML scans one element at a time;
 /// sixteen running maxima give the same value for any values but NaN (max
 /// is exact and order-free; a zero's sign may differ, which `exp(w - max)`

@@ -1,0 +1,74 @@
+//! `rustorch-cli -fa on` (the default) and `-fa off` against llama.cpp's llama-completion with
+//! flash attention on (its default on the CPU) and off: greedy text of the real SmolLM2-135M
+//! Q4_1 and Gemma-3-270M Q4_K_M files for prompts that take each of GGML's flash-attention
+//! paths (fixtures/flash_attn.json, from tools/gen_flash_fixtures.sh: a short prompt, the one-row
+//! path; 151 tokens, the tiled path; 519-523 tokens, a 512-position micro-batch tiled and the rest
+//! one row at a time, then generation over a 768-position cache, the split-keys path).
+
+mod common;
+
+use common::{cli, real_model, stderr, stdout};
+use sha2::{Digest, Sha256};
+
+fn sha256(path: &str) -> String {
+    let bytes = std::fs::read(path).expect("the model reads");
+    Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[test]
+fn greedy_text_equals_llama_cpps_with_and_without_flash_attention() {
+    let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/flash_attn.json");
+    let fx: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap();
+    let ctx = fx["ctx"].as_u64().expect("ctx").to_string();
+    let mut differing = 0;
+    let mut compared = 0;
+    for m in fx["models"].as_array().expect("models") {
+        let env = match m["model"].as_str().expect("model") {
+            "smollm2" => "RUSTORCH_SMOLLM2_GGUF",
+            "gemma3" => "RUSTORCH_GEMMA3_GGUF",
+            other => panic!("unknown model {other} in the fixture"),
+        };
+        let Some(path) = real_model(env) else {
+            continue;
+        };
+        assert_eq!(
+            sha256(&path),
+            m["sha256"].as_str().expect("sha256"),
+            "{env} is not the fixture's file"
+        );
+        for case in m["cases"].as_array().expect("cases") {
+            let prompt = case["prompt"].as_str().expect("prompt");
+            let n = case["n_gen"].as_u64().expect("n_gen").to_string();
+            let (on, off) = (
+                case["fa_on"].as_str().expect("fa_on"),
+                case["fa_off"].as_str().expect("fa_off"),
+            );
+            differing += usize::from(on != off);
+            for (fa, want) in [("on", on), ("off", off), ("auto", on)] {
+                let o = cli([
+                    "-m", &path, "-p", prompt, "-n", &n, "-c", &ctx, "--temp", "0", "-t", "2", "-fa", fa,
+                ]);
+                assert!(o.status.success(), "{}", stderr(&o));
+                assert_eq!(
+                    stdout(&o).trim_end_matches('\n'),
+                    want.trim_end_matches('\n'),
+                    "{env}, -fa {fa}, a prompt of {} bytes",
+                    prompt.len()
+                );
+                compared += 1;
+            }
+        }
+    }
+    if compared > 0 {
+        // The two attentions' texts differ in the fixture (else the test could not tell them apart).
+        assert!(differing >= 2, "only {differing} cases differ between -fa on and off");
+    }
+}
+
+#[test]
+fn a_bad_flash_attention_value_is_an_error_naming_the_choices() {
+    let o = cli(["-m", "missing.gguf", "-p", "hi", "-fa", "maybe"]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(err.contains("maybe") && err.contains("on"), "{err}");
+}

@@ -1,0 +1,626 @@
+//! Attention over an f16 key/value cache as llama.cpp computes it with
+//! flash attention on the CPU (`ggml_compute_forward_flash_attn_ext_f16`,
+//! ops.cpp), its default (`-fa auto` turns it on for the CPU).
+//!
+//! GGML picks one of three paths per op, and each rounds differently:
+//!
+//! - **Tiled** (its micro-batch has at least 64 query positions,
+//!   `ggml_compute_forward_flash_attn_ext_tiled`): keys and values widened
+//!   to f32, queries kept in f32. Keys go in tiles of 64 from position 0;
+//!   per tile each score is one FMA chain over the head dimension from 0
+//!   (`simd_gemm`), times `scale`, plus the mask; a row whose tile is all
+//!   -inf skips it; else `M' = max(M, tile max)`, and when it grew the row's
+//!   accumulator and sum are multiplied by libm's `expf(M - M')`; the tile's
+//!   exponentials are `ggml_vec_soft_max_f32`'s (`ggml_v_expf` per 16 lanes,
+//!   each block's horizontal sum added to an f64 that is then added to the
+//!   f32 sum), and each output feature continues one FMA chain over the
+//!   tile's keys. At the end the row is multiplied by `1 / S` (0 when `S`
+//!   is 0).
+//! - **One row** (fewer than 64 query positions: token generation, short
+//!   prompts; `..._f16_one_chunk`): the query rounded to f16, each visible
+//!   key's score a `ggml_vec_dot_f16`, then an online softmax one key at a
+//!   time whose value accumulator is f16 (rounded after every step).
+//! - **Split keys** (one query position and at least 512 cache positions):
+//!   the one-row path over `threads` chunks of the keys, each left
+//!   unnormalized, then combined in chunk order
+//!   (`ggml_flash_attn_ext_reduce_partials`).
+//!
+//! Within a path each query row's result depends on nothing but its own
+//! inputs, so rows may be grouped and scheduled freely. Keys a row's mask
+//! hides add exact zeros (or are skipped, as GGML skips them), so the
+//! attended length may be any multiple of 64 covering the visible keys;
+//! the split path's chunks are llama.cpp's, from its cache length
+//! (`kv_len`, the used positions padded to 256).
+
+use super::attention::{prefetch, to_f16, visible_keys, Rows, AHEAD};
+use super::floatdot::{dot, FloatOrder};
+use super::softmax::exp_blocks_ggml;
+use crate::cpu::copy::input_slice;
+use crate::cpu::{CpuInput, CpuStorage};
+use crate::error::BackendError;
+use crate::op::Op;
+use half::f16;
+use rayon::prelude::*;
+use std::ops::Range;
+
+/// GGML's key tile (`GGML_FA_TILE_KV`), and its query tile
+/// (`GGML_FA_TILE_Q`): a micro-batch of fewer query positions takes the
+/// one-row path.
+pub(crate) const TILE: usize = 64;
+
+/// Query rows computed together on the tiled path (each key and value
+/// loaded meets four rows).
+const GROUP_ROWS: usize = 4;
+
+/// GGML's split-keys path needs at least this many cache positions.
+const SPLIT_MIN_KEYS: usize = 512;
+
+/// The parameters of `Op::FlashAttention`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FlashParams {
+    pub scale: f32,
+    /// Query rows `0..tiled_rows` take the tiled path, the rest the
+    /// one-row path.
+    pub tiled_rows: usize,
+    /// llama.cpp's attended cache length (`n_kv`) for the split path.
+    pub kv_len: usize,
+    /// llama.cpp's thread count (the split path's chunk count).
+    pub threads: usize,
+}
+
+/// Inputs: q f32 `[Hq, T, D]`, k f16 `[Hkv, L, D]`, v f16 `[Hkv, L, Dv]`,
+/// mask f32 `[T, L]` (0 or -inf). Returns f32 `[Hq, T, Dv]`.
+pub(crate) fn flash_attention(
+    op: &Op,
+    inputs: &[CpuInput<'_>],
+    p: FlashParams,
+) -> Result<Vec<CpuStorage>, BackendError> {
+    let q = input_slice::<f32>(op, inputs[0])?;
+    let k = Rows::new(op, inputs[1], "keys")?;
+    let v = Rows::new(op, inputs[2], "values")?;
+    let mask = input_slice::<f32>(op, inputs[3])?;
+    let (qd, kd, vd) = (inputs[0].dims(), inputs[1].dims(), inputs[2].dims());
+    let a = Attn {
+        q: &q,
+        k: &k,
+        v: &v,
+        mask: &mask,
+        hq: qd[0],
+        t: qd[1],
+        d: qd[2],
+        hkv: kd[0],
+        l: kd[1],
+        dv: vd[2],
+        scale: p.scale,
+    };
+    let mut out = vec![0f32; a.hq * a.t * a.dv];
+    if a.dv == 0 || a.t == 0 {
+        return Ok(vec![CpuStorage::from_vec(out)]);
+    }
+    let tiled_rows = p.tiled_rows.min(a.t);
+    if tiled_rows > 0 {
+        a.tiled(tiled_rows, &mut out);
+    }
+    if tiled_rows < a.t {
+        if a.t == 1 && p.kv_len >= SPLIT_MIN_KEYS && p.threads > 1 {
+            a.split_keys(p.kv_len, p.threads, &mut out);
+        } else {
+            a.one_rows(tiled_rows, &mut out);
+        }
+    }
+    Ok(vec![CpuStorage::from_vec(out)])
+}
+
+/// The operands and sizes of one op.
+struct Attn<'a> {
+    q: &'a [f32],
+    k: &'a Rows<'a>,
+    v: &'a Rows<'a>,
+    mask: &'a [f32],
+    hq: usize,
+    t: usize,
+    d: usize,
+    hkv: usize,
+    l: usize,
+    dv: usize,
+    scale: f32,
+}
+
+impl Attn<'_> {
+    fn group(&self) -> usize {
+        self.hq / self.hkv
+    }
+
+    fn q_row(&self, h: usize, i: usize) -> &[f32] {
+        let at = (h * self.t + i) * self.d;
+        &self.q[at..at + self.d]
+    }
+
+    fn mask_row(&self, i: usize) -> &[f32] {
+        &self.mask[i * self.l..(i + 1) * self.l]
+    }
+
+    /// The tiled path for query rows `0..rows` of every head.
+    fn tiled(&self, rows: usize, out: &mut [f32]) {
+        let (t, dv, group) = (self.t, self.dv, self.group());
+        let visible = visible_keys(self.mask, rows, self.l);
+        for (hk, out_k) in out.chunks_mut(group * t * dv).enumerate() {
+            let wide = WideKv::new(self, hk);
+            out_k.par_chunks_mut(t * dv).enumerate().for_each(|(g, out_h)| {
+                let h = hk * group + g;
+                out_h[..rows * dv]
+                    .par_chunks_mut(GROUP_ROWS * dv)
+                    .enumerate()
+                    .for_each_init(TileScratch::default, |s, (c, o)| {
+                        let i0 = c * GROUP_ROWS;
+                        let n = (rows - i0).min(GROUP_ROWS);
+                        self.tiled_rows(&wide, &visible[i0..i0 + n], h, i0, o, s);
+                    })
+            });
+        }
+    }
+
+    /// Rows `i0..i0 + n` (`n = visible.len()`, at most four) of head `h`
+    /// through the tiled path into `out` (`n x Dv`).
+    fn tiled_rows(
+        &self,
+        wide: &WideKv,
+        visible: &[Option<Range<usize>>],
+        h: usize,
+        i0: usize,
+        out: &mut [f32],
+        s: &mut TileScratch,
+    ) {
+        let (d, dv, n) = (self.d, self.dv, visible.len());
+        // Padding rows repeat the last real one; their results are dropped.
+        let q: [&[f32]; GROUP_ROWS] = std::array::from_fn(|r| self.q_row(h, i0 + r.min(n - 1)));
+        s.acc.clear();
+        s.acc.resize(GROUP_ROWS * dv, 0.0);
+        let mut m = [f32::NEG_INFINITY; GROUP_ROWS];
+        let mut sum = [0f32; GROUP_ROWS];
+        let Some(span) = visible
+            .iter()
+            .flatten()
+            .cloned()
+            .reduce(|a, b| a.start.min(b.start)..a.end.max(b.end))
+        else {
+            // No row sees any key: S = 0, so GGML writes zeros.
+            out.fill(0.0);
+            return;
+        };
+        let first = span.start / TILE * TILE;
+        for c in (first..span.end).step_by(TILE) {
+            let live = TILE.min(self.l - c);
+            let mut scores = [[0f32; TILE]; GROUP_ROWS];
+            qk_tile(q, &wide.kt, wide.lp, c, d, &mut scores);
+            let mut any = false;
+            for r in 0..n {
+                let row = &mut scores[r];
+                let tile_max = scale_mask_max(row, &self.mask_row(i0 + r)[c..c + live], self.scale);
+                if tile_max == f32::NEG_INFINITY {
+                    row.fill(0.0);
+                    continue;
+                }
+                any = true;
+                let m_new = m[r].max(tile_max);
+                if m_new > m[r] {
+                    // libm's expf, as GGML's scalar `expf`.
+                    let ms = (m[r] - m_new).exp();
+                    for a in &mut s.acc[r * dv..(r + 1) * dv] {
+                        *a *= ms;
+                    }
+                    sum[r] *= ms;
+                }
+                m[r] = m_new;
+                sum[r] = (sum[r] as f64 + exp_blocks_ggml(row, m_new)) as f32;
+            }
+            if !any {
+                continue;
+            }
+            for row in scores.iter_mut().skip(n) {
+                row.fill(0.0);
+            }
+            pv_tile(&scores, &wide.v, c, live, dv, &mut s.acc);
+        }
+        for r in 0..n {
+            let inv = if sum[r] == 0.0 { 0.0 } else { 1.0 / sum[r] };
+            for (o, &a) in out[r * dv..(r + 1) * dv].iter_mut().zip(&s.acc[r * dv..(r + 1) * dv]) {
+                *o = a * inv;
+            }
+        }
+    }
+
+    /// The one-row path for query rows `from..T` of every head.
+    fn one_rows(&self, from: usize, out: &mut [f32]) {
+        let (t, dv) = (self.t, self.dv);
+        let work = |(c, o): (usize, &mut [f32])| {
+            let (h, i) = (c / (t - from), from + c % (t - from));
+            let part = self.one_row(h, i, 0..self.l);
+            part.normalized_into(o);
+        };
+        // Rows `from..T` of each head are contiguous in `out`.
+        let rows: Vec<(usize, &mut [f32])> = out
+            .chunks_mut(t * dv)
+            .flat_map(|o| o[from * dv..].chunks_mut(dv))
+            .enumerate()
+            .collect();
+        if rows.len() * self.l * (self.d + dv) < 1 << 16 {
+            rows.into_iter().for_each(work);
+        } else {
+            rows.into_par_iter().for_each(work);
+        }
+    }
+
+    /// GGML's one-row online softmax for query row `i` of head `h` over
+    /// keys `keys`, unnormalized.
+    fn one_row(&self, h: usize, i: usize, keys: Range<usize>) -> Partial {
+        let (d, dv) = (self.d, self.dv);
+        let hk = h / self.group();
+        let q16 = to_f16(self.q_row(h, i));
+        let mask = self.mask_row(i);
+        let mut m = f32::NEG_INFINITY;
+        let mut sum = 0f32;
+        let mut acc = F16Acc::new(dv);
+        let end = keys.end.min(self.l);
+        for (j, &mv) in mask.iter().enumerate().take(end).skip(keys.start) {
+            if mv == f32::NEG_INFINITY {
+                continue;
+            }
+            prefetch(self.k.row_from(hk, j + AHEAD, d));
+            prefetch(self.v.row_from(hk, j + AHEAD, dv));
+            let s = dot(FloatOrder::VecDot, self.k.row(hk, j), &q16) * self.scale + mv;
+            let (ms, vs) = if s > m {
+                let ms = (m - s).exp();
+                m = s;
+                acc.scale(ms);
+                (ms, 1.0)
+            } else {
+                (1.0, (s - m).exp())
+            };
+            acc.mad(self.v.row(hk, j), vs);
+            // `S = S*ms + vs`, which GCC and clang contract into one FMA.
+            sum = sum.mul_add(ms, vs);
+        }
+        Partial {
+            m,
+            sum,
+            acc: acc.into_f32(),
+        }
+    }
+
+    /// GGML's split-keys path for one query position: `threads` chunks of
+    /// `kv_len` keys, combined in order.
+    fn split_keys(&self, kv_len: usize, threads: usize, out: &mut [f32]) {
+        let chunk = kv_len.div_ceil(threads);
+        let starts: Vec<usize> = (0..threads).map(|c| c * chunk).filter(|&s| s < kv_len).collect();
+        out.par_chunks_mut(self.dv).enumerate().for_each(|(h, o)| {
+            let parts: Vec<Partial> = starts
+                .iter()
+                .map(|&s| self.one_row(h, 0, s..(s + chunk).min(kv_len)))
+                .collect();
+            combine(&parts, o);
+        });
+    }
+}
+
+/// One row's unnormalized result over some keys: the running max, the sum
+/// of exponentials and the value accumulator (f16 values widened).
+struct Partial {
+    m: f32,
+    sum: f32,
+    acc: Vec<f32>,
+}
+
+impl Partial {
+    /// `acc / sum` (zeros when the sum is 0) into `out`.
+    fn normalized_into(&self, out: &mut [f32]) {
+        let inv = if self.sum == 0.0 { 0.0 } else { 1.0 / self.sum };
+        for (o, &a) in out.iter_mut().zip(&self.acc) {
+            *o = a * inv;
+        }
+    }
+}
+
+/// `ggml_flash_attn_ext_reduce_partials` for one head: chunks combined in
+/// order (a chunk whose sum is 0 skipped), then normalized.
+fn combine(parts: &[Partial], out: &mut [f32]) {
+    let mut m = f32::NEG_INFINITY;
+    let mut sum = 0f32;
+    let mut acc = vec![0f32; out.len()];
+    for p in parts {
+        if p.sum == 0.0 {
+            continue;
+        }
+        let m_new = m.max(p.m);
+        let scale_old = (m - m_new).exp();
+        let scale_new = (p.m - m_new).exp();
+        // `a * scale_old + b * scale_new`: GCC and clang fuse the first
+        // product into the addition.
+        for (a, &b) in acc.iter_mut().zip(&p.acc) {
+            *a = a.mul_add(scale_old, b * scale_new);
+        }
+        sum = sum.mul_add(scale_old, p.sum * scale_new);
+        m = m_new;
+    }
+    if sum != 0.0 {
+        let inv = 1.0 / sum;
+        for (o, &a) in out.iter_mut().zip(&acc) {
+            *o = a * inv;
+        }
+    } else {
+        out.copy_from_slice(&acc);
+    }
+}
+
+/// The one-row path's f16 value accumulator (`VKQ16`), kept widened: every
+/// value is an f16's.
+struct F16Acc {
+    acc: Vec<f32>,
+}
+
+impl F16Acc {
+    fn new(n: usize) -> F16Acc {
+        F16Acc { acc: vec![0.0; n] }
+    }
+
+    /// `ggml_vec_scale_f16`: each element times `s`, rounded to f16.
+    fn scale(&mut self, s: f32) {
+        for a in &mut self.acc {
+            *a = f16::from_f32(*a * s).to_f32();
+        }
+    }
+
+    /// `ggml_vec_mad_f16`: each element plus `v * s` in one FMA, rounded to
+    /// f16.
+    fn mad(&mut self, v: &[f16], s: f32) {
+        #[cfg(target_arch = "x86_64")]
+        if self.acc.len().is_multiple_of(16) && super::has_avx512() {
+            // SAFETY: AVX-512 F and F16C are present (checked above); `v`
+            // holds a value per element (the caller's row).
+            unsafe { avx512::mad_f16(&mut self.acc, v, s) };
+            return;
+        }
+        for (a, &x) in self.acc.iter_mut().zip(v) {
+            *a = f16::from_f32(x.to_f32().mul_add(s, *a)).to_f32();
+        }
+    }
+
+    fn into_f32(self) -> Vec<f32> {
+        self.acc
+    }
+}
+
+/// One key/value head widened to f32 for the tiled path: keys transposed
+/// (`kt[dk][j]`, so that a tile's 64 keys are four vectors) and values as
+/// rows (`v[j][dv]`), each padded with zeros to whole tiles.
+struct WideKv {
+    kt: Vec<f32>,
+    v: Vec<f32>,
+    /// Positions, padded to whole tiles.
+    lp: usize,
+}
+
+impl WideKv {
+    fn new(a: &Attn<'_>, hk: usize) -> WideKv {
+        let (l, d, dv) = (a.l, a.d, a.dv);
+        let lp = l.div_ceil(TILE) * TILE;
+        let mut kt = vec![0f32; d * lp];
+        kt.par_chunks_mut(lp).enumerate().for_each(|(dk, row)| {
+            for (j, x) in row[..l].iter_mut().enumerate() {
+                *x = a.k.row(hk, j)[dk].to_f32();
+            }
+        });
+        let mut v = vec![0f32; lp * dv];
+        v.par_chunks_mut(TILE * dv).enumerate().for_each(|(c, rows)| {
+            for (r, row) in rows.chunks_mut(dv).enumerate() {
+                let j = c * TILE + r;
+                if j < l {
+                    half::slice::HalfFloatSliceExt::convert_to_f32_slice(a.v.row(hk, j), row);
+                }
+            }
+        });
+        WideKv { kt, v, lp }
+    }
+}
+
+/// A tiled-path task's scratch (the value accumulators of its rows).
+#[derive(Default)]
+struct TileScratch {
+    acc: Vec<f32>,
+}
+
+/// `scores[r][j]` = the FMA chain over `dk` of `q[r][dk] * k[c + j][dk]`
+/// from 0 (`simd_gemm`'s order), for the tile's 64 keys.
+fn qk_tile(q: [&[f32]; GROUP_ROWS], kt: &[f32], lp: usize, c: usize, d: usize, scores: &mut [[f32; TILE]; GROUP_ROWS]) {
+    #[cfg(target_arch = "x86_64")]
+    if super::has_avx512() {
+        // SAFETY: AVX-512 F is present (checked above); `kt` holds `d` rows
+        // of `lp` keys, and `c + 64 <= lp`; each `q[r]` holds `d` values.
+        unsafe { avx512::qk_tile(q, kt, lp, c, d, scores) };
+        return;
+    }
+    for (r, row) in scores.iter_mut().enumerate() {
+        for (j, s) in row.iter_mut().enumerate() {
+            let mut acc = 0f32;
+            for dk in 0..d {
+                acc = kt[dk * lp + c + j].mul_add(q[r][dk], acc);
+            }
+            *s = acc;
+        }
+    }
+}
+
+/// A tile's scores times `scale` plus the mask (-inf past its `mask.len()`
+/// keys), in place; returns their maximum (exact in any order: no score is
+/// NaN).
+fn scale_mask_max(row: &mut [f32; TILE], mask: &[f32], scale: f32) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if super::has_avx512() {
+        // SAFETY: AVX-512 F is present (checked above); `mask` has at most
+        // 64 elements (a tile's keys).
+        return unsafe { avx512::scale_mask_max(row, mask, scale) };
+    }
+    for (j, x) in row.iter_mut().enumerate() {
+        *x = match mask.get(j) {
+            Some(&m) => *x * scale + m,
+            None => f32::NEG_INFINITY,
+        };
+    }
+    row.iter().fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a })
+}
+
+/// `acc[r][e]` continues its FMA chain with `p[r][j] * v[c + j][e]` for the
+/// tile's first `live` keys in order (`simd_gemm`'s order; the keys after
+/// `live` have probability 0, which adds nothing).
+fn pv_tile(p: &[[f32; TILE]; GROUP_ROWS], v: &[f32], c: usize, live: usize, dv: usize, acc: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if dv.is_multiple_of(16) && super::has_avx512() {
+        // SAFETY: AVX-512 F is present (checked above); `v` holds rows
+        // `c..c + live` of `dv` values, `acc` four rows of `dv`.
+        unsafe { avx512::pv_tile(p, v, c, live, dv, acc) };
+        return;
+    }
+    for (r, pr) in p.iter().enumerate() {
+        let a = &mut acc[r * dv..(r + 1) * dv];
+        for (j, &pj) in pr[..live].iter().enumerate() {
+            let vr = &v[(c + j) * dv..(c + j + 1) * dv];
+            for (x, &y) in a.iter_mut().zip(vr) {
+                *x = y.mul_add(pj, *x);
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+// Register tiles are indexed by row and vector.
+#[allow(clippy::needless_range_loop)]
+mod avx512 {
+    use super::{GROUP_ROWS, TILE};
+    use half::f16;
+    use std::arch::x86_64::*;
+
+    /// # Safety
+    /// AVX-512 F; `kt` holds `d` rows of `lp` floats with `c + 64 <= lp`;
+    /// each `q[r]` holds `d` floats.
+    #[target_feature(enable = "avx512f,fma")]
+    pub(super) unsafe fn qk_tile(
+        q: [&[f32]; GROUP_ROWS],
+        kt: &[f32],
+        lp: usize,
+        c: usize,
+        d: usize,
+        scores: &mut [[f32; TILE]; GROUP_ROWS],
+    ) {
+        debug_assert!(c + TILE <= lp && kt.len() >= d * lp && q.iter().all(|r| r.len() >= d));
+        let mut acc = [[_mm512_setzero_ps(); 4]; GROUP_ROWS];
+        let base = kt.as_ptr().add(c);
+        for dk in 0..d {
+            let row = base.add(dk * lp);
+            let b = [
+                _mm512_loadu_ps(row),
+                _mm512_loadu_ps(row.add(16)),
+                _mm512_loadu_ps(row.add(32)),
+                _mm512_loadu_ps(row.add(48)),
+            ];
+            for r in 0..GROUP_ROWS {
+                let p = _mm512_set1_ps(*q[r].get_unchecked(dk));
+                for x in 0..4 {
+                    acc[r][x] = _mm512_fmadd_ps(b[x], p, acc[r][x]);
+                }
+            }
+        }
+        for r in 0..GROUP_ROWS {
+            for x in 0..4 {
+                _mm512_storeu_ps(scores[r].as_mut_ptr().add(16 * x), acc[r][x]);
+            }
+        }
+    }
+
+    /// # Safety
+    /// AVX-512 F; `dv` a multiple of 16; `v` holds rows `c..c + live` of
+    /// `dv` floats; `acc` holds four rows of `dv`.
+    #[target_feature(enable = "avx512f,fma")]
+    pub(super) unsafe fn pv_tile(
+        p: &[[f32; TILE]; GROUP_ROWS],
+        v: &[f32],
+        c: usize,
+        live: usize,
+        dv: usize,
+        acc: &mut [f32],
+    ) {
+        debug_assert!(v.len() >= (c + live) * dv && acc.len() >= GROUP_ROWS * dv);
+        let mut e0 = 0;
+        while e0 < dv {
+            // Up to four vectors of features per pass: 16 accumulators.
+            let nv = ((dv - e0) / 16).min(4);
+            let mut a = [[_mm512_setzero_ps(); 4]; GROUP_ROWS];
+            for r in 0..GROUP_ROWS {
+                for x in 0..nv {
+                    a[r][x] = _mm512_loadu_ps(acc.as_ptr().add(r * dv + e0 + 16 * x));
+                }
+            }
+            for j in 0..live {
+                let row = v.as_ptr().add((c + j) * dv + e0);
+                let mut b = [_mm512_setzero_ps(); 4];
+                for x in 0..nv {
+                    b[x] = _mm512_loadu_ps(row.add(16 * x));
+                }
+                for r in 0..GROUP_ROWS {
+                    let pj = _mm512_set1_ps(p[r][j]);
+                    for x in 0..nv {
+                        a[r][x] = _mm512_fmadd_ps(b[x], pj, a[r][x]);
+                    }
+                }
+            }
+            for r in 0..GROUP_ROWS {
+                for x in 0..nv {
+                    _mm512_storeu_ps(acc.as_mut_ptr().add(r * dv + e0 + 16 * x), a[r][x]);
+                }
+            }
+            e0 += 16 * nv;
+        }
+    }
+
+    /// # Safety
+    /// AVX-512 F; `mask.len() <= 64`.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn scale_mask_max(row: &mut [f32; TILE], mask: &[f32], scale: f32) -> f32 {
+        debug_assert!(mask.len() <= TILE);
+        let sv = _mm512_set1_ps(scale);
+        let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
+        let mut mx = ninf;
+        for x in 0..4 {
+            let lo = 16 * x;
+            let n = mask.len().saturating_sub(lo).min(16);
+            let keep: __mmask16 = if n == 16 { 0xffff } else { (1u16 << n) - 1 };
+            let m = _mm512_mask_loadu_ps(ninf, keep, mask.as_ptr().add(lo.min(mask.len())));
+            // (x * scale rounded, then + mask rounded: two steps, as GGML.)
+            let v = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(row.as_ptr().add(lo)), sv), m);
+            let v = _mm512_mask_blend_ps(keep, ninf, v);
+            _mm512_storeu_ps(row.as_mut_ptr().add(lo), v);
+            mx = _mm512_max_ps(mx, v);
+        }
+        _mm512_reduce_max_ps(mx)
+    }
+
+    /// `acc[e] = f16(v[e] * s + acc[e])` (one FMA, then f16 rounding),
+    /// `ggml_vec_mad_f16`'s AVX-512 steps.
+    ///
+    /// # Safety
+    /// AVX-512 F and F16C; `acc.len()` a multiple of 16, `v` at least as
+    /// long.
+    #[target_feature(enable = "avx512f,fma,f16c")]
+    pub(super) unsafe fn mad_f16(acc: &mut [f32], v: &[f16], s: f32) {
+        debug_assert!(v.len() >= acc.len());
+        let sv = _mm512_set1_ps(s);
+        for (i, a) in acc.chunks_exact_mut(16).enumerate() {
+            let x = _mm512_cvtph_ps(_mm256_loadu_si256(v.as_ptr().add(16 * i).cast()));
+            let y = _mm512_fmadd_ps(x, sv, _mm512_loadu_ps(a.as_ptr()));
+            let r = _mm512_cvtph_ps(_mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(y));
+            _mm512_storeu_ps(a.as_mut_ptr(), r);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

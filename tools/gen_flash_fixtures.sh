@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Makes crates/rustorch-cli/tests/fixtures/flash_attn.json: greedy continuations from llama.cpp's
+# llama-completion (tools/build_llamacpp.sh: native, no AMX) with flash attention on (its default
+# on the CPU) and off, for the real SmolLM2-135M-Instruct Q4_1 and Gemma-3-270M Q4_K_M files
+# (tools/fetch_models.py), so that tests/flash_attn.rs can check `rustorch-cli -fa on` and
+# `-fa off` against both.
+#
+# The prompts take each of GGML's flash-attention paths: a short one (fewer than 64 positions:
+# the one-row path for the prompt and every generated token), 151 tokens (the tiled path), and
+# 519-523 tokens (a first micro-batch of 512 positions through the tiled path, the 7-11 left
+# through the one-row path, then generation over a cache that llama.cpp pads to 768 positions:
+# the split-keys path, in two threads' chunks). The texts are the start of the GPL-3 fixture.
+#
+# usage: tools/gen_flash_fixtures.sh            (repo root; writes the fixture in place)
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+bin="$(tools/build_llamacpp.sh | tail -n 1)"
+eval "$(python3 tools/fetch_models.py --print-env)"
+out=crates/rustorch-cli/tests/fixtures/flash_attn.json
+threads=2
+ctx=1024
+gpl=crates/rustorch-llm/tests/fixtures/GPL-3
+utf8() { python3 -c 'import sys; sys.stdout.write(sys.stdin.buffer.read().decode("utf-8", "replace"))'; }
+prompts=("Once upon a time" "$(head -c 700 "$gpl")" "$(head -c 2300 "$gpl")")
+n_gens=(48 48 32)
+{
+    echo '{'
+    echo '  "generator": "tools/gen_flash_fixtures.sh",'
+    echo "  \"llama_cpp\": \"llama-cpp-python 0.3.36 sources, llama-completion -c $ctx -t $threads --temp 0\","
+    echo "  \"cpu\": \"$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')\","
+    echo "  \"ctx\": $ctx,"
+    echo '  "models": ['
+    first_model=1
+    for model in smollm2 gemma3; do
+        case "$model" in
+            smollm2) f="$RUSTORCH_SMOLLM2_GGUF" ;;
+            gemma3) f="$RUSTORCH_GEMMA3_GGUF" ;;
+        esac
+        [ "$first_model" = 1 ] || echo '    ,'
+        first_model=0
+        echo "    {\"model\": \"$model\", \"sha256\": \"$(sha256sum "$f" | cut -c1-64)\", \"cases\": ["
+        for i in "${!prompts[@]}"; do
+            p="${prompts[$i]}" n="${n_gens[$i]}"
+            on="$("$bin/llama-completion" -m "$f" -p "$p" -n "$n" -c "$ctx" --temp 0 -t "$threads" \
+                -no-cnv --no-display-prompt --no-warmup -fa on 2>/dev/null | utf8)"
+            off="$("$bin/llama-completion" -m "$f" -p "$p" -n "$n" -c "$ctx" --temp 0 -t "$threads" \
+                -no-cnv --no-display-prompt --no-warmup -fa off 2>/dev/null | utf8)"
+            [ "$i" = 0 ] || echo '      ,'
+            python3 -c 'import json, sys; print("      " + json.dumps({"prompt": sys.argv[1], "n_gen": int(sys.argv[2]), "fa_on": sys.argv[3], "fa_off": sys.argv[4]}, ensure_ascii=False))' \
+                "$p" "$n" "$on" "$off"
+        done
+        echo '    ]}'
+    done
+    echo '  ]'
+    echo '}'
+} > "$out.partial"
+python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$out.partial"
+mv "$out.partial" "$out"
+echo "gen_flash_fixtures: wrote $out" >&2
