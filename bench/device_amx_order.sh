@@ -4,11 +4,10 @@
 # against the GCC build without AMX. Run from the repo root with .device-bin/ carried
 # (DEVICE_BUNDLE_XZ=1 tools/device_bundle.sh). Random-weight models (mkmodel.py) have nearly
 # flat logits, so a product that differs in one bit soon changes the greedy tokens: equal text
-# over N tokens is a sharp test of equal arithmetic. llama-completion runs with -fa off: its
-# default (flash attention where the backend has it) sums attention in another order than the
-# plain attention that rustorch reproduces.
+# over N tokens is a sharp test of equal arithmetic. Both run with -fa off by default, or with
+# flash attention (-f on: llama.cpp's default on the CPU, which sums attention in another order).
 #
-# usage: bench/device_amx_order.sh [-m MODELS] [-n 48] [-t 2]
+# usage: bench/device_amx_order.sh [-m MODELS] [-n 48] [-t 2] [-f off|on]
 #   MODELS: comma-separated, of tinyllama-q8_0 (default), smollm2-shape-q4_1 (compare_llamacpp.sh names)
 # Prints one line per model and build: "same" or "DIFFERENT" (then both texts); exits 1 on any
 # difference. A carried .device-bin/rustorch_core_tests (the library's unit tests, stripped)
@@ -19,11 +18,13 @@ cd "$root"
 models="tinyllama-q8_0"
 n_gen=48
 threads=2
+fa=off
 while [ $# -gt 0 ]; do
     case "$1" in
         -m) models="$2"; shift 2 ;;
         -n) n_gen="$2"; shift 2 ;;
         -t) threads="$2"; shift 2 ;;
+        -f) fa="$2"; shift 2 ;;
         *) echo "device_amx_order: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -56,9 +57,9 @@ for m in "${list[@]}"; do
         # llama.cpp prints a stray byte token as it is, rustorch as U+FFFD: compare both as
         # UTF-8 with replacement characters.
         theirs="$("$bin/llama-$build/llama-completion" -m "$f" -p "$prompt" -n "$n_gen" --temp 0 -t "$threads" \
-            -no-cnv --no-display-prompt --no-warmup -fa off 2>/dev/null \
+            -no-cnv --no-display-prompt --no-warmup -fa "$fa" 2>/dev/null \
             | python3 -c 'import sys; sys.stdout.write(sys.stdin.buffer.read().decode("utf-8", "replace"))' || true)"
-        ours="$(RUSTORCH_GGML_ORDER=$order "$bin/rustorch-cli" -m "$f" -p "$prompt" -n "$n_gen" --temp 0 -fa off \
+        ours="$(RUSTORCH_GGML_ORDER=$order "$bin/rustorch-cli" -m "$f" -p "$prompt" -n "$n_gen" --temp 0 -fa "$fa" \
             -t "$threads" 2>/dev/null || true)"
         # Both end with a newline or not; compare the generated text itself.
         if [ "$(printf '%s' "$theirs" | tr -d '\n')" = "$(printf '%s' "$ours" | tr -d '\n')" ] && [ -n "$ours" ]; then

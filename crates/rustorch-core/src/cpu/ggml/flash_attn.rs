@@ -33,7 +33,7 @@
 //! (`kv_len`, the used positions padded to 256).
 
 use super::attention::{prefetch, to_f16, visible_keys, Rows, AHEAD};
-use super::floatdot::{dot, FloatOrder};
+use super::floatdot::{dot, dot_vec_shared, FloatOrder};
 use super::softmax::exp_blocks_ggml;
 use crate::cpu::copy::input_slice;
 use crate::cpu::{CpuInput, CpuStorage};
@@ -233,59 +233,95 @@ impl Attn<'_> {
     /// The one-row path for query rows `from..T` of every head.
     fn one_rows(&self, from: usize, out: &mut [f32]) {
         let (t, dv) = (self.t, self.dv);
-        let work = |(c, o): (usize, &mut [f32])| {
-            let (h, i) = (c / (t - from), from + c % (t - from));
-            let part = self.one_row(h, i, 0..self.l);
-            part.normalized_into(o);
-        };
-        // Rows `from..T` of each head are contiguous in `out`.
-        let rows: Vec<(usize, &mut [f32])> = out
-            .chunks_mut(t * dv)
-            .flat_map(|o| o[from * dv..].chunks_mut(dv))
-            .enumerate()
+        let n = heads_per_task(self.group());
+        let tasks: Vec<(usize, usize)> = (0..self.hq / n)
+            .flat_map(|g| (from..t).map(move |i| (g * n, i)))
             .collect();
-        if rows.len() * self.l * (self.d + dv) < 1 << 16 {
-            rows.into_iter().for_each(work);
+        let work = |&(h0, i): &(usize, usize)| self.heads(h0, n, i, 0..self.l);
+        let parts: Vec<Vec<Partial>> = if tasks.len() * n * self.l * (self.d + dv) < 1 << 16 {
+            tasks.iter().map(work).collect()
         } else {
-            rows.into_par_iter().for_each(work);
+            tasks.par_iter().map(work).collect()
+        };
+        for (&(h0, i), ps) in tasks.iter().zip(parts) {
+            for (r, p) in ps.iter().enumerate() {
+                p.normalized_into(&mut out[((h0 + r) * t + i) * dv..][..dv]);
+            }
         }
     }
 
-    /// GGML's one-row online softmax for query row `i` of head `h` over
-    /// keys `keys`, unnormalized.
-    fn one_row(&self, h: usize, i: usize, keys: Range<usize>) -> Partial {
+    /// GGML's one-row online softmax for query row `i` of heads `h0..h0 +
+    /// n` (one key/value head's) over keys `keys`, unnormalized.
+    fn heads(&self, h0: usize, n: usize, i: usize, keys: Range<usize>) -> Vec<Partial> {
+        match n {
+            4 => self.one_heads::<4>(h0, i, keys).into(),
+            3 => self.one_heads::<3>(h0, i, keys).into(),
+            2 => self.one_heads::<2>(h0, i, keys).into(),
+            _ => (h0..h0 + n)
+                .map(|h| self.one_heads::<1>(h, i, keys.clone())[0].clone())
+                .collect(),
+        }
+    }
+
+    /// `heads` for `N` heads: each key row is read (and its scores formed)
+    /// once for all of them, and each value row widened once; every head's
+    /// steps are its own, in key order.
+    fn one_heads<const N: usize>(&self, h0: usize, i: usize, keys: Range<usize>) -> [Partial; N] {
         let (d, dv) = (self.d, self.dv);
-        let hk = h / self.group();
-        let q16 = to_f16(self.q_row(h, i));
+        let hk = h0 / self.group();
+        let q16: [Vec<f16>; N] = std::array::from_fn(|r| to_f16(self.q_row(h0 + r, i)));
+        let q32: [Vec<f32>; N] = std::array::from_fn(|r| q16[r].iter().map(|x| x.to_f32()).collect());
         let mask = self.mask_row(i);
-        let mut m = f32::NEG_INFINITY;
-        let mut sum = 0f32;
-        let mut acc = F16Acc::new(dv);
         let end = keys.end.min(self.l);
+        #[cfg(target_arch = "x86_64")]
+        if dv == 64 && d.is_multiple_of(64) && super::has_avx512() {
+            let q: [&[f32]; N] = std::array::from_fn(|r| &q32[r][..]);
+            // SAFETY: AVX-512 F, FMA and F16C are present (checked above);
+            // queries and key rows hold `d` values, a multiple of 64, and
+            // value rows 64; keys `keys.start..end` exist.
+            let (m, sum, acc) =
+                unsafe { avx512::one_heads_64(q, self.k, self.v, hk, &mask[..end], keys.start, self.scale) };
+            return std::array::from_fn(|r| Partial {
+                m: m[r],
+                sum: sum[r],
+                acc: acc[r].to_vec(),
+            });
+        }
+        let mut m = [f32::NEG_INFINITY; N];
+        let mut sum = [0f32; N];
+        let mut acc: [Vec<f32>; N] = std::array::from_fn(|_| vec![0f32; dv]);
         for (j, &mv) in mask.iter().enumerate().take(end).skip(keys.start) {
             if mv == f32::NEG_INFINITY {
                 continue;
             }
             prefetch(self.k.row_from(hk, j + AHEAD, d));
             prefetch(self.v.row_from(hk, j + AHEAD, dv));
-            let s = dot(FloatOrder::VecDot, self.k.row(hk, j), &q16) * self.scale + mv;
-            let (ms, vs) = if s > m {
-                let ms = (m - s).exp();
-                m = s;
-                acc.scale(ms);
-                (ms, 1.0)
-            } else {
-                (1.0, (s - m).exp())
-            };
-            acc.mad(self.v.row(hk, j), vs);
-            // `S = S*ms + vs`, which GCC and clang contract into one FMA.
-            sum = sum.mul_add(ms, vs);
+            let key = self.k.row(hk, j);
+            // The same products in the same order as `dot` (floatdot.rs).
+            let s: [f32; N] = dot_vec_shared(std::array::from_fn(|r| &q32[r][..]), key)
+                .unwrap_or_else(|| std::array::from_fn(|r| dot(FloatOrder::VecDot, key, &q16[r])));
+            let vrow = self.v.row(hk, j);
+            for r in 0..N {
+                let s = s[r] * self.scale + mv;
+                let (ms, vs) = if s > m[r] {
+                    let ms = (m[r] - s).exp();
+                    m[r] = s;
+                    scale_f16(&mut acc[r], ms);
+                    (ms, 1.0)
+                } else {
+                    (1.0, (s - m[r]).exp())
+                };
+                mad_f16(&mut acc[r], vrow, vs);
+                // `S = S*ms + vs`, which GCC and clang contract into one FMA.
+                sum[r] = sum[r].mul_add(ms, vs);
+            }
         }
-        Partial {
-            m,
-            sum,
-            acc: acc.into_f32(),
-        }
+        let mut acc = acc.into_iter();
+        std::array::from_fn(|r| Partial {
+            m: m[r],
+            sum: sum[r],
+            acc: acc.next().expect("one accumulator per head"),
+        })
     }
 
     /// GGML's split-keys path for one query position: `threads` chunks of
@@ -293,18 +329,29 @@ impl Attn<'_> {
     fn split_keys(&self, kv_len: usize, threads: usize, out: &mut [f32]) {
         let chunk = kv_len.div_ceil(threads);
         let starts: Vec<usize> = (0..threads).map(|c| c * chunk).filter(|&s| s < kv_len).collect();
-        out.par_chunks_mut(self.dv).enumerate().for_each(|(h, o)| {
-            let parts: Vec<Partial> = starts
+        let n = heads_per_task(self.group());
+        out.par_chunks_mut(n * self.dv).enumerate().for_each(|(g, o)| {
+            let per_chunk: Vec<Vec<Partial>> = starts
                 .iter()
-                .map(|&s| self.one_row(h, 0, s..(s + chunk).min(kv_len)))
+                .map(|&s| self.heads(g * n, n, 0, s..(s + chunk).min(kv_len)))
                 .collect();
-            combine(&parts, o);
+            for (r, o) in o.chunks_mut(self.dv).enumerate() {
+                let parts: Vec<&Partial> = per_chunk.iter().map(|ps| &ps[r]).collect();
+                combine(&parts, o);
+            }
         });
     }
 }
 
+/// The most query heads (at most four) that divide a key/value head's
+/// `group`, so that no task spans two key/value heads.
+fn heads_per_task(group: usize) -> usize {
+    (1..=4).rev().find(|n| group.is_multiple_of(*n)).unwrap_or(1)
+}
+
 /// One row's unnormalized result over some keys: the running max, the sum
 /// of exponentials and the value accumulator (f16 values widened).
+#[derive(Clone)]
 struct Partial {
     m: f32,
     sum: f32,
@@ -323,7 +370,7 @@ impl Partial {
 
 /// `ggml_flash_attn_ext_reduce_partials` for one head: chunks combined in
 /// order (a chunk whose sum is 0 skipped), then normalized.
-fn combine(parts: &[Partial], out: &mut [f32]) {
+fn combine(parts: &[&Partial], out: &mut [f32]) {
     let mut m = f32::NEG_INFINITY;
     let mut sum = 0f32;
     let mut acc = vec![0f32; out.len()];
@@ -352,41 +399,27 @@ fn combine(parts: &[Partial], out: &mut [f32]) {
     }
 }
 
-/// The one-row path's f16 value accumulator (`VKQ16`), kept widened: every
-/// value is an f16's.
-struct F16Acc {
-    acc: Vec<f32>,
+/// `ggml_vec_scale_f16` on the one-row path's f16 value accumulator
+/// (`VKQ16`, kept widened: every value is an f16's): each element times
+/// `s`, rounded to f16.
+fn scale_f16(acc: &mut [f32], s: f32) {
+    for a in acc {
+        *a = f16::from_f32(*a * s).to_f32();
+    }
 }
 
-impl F16Acc {
-    fn new(n: usize) -> F16Acc {
-        F16Acc { acc: vec![0.0; n] }
+/// `ggml_vec_mad_f16` on that accumulator: each element plus `v * s` in
+/// one FMA, rounded to f16.
+fn mad_f16(acc: &mut [f32], v: &[f16], s: f32) {
+    #[cfg(target_arch = "x86_64")]
+    if acc.len().is_multiple_of(16) && super::has_avx512() {
+        // SAFETY: AVX-512 F and F16C are present (checked above); `v`
+        // holds a value per element (the caller's row).
+        unsafe { avx512::mad_f16(acc, v, s) };
+        return;
     }
-
-    /// `ggml_vec_scale_f16`: each element times `s`, rounded to f16.
-    fn scale(&mut self, s: f32) {
-        for a in &mut self.acc {
-            *a = f16::from_f32(*a * s).to_f32();
-        }
-    }
-
-    /// `ggml_vec_mad_f16`: each element plus `v * s` in one FMA, rounded to
-    /// f16.
-    fn mad(&mut self, v: &[f16], s: f32) {
-        #[cfg(target_arch = "x86_64")]
-        if self.acc.len().is_multiple_of(16) && super::has_avx512() {
-            // SAFETY: AVX-512 F and F16C are present (checked above); `v`
-            // holds a value per element (the caller's row).
-            unsafe { avx512::mad_f16(&mut self.acc, v, s) };
-            return;
-        }
-        for (a, &x) in self.acc.iter_mut().zip(v) {
-            *a = f16::from_f32(x.to_f32().mul_add(s, *a)).to_f32();
-        }
-    }
-
-    fn into_f32(self) -> Vec<f32> {
-        self.acc
+    for (a, &x) in acc.iter_mut().zip(v) {
+        *a = f16::from_f32(x.to_f32().mul_add(s, *a)).to_f32();
     }
 }
 
@@ -495,6 +528,8 @@ fn pv_tile(p: &[[f32; TILE]; GROUP_ROWS], v: &[f32], c: usize, live: usize, dv: 
 // Register tiles are indexed by row and vector.
 #[allow(clippy::needless_range_loop)]
 mod avx512 {
+    use super::super::attention::{prefetch, Rows, AHEAD};
+    use super::super::floatdot::avx512::dot_vec_rows_loading;
     use super::{GROUP_ROWS, TILE};
     use half::f16;
     use std::arch::x86_64::*;
@@ -549,36 +584,117 @@ mod avx512 {
         acc: &mut [f32],
     ) {
         debug_assert!(v.len() >= (c + live) * dv && acc.len() >= GROUP_ROWS * dv);
-        let mut e0 = 0;
-        while e0 < dv {
-            // Up to four vectors of features per pass: 16 accumulators.
-            let nv = ((dv - e0) / 16).min(4);
-            let mut a = [[_mm512_setzero_ps(); 4]; GROUP_ROWS];
-            for r in 0..GROUP_ROWS {
-                for x in 0..nv {
-                    a[r][x] = _mm512_loadu_ps(acc.as_ptr().add(r * dv + e0 + 16 * x));
-                }
-            }
-            for j in 0..live {
-                let row = v.as_ptr().add((c + j) * dv + e0);
-                let mut b = [_mm512_setzero_ps(); 4];
-                for x in 0..nv {
-                    b[x] = _mm512_loadu_ps(row.add(16 * x));
-                }
-                for r in 0..GROUP_ROWS {
-                    let pj = _mm512_set1_ps(p[r][j]);
-                    for x in 0..nv {
-                        a[r][x] = _mm512_fmadd_ps(b[x], pj, a[r][x]);
-                    }
-                }
-            }
-            for r in 0..GROUP_ROWS {
-                for x in 0..nv {
-                    _mm512_storeu_ps(acc.as_mut_ptr().add(r * dv + e0 + 16 * x), a[r][x]);
-                }
-            }
-            e0 += 16 * nv;
+        let wide = dv / 64 * 64;
+        for e0 in (0..wide).step_by(64) {
+            pv_block::<4>(p, v, c, live, dv, e0, acc);
         }
+        for e0 in (wide..dv).step_by(16) {
+            pv_block::<1>(p, v, c, live, dv, e0, acc);
+        }
+    }
+
+    /// `pv_tile` for features `e0..e0 + 16 * NV`: `4 x NV` accumulators
+    /// kept in registers over the tile's keys.
+    #[target_feature(enable = "avx512f,fma")]
+    #[inline]
+    unsafe fn pv_block<const NV: usize>(
+        p: &[[f32; TILE]; GROUP_ROWS],
+        v: &[f32],
+        c: usize,
+        live: usize,
+        dv: usize,
+        e0: usize,
+        acc: &mut [f32],
+    ) {
+        let mut a = [[_mm512_setzero_ps(); NV]; GROUP_ROWS];
+        for r in 0..GROUP_ROWS {
+            for x in 0..NV {
+                a[r][x] = _mm512_loadu_ps(acc.as_ptr().add(r * dv + e0 + 16 * x));
+            }
+        }
+        let base = v.as_ptr().add(c * dv + e0);
+        for j in 0..live {
+            let row = base.add(j * dv);
+            let b: [__m512; NV] = std::array::from_fn(|x| _mm512_loadu_ps(row.add(16 * x)));
+            for r in 0..GROUP_ROWS {
+                let pj = _mm512_set1_ps(*p[r].get_unchecked(j));
+                for x in 0..NV {
+                    a[r][x] = _mm512_fmadd_ps(b[x], pj, a[r][x]);
+                }
+            }
+        }
+        for r in 0..GROUP_ROWS {
+            for x in 0..NV {
+                _mm512_storeu_ps(acc.as_mut_ptr().add(r * dv + e0 + 16 * x), a[r][x]);
+            }
+        }
+    }
+
+    /// `Attn::one_heads` for value rows of 64: each head's accumulator in
+    /// four registers over the keys `start..mask.len()` (every head's steps
+    /// as there, in key order). Returns each head's (M, S, accumulator).
+    ///
+    /// # Safety
+    /// AVX-512 F, FMA and F16C; every `q[r]` and key row of one length, a
+    /// multiple of 64; value rows of 64; keys `..mask.len()` exist.
+    #[target_feature(enable = "avx512f,avx512vl,fma,f16c")]
+    pub(super) unsafe fn one_heads_64<const N: usize>(
+        q: [&[f32]; N],
+        k: &Rows<'_>,
+        v: &Rows<'_>,
+        hk: usize,
+        mask: &[f32],
+        start: usize,
+        scale: f32,
+    ) -> ([f32; N], [f32; N], [[f32; 64]; N]) {
+        let d = q[0].len();
+        let mut m = [f32::NEG_INFINITY; N];
+        let mut sum = [0f32; N];
+        let mut acc = [[_mm512_setzero_ps(); 4]; N];
+        for (j, &mv) in mask.iter().enumerate().skip(start) {
+            if mv == f32::NEG_INFINITY {
+                continue;
+            }
+            prefetch(k.row_from(hk, j + AHEAD, d));
+            prefetch(v.row_from(hk, j + AHEAD, 64));
+            let key = k.row(hk, j);
+            let s: [f32; N] = dot_vec_rows_loading(q, q[0], key);
+            let vp = v.row(hk, j).as_ptr();
+            let vv: [__m512; 4] = std::array::from_fn(|e| _mm512_cvtph_ps(_mm256_loadu_si256(vp.add(16 * e).cast())));
+            for r in 0..N {
+                let x = s[r] * scale + mv;
+                let (ms, vs) = if x > m[r] {
+                    let ms = (m[r] - x).exp();
+                    m[r] = x;
+                    let msv = _mm512_set1_ps(ms);
+                    for e in 0..4 {
+                        acc[r][e] = round_f16(_mm512_mul_ps(acc[r][e], msv));
+                    }
+                    (ms, 1.0)
+                } else {
+                    (1.0, (x - m[r]).exp())
+                };
+                let vsv = _mm512_set1_ps(vs);
+                for e in 0..4 {
+                    acc[r][e] = round_f16(_mm512_fmadd_ps(vv[e], vsv, acc[r][e]));
+                }
+                sum[r] = sum[r].mul_add(ms, vs);
+            }
+        }
+        let mut out = [[0f32; 64]; N];
+        for r in 0..N {
+            for e in 0..4 {
+                _mm512_storeu_ps(out[r].as_mut_ptr().add(16 * e), acc[r][e]);
+            }
+        }
+        (m, sum, out)
+    }
+
+    /// Each lane rounded to f16 (to nearest even) and widened back.
+    #[target_feature(enable = "avx512f,f16c")]
+    #[inline]
+    unsafe fn round_f16(x: __m512) -> __m512 {
+        _mm512_cvtph_ps(_mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x))
     }
 
     /// # Safety

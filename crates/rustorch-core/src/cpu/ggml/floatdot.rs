@@ -339,7 +339,7 @@ pub(crate) fn dot_vec<E: Elem>(w: &[E], x: &[E]) -> f32 {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx512 {
+pub(crate) mod avx512 {
     use super::super::reduce::reduce16_avx512;
     use super::super::{prefetch_ahead, PREFETCH_MIN_ROW_BYTES};
     use super::Elem;
@@ -444,7 +444,7 @@ mod avx512 {
     /// # Safety
     /// AVX-512 F and FMA; every row, `x` and `xl` of one length.
     #[target_feature(enable = "avx512f,avx512vl,fma,f16c")]
-    pub(super) unsafe fn dot_vec_rows_loading<E: Elem, X: Elem, const N: usize>(
+    pub(crate) unsafe fn dot_vec_rows_loading<E: Elem, X: Elem, const N: usize>(
         w: [&[E]; N],
         x: &[E],
         xl: &[X],
