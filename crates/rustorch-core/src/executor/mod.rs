@@ -226,6 +226,13 @@ impl Executor {
         format_profile(&self.profile(), wall)
     }
 
+    /// The time an op starts, when tracing or profiling will read its
+    /// duration: otherwise no clock is read (two reads per op, and on some
+    /// virtual machines a clock read is a system call).
+    fn op_clock(&self) -> Option<Instant> {
+        (self.config.trace || self.config.profile != ProfileMode::Off).then(Instant::now)
+    }
+
     /// Adds an op's time to the profile, when profiling (`op` names it).
     fn profile_op<'a>(
         &self,
@@ -326,7 +333,7 @@ impl Executor {
                 &[region.shape(), src.layout.shape()],
             ));
         }
-        let start = Instant::now();
+        let start = self.op_clock();
         let (local, bytes_moved) = if src.buffer.device() == device {
             (src.buffer.clone(), 0)
         } else {
@@ -357,7 +364,7 @@ impl Executor {
                 device,
                 source: e,
             })?;
-        let elapsed = start.elapsed();
+        let elapsed = start.map(|s| s.elapsed()).unwrap_or_default();
         self.profile_op(|| OP.into(), [src.layout.shape()], elapsed);
         if self.config.trace {
             self.record(TraceEvent {
@@ -419,7 +426,7 @@ impl Executor {
                     layout: &i.layout,
                 })
                 .collect();
-            let start = Instant::now();
+            let start = self.op_clock();
             match cand.backend.execute(op, &refs, &outputs) {
                 Ok(bufs) => {
                     // A backend's bad output would only fail later, far from
@@ -429,7 +436,7 @@ impl Executor {
                         attempts.push((device, BackendError::Device { device, message }));
                         continue;
                     }
-                    let elapsed = start.elapsed();
+                    let elapsed = start.map(|s| s.elapsed()).unwrap_or_default();
                     self.profile_op(|| op.name(), metas.iter().map(|m| &m.shape), elapsed);
                     if self.config.trace {
                         self.record(TraceEvent {
