@@ -174,3 +174,31 @@ fn cached_attention_rejects_bad_inputs() {
     let g = Tensor::zeros([2, 3], DType::F32).unwrap();
     assert!(Tensor::zeros([3, 2], DType::F32).unwrap().swiglu(&g).is_err());
 }
+
+#[test]
+fn flash_attention_rejects_bad_inputs() {
+    use rustorch_core::FlashPaths;
+    let paths = FlashPaths {
+        tiled_rows: 2,
+        kv_len: 256,
+        threads: 2,
+    };
+    let q = Tensor::zeros([9, 2, 64], DType::F32).unwrap();
+    let k = Tensor::zeros([3, 64, 64], DType::F16).unwrap();
+    let v = Tensor::zeros([3, 64, 32], DType::F16).unwrap();
+    let mask = Tensor::zeros([2, 64], DType::F32).unwrap();
+    let out = Tensor::flash_attention(&q, &k, &v, &mask, 0.125, paths).unwrap();
+    assert_eq!(out.dims(), &[9, 2, 32]);
+    // f32 values, values over another length (transposed, as the plain
+    // attention's cache holds them), a short mask, 8 query heads over 3.
+    let v32 = Tensor::zeros([3, 64, 32], DType::F32).unwrap();
+    let err = Tensor::flash_attention(&q, &k, &v32, &mask, 0.125, paths).unwrap_err();
+    assert!(err.to_string().contains("f16"), "{err}");
+    let vt = Tensor::zeros([3, 32, 64], DType::F16).unwrap();
+    let err = Tensor::flash_attention(&q, &k, &vt, &mask, 0.125, paths).unwrap_err();
+    assert!(err.to_string().contains("v [Hkv, L, Dv]"), "{err}");
+    let bad_mask = Tensor::zeros([2, 63], DType::F32).unwrap();
+    assert!(Tensor::flash_attention(&q, &k, &v, &bad_mask, 0.125, paths).is_err());
+    let q8 = Tensor::zeros([8, 2, 64], DType::F32).unwrap();
+    assert!(Tensor::flash_attention(&q8, &k, &v, &mask, 0.125, paths).is_err());
+}
