@@ -10,6 +10,7 @@
 # 519-523 tokens (a first micro-batch of 512 positions through the tiled path, the 7-11 left
 # through the one-row path, then generation over a cache that llama.cpp pads to 768 positions:
 # the split-keys path, in two threads' chunks). The texts are the start of the GPL-3 fixture.
+# It also records llama-perplexity's final estimate with -fa on and off (see below).
 #
 # usage: tools/gen_flash_fixtures.sh            (repo root; writes the fixture in place)
 set -euo pipefail
@@ -51,6 +52,29 @@ n_gens=(48 48 32)
                 "$p" "$n" "$on" "$off"
         done
         echo '    ]}'
+    done
+    echo '  ],'
+    # llama-perplexity at its defaults (-b 2048, -ub 512): chunks shorter than a batch go as
+    # parallel sequences, each micro-batch taking an equal share of every sequence, so 20 chunks
+    # of 128 are a group of 16 (32 rows each per micro-batch: the one-row path) then a group of 4
+    # (128 rows: tiled); chunks of 512 go four at a time (tiled).
+    echo '  "perplexity": ['
+    first=1
+    for model in smollm2:"-c 128 --chunks 20" gemma3:"-c 512 --chunks 4"; do
+        name="${model%%:*}" args="${model#*:}"
+        case "$name" in
+            smollm2) f="$RUSTORCH_SMOLLM2_GGUF" ;;
+            gemma3) f="$RUSTORCH_GEMMA3_GGUF" ;;
+        esac
+        for fa in on off; do
+            # shellcheck disable=SC2086
+            final="$("$bin/llama-perplexity" -m "$f" -f "$gpl" $args -t "$threads" -fa "$fa" 2>&1 \
+                | grep -o 'Final estimate: PPL = .*')"
+            [ "$first" = 1 ] || echo '    ,'
+            first=0
+            python3 -c 'import json, sys; print("    " + json.dumps({"model": sys.argv[1], "args": sys.argv[2].split(), "fa": sys.argv[3], "final": sys.argv[4]}))' \
+                "$name" "$args" "$fa" "$final"
+        done
     done
     echo '  ]'
     echo '}'

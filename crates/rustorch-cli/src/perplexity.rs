@@ -23,13 +23,6 @@ pub fn run(args: &PerplexityArgs) -> Result<(), CliError> {
     if args.chunks == Some(0) {
         return Err(CliError::msg("--chunks must be at least 1"));
     }
-    if args.model.flash_attn == crate::cli::FlashAttn::On {
-        // Its chunks go through llama.cpp's micro-batches of -b positions,
-        // which decide flash attention's paths; not reproduced yet.
-        return Err(CliError::msg(
-            "perplexity reproduces llama-perplexity with -fa off; flash attention is not supported there yet",
-        ));
-    }
     let path = loader::prepare(&args.model)?;
     let (model, load_time) = loader::load(&path, &args.model.backend)?;
     eprintln!("perplexity: model loaded in {:.2} s", load_time.as_secs_f64());
@@ -56,7 +49,9 @@ pub fn run(args: &PerplexityArgs) -> Result<(), CliError> {
     let mut out = std::io::stdout().lock();
     let start = Instant::now();
     let mut write_err = None;
-    let report = perplexity_with(&model, &tokens, n_ctx, Some(n_chunk), |done, _, running| {
+    // As llama-perplexity: flash attention unless -fa off.
+    let flash = args.model.flash_attn != crate::cli::FlashAttn::Off;
+    let report = perplexity_with(&model, &tokens, n_ctx, Some(n_chunk), flash, |done, _, running| {
         if done == 1 {
             let per_pass = start.elapsed().as_secs_f64();
             eprintln!(

@@ -72,3 +72,48 @@ fn a_bad_flash_attention_value_is_an_error_naming_the_choices() {
     let err = stderr(&o);
     assert!(err.contains("maybe") && err.contains("on"), "{err}");
 }
+
+/// `rustorch-cli perplexity` prints llama-perplexity's final estimate digit for digit, with flash
+/// attention (both tools' default) and without: 20 chunks of 128 positions (llama-perplexity runs
+/// 16 of them as parallel sequences in micro-batches of 32 rows each, the one-row path, then 4 in
+/// 128-row micro-batches, the tiled path) and Gemma 3 in chunks of 512.
+#[test]
+fn perplexity_equals_llama_perplexitys_with_and_without_flash_attention() {
+    let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/flash_attn.json");
+    let fx: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap();
+    let text = concat!(env!("CARGO_MANIFEST_DIR"), "/../rustorch-llm/tests/fixtures/GPL-3");
+    for case in fx["perplexity"].as_array().expect("perplexity") {
+        let env = match case["model"].as_str().expect("model") {
+            "smollm2" => "RUSTORCH_SMOLLM2_GGUF",
+            _ => "RUSTORCH_GEMMA3_GGUF",
+        };
+        let Some(path) = real_model(env) else {
+            continue;
+        };
+        let fa = case["fa"].as_str().expect("fa");
+        let mut args: Vec<String> = ["perplexity", "-m", &path, "-f", text, "-t", "2", "-fa", fa]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        args.extend(
+            case["args"]
+                .as_array()
+                .expect("args")
+                .iter()
+                .map(|a| a.as_str().unwrap().to_string()),
+        );
+        let o = cli(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let out = stdout(&o);
+        let got = out
+            .lines()
+            .find(|l| l.starts_with("Final estimate"))
+            .unwrap_or_default();
+        assert_eq!(
+            got,
+            case["final"].as_str().expect("final"),
+            "{env} {:?} -fa {fa}",
+            case["args"]
+        );
+    }
+}

@@ -45,6 +45,9 @@ fn smollm2_matches_llama_perplexity() {
         "4",
         "-t",
         "2",
+        // The fixture is llama-perplexity with -fa off (tests/flash_attn.rs covers both).
+        "-fa",
+        "off",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);

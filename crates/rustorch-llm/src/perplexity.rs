@@ -35,16 +35,22 @@ pub fn perplexity(
     max_chunks: Option<usize>,
     mut progress: impl FnMut(usize, usize),
 ) -> Result<PerplexityReport> {
-    perplexity_with(model, tokens, n_ctx, max_chunks, |done, total, _| progress(done, total))
+    perplexity_with(model, tokens, n_ctx, max_chunks, false, |done, total, _| {
+        progress(done, total)
+    })
 }
 
 /// [`perplexity`] whose `progress(done, total, running)` also gets the running
-/// estimate after each chunk (what llama-perplexity prints as `[done]running,`).
+/// estimate after each chunk (what llama-perplexity prints as `[done]running,`),
+/// with flash attention when `flash` (llama-perplexity's default, `-fa auto`,
+/// with its default batch sizes: each chunk is one batch, in micro-batches of
+/// 512 positions) or without (`-fa off`; [`perplexity`]).
 pub fn perplexity_with(
     model: &Model,
     tokens: &[u32],
     n_ctx: usize,
     max_chunks: Option<usize>,
+    flash: bool,
     mut progress: impl FnMut(usize, usize, f64),
 ) -> Result<PerplexityReport> {
     if n_ctx < 4 {
@@ -68,7 +74,11 @@ pub fn perplexity_with(
     let first = n_ctx / 2;
     let scored = n_ctx - 1 - first;
     let n_vocab = model.config().n_vocab;
-    let mut cache = model.new_cache(n_ctx)?;
+    let mut cache = if flash {
+        model.new_flash_cache(n_ctx)?
+    } else {
+        model.new_cache(n_ctx)?
+    };
     let (mut nll, mut nll2, mut count) = (0f64, 0f64, 0usize);
     let mut running = Vec::with_capacity(n_chunks);
     for i in 0..n_chunks {
@@ -78,7 +88,10 @@ pub fn perplexity_with(
             input[0] = b;
         }
         cache.clear();
-        let logits = model.forward(&mut cache, &input, Logits::All)?.to_vec::<f32>()?;
+        let run = llama_run(n_ctx, n_chunks, i);
+        let logits = model
+            .forward_in_runs(&mut cache, &input, Logits::All, run)?
+            .to_vec::<f32>()?;
         for pos in first..n_ctx - 1 {
             let row = &logits[pos * n_vocab..(pos + 1) * n_vocab];
             let v = -log_softmax_at(row, chunk[pos + 1] as usize);
@@ -105,6 +118,27 @@ pub fn perplexity_with(
         n_chunks,
         scored_per_chunk: scored,
     })
+}
+
+/// llama-perplexity's defaults: batches of 2048 positions, micro-batches of
+/// 512.
+const LLAMA_BATCH: usize = 2048;
+const LLAMA_UBATCH: usize = 512;
+
+/// How many consecutive positions of chunk `i` llama-perplexity decodes at a
+/// time (which decides flash attention's path). A chunk longer than a batch
+/// goes in batches, each in micro-batches of 512. Shorter chunks go
+/// `LLAMA_BATCH / n_ctx` at a time as parallel sequences, each micro-batch
+/// taking an equal share of every sequence's positions (`split_equal`): 512
+/// over the sequences of the chunk's group.
+fn llama_run(n_ctx: usize, n_chunks: usize, i: usize) -> usize {
+    let n_seq = (LLAMA_BATCH / n_ctx).max(1);
+    if n_seq == 1 {
+        return LLAMA_UBATCH;
+    }
+    let group = i / n_seq;
+    let seqs = n_seq.min(n_chunks - group * n_seq);
+    (LLAMA_UBATCH / seqs).max(1)
 }
 
 /// `log_softmax(logits)[tok]` as llama-perplexity computes it: the sum of

@@ -17,25 +17,31 @@ use crate::error::{LlmError, Result};
 use rustorch_core::{FlashPaths, Tensor};
 
 /// Where a micro-batch lies in its `forward` call's tokens: llama.cpp
-/// decodes a call's tokens in runs of `LLAMA_UBATCH` from its first, and
-/// flash attention takes its tiled path for the positions of a run of at
-/// least 64, its one-row path for the others.
+/// decodes a call's tokens in runs of `run` positions from its first
+/// (`LLAMA_UBATCH` unless the caller says otherwise), and flash attention
+/// takes its tiled path for the positions of a run of at least 64, its
+/// one-row path for the others.
 #[derive(Clone, Copy, Debug)]
 struct Batch {
     /// The micro-batch's first token, as an index into the call's tokens.
     start: usize,
     /// The call's token count.
     call_len: usize,
+    /// llama.cpp's run length for this call.
+    run: usize,
 }
 
 impl Batch {
     /// How many of the micro-batch's `t` positions (a prefix) llama.cpp
     /// runs through flash attention's tiled path.
     fn tiled_rows(self, t: usize) -> usize {
-        use super::kv_cache::LLAMA_UBATCH;
+        let run = self.run.max(1);
+        if run < FlashPaths::TILE_ROWS {
+            return 0;
+        }
         // Every run but the last is full; the last is tiled when it has at
         // least 64 positions.
-        let last_run = (self.call_len - 1) / LLAMA_UBATCH * LLAMA_UBATCH;
+        let last_run = (self.call_len - 1) / run * run;
         let tiled_end = if self.call_len - last_run >= FlashPaths::TILE_ROWS {
             self.call_len
         } else {
@@ -71,6 +77,15 @@ impl Model {
     /// same bits as one batch (tests/batching.rs), for half or less of its
     /// activation memory.
     pub fn forward(&self, cache: &mut KvCache, tokens: &[u32], which: Logits) -> Result<Tensor> {
+        self.forward_in_runs(cache, tokens, which, super::kv_cache::LLAMA_UBATCH)
+    }
+
+    /// `forward` for tokens that llama.cpp would decode in runs of `run`
+    /// positions (its micro-batch: `n_ubatch`, or fewer rows per sequence
+    /// when it decodes several sequences in one batch, as llama-perplexity
+    /// does), which decides flash attention's path for each position. The
+    /// same as `forward` without flash attention.
+    pub fn forward_in_runs(&self, cache: &mut KvCache, tokens: &[u32], which: Logits, run: usize) -> Result<Tensor> {
         // Checked for the whole prompt first, so that a bad token or a full
         // cache fails before any micro-batch fills the cache.
         self.check_tokens(cache, tokens)?;
@@ -88,6 +103,7 @@ impl Model {
                 Batch {
                     start: r.start,
                     call_len: tokens.len(),
+                    run,
                 },
                 want,
                 ffn_chunk_override().unwrap_or_else(|| self.ffn_chunk_rows()),
@@ -125,6 +141,7 @@ impl Model {
         let whole = Batch {
             start: 0,
             call_len: tokens.len(),
+            run: super::kv_cache::LLAMA_UBATCH,
         };
         let out = self.forward_on_pool(cache, tokens, whole, Some(which), usize::MAX, inspect)?;
         Ok(out.expect("logits were asked for"))
