@@ -244,7 +244,7 @@ fn attend(op: &Op, inputs: &[CpuInput<'_>], scale: f32, groups: bool) -> Result<
 /// The most query heads (at most four: their accumulators fill the
 /// registers) that divide a key/value head's `group`, so that no task
 /// spans two key/value heads.
-fn heads_per_task(group: usize) -> usize {
+pub(super) fn heads_per_task(group: usize) -> usize {
     (1..=4).rev().find(|n| group.is_multiple_of(*n)).unwrap_or(1)
 }
 
@@ -311,7 +311,7 @@ impl Decode<'_> {
 }
 
 /// f16 values widened to f32 (exact).
-fn widen(x: &[f16]) -> Vec<f32> {
+pub(super) fn widen(x: &[f16]) -> Vec<f32> {
     use half::slice::HalfFloatSliceExt;
     let mut out = vec![0f32; x.len()];
     x.convert_to_f32_slice(&mut out);

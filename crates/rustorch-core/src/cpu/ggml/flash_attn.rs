@@ -32,7 +32,7 @@
 //! the split path's chunks are llama.cpp's, from its cache length
 //! (`kv_len`, the used positions padded to 256).
 
-use super::attention::{prefetch, to_f16, visible_keys, Rows, AHEAD};
+use super::attention::{heads_per_task, prefetch, to_f16, visible_keys, widen, Rows, AHEAD};
 use super::floatdot::{dot, dot_vec_shared, FloatOrder};
 use super::softmax::exp_blocks_ggml;
 use crate::cpu::copy::input_slice;
@@ -223,10 +223,7 @@ impl Attn<'_> {
             pv_tile(&scores, &wide.v, c, live, dv, &mut s.acc);
         }
         for r in 0..n {
-            let inv = if sum[r] == 0.0 { 0.0 } else { 1.0 / sum[r] };
-            for (o, &a) in out[r * dv..(r + 1) * dv].iter_mut().zip(&s.acc[r * dv..(r + 1) * dv]) {
-                *o = a * inv;
-            }
+            normalize_into(&s.acc[r * dv..(r + 1) * dv], sum[r], &mut out[r * dv..(r + 1) * dv]);
         }
     }
 
@@ -270,7 +267,7 @@ impl Attn<'_> {
         let (d, dv) = (self.d, self.dv);
         let hk = h0 / self.group();
         let q16: [Vec<f16>; N] = std::array::from_fn(|r| to_f16(self.q_row(h0 + r, i)));
-        let q32: [Vec<f32>; N] = std::array::from_fn(|r| q16[r].iter().map(|x| x.to_f32()).collect());
+        let q32: [Vec<f32>; N] = std::array::from_fn(|r| widen(&q16[r]));
         let mask = self.mask_row(i);
         let end = keys.end.min(self.l);
         #[cfg(target_arch = "x86_64")]
@@ -343,12 +340,6 @@ impl Attn<'_> {
     }
 }
 
-/// The most query heads (at most four) that divide a key/value head's
-/// `group`, so that no task spans two key/value heads.
-fn heads_per_task(group: usize) -> usize {
-    (1..=4).rev().find(|n| group.is_multiple_of(*n)).unwrap_or(1)
-}
-
 /// One row's unnormalized result over some keys: the running max, the sum
 /// of exponentials and the value accumulator (f16 values widened).
 #[derive(Clone)]
@@ -361,10 +352,16 @@ struct Partial {
 impl Partial {
     /// `acc / sum` (zeros when the sum is 0) into `out`.
     fn normalized_into(&self, out: &mut [f32]) {
-        let inv = if self.sum == 0.0 { 0.0 } else { 1.0 / self.sum };
-        for (o, &a) in out.iter_mut().zip(&self.acc) {
-            *o = a * inv;
-        }
+        normalize_into(&self.acc, self.sum, out);
+    }
+}
+
+/// `out = acc * (1 / sum)`, zeros when `sum` is 0 (GGML's `V /= S`: one
+/// reciprocal, then a product per element).
+fn normalize_into(acc: &[f32], sum: f32, out: &mut [f32]) {
+    let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+    for (o, &a) in out.iter_mut().zip(acc) {
+        *o = a * inv;
     }
 }
 
@@ -389,14 +386,8 @@ fn combine(parts: &[&Partial], out: &mut [f32]) {
         sum = sum.mul_add(scale_old, p.sum * scale_new);
         m = m_new;
     }
-    if sum != 0.0 {
-        let inv = 1.0 / sum;
-        for (o, &a) in out.iter_mut().zip(&acc) {
-            *o = a * inv;
-        }
-    } else {
-        out.copy_from_slice(&acc);
-    }
+    // (No chunk added anything when the sum is 0: the accumulator is zeros.)
+    normalize_into(&acc, sum, out);
 }
 
 /// `ggml_vec_scale_f16` on the one-row path's f16 value accumulator
