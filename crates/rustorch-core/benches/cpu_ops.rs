@@ -71,6 +71,24 @@ fn elementwise(c: &mut Criterion) {
     g.finish();
 }
 
+/// A decode step's small ops (SmolLM2's 576-wide hidden state): what one
+/// op costs beyond its arithmetic (the executor's dispatch, the output's
+/// allocation), which hundreds of them per generated token add up.
+fn small_ops(c: &mut Criterion) {
+    let a = Tensor::randn([1, 576], DType::F32, 6).unwrap();
+    let b = Tensor::randn([1, 576], DType::F32, 7).unwrap();
+    let w = Tensor::randn([576], DType::F32, 8).unwrap();
+    let mut g = c.benchmark_group("small_ops");
+    g.bench_function("add_1x576", |bch| bch.iter(|| black_box(a.add(&b).unwrap())));
+    g.bench_function("rms_norm_1x576", |bch| {
+        bch.iter(|| black_box(a.rms_norm(Some(&w), 1e-5).unwrap()))
+    });
+    g.bench_function("reshape_transpose_1x576", |bch| {
+        bch.iter(|| black_box(a.reshape([1, 9, 64]).unwrap().transpose(0, 1).unwrap()))
+    });
+    g.finish();
+}
+
 fn conv(c: &mut Criterion) {
     // A ResNet-50 stage-1 3x3 layer at batch 8.
     let x = Tensor::randn([8, 64, 56, 56], DType::F32, 8).unwrap();
@@ -191,6 +209,7 @@ criterion_group!(
     matmul,
     row_ops,
     elementwise,
+    small_ops,
     conv,
     decode_attention,
     prompt_attention

@@ -180,6 +180,33 @@ fn qmatvec_amx_order(c: &mut Criterion) {
     g.finish();
 }
 
+/// Legacy-type products of many activation rows in the AMX build's order
+/// on packed weights (the tile kernel where AMX runs, `vpdpbusd` rows
+/// elsewhere; `RUSTORCH_NO_AMX=1` compares the two on one CPU), at
+/// SmolLM2-135M's prompt-processing shapes: gate (1536 x 576) and down
+/// (576 x 1536) for a 128-row feed-forward chunk and a 512-row batch.
+/// Throughput is in multiply-adds (`elem/s` = MAC/s).
+fn qmatmul_amx_order(c: &mut Criterion) {
+    let mut g = c.benchmark_group("qmatmul_amx_order");
+    g.sample_size(10)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    for (rows, cols, batch) in [(1536usize, 576usize, 128usize), (576, 1536, 128), (1536, 576, 512)] {
+        let x = values(batch * cols, 11);
+        for qtype in [QType::Q4_1, QType::Q8_0] {
+            let packed =
+                matmul::amx_pack(qtype, rows, cols, weights(qtype, rows, cols).bytes().to_vec()).expect("pack");
+            let aligned = CacheAligned::copy_of(&packed);
+            let w = QMatRef::amx_packed(qtype, rows, cols, aligned.bytes()).expect("weights");
+            g.throughput(Throughput::Elements((rows * cols * batch) as u64));
+            g.bench_function(format!("{qtype}_{rows}x{cols}x{batch}"), |b| {
+                b.iter(|| black_box(matmul::qmatmul(&w, &x).expect("qmatmul")))
+            });
+        }
+    }
+    g.finish();
+}
+
 fn qmatmul(c: &mut Criterion) {
     bench_shape(c, "qmatmul", 4096, 4096, 512);
 }
@@ -203,5 +230,13 @@ fn membw(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, membw, qmatvec, qmatvec_x8, qmatvec_amx_order, qmatmul);
+criterion_group!(
+    benches,
+    membw,
+    qmatvec,
+    qmatvec_x8,
+    qmatvec_amx_order,
+    qmatmul_amx_order,
+    qmatmul
+);
 criterion_main!(benches);

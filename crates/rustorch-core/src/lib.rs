@@ -15,6 +15,7 @@ pub mod op;
 pub mod quant;
 pub mod rng;
 pub mod shape;
+pub mod team;
 pub mod tensor;
 
 pub use backend::{Backend, Buffer, DeviceBuffer, TensorRef};

@@ -23,6 +23,7 @@ mod kv_cache;
 mod memory;
 mod pool;
 pub use memory::keep_freed_buffers;
+pub use pool::run_spinning;
 mod rope;
 mod weights;
 

@@ -231,19 +231,23 @@ impl Attn<'_> {
     fn one_rows(&self, from: usize, out: &mut [f32]) {
         let (t, dv) = (self.t, self.dv);
         let n = heads_per_task(self.group());
-        let tasks: Vec<(usize, usize)> = (0..self.hq / n)
-            .flat_map(|g| (from..t).map(move |i| (g * n, i)))
-            .collect();
-        let work = |&(h0, i): &(usize, usize)| self.heads(h0, n, i, 0..self.l);
-        let parts: Vec<Vec<Partial>> = if tasks.len() * n * self.l * (self.d + dv) < 1 << 16 {
-            tasks.iter().map(work).collect()
-        } else {
-            tasks.par_iter().map(work).collect()
-        };
-        for (&(h0, i), ps) in tasks.iter().zip(parts) {
-            for (r, p) in ps.iter().enumerate() {
-                p.normalized_into(&mut out[((h0 + r) * t + i) * dv..][..dv]);
+        let rows = t - from;
+        let tasks = self.hq / n * rows;
+        let out = RowsOut(out.as_mut_ptr());
+        let work = |k: usize| {
+            let (h0, i) = (k / rows * n, from + k % rows);
+            for (r, p) in self.heads(h0, n, i, 0..self.l).iter().enumerate() {
+                // SAFETY: task k alone writes row i of heads h0..h0 + n, and
+                // every such row lies within `out` (`Hq x T x Dv`).
+                p.normalized_into(unsafe { out.row(((h0 + r) * t + i) * dv, dv) });
             }
+        };
+        if tasks * n * self.l * (self.d + dv) < 1 << 16 {
+            (0..tasks).for_each(work);
+        } else {
+            // A decode step's attention: a few tasks of a few microseconds,
+            // started through the pass's team (`crate::team`).
+            crate::team::for_each(tasks, work);
         }
     }
 
@@ -337,6 +341,25 @@ impl Attn<'_> {
                 combine(&parts, o);
             }
         });
+    }
+}
+
+/// The output of the one-row path, written by tasks that each own some of
+/// its rows.
+struct RowsOut(*mut f32);
+
+// SAFETY: tasks write disjoint rows (see `one_rows`).
+unsafe impl Sync for RowsOut {}
+
+impl RowsOut {
+    /// `len` outputs from `at`.
+    ///
+    /// # Safety
+    /// They lie within the output, and no other task touches them meanwhile.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn row(&self, at: usize, len: usize) -> &mut [f32] {
+        // SAFETY: forwarded from the caller.
+        unsafe { std::slice::from_raw_parts_mut(self.0.add(at), len) }
     }
 }
 

@@ -278,12 +278,37 @@ pub(super) fn applies(w: &QMatRef<'_>) -> bool {
     w.amx_packed || (ggml_order() == GgmlOrder::Amx && covers(w))
 }
 
+/// 512 bytes on a cache-line boundary: one block of a panel, or of sixteen
+/// activation rows, as a tile load reads it. Unaligned, each of a tile
+/// load's rows would straddle two cache lines (a `Vec` of plain byte
+/// arrays starts 16 bytes past one).
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Block512([u8; 512]);
+
+impl Block512 {
+    const ZERO: Block512 = Block512([0; 512]);
+}
+
+impl std::ops::Deref for Block512 {
+    type Target = [u8; 512];
+    fn deref(&self) -> &[u8; 512] {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Block512 {
+    fn deref_mut(&mut self) -> &mut [u8; 512] {
+        &mut self.0
+    }
+}
+
 /// Sixteen weight rows in the form the kernels read (see the module doc).
 #[derive(Default)]
 struct Panel {
     /// Per block: `codes[64 k + 4 n + e]` = value `4 k + e` of row `n`
     /// (signed, as bytes).
-    codes: Vec<[u8; 512]>,
+    codes: Vec<Block512>,
     /// Per block: `128 * sum of row n's values`.
     comp: Vec<[i32; GROUP]>,
     /// Per block: row n's scale.
@@ -299,7 +324,7 @@ impl Panel {
         let qtype = w.qtype();
         let ts = qtype.type_size();
         let kb = w.cols() / QK;
-        self.codes.resize(kb, [0; 512]);
+        self.codes.resize(kb, Block512::ZERO);
         self.comp.resize(kb, [0; GROUP]);
         self.d.resize(kb, [0.0; GROUP]);
         self.m.resize(kb, [0.0; GROUP]);
@@ -345,7 +370,7 @@ impl Panel {
         let qtype = w.qtype();
         let kb = w.cols() / QK;
         let pb = packed_block_bytes(qtype);
-        self.codes.resize(kb, [0; 512]);
+        self.codes.resize(kb, Block512::ZERO);
         self.comp.resize(kb, [0; GROUP]);
         self.d.resize(kb, [0.0; GROUP]);
         self.m.resize(kb, [0.0; GROUP]);
@@ -405,46 +430,100 @@ struct Acts<'a> {
     s: Vec<f32>,
     /// Per row and block: the sum of the block's values.
     sum: Vec<i32>,
+    /// The tile rows' values as the tile loads read them: per group of
+    /// sixteen rows and block, the rows' 32 values one after another
+    /// (`tiles[g * kb + b]`), each block on its own cache lines. In place,
+    /// a block's 32 values start anywhere in a cache line, and a third of
+    /// a tile load's rows straddled two.
+    tiles: Vec<Block512>,
     /// Byte offset of a block's values (2 for Q8_0, 4 for Q8_1).
     qs_at: usize,
 }
 
+/// Raw pointers to the arrays `Acts::new` fills, for tasks that each fill
+/// their own rows.
+struct ActsOut {
+    biased: *mut u8,
+    d: *mut f32,
+    s: *mut f32,
+    sum: *mut i32,
+    tiles: *mut Block512,
+}
+
+// SAFETY: each task writes the elements of its own rows only.
+unsafe impl Sync for ActsOut {}
+
 impl<'a> Acts<'a> {
-    /// The rows' scales, and from row `biased_from` on their biased values
-    /// and sums (the AMX tiles read whole groups of sixteen rows in place;
-    /// rows before `biased_from` keep zeros there, in pages never touched).
-    fn new(q: &'a QuantizedRows, kb: usize, biased_from: usize) -> Acts<'a> {
+    /// The rows' scales; for rows `..tiled` (whole groups of sixteen) their
+    /// values laid out for the AMX tiles, for the others their biased
+    /// values and sums (rows of the other kind keep zeros there).
+    fn new(q: &'a QuantizedRows, kb: usize, tiled: usize) -> Acts<'a> {
         let q8_1 = q.dot_type() == QType::Q8_1;
-        let (ts, qs_at) = if q8_1 { (36, 4) } else { (34, 2) };
+        let qs_at = if q8_1 { 4 } else { 2 };
         let rows = q.rows();
-        let mut biased = vec![0u8; rows * kb * QK];
-        let mut d = vec![0f32; rows * kb];
-        let mut s = vec![0f32; rows * kb];
-        let mut sum = vec![0i32; rows * kb];
-        for i in 0..rows {
-            for (b, block) in q.row(i).chunks_exact(ts).enumerate() {
-                d[i * kb + b] = f16_at(block, 0);
-                if q8_1 {
-                    s[i * kb + b] = f16_at(block, 2);
-                }
-                if i < biased_from {
-                    continue;
-                }
-                let out = &mut biased[(i * kb + b) * QK..(i * kb + b + 1) * QK];
-                for (o, &x) in out.iter_mut().zip(&block[qs_at..qs_at + QK]) {
-                    *o = x ^ 0x80;
-                }
-                sum[i * kb + b] = block[qs_at..qs_at + QK].iter().map(|&x| x as i8 as i32).sum();
-            }
-        }
-        Acts {
+        let mut acts = Acts {
             q,
             kb,
-            biased,
-            d,
-            s,
-            sum,
+            biased: vec![0u8; rows * kb * QK],
+            d: vec![0f32; rows * kb],
+            s: vec![0f32; rows * kb],
+            sum: vec![0i32; rows * kb],
+            tiles: vec![Block512::ZERO; tiled / GROUP * kb],
             qs_at,
+        };
+        let out = ActsOut {
+            biased: acts.biased.as_mut_ptr(),
+            d: acts.d.as_mut_ptr(),
+            s: acts.s.as_mut_ptr(),
+            sum: acts.sum.as_mut_ptr(),
+            tiles: acts.tiles.as_mut_ptr(),
+        };
+        let fill = |g: usize| {
+            for i in g * GROUP..((g + 1) * GROUP).min(rows) {
+                // SAFETY: this task alone writes rows g * 16.. of each array,
+                // which hold `rows` rows (and `tiled / 16` tile groups).
+                unsafe { Self::fill_row(q, kb, qs_at, tiled, i, &out) };
+            }
+        };
+        let groups = rows.div_ceil(GROUP);
+        if rows * kb >= 1024 {
+            // A batch (thousands of blocks): the groups in parallel.
+            (0..groups).into_par_iter().for_each(fill);
+        } else {
+            (0..groups).for_each(fill);
+        }
+        acts
+    }
+
+    /// Row `i`'s entries.
+    ///
+    /// # Safety
+    /// `out` points at the arrays of an `Acts` of `q` with `kb` blocks per
+    /// row and `tiled` tile rows, and no other thread writes row `i`'s
+    /// entries meanwhile.
+    unsafe fn fill_row(q: &QuantizedRows, kb: usize, qs_at: usize, tiled: usize, i: usize, out: &ActsOut) {
+        let ts = qs_at + QK;
+        for (b, block) in q.row(i).chunks_exact(ts).enumerate() {
+            let at = i * kb + b;
+            let values = &block[qs_at..qs_at + QK];
+            // SAFETY: `at` is row i's block b (the caller's contract), and
+            // tile group i / 16 exists when i < tiled.
+            unsafe {
+                *out.d.add(at) = f16_at(block, 0);
+                if qs_at == 4 {
+                    *out.s.add(at) = f16_at(block, 2);
+                }
+                if i < tiled {
+                    let tile = &mut *out.tiles.add(i / GROUP * kb + b);
+                    tile[(i % GROUP) * QK..(i % GROUP + 1) * QK].copy_from_slice(values);
+                    continue;
+                }
+                let biased = std::slice::from_raw_parts_mut(out.biased.add(at * QK), QK);
+                for (o, &x) in biased.iter_mut().zip(values) {
+                    *o = x ^ 0x80;
+                }
+                *out.sum.add(at) = values.iter().map(|&x| x as i8 as i32).sum();
+            }
         }
     }
 }
@@ -739,7 +818,7 @@ fn scalar(p: &Panel, a: &Acts<'_>, i: usize, rows: usize, q4_1: bool, tile: &mut
 #[cfg(target_arch = "x86_64")]
 mod simd {
     use super::super::amx::{tdpbssd, tile_load, tile_store, tile_zero, TileConfig};
-    use super::{Acts, Panel, QMatRef, GROUP, QK};
+    use super::{Acts, Block512, Panel, QMatRef, GROUP, QK};
     use crate::quant::QType;
     use std::arch::x86_64::*;
 
@@ -907,7 +986,7 @@ mod simd {
         let ts = qtype.type_size();
         let rb = w.row_bytes;
         let kb = w.cols() / QK;
-        p.codes.resize(kb, [0; 512]);
+        p.codes.resize(kb, Block512::ZERO);
         p.comp.resize(kb, [0; GROUP]);
         p.d.resize(kb, [0.0; GROUP]);
         p.m.resize(kb, [0.0; GROUP]);
@@ -975,7 +1054,7 @@ mod simd {
         let qtype = w.qtype();
         let kb = w.cols() / QK;
         let pb = super::packed_block_bytes(qtype);
-        p.codes.resize(kb, [0; 512]);
+        p.codes.resize(kb, Block512::ZERO);
         p.comp.resize(kb, [0; GROUP]);
         p.d.resize(kb, [0.0; GROUP]);
         p.m.resize(kb, [0.0; GROUP]);
@@ -1147,14 +1226,11 @@ mod simd {
         #[repr(C, align(64))]
         struct Sums([[i32; GROUP]; GROUP]);
         let mut sums = [Sums([[0; GROUP]; GROUP]), Sums([[0; GROUP]; GROUP])];
-        let row_bytes = a.q.row(0).len();
-        let ts = row_bytes / a.kb;
-        let base = a.q.bytes().as_ptr();
+        let tiles = &a.tiles[i / GROUP * a.kb..(i / GROUP + 1) * a.kb];
         let mut acc = [_mm512_setzero_ps(); GROUP];
         // SAFETY: AMX is usable (the caller's contract); every tile load
-        // reads 16 rows of 32 bytes at `row_bytes` apart within rows
-        // i..i + 16 of the activations, or the panel's 512 bytes of block b;
-        // every store writes one `Sums`.
+        // reads 512 bytes: the packed block of rows i..i + 16, or the
+        // panel's of block b; every store writes one `Sums`.
         unsafe {
             // Block b's tile product is issued before block b - 1's sums are
             // read back: vector loads of a tile store's lines right after it
@@ -1162,8 +1238,7 @@ mod simd {
             for step in 0..=a.kb {
                 if step < a.kb {
                     let b = step;
-                    let x = base.add(i * row_bytes + b * ts + a.qs_at);
-                    tile_load!(2, x, row_bytes);
+                    tile_load!(2, tiles[b].as_ptr(), 32usize);
                     tile_load!(0, p.codes[b].as_ptr(), 64usize);
                     let s = &mut sums[b % 2];
                     if b % 2 == 0 {

@@ -449,7 +449,7 @@ pub fn qmatmul_quantized_into(
     if let Some(split) = Matvec::plan(isa, w, act) {
         // Matvec: weight rows split into chunks that each task streams once.
         let out_ptr = OutPtr(out.as_mut_ptr());
-        (0..n.div_ceil(split.chunk)).into_par_iter().for_each(|c| {
+        crate::team::for_each(n.div_ceil(split.chunk), |c| {
             let rows = c * split.chunk..((c + 1) * split.chunk).min(n);
             // SAFETY: this task alone writes the outputs of these rows.
             unsafe { split.run(w, act, rows, &out_ptr) };
@@ -499,7 +499,8 @@ pub fn qmatvecs_quantized_into(
         tasks.extend((0..n.div_ceil(chunk)).map(|c| (k, c * chunk..((c + 1) * chunk).min(n))));
     }
     let outs: Vec<OutPtr> = items.iter_mut().map(|(_, _, out)| OutPtr(out.as_mut_ptr())).collect();
-    tasks.into_par_iter().for_each(|(k, rows)| {
+    crate::team::for_each(tasks.len(), |t| {
+        let (k, rows) = tasks[t].clone();
         let (w, act, _) = &items[k];
         let plan = plans[k].as_ref().expect("every product has a plan (checked above)");
         // SAFETY: this task alone writes these rows' outputs of product k.
