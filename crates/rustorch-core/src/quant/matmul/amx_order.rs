@@ -303,6 +303,14 @@ impl std::ops::DerefMut for Block512 {
     }
 }
 
+/// The 2 x 2 tile kernel's results: `0[2 mi + ni]` holds rows `16 mi..`
+/// of the pair against panel `ni`, on their own cache lines (the kernel
+/// keeps its accumulators here).
+#[repr(C, align(64))]
+#[derive(Default)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+struct Quad([[[f32; GROUP]; GROUP]; 4]);
+
 /// Sixteen weight rows in the form the kernels read (see the module doc).
 #[derive(Default)]
 struct Panel {
@@ -551,9 +559,7 @@ pub(super) fn product(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut 
         // its codes met by every row as they are.
         // SAFETY: AVX-512 VNNI is available (`at_most`); each task alone
         // writes its group's outputs of the checked `m x n` product.
-        (0..groups)
-            .into_par_iter()
-            .for_each(|g| unsafe { packed_group(w, &acts, g, &out_ptr) });
+        crate::team::for_each(groups, |g| unsafe { packed_group(w, &acts, g, &out_ptr) });
         return;
     }
     #[cfg(target_arch = "x86_64")]
@@ -561,7 +567,7 @@ pub(super) fn product(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut 
         // A few rows (token generation): each group of weight rows read
         // once, straight from its blocks (a panel would cost more to build
         // than the products).
-        (0..groups).into_par_iter().for_each(|g| {
+        crate::team::for_each(groups, |g| {
             for i in 0..m {
                 let mut sums = [0f32; GROUP];
                 // SAFETY: AVX-512 VNNI is available (`at_most`); row i and
@@ -592,6 +598,39 @@ pub(super) fn product(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut 
             let mut i = 0;
             let mut tile = [[0f32; GROUP]; GROUP];
             while i < m {
+                #[cfg(target_arch = "x86_64")]
+                if matches!(kernel, Kernel::Amx) && m - i >= 2 * GROUP {
+                    // Two groups of sixteen rows against the panels in pairs
+                    // (`simd::amx2x2`), an odd panel left at the end.
+                    let mut quad = Quad::default();
+                    let mut k = 0;
+                    while k + 2 <= panels.len() {
+                        // SAFETY: AMX is usable and this thread's tile
+                        // configuration is `simd::CONFIG` (`begin`); rows
+                        // i..i + 32 exist and are tile rows (`tile_rows`).
+                        unsafe { simd::amx2x2(&panels[k], &panels[k + 1], &acts, i, q4_1, &mut quad) };
+                        for (t, sums) in quad.0.iter().enumerate() {
+                            let (mi, ni) = (t / 2, t % 2);
+                            for (r, row) in sums.iter().enumerate() {
+                                // SAFETY: this task alone writes the outputs of
+                                // groups g0..g1 (16 columns each), for every row.
+                                unsafe { out_ptr.write16((i + GROUP * mi + r) * n + (g0 + k + ni) * GROUP, row) };
+                            }
+                        }
+                        k += 2;
+                    }
+                    if k < panels.len() {
+                        for i16 in [i, i + GROUP] {
+                            kernel.run(&panels[k], &acts, i16, GROUP, q4_1, &mut tile);
+                            for (r, sums) in tile.iter().enumerate() {
+                                // SAFETY: as above.
+                                unsafe { out_ptr.write16((i16 + r) * n + (g0 + k) * GROUP, sums) };
+                            }
+                        }
+                    }
+                    i += 2 * GROUP;
+                    continue;
+                }
                 let rows = kernel.rows_at(m - i);
                 for (p, g) in panels.iter().zip(g0..g1) {
                     kernel.run(p, &acts, i, rows, q4_1, &mut tile);
@@ -631,7 +670,8 @@ pub(super) fn matvecs(isa: Isa, items: &mut [(QMatRef<'_>, &QuantizedRows, &mut 
             .flat_map(|(k, (w, _, _))| (0..w.rows() / GROUP).map(move |g| (k, g)))
             .collect();
         let items = &*items;
-        tasks.into_par_iter().for_each(|(k, g)| {
+        crate::team::for_each(tasks.len(), |t| {
+            let (k, g) = tasks[t];
             // SAFETY: AVX-512 VNNI is available (`at_most`); this task alone
             // writes group g's outputs of product k (checked shapes).
             unsafe { packed_group(&items[k].0, &acts[k], g, &outs[k]) };
@@ -818,7 +858,7 @@ fn scalar(p: &Panel, a: &Acts<'_>, i: usize, rows: usize, q4_1: bool, tile: &mut
 #[cfg(target_arch = "x86_64")]
 mod simd {
     use super::super::amx::{tdpbssd, tile_load, tile_store, tile_zero, TileConfig};
-    use super::{Acts, Block512, Panel, QMatRef, GROUP, QK};
+    use super::{Acts, Block512, Panel, QMatRef, Quad, GROUP, QK};
     use crate::quant::QType;
     use std::arch::x86_64::*;
 
@@ -1207,12 +1247,99 @@ mod simd {
         }
     }
 
-    /// Tile shapes: tmm0 the panel's block (8 rows of 64 bytes), tmm2
-    /// sixteen activation rows of one block (32 bytes each), tmm4 and tmm5
-    /// the 16 x 16 sums (alternate blocks, so that one block's tile product
-    /// runs while the previous one's sums are scaled).
-    pub(super) const CONFIG: TileConfig =
-        TileConfig::with_shapes([(8, 64), (0, 0), (16, 32), (0, 0), (16, 64), (16, 64), (0, 0), (0, 0)]);
+    /// Tile shapes: tmm0 and tmm1 a panel's block (8 rows of 64 bytes),
+    /// tmm2 and tmm3 sixteen activation rows of one block (32 bytes each),
+    /// tmm4..tmm7 16 x 16 sums. `amx16` uses tmm0, tmm2, tmm4 and tmm5
+    /// (alternate blocks, so that one block's tile product runs while the
+    /// previous one's sums are scaled); `amx2x2` all eight.
+    pub(super) const CONFIG: TileConfig = TileConfig::with_shapes([
+        (8, 64),
+        (8, 64),
+        (16, 32),
+        (16, 32),
+        (16, 64),
+        (16, 64),
+        (16, 64),
+        (16, 64),
+    ]);
+
+    /// Rows `i..i + 32` (two groups of sixteen) against panels `p0` and
+    /// `p1` into `c` (`c.0[2 mi + ni]`: rows `i + 16 mi..` against panel
+    /// `ni`), in the order of `amx16`: four tile products per block, as
+    /// ggml's AMX kernel blocks them. With one product per block (`amx16`)
+    /// each block waits for its product's latency, then for its sums'
+    /// store, and the tile unit idles; four independent ones keep it busy
+    /// and share each tile load between two products. Sixty-four
+    /// accumulators do not fit the registers: they live in `c` (L1).
+    ///
+    /// # Safety
+    /// AMX is usable (`amx::usable`), `CONFIG` is this thread's tile
+    /// configuration, and AVX-512 VNNI is available; rows `i..i + 32` are
+    /// tile rows of `a` (`i` a multiple of 16); both panels are filled for
+    /// `a`'s blocks.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma")]
+    pub(super) unsafe fn amx2x2(p0: &Panel, p1: &Panel, a: &Acts<'_>, i: usize, q4_1: bool, c: &mut Quad) {
+        #[repr(C, align(64))]
+        struct Sums([[[i32; GROUP]; GROUP]; 4]);
+        let mut sums = [Sums([[[0; GROUP]; GROUP]; 4]), Sums([[[0; GROUP]; GROUP]; 4])];
+        let (g, kb) = (i / GROUP, a.kb);
+        let rows0 = &a.tiles[g * kb..(g + 1) * kb];
+        let rows1 = &a.tiles[(g + 1) * kb..(g + 2) * kb];
+        let panels = [p0, p1];
+        *c = Quad::default();
+        // SAFETY: AMX is usable (the caller's contract); every tile load
+        // reads 512 bytes (a packed block of sixteen activation rows, or a
+        // panel's block b); every store writes one 1 KiB part of a `Sums`;
+        // the vector loads and stores stay within `sums`, `c` and the
+        // panels' and activations' per-block arrays.
+        unsafe {
+            // Block b's tile products are issued before block b - 1's sums
+            // are read back (see `amx16`).
+            for step in 0..=kb {
+                if step < kb {
+                    let b = step;
+                    let s = &mut sums[b % 2].0;
+                    tile_load!(2, rows0[b].as_ptr(), 32usize);
+                    tile_load!(3, rows1[b].as_ptr(), 32usize);
+                    tile_load!(0, p0.codes[b].as_ptr(), 64usize);
+                    tile_load!(1, p1.codes[b].as_ptr(), 64usize);
+                    tile_zero!(4);
+                    tile_zero!(5);
+                    tile_zero!(6);
+                    tile_zero!(7);
+                    tdpbssd!(4, 2, 0);
+                    tdpbssd!(5, 2, 1);
+                    tdpbssd!(6, 3, 0);
+                    tdpbssd!(7, 3, 1);
+                    tile_store!(4, s[0].as_mut_ptr(), 64usize);
+                    tile_store!(5, s[1].as_mut_ptr(), 64usize);
+                    tile_store!(6, s[2].as_mut_ptr(), 64usize);
+                    tile_store!(7, s[3].as_mut_ptr(), 64usize);
+                }
+                if step == 0 {
+                    continue;
+                }
+                let b = step - 1;
+                let s = &sums[b % 2].0;
+                for t in 0..4 {
+                    let (mi, p) = (t / 2, panels[t % 2]);
+                    let dw = _mm512_loadu_ps(p.d[b].as_ptr());
+                    let mw = _mm512_loadu_ps(p.m[b].as_ptr());
+                    for r in 0..GROUP {
+                        let at = (i + GROUP * mi + r) * kb + b;
+                        let v = _mm512_cvtepi32_ps(_mm512_load_si512(s[t][r].as_ptr().cast()));
+                        let acc = c.0[t][r].as_mut_ptr();
+                        let mut x = _mm512_load_ps(acc);
+                        x = _mm512_fmadd_ps(v, _mm512_mul_ps(dw, _mm512_set1_ps(a.d[at])), x);
+                        if q4_1 {
+                            x = _mm512_fmadd_ps(mw, _mm512_set1_ps(a.s[at]), x);
+                        }
+                        _mm512_store_ps(acc, x);
+                    }
+                }
+            }
+        }
+    }
 
     /// Sixteen activation rows from `i` against a panel, one tile product
     /// per block.
@@ -1343,11 +1470,14 @@ mod tests {
     #[test]
     fn products_equal_the_order_spelled_out() {
         for qtype in [QType::Q4_0, QType::Q4_1, QType::Q8_0] {
-            let (rows, cols) = (96, 256);
+            // Ten groups of sixteen weight rows: tasks of four panels and of
+            // two (covered weights have a multiple of 32 rows, so tasks
+            // hold whole pairs of panels for the tile kernel).
+            let (rows, cols) = (160, 256);
             let wq = QTensor::quantize(qtype, [rows, cols], &values(rows * cols, 3)).unwrap();
             let w = QMatRef::new(qtype, rows, cols, wq.bytes()).unwrap();
             assert!(covers(&w), "{qtype}");
-            for m in [1usize, 3, 16, 37] {
+            for m in [1usize, 3, 16, 37, 80] {
                 let x = values(m * cols, 5 + m as u64);
                 let act = QuantizedRows::quantize(vec_dot_type(qtype).unwrap(), &x, cols).unwrap();
                 let want = spelled_out(qtype, wq.bytes(), rows, cols, &act);
