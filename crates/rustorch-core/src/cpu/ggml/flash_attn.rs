@@ -52,6 +52,12 @@ pub(crate) const TILE: usize = 64;
 /// loaded meets four rows).
 const GROUP_ROWS: usize = 4;
 
+/// Query rows per task of the tiled path: four groups of four, which take
+/// each key/value tile in turn while it is in L1. A task of one group
+/// streamed every tile (32 KiB of keys and values) from L2 for each four
+/// rows, as much as the registers' arithmetic on it.
+const BLOCK_ROWS: usize = 4 * GROUP_ROWS;
+
 /// GGML's split-keys path needs at least this many cache positions.
 const SPLIT_MIN_KEYS: usize = 512;
 
@@ -149,20 +155,22 @@ impl Attn<'_> {
             out_k.par_chunks_mut(t * dv).enumerate().for_each(|(g, out_h)| {
                 let h = hk * group + g;
                 out_h[..rows * dv]
-                    .par_chunks_mut(GROUP_ROWS * dv)
+                    .par_chunks_mut(BLOCK_ROWS * dv)
                     .enumerate()
                     .for_each_init(TileScratch::default, |s, (c, o)| {
-                        let i0 = c * GROUP_ROWS;
-                        let n = (rows - i0).min(GROUP_ROWS);
-                        self.tiled_rows(&wide, &visible[i0..i0 + n], h, i0, o, s);
+                        let i0 = c * BLOCK_ROWS;
+                        let n = (rows - i0).min(BLOCK_ROWS);
+                        self.tiled_block(&wide, &visible[i0..i0 + n], h, i0, o, s);
                     })
             });
         }
     }
 
-    /// Rows `i0..i0 + n` (`n = visible.len()`, at most four) of head `h`
-    /// through the tiled path into `out` (`n x Dv`).
-    fn tiled_rows(
+    /// Rows `i0..i0 + n` (`n = visible.len()`, at most `BLOCK_ROWS`) of
+    /// head `h` through the tiled path into `out` (`n x Dv`): for each key
+    /// tile, each group of four rows that sees any of it. Every row's steps
+    /// are those of its group alone, in tile order.
+    fn tiled_block(
         &self,
         wide: &WideKv,
         visible: &[Option<Range<usize>>],
@@ -172,13 +180,24 @@ impl Attn<'_> {
         s: &mut TileScratch,
     ) {
         let (d, dv, n) = (self.d, self.dv, visible.len());
-        // Padding rows repeat the last real one; their results are dropped.
-        let q: [&[f32]; GROUP_ROWS] = std::array::from_fn(|r| self.q_row(h, i0 + r.min(n - 1)));
+        let groups = n.div_ceil(GROUP_ROWS);
         s.acc.clear();
-        s.acc.resize(GROUP_ROWS * dv, 0.0);
-        let mut m = [f32::NEG_INFINITY; GROUP_ROWS];
-        let mut sum = [0f32; GROUP_ROWS];
-        let Some(span) = visible
+        s.acc.resize(groups * GROUP_ROWS * dv, 0.0);
+        let mut m = [f32::NEG_INFINITY; BLOCK_ROWS];
+        let mut sum = [0f32; BLOCK_ROWS];
+        // Each group's tiles: from the one holding its first visible key to
+        // its last visible key (none when no row of it sees a key).
+        let tiles: Vec<Option<Range<usize>>> = visible
+            .chunks(GROUP_ROWS)
+            .map(|rows| {
+                rows.iter()
+                    .flatten()
+                    .cloned()
+                    .reduce(|a, b| a.start.min(b.start)..a.end.max(b.end))
+                    .map(|span| span.start / TILE * TILE..span.end)
+            })
+            .collect();
+        let Some(all) = tiles
             .iter()
             .flatten()
             .cloned()
@@ -188,39 +207,50 @@ impl Attn<'_> {
             out.fill(0.0);
             return;
         };
-        let first = span.start / TILE * TILE;
-        for c in (first..span.end).step_by(TILE) {
+        for c in all.step_by(TILE) {
             let live = TILE.min(self.l - c);
-            let mut scores = [[0f32; TILE]; GROUP_ROWS];
-            qk_tile(q, &wide.kt, wide.lp, c, d, &mut scores);
-            let mut any = false;
-            for r in 0..n {
-                let row = &mut scores[r];
-                let tile_max = scale_mask_max(row, &self.mask_row(i0 + r)[c..c + live], self.scale);
-                if tile_max == f32::NEG_INFINITY {
-                    row.fill(0.0);
+            for (g, span) in tiles.iter().enumerate() {
+                if !span.as_ref().is_some_and(|span| span.contains(&c)) {
                     continue;
                 }
-                any = true;
-                let m_new = m[r].max(tile_max);
-                if m_new > m[r] {
-                    // libm's expf, as GGML's scalar `expf`.
-                    let ms = (m[r] - m_new).exp();
-                    for a in &mut s.acc[r * dv..(r + 1) * dv] {
-                        *a *= ms;
+                let r0 = g * GROUP_ROWS;
+                let ng = (n - r0).min(GROUP_ROWS);
+                // Padding rows repeat the group's last real one; their
+                // results are dropped.
+                let q: [&[f32]; GROUP_ROWS] = std::array::from_fn(|r| self.q_row(h, i0 + r0 + r.min(ng - 1)));
+                let acc = &mut s.acc[r0 * dv..(r0 + GROUP_ROWS) * dv];
+                let mut scores = [[0f32; TILE]; GROUP_ROWS];
+                qk_tile(q, &wide.kt, wide.lp, c, d, &mut scores);
+                let mut any = false;
+                for r in 0..ng {
+                    let row = &mut scores[r];
+                    let tile_max = scale_mask_max(row, &self.mask_row(i0 + r0 + r)[c..c + live], self.scale);
+                    if tile_max == f32::NEG_INFINITY {
+                        row.fill(0.0);
+                        continue;
                     }
-                    sum[r] *= ms;
+                    any = true;
+                    let (mr, sr) = (&mut m[r0 + r], &mut sum[r0 + r]);
+                    let m_new = mr.max(tile_max);
+                    if m_new > *mr {
+                        // libm's expf, as GGML's scalar `expf`.
+                        let ms = (*mr - m_new).exp();
+                        for a in &mut acc[r * dv..(r + 1) * dv] {
+                            *a *= ms;
+                        }
+                        *sr *= ms;
+                    }
+                    *mr = m_new;
+                    *sr = (*sr as f64 + exp_blocks_ggml(row, m_new)) as f32;
                 }
-                m[r] = m_new;
-                sum[r] = (sum[r] as f64 + exp_blocks_ggml(row, m_new)) as f32;
+                if !any {
+                    continue;
+                }
+                for row in scores.iter_mut().skip(ng) {
+                    row.fill(0.0);
+                }
+                pv_tile(&scores, &wide.v, c, live, dv, acc);
             }
-            if !any {
-                continue;
-            }
-            for row in scores.iter_mut().skip(n) {
-                row.fill(0.0);
-            }
-            pv_tile(&scores, &wide.v, c, live, dv, &mut s.acc);
         }
         for r in 0..n {
             normalize_into(&s.acc[r * dv..(r + 1) * dv], sum[r], &mut out[r * dv..(r + 1) * dv]);
