@@ -70,10 +70,31 @@ pub(crate) fn gather<T: Copy + Send + Sync>(data: &[T], layout: &Layout) -> Vec<
 
 /// Converts every element to another dtype, as PyTorch's `.to(dtype)`.
 fn cast(input: CpuInput<'_>, to: DType) -> CpuStorage {
+    if let (CpuStorage::F32(v), DType::F16) = (input.storage, to) {
+        return CpuStorage::F16(f32_to_f16(&contiguous(v, input.layout)));
+    }
     with_cpu_storage!(input.storage, v, S => {
         let src = contiguous(v, input.layout);
         cast_slice::<S>(&src, to)
     })
+}
+
+/// f32 to f16 a slice at a time (`half`'s slice conversion, F16C where the
+/// CPU has it, eight values per instruction): the same rounding (to
+/// nearest, ties to even) as one value at a time, at a tenth of the cost.
+/// Key and value caches take every projected key and value through it.
+fn f32_to_f16(src: &[f32]) -> Vec<f16> {
+    use half::slice::HalfFloatSliceExt;
+    const CHUNK: usize = 1 << 13;
+    let mut out = vec![f16::ZERO; src.len()];
+    if src.len() >= PAR_THRESHOLD {
+        out.par_chunks_mut(CHUNK)
+            .zip(src.par_chunks(CHUNK))
+            .for_each(|(o, s)| o.convert_from_f32_slice(s));
+    } else {
+        out.convert_from_f32_slice(src);
+    }
+    out
 }
 
 fn cast_slice<S: CastFrom>(src: &[S], to: DType) -> CpuStorage {
@@ -211,4 +232,52 @@ fn cat(op: &Op, inputs: &[CpuInput<'_>], dim: usize, out: &TensorMeta) -> CpuRes
         }
         Ok(vec![CpuStorage::from_vec(result)])
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The slice conversion gives every value the bits of the one-value
+    /// conversion: ties, subnormals, overflow to infinity, signed zeros,
+    /// infinities (NaNs stay NaNs), in a short slice and a parallel one.
+    #[test]
+    fn f32_to_f16_slices_round_as_single_values() {
+        let mut v: Vec<f32> = vec![
+            0.0,
+            -0.0,
+            1.0,
+            -2.5,
+            65504.0,
+            65520.0,
+            1e9,
+            -1e9,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            5.960_464_5e-8,
+            2.980_232_2e-8,
+            1e-10,
+            1.000_488_3,
+            1.000_976_6,
+            f32::NAN,
+        ];
+        let mut s = 0x1234_5678u32;
+        while v.len() < 3 * PAR_THRESHOLD + 17 {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            v.push(f32::from_bits(s));
+        }
+        for n in [16, v.len()] {
+            let got = f32_to_f16(&v[..n]);
+            for (x, y) in v[..n].iter().zip(&got) {
+                let want = f16::from_f32(*x);
+                if want.is_nan() {
+                    assert!(y.is_nan(), "{x:e}");
+                } else {
+                    assert_eq!(y.to_bits(), want.to_bits(), "{x:e}");
+                }
+            }
+        }
+    }
 }
