@@ -46,10 +46,10 @@
 //!
 //! The model loader stores such weights packed once (`pack`, as llama.cpp's
 //! AMX buffer does): per block of sixteen rows the codes in the panel's
-//! order (Q4 nibbles still packed, so Q4 weights keep their size; Q8_0
-//! grows by 6% for the rows' sums). A panel is then a copy or a nibble
-//! split, and token generation streams the packed groups directly
-//! (`simd::packed_rows`). Matrices in GGUF's layout (the `qmatmul` API)
+//! order (Q4 nibbles still packed; Q8_0 values plus 128, whose correction
+//! comes from the activations' block sums), every type keeping its size.
+//! A panel is then an unbiasing copy or a nibble split, and token
+//! generation streams the packed groups directly (`simd::packed_rows`). Matrices in GGUF's layout (the `qmatmul` API)
 //! are read as they are (`simd::direct16`, `Panel::fill`).
 
 // Row, lane and block indices address several arrays.
@@ -160,7 +160,7 @@ pub fn packs(qtype: QType, rows: usize, cols: usize) -> bool {
 /// Bytes of one packed block: sixteen rows' block `b` (`pack`).
 pub fn packed_block_bytes(qtype: QType) -> usize {
     match qtype {
-        QType::Q8_0 => 512 + 32 + 32,
+        QType::Q8_0 => 512 + 32,
         QType::Q4_1 => 256 + 32 + 32,
         _ => 256 + 32,
     }
@@ -169,22 +169,23 @@ pub fn packed_block_bytes(qtype: QType) -> usize {
 /// Rows per packed group (`pack`).
 pub const PACKED_ROWS: usize = GROUP;
 
-/// The most bytes of GGUF rows that `pack` copies aside at once (Q8_0).
-const PACK_BATCH_BYTES: usize = 4 << 20;
-
 /// `rows x cols` weights (GGUF blocks, row after row) in the packed layout
 /// that the AMX order's kernels stream, as llama.cpp's AMX buffer holds
 /// them: groups of sixteen rows, each group's blocks in order, each block
 /// `packed_block_bytes` long:
 ///
-/// - Q8_0: the values as signed bytes, `codes[64 k + 4 n + e]` = value
-///   `4 k + e` of row `n` (a tile operand); each row's sum of values (i16);
+/// - Q8_0: the values plus 128 as unsigned bytes (`vpdpbusd`'s unsigned
+///   operand, against the signed activations), `codes[64 k + 4 n + e]` =
+///   value `4 k + e` of row `n` (a tile operand once its bias is removed);
 ///   each row's `d` (f16);
 /// - Q4_0, Q4_1: the packed nibbles, `nib[64 k + 4 n + e]` = byte `4 k + e`
 ///   of row `n`'s codes (low nibble value `4 k + e`, high `4 k + e + 16`);
 ///   each row's `d` (f16), then for Q4_1 each row's `m` (f16).
 ///
-/// Q4 blocks keep their size; Q8_0 grows by 32 bytes per 544 (6%).
+/// Every block keeps its size (544 bytes for sixteen Q8_0 rows, 256 or 288
+/// for Q4): the bias of Q8_0's codes moves the correction that `vpdpbusd`
+/// needs from the weights (each row's sum, 6% more bytes to stream) to the
+/// activations (each block's sum, computed once per product).
 pub fn pack(qtype: QType, rows: usize, cols: usize, mut bytes: Vec<u8>) -> Result<Vec<u8>, crate::quant::QuantError> {
     let ts = qtype.type_size();
     if !shape_covered(qtype, rows, cols) || bytes.len() != rows * cols / QK * ts {
@@ -199,14 +200,11 @@ pub fn pack(qtype: QType, rows: usize, cols: usize, mut bytes: Vec<u8>) -> Resul
     let kb = cols / QK;
     let rb = kb * ts;
     let pb = packed_block_bytes(qtype);
-    let (old_group, new_group) = (GROUP * rb, kb * pb);
-    // In place, last group first: packed group g starts at or after where
-    // its rows did (a packed block is at least as long as sixteen rows'
-    // blocks) and ends before group g + 1's packed bytes, so writing it only
-    // overwrites groups already packed and its own rows, copied aside first.
-    // No second copy of the weights is ever made (a 1 GB model would need
+    let group_bytes = GROUP * rb;
+    debug_assert_eq!(group_bytes, kb * pb, "packing keeps every block's size");
+    // In place, each group within its own bytes (copied aside first): no
+    // second copy of the weights is ever made (a 1 GB model would need
     // twice the memory, and the kernel would clear twice the pages).
-    bytes.resize(rows / GROUP * new_group, 0);
     let pack_group = |rows_of_group: &[u8], group: &mut [u8]| {
         for (b, dst) in group.chunks_exact_mut(pb).enumerate() {
             for n in 0..GROUP {
@@ -214,11 +212,11 @@ pub fn pack(qtype: QType, rows: usize, cols: usize, mut bytes: Vec<u8>) -> Resul
                 match qtype {
                     QType::Q8_0 => {
                         for k in 0..8 {
-                            dst[64 * k + 4 * n..64 * k + 4 * n + 4].copy_from_slice(&block[2 + 4 * k..6 + 4 * k]);
+                            for e in 0..4 {
+                                dst[64 * k + 4 * n + e] = block[2 + 4 * k + e] ^ 0x80;
+                            }
                         }
-                        let sum: i32 = block[2..34].iter().map(|&x| x as i8 as i32).sum();
-                        dst[512 + 2 * n..514 + 2 * n].copy_from_slice(&(sum as i16).to_le_bytes());
-                        dst[544 + 2 * n..546 + 2 * n].copy_from_slice(&block[..2]);
+                        dst[512 + 2 * n..514 + 2 * n].copy_from_slice(&block[..2]);
                     }
                     _ => {
                         let qs = if qtype == QType::Q4_1 {
@@ -238,37 +236,13 @@ pub fn pack(qtype: QType, rows: usize, cols: usize, mut bytes: Vec<u8>) -> Resul
             }
         }
     };
-    if new_group == old_group {
-        // Q4: each group packs within its own bytes, all at once.
-        bytes.par_chunks_exact_mut(new_group).for_each_init(
-            || vec![0u8; old_group],
-            |rows_of_group, group| {
-                rows_of_group.copy_from_slice(group);
-                pack_group(rows_of_group, group);
-            },
-        );
-    } else {
-        // Q8_0 grows: batches of groups, last batch first. A batch's rows
-        // are copied aside, then its groups pack in parallel into
-        // `g0 * new_group..g1 * new_group`, which holds only its own rows
-        // and rows of later groups, already packed further on (`g0 *
-        // new_group >= g0 * old_group`: earlier groups' rows are never
-        // overwritten). The copy aside stays small (`PACK_BATCH_BYTES`).
-        let groups = rows / GROUP;
-        let per_batch = (PACK_BATCH_BYTES / old_group).clamp(1, groups.max(1));
-        let mut aside = vec![0u8; per_batch * old_group];
-        let mut g1 = groups;
-        while g1 > 0 {
-            let g0 = g1.saturating_sub(per_batch);
-            let src = &mut aside[..(g1 - g0) * old_group];
-            src.copy_from_slice(&bytes[g0 * old_group..g1 * old_group]);
-            bytes[g0 * new_group..g1 * new_group]
-                .par_chunks_exact_mut(new_group)
-                .zip(src.par_chunks_exact(old_group))
-                .for_each(|(group, rows_of_group)| pack_group(rows_of_group, group));
-            g1 = g0;
-        }
-    }
+    bytes.par_chunks_exact_mut(group_bytes).for_each_init(
+        || vec![0u8; group_bytes],
+        |rows_of_group, group| {
+            rows_of_group.copy_from_slice(group);
+            pack_group(rows_of_group, group);
+        },
+    );
     Ok(bytes)
 }
 
@@ -387,10 +361,14 @@ impl Panel {
             let codes = &mut self.codes[b];
             match qtype {
                 QType::Q8_0 => {
-                    codes.copy_from_slice(&src[..512]);
+                    let mut sums = [0i32; GROUP];
+                    for (j, (c, &x)) in codes.iter_mut().zip(&src[..512]).enumerate() {
+                        *c = x ^ 0x80;
+                        sums[j % 64 / 4] += *c as i8 as i32;
+                    }
                     for n in 0..GROUP {
-                        self.comp[b][n] = 128 * i16::from_le_bytes([src[512 + 2 * n], src[513 + 2 * n]]) as i32;
-                        self.d[b][n] = f16_at(src, 544 + 2 * n);
+                        self.comp[b][n] = 128 * sums[n];
+                        self.d[b][n] = f16_at(src, 512 + 2 * n);
                         self.m[b][n] = 0.0;
                     }
                 }
@@ -1083,8 +1061,8 @@ mod simd {
         }
     }
 
-    /// `Panel::fill_packed`: the codes copied (Q8_0) or split into
-    /// nibbles (Q4), the sums and scales widened.
+    /// `Panel::fill_packed`: the codes unbiased (Q8_0) or split into
+    /// nibbles (Q4), their sums formed and the scales widened.
     ///
     /// # Safety
     /// AVX-512 F/BW and VNNI are available; `w` is packed and group `g`
@@ -1101,6 +1079,7 @@ mod simd {
         let m4 = _mm512_set1_epi8(0x0F);
         let eight = _mm512_set1_epi8(8);
         let ones = _mm512_set1_epi8(1);
+        let bias = _mm512_set1_epi8(i8::MIN);
         let base = w.bytes().as_ptr().add(g * kb * pb);
         for b in 0..kb {
             // SAFETY: packed block b of group g is `pb` bytes within the
@@ -1110,14 +1089,16 @@ mod simd {
                 let blk = base.add(b * pb);
                 let dst = p.codes[b].as_mut_ptr();
                 if qtype == QType::Q8_0 {
+                    let mut sum = _mm512_setzero_si512();
                     for k in 0..8 {
-                        _mm512_storeu_si512(dst.add(64 * k).cast(), _mm512_loadu_si512(blk.add(64 * k).cast()));
+                        let c = _mm512_xor_si512(_mm512_loadu_si512(blk.add(64 * k).cast()), bias);
+                        _mm512_storeu_si512(dst.add(64 * k).cast(), c);
+                        sum = _mm512_dpbusd_epi32(sum, ones, c);
                     }
-                    let sums = _mm512_cvtepi16_epi32(_mm256_loadu_si256(blk.add(512).cast()));
-                    _mm512_storeu_si512(p.comp[b].as_mut_ptr().cast(), _mm512_slli_epi32::<7>(sums));
+                    _mm512_storeu_si512(p.comp[b].as_mut_ptr().cast(), _mm512_slli_epi32::<7>(sum));
                     _mm512_storeu_ps(
                         p.d[b].as_mut_ptr(),
-                        _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(544).cast())),
+                        _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(512).cast())),
                     );
                     _mm512_storeu_ps(p.m[b].as_mut_ptr(), _mm512_setzero_ps());
                 } else {
@@ -1154,9 +1135,9 @@ mod simd {
     const PREFETCH_BLOCKS: usize = 8;
 
     /// `R` activation rows from `i` against packed group `g`, straight from
-    /// the packed blocks: Q8_0 codes against the activations plus 128 (less
-    /// the rows' sums times 128), Q4 nibbles as the unsigned operand against
-    /// the signed activations (less `8 * sum(a)` for Q4_0).
+    /// the packed blocks: the codes as the unsigned operand against the
+    /// signed activations, less `128 * sum(a)` for Q8_0's biased codes and
+    /// `8 * sum(a)` for Q4_0's nibbles.
     ///
     /// # Safety
     /// AVX-512 F/BW, VNNI, FMA and F16C are available; `w` is packed, group
@@ -1190,19 +1171,20 @@ mod simd {
                 }
                 if qtype == QType::Q8_0 {
                     let cw: [__m512i; 8] = std::array::from_fn(|k| _mm512_loadu_si512(blk.add(64 * k).cast()));
-                    let comp = _mm512_slli_epi32::<7>(_mm512_cvtepi16_epi32(_mm256_loadu_si256(blk.add(512).cast())));
-                    let dw = _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(544).cast()));
+                    let dw = _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(512).cast()));
                     for r in 0..R {
                         let at = (i + r) * kb + b;
-                        let x = a.biased.as_ptr().add(at * QK).cast::<i32>();
+                        let x = a.q.row(i + r).as_ptr().add(b * ats + a.qs_at).cast::<i32>();
                         // Two chains of four: a block's sums do not wait on
                         // eight dependent `vpdpbusd`s (integers: any order).
                         let (mut s0, mut s1) = (_mm512_setzero_si512(), _mm512_setzero_si512());
                         for k in (0..8).step_by(2) {
-                            s0 = _mm512_dpbusd_epi32(s0, _mm512_set1_epi32(x.add(k).read_unaligned()), cw[k]);
-                            s1 = _mm512_dpbusd_epi32(s1, _mm512_set1_epi32(x.add(k + 1).read_unaligned()), cw[k + 1]);
+                            s0 = _mm512_dpbusd_epi32(s0, cw[k], _mm512_set1_epi32(x.add(k).read_unaligned()));
+                            s1 = _mm512_dpbusd_epi32(s1, cw[k + 1], _mm512_set1_epi32(x.add(k + 1).read_unaligned()));
                         }
-                        let s = _mm512_sub_epi32(_mm512_add_epi32(s0, s1), comp);
+                        // The codes carry +128: less 128 times the
+                        // activations' block sum.
+                        let s = _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_set1_epi32(128 * a.sum[at]));
                         let scale = _mm512_mul_ps(dw, _mm512_set1_ps(a.d[at]));
                         acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc[r]);
                     }
@@ -1511,8 +1493,8 @@ mod tests {
         }
     }
 
-    /// Packing in place, in batches (Q8_0 grows) or all at once (Q4), gives
-    /// what packing each pair of groups on its own gives.
+    /// Packing in place gives what packing each pair of groups on its own
+    /// gives.
     #[test]
     fn packing_in_place_equals_packing_each_part() {
         for (qtype, rows) in [(QType::Q8_0, 16 * 130), (QType::Q4_1, 64)] {
@@ -1525,10 +1507,7 @@ mod tests {
                 parts.extend(pack(qtype, 32, cols, pair.to_vec()).unwrap());
             }
             assert!(whole == parts, "{qtype}");
-            if qtype == QType::Q8_0 {
-                let old_group = 16 * (cols / QK) * qtype.type_size();
-                assert!(rows / 16 > 2 * (PACK_BATCH_BYTES / old_group), "three batches or more");
-            }
+            assert_eq!(whole.len(), q.bytes().len(), "{qtype}: packing keeps the size");
         }
     }
 
