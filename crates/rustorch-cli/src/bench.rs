@@ -291,13 +291,11 @@ fn generate(model: &Model, cache: &mut KvCache, n: usize, rng: &mut Lcg) -> Resu
         (true, Some(bos)) => bos,
         _ => rng.below(n_vocab),
     };
-    rustorch_llm::model::run_spinning(|| {
-        for _ in 0..n {
-            model.forward(cache, &[next], Logits::Last)?;
-            next = rng.below(n_vocab);
-        }
-        Ok(())
-    })
+    for _ in 0..n {
+        model.forward(cache, &[next], Logits::Last)?;
+        next = rng.below(n_vocab);
+    }
+    Ok(())
 }
 
 fn size_cell(size: u64) -> String {

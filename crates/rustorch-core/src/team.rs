@@ -48,6 +48,8 @@ struct Team {
     /// registered helper has finished the previous job).
     job: UnsafeCell<Option<Job>>,
     len: UnsafeCell<usize>,
+    /// Indices per claim of the current job (`grain`), written as `len`.
+    grain: UnsafeCell<usize>,
     /// The helpers taking part (bit h: helper h), set as each starts.
     registered: AtomicU64,
     /// Helper h's last finished job number.
@@ -97,6 +99,7 @@ pub fn run_team<R: Send>(f: impl FnOnce() -> R + Send) -> R {
         next: Padded(AtomicUsize::new(0)),
         job: UnsafeCell::new(None),
         len: UnsafeCell::new(0),
+        grain: UnsafeCell::new(1),
         registered: AtomicU64::new(0),
         done: (0..helpers).map(|_| Padded(AtomicUsize::new(0))).collect(),
         exit: AtomicBool::new(false),
@@ -176,14 +179,15 @@ impl Team {
         // SAFETY: every registered helper finished the previous job before
         // it returned (the wait below), and a helper that registers later
         // takes no job published before it registered: none reads these now.
+        let grain = grain(n, self.done.len() + 1);
         unsafe {
             *self.job.get() = Some(job);
             *self.len.get() = n;
+            *self.grain.get() = grain;
         }
         self.next.0.store(0, Ordering::Relaxed);
         let gen = self.gen.0.load(Ordering::Relaxed) + 1;
         self.gen.0.store(gen, Ordering::SeqCst);
-        let grain = grain(n, self.done.len() + 1);
         let mine = panic::catch_unwind(AssertUnwindSafe(|| claim(&self.next.0, n, grain, work)));
         // Every helper registered by now may have seen this job; those
         // registering later see its number as already past.
@@ -218,9 +222,14 @@ impl Team {
                 // SAFETY: the owner set these before raising `gen` to this
                 // job's number and keeps them until this helper stores
                 // `done` below (it waits for every registered helper).
-                let (job, n) = unsafe { ((*self.job.get()).expect("a job was published"), *self.len.get()) };
+                let (job, n, grain) = unsafe {
+                    (
+                        (*self.job.get()).expect("a job was published"),
+                        *self.len.get(),
+                        *self.grain.get(),
+                    )
+                };
                 // SAFETY: `job` is alive until the owner sees `done` below.
-                let grain = grain(n, self.done.len() + 1);
                 let r = panic::catch_unwind(AssertUnwindSafe(|| claim(&self.next.0, n, grain, unsafe { &*job })));
                 if let Err(p) = r {
                     *self.panic.lock().unwrap_or_else(|e| e.into_inner()) = Some(p);
