@@ -57,10 +57,15 @@ n_gens=(48 48 32)
     # llama-perplexity at its defaults (-b 2048, -ub 512): chunks shorter than a batch go as
     # parallel sequences, each micro-batch taking an equal share of every sequence, so 20 chunks
     # of 128 are a group of 16 (32 rows each per micro-batch: the one-row path) then a group of 4
-    # (128 rows: tiled); chunks of 512 go four at a time (tiled).
+    # (128 rows: tiled); chunks of 512 go four at a time (tiled). Then other batch sizes: -b 256
+    # -ub 100 at -c 512 decodes each chunk in two calls of micro-batches of 100, 100 and 56 positions
+    # (the last through the one-row path, unlike one call of 512 in micro-batches of 100);
+    # -b 512 -ub 64 at -c 128 takes groups of four chunks, 16 positions of each per micro-batch.
+    # (The test passes llama's -b as --batch-size: -b picks the backend in rustorch-cli.)
     echo '  "perplexity": ['
     first=1
-    for model in smollm2:"-c 128 --chunks 20" gemma3:"-c 512 --chunks 4"; do
+    for model in smollm2:"-c 128 --chunks 20" gemma3:"-c 512 --chunks 4" \
+        smollm2:"-c 512 --chunks 2 -b 256 -ub 100" smollm2:"-c 128 --chunks 6 -b 512 -ub 64"; do
         name="${model%%:*}" args="${model#*:}"
         case "$name" in
             smollm2) f="$RUSTORCH_SMOLLM2_GGUF" ;;

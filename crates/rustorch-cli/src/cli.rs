@@ -180,6 +180,15 @@ pub struct PerplexityArgs {
     /// Score at most this many chunks (default: all whole chunks)
     #[arg(long, value_name = "N")]
     pub chunks: Option<usize>,
+
+    /// Positions per decode call, as llama-perplexity's -b (here -b picks
+    /// the backend); chunks shorter than this go several at a time
+    #[arg(long = "batch-size", value_name = "N", default_value_t = 2048)]
+    pub batch_size: usize,
+
+    /// Positions per micro-batch (-ub), as llama-perplexity's
+    #[arg(long = "ubatch-size", value_name = "N", default_value_t = 512)]
+    pub ubatch_size: usize,
 }
 
 #[derive(Args, Debug)]

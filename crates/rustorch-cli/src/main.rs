@@ -31,8 +31,13 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     exit_quietly_on_closed_pipe();
-    // llama.cpp spells --flash-attn `-fa`, which clap would read as -f -a.
-    let args = std::env::args_os().map(|a| if a == "-fa" { "--flash-attn".into() } else { a });
+    // llama.cpp spells --flash-attn `-fa` and --ubatch-size `-ub`, which clap
+    // would read as two short flags each.
+    let args = std::env::args_os().map(|a| match a.to_str() {
+        Some("-fa") => "--flash-attn".into(),
+        Some("-ub") => "--ubatch-size".into(),
+        _ => a,
+    });
     let cli = match Cli::try_parse_from(args) {
         Ok(c) => c,
         Err(e) => {

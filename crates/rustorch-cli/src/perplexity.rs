@@ -6,7 +6,7 @@
 use crate::cli::PerplexityArgs;
 use crate::error::CliError;
 use crate::loader;
-use rustorch_llm::perplexity::perplexity_with;
+use rustorch_llm::perplexity::{perplexity_batched, Batching};
 use std::io::Write;
 use std::time::Instant;
 
@@ -23,6 +23,13 @@ pub fn run(args: &PerplexityArgs) -> Result<(), CliError> {
     if args.chunks == Some(0) {
         return Err(CliError::msg("--chunks must be at least 1"));
     }
+    if args.batch_size == 0 || args.ubatch_size == 0 {
+        return Err(CliError::msg("--batch-size and --ubatch-size must be at least 1"));
+    }
+    let batching = Batching {
+        n_batch: args.batch_size,
+        n_ubatch: args.ubatch_size,
+    };
     let path = loader::prepare(&args.model)?;
     let (model, load_time) = loader::load(&path, &args.model.backend)?;
     eprintln!("perplexity: model loaded in {:.2} s", load_time.as_secs_f64());
@@ -44,25 +51,36 @@ pub fn run(args: &PerplexityArgs) -> Result<(), CliError> {
     }
     let whole = tokens.len() / n_ctx;
     let n_chunk = args.chunks.map_or(whole, |c| c.min(whole));
-    eprintln!("perplexity: calculating perplexity over {n_chunk} chunks, n_ctx={n_ctx}, batch_size={n_ctx}, n_seq=1");
+    let (n_seq, n_batch, _) = batching.effective(n_ctx);
+    eprintln!(
+        "perplexity: calculating perplexity over {n_chunk} chunks, n_ctx={n_ctx}, batch_size={n_batch}, n_seq={n_seq}"
+    );
 
     let mut out = std::io::stdout().lock();
     let start = Instant::now();
     let mut write_err = None;
     // As llama-perplexity: flash attention unless -fa off.
     let flash = args.model.flash_attn != crate::cli::FlashAttn::Off;
-    let report = perplexity_with(&model, &tokens, n_ctx, Some(n_chunk), flash, |done, _, running| {
-        if done == 1 {
-            let per_pass = start.elapsed().as_secs_f64();
-            eprintln!(
-                "perplexity: {per_pass:.2} seconds per pass - ETA {:.2} minutes",
-                per_pass * n_chunk as f64 / 60.0
-            );
-        }
-        if let Err(e) = write!(out, "[{done}]{running:.4},").and_then(|_| out.flush()) {
-            write_err.get_or_insert(e);
-        }
-    })?;
+    let report = perplexity_batched(
+        &model,
+        &tokens,
+        n_ctx,
+        Some(n_chunk),
+        flash,
+        batching,
+        |done, _, running| {
+            if done == 1 {
+                let per_pass = start.elapsed().as_secs_f64();
+                eprintln!(
+                    "perplexity: {per_pass:.2} seconds per pass - ETA {:.2} minutes",
+                    per_pass * n_chunk as f64 / 60.0
+                );
+            }
+            if let Err(e) = write!(out, "[{done}]{running:.4},").and_then(|_| out.flush()) {
+                write_err.get_or_insert(e);
+            }
+        },
+    )?;
     if let Some(e) = write_err {
         return Err(CliError::msg(format!("cannot write the result: {e}")));
     }

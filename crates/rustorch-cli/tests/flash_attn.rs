@@ -100,7 +100,11 @@ fn perplexity_equals_llama_perplexitys_with_and_without_flash_attention() {
                 .as_array()
                 .expect("args")
                 .iter()
-                .map(|a| a.as_str().unwrap().to_string()),
+                // llama-perplexity's -b is --batch-size here (-b picks the backend).
+                .map(|a| match a.as_str().unwrap() {
+                    "-b" => "--batch-size".to_string(),
+                    other => other.to_string(),
+                }),
         );
         let o = cli(&args);
         assert!(o.status.success(), "{}", stderr(&o));

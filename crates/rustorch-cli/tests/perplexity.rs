@@ -109,6 +109,14 @@ fn perplexity_errors_are_one_line() {
         "2".as_ref(),
     ]);
     assert_one_line_error(&o, "--ctx-size must be at least 4, got 2");
+    let o = cli([
+        "perplexity".as_ref(),
+        "-f".as_ref(),
+        text.as_os_str(),
+        "-ub".as_ref(),
+        "0".as_ref(),
+    ]);
+    assert_one_line_error(&o, "--batch-size and --ubatch-size must be at least 1");
     let Some(model) = real_model("RUSTORCH_SMOLLM2_GGUF") else {
         return;
     };

@@ -51,8 +51,79 @@ pub fn perplexity_with(
     n_ctx: usize,
     max_chunks: Option<usize>,
     flash: bool,
+    progress: impl FnMut(usize, usize, f64),
+) -> Result<PerplexityReport> {
+    perplexity_batched(model, tokens, n_ctx, max_chunks, flash, Batching::default(), progress)
+}
+
+/// llama-perplexity's batch sizes: `-b` (`n_batch`, positions per decode
+/// call) and `-ub` (`n_ubatch`, positions per graph). They decide which
+/// positions go through one pass together, and so flash attention's path
+/// for each (the scores are otherwise the same).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Batching {
+    pub n_batch: usize,
+    pub n_ubatch: usize,
+}
+
+impl Default for Batching {
+    /// llama-perplexity's defaults: 2048 and 512.
+    fn default() -> Self {
+        Self {
+            n_batch: 2048,
+            n_ubatch: 512,
+        }
+    }
+}
+
+impl Batching {
+    /// What llama-perplexity makes of the sizes for chunks of `n_ctx`:
+    /// `max(1, n_batch / n_ctx)` chunks decoded together as parallel
+    /// sequences, the batch cut to what they hold, the micro-batch to the
+    /// batch. Returns (sequences, batch, micro-batch).
+    pub fn effective(self, n_ctx: usize) -> (usize, usize, usize) {
+        let n_seq = (self.n_batch / n_ctx).max(1);
+        let n_batch = self.n_batch.min(n_seq * n_ctx);
+        (n_seq, n_batch, self.n_ubatch.min(n_batch))
+    }
+
+    /// The calls chunk `i` of `n_chunks` is decoded in: (positions, run),
+    /// where run is how many consecutive positions of the chunk go through
+    /// one micro-batch. A chunk longer than a batch goes in batches, each in
+    /// micro-batches (the last one of a batch shorter when the sizes do not
+    /// divide). Shorter chunks go several at a time as parallel sequences,
+    /// each micro-batch taking an equal share of every sequence's positions
+    /// (llama.cpp's `split_equal`).
+    fn calls(self, n_ctx: usize, n_chunks: usize, i: usize) -> Vec<(std::ops::Range<usize>, usize)> {
+        let (n_seq, n_batch, n_ubatch) = self.effective(n_ctx);
+        if n_seq == 1 {
+            return (0..n_ctx)
+                .step_by(n_batch)
+                .map(|s| (s..(s + n_batch).min(n_ctx), n_ubatch))
+                .collect();
+        }
+        let group = i / n_seq;
+        let seqs = n_seq.min(n_chunks - group * n_seq);
+        vec![(0..n_ctx, (n_ubatch / seqs).max(1))]
+    }
+}
+
+/// [`perplexity_with`] with llama-perplexity's `-b` and `-ub`.
+pub fn perplexity_batched(
+    model: &Model,
+    tokens: &[u32],
+    n_ctx: usize,
+    max_chunks: Option<usize>,
+    flash: bool,
+    batching: Batching,
     mut progress: impl FnMut(usize, usize, f64),
 ) -> Result<PerplexityReport> {
+    if batching.n_batch == 0 || batching.n_ubatch == 0 {
+        return Err(LlmError::InvalidArgument(format!(
+            "batch sizes must be at least 1, got n_batch {} and n_ubatch {}",
+            batching.n_batch, batching.n_ubatch
+        )));
+    }
     if n_ctx < 4 {
         return Err(LlmError::InvalidArgument(format!(
             "perplexity needs a context of at least 4 tokens, got {n_ctx}"
@@ -88,10 +159,11 @@ pub fn perplexity_with(
             input[0] = b;
         }
         cache.clear();
-        let run = llama_run(n_ctx, n_chunks, i);
-        let logits = model
-            .forward_in_runs(&mut cache, &input, Logits::All, run)?
-            .to_vec::<f32>()?;
+        let mut logits = Vec::with_capacity(n_ctx * n_vocab);
+        for (positions, run) in batching.calls(n_ctx, n_chunks, i) {
+            let part = model.forward_in_runs(&mut cache, &input[positions], Logits::All, run)?;
+            logits.extend(part.to_vec::<f32>()?);
+        }
         for pos in first..n_ctx - 1 {
             let row = &logits[pos * n_vocab..(pos + 1) * n_vocab];
             let v = -log_softmax_at(row, chunk[pos + 1] as usize);
@@ -120,31 +192,49 @@ pub fn perplexity_with(
     })
 }
 
-/// llama-perplexity's defaults: batches of 2048 positions, micro-batches of
-/// 512.
-const LLAMA_BATCH: usize = 2048;
-const LLAMA_UBATCH: usize = 512;
-
-/// How many consecutive positions of chunk `i` llama-perplexity decodes at a
-/// time (which decides flash attention's path). A chunk longer than a batch
-/// goes in batches, each in micro-batches of 512. Shorter chunks go
-/// `LLAMA_BATCH / n_ctx` at a time as parallel sequences, each micro-batch
-/// taking an equal share of every sequence's positions (`split_equal`): 512
-/// over the sequences of the chunk's group.
-fn llama_run(n_ctx: usize, n_chunks: usize, i: usize) -> usize {
-    let n_seq = (LLAMA_BATCH / n_ctx).max(1);
-    if n_seq == 1 {
-        return LLAMA_UBATCH;
-    }
-    let group = i / n_seq;
-    let seqs = n_seq.min(n_chunks - group * n_seq);
-    (LLAMA_UBATCH / seqs).max(1)
-}
-
 /// `log_softmax(logits)[tok]` as llama-perplexity computes it: the sum of
 /// `expf(l - max)` in f64.
 fn log_softmax_at(logits: &[f32], tok: usize) -> f64 {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let sum: f64 = logits.iter().map(|&l| (l - max).exp() as f64).sum();
     (logits[tok] - max) as f64 - sum.ln()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Batching;
+
+    fn calls(n_batch: usize, n_ubatch: usize, n_ctx: usize, n_chunks: usize, i: usize) -> Vec<(usize, usize, usize)> {
+        Batching { n_batch, n_ubatch }
+            .calls(n_ctx, n_chunks, i)
+            .into_iter()
+            .map(|(r, run)| (r.start, r.end, run))
+            .collect()
+    }
+
+    #[test]
+    fn chunks_longer_than_a_batch_go_in_batches_of_micro_batches() {
+        // -c 512 -b 256 -ub 96: two calls of 256, micro-batches 96, 96, 64 within each.
+        assert_eq!(calls(256, 96, 512, 3, 1), vec![(0, 256, 96), (256, 512, 96)]);
+        // -c 1000 -b 384: the last batch is what is left.
+        assert_eq!(
+            calls(384, 512, 1000, 1, 0),
+            vec![(0, 384, 384), (384, 768, 384), (768, 1000, 384)]
+        );
+        // A batch as long as the chunk: one call.
+        assert_eq!(calls(512, 512, 512, 2, 0), vec![(0, 512, 512)]);
+    }
+
+    #[test]
+    fn short_chunks_share_micro_batches_as_parallel_sequences() {
+        // The defaults at -c 128: groups of 16 chunks, 32 positions of each per micro-batch;
+        // 20 chunks leave a last group of 4 (128 each).
+        assert_eq!(calls(2048, 512, 128, 20, 3), vec![(0, 128, 32)]);
+        assert_eq!(calls(2048, 512, 128, 20, 17), vec![(0, 128, 128)]);
+        // -b 512 -ub 64 -c 128: groups of 4, 16 positions each.
+        assert_eq!(calls(512, 64, 128, 6, 0), vec![(0, 128, 16)]);
+        assert_eq!(calls(512, 64, 128, 6, 5), vec![(0, 128, 32)]);
+        // -b 300 -c 128: two sequences, the batch cut to 256, the micro-batch to it.
+        assert_eq!(calls(300, 512, 128, 4, 0), vec![(0, 128, 128)]);
+    }
 }
