@@ -36,7 +36,7 @@ pub struct ModelArgs {
     #[arg(short = 'b', long, value_name = "BACKEND", default_value = "auto")]
     pub backend: String,
 
-    /// CPU threads (default: all cores)
+    /// CPU threads (default: one per physical core, as llama.cpp)
     #[arg(short = 't', long, value_name = "N")]
     pub threads: Option<usize>,
 
@@ -287,7 +287,7 @@ pub struct QuantizeArgs {
     #[arg(value_name = "TYPE")]
     pub qtype: String,
 
-    /// Worker threads (default: all cores)
+    /// Worker threads (default: one per physical core)
     #[arg(long, short = 't', value_name = "N")]
     pub threads: Option<usize>,
 

@@ -14,6 +14,12 @@ pub fn run() -> Result<(), CliError> {
     let exec = Executor::global();
     println!("backends compiled in: {}", COMPILED_BACKENDS.join(", "));
     println!("cpu: {}", cpu_name());
+    let logical = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let physical = crate::threads::physical_cores().map_or("unknown".to_string(), |p| p.to_string());
+    println!(
+        "cpu threads: {logical} logical, {physical} physical cores; default -t {}",
+        crate::threads::default_threads()
+    );
     let features = cpu_features();
     println!(
         "cpu features: {}",

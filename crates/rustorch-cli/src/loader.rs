@@ -19,9 +19,7 @@ pub const DEFAULT_CTX: usize = 4096;
 /// Checks `-b` and `-t` and returns the model file to use.
 pub fn prepare(args: &ModelArgs) -> Result<PathBuf, CliError> {
     check_backend(&args.backend)?;
-    if let Some(t) = args.threads {
-        set_threads(t)?;
-    }
+    set_threads(args.threads.unwrap_or_else(crate::threads::default_threads))?;
     model_path(args.model.as_deref())
 }
 

@@ -22,6 +22,7 @@ mod loader;
 mod perplexity;
 mod quantize;
 mod stream;
+mod threads;
 mod tokenize;
 
 use clap::Parser;

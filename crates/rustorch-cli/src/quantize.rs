@@ -129,7 +129,7 @@ fn thread_pool(threads: Option<usize>) -> Result<rayon::ThreadPool, CliError> {
         return Err(CliError::msg("--threads must be at least 1"));
     }
     rayon::ThreadPoolBuilder::new()
-        .num_threads(threads.unwrap_or(0))
+        .num_threads(threads.unwrap_or_else(crate::threads::default_threads))
         .build()
         .map_err(|e| CliError::msg(format!("cannot start worker threads: {e}")))
 }
