@@ -199,8 +199,19 @@ fn qmatmul_amx_order(c: &mut Criterion) {
             let aligned = CacheAligned::copy_of(&packed);
             let w = QMatRef::amx_packed(qtype, rows, cols, aligned.bytes()).expect("weights");
             g.throughput(Throughput::Elements((rows * cols * batch) as u64));
+            // Inside a spinning team, as a model's forward pass runs: between
+            // products the workers spin instead of sleeping (on a virtual
+            // machine, waking a sleeping worker costs up to a millisecond).
             g.bench_function(format!("{qtype}_{rows}x{cols}x{batch}"), |b| {
-                b.iter(|| black_box(matmul::qmatmul(&w, &x).expect("qmatmul")))
+                b.iter_custom(|iters| {
+                    rustorch_core::team::run_team(|| {
+                        let start = std::time::Instant::now();
+                        for _ in 0..iters {
+                            black_box(matmul::qmatmul(&w, &x).expect("qmatmul"));
+                        }
+                        start.elapsed()
+                    })
+                })
             });
         }
     }
