@@ -218,6 +218,31 @@ fn qmatmul_amx_order(c: &mut Criterion) {
     g.finish();
 }
 
+/// The AMX tile unit's instructions alone and in the kernels' patterns
+/// (`matmul::amx_probe`): steps per second; `imul_chain`'s is a third of
+/// the clock (a dependent multiply per step), which gives cycles per step.
+fn amx_probe(c: &mut Criterion) {
+    use matmul::amx_probe::{self, Probe};
+    if !amx_probe::available() {
+        eprintln!("amx_probe: skipped (AMX is not usable on this CPU)");
+        return;
+    }
+    const STEPS: u64 = 10_000;
+    let mut g = c.benchmark_group("amx_probe");
+    g.sample_size(10).measurement_time(Duration::from_secs(1));
+    g.throughput(Throughput::Elements(STEPS));
+    for probe in Probe::ALL {
+        g.bench_function(probe.name(), |b| {
+            b.iter_custom(|iters| {
+                let start = std::time::Instant::now();
+                assert!(amx_probe::run(probe, iters * STEPS));
+                start.elapsed()
+            })
+        });
+    }
+    g.finish();
+}
+
 fn qmatmul(c: &mut Criterion) {
     bench_shape(c, "qmatmul", 4096, 4096, 512);
 }
@@ -248,6 +273,7 @@ criterion_group!(
     qmatvec_x8,
     qmatvec_amx_order,
     qmatmul_amx_order,
+    amx_probe,
     qmatmul
 );
 criterion_main!(benches);

@@ -17,6 +17,8 @@ mod activations;
 mod amx;
 mod amx_order;
 mod amx_order_k;
+#[doc(hidden)]
+pub mod amx_probe;
 mod float_path;
 mod ggml_panel;
 mod ggml_panel_amx;
