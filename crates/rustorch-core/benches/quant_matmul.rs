@@ -221,6 +221,12 @@ fn qmatmul_amx_order(c: &mut Criterion) {
 /// The AMX tile unit's instructions alone and in the kernels' patterns
 /// (`matmul::amx_probe`): steps per second; `imul_chain`'s is a third of
 /// the clock (a dependent multiply per step), which gives cycles per step.
+#[cfg(not(target_arch = "x86_64"))]
+fn amx_probe(_: &mut Criterion) {
+    eprintln!("amx_probe: skipped (x86-64 only)");
+}
+
+#[cfg(target_arch = "x86_64")]
 fn amx_probe(c: &mut Criterion) {
     use matmul::amx_probe::{self, Probe};
     if !amx_probe::available() {

@@ -1,4 +1,4 @@
-//! Timing probes of the AMX tile unit for `benches/quant_matmul.rs`
+//! Timing probes (x86-64 only) of the AMX tile unit for `benches/quant_matmul.rs`
 //! (`amx_probe`): how fast the host runs the instructions the tile
 //! kernels are made of, alone and in the dependency patterns the kernels
 //! have. Each probe runs a loop of `iters` steps and returns false (doing
@@ -57,95 +57,86 @@ pub fn available() -> bool {
 }
 
 /// Runs `iters` steps of `probe`; false where it needs AMX and AMX is not
-/// usable (`AddChain` always runs on x86-64).
+/// usable (`AddChain` always runs).
 pub fn run(probe: Probe, iters: u64) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if probe == Probe::AddChain {
-            // SAFETY: plain integer arithmetic on a register.
-            unsafe { add_chain(iters) };
-            return true;
-        }
-        if !amx::usable() {
-            return false;
-        }
-        #[repr(C, align(64))]
-        struct Buf([u8; 8192]);
-        let mut buf = Box::new(Buf([1; 8192]));
-        // SAFETY: AMX is usable; every tile load and store stays within
-        // `buf` (sixteen rows of 64 bytes from offsets below 4 KiB).
-        unsafe {
-            TileConfig::FULL.load();
-            let p = buf.0.as_mut_ptr();
-            tile_load!(0, p, 64usize);
-            tile_load!(1, p.add(1024), 64usize);
-            tile_zero!(4);
-            tile_zero!(5);
-            tile_zero!(6);
-            tile_zero!(7);
-            for i in 0..iters {
-                match probe {
-                    Probe::Products4 => {
-                        tdpbssd!(4, 0, 1);
-                        tdpbssd!(5, 0, 1);
-                        tdpbssd!(6, 0, 1);
-                        tdpbssd!(7, 0, 1);
-                    }
-                    Probe::ProductChain => tdpbssd!(4, 0, 1),
-                    Probe::LoadProducts4 => {
-                        tile_load!(0, p, 64usize);
-                        tile_load!(1, p.add(1024), 64usize);
-                        tdpbssd!(4, 0, 1);
-                        tdpbssd!(5, 0, 1);
-                        tdpbssd!(6, 0, 1);
-                        tdpbssd!(7, 0, 1);
-                    }
-                    Probe::Products4Store => {
-                        tdpbssd!(4, 0, 1);
-                        tdpbssd!(5, 0, 1);
-                        tdpbssd!(6, 0, 1);
-                        tdpbssd!(7, 0, 1);
-                        tile_store!(4, p.add(4096), 64usize);
-                        tile_store!(5, p.add(5120), 64usize);
-                        tile_store!(6, p.add(6144), 64usize);
-                        tile_store!(7, p.add(7168), 64usize);
-                    }
-                    Probe::KernelStep => {
-                        // Alternate halves of the result area, as the kernels
-                        // alternate their sums buffers.
-                        let at = p.add(4096 + (i as usize % 2) * 2048);
-                        tile_load!(0, p, 64usize);
-                        tile_load!(1, p.add(1024), 64usize);
-                        tile_zero!(4);
-                        tile_zero!(5);
-                        tdpbssd!(4, 0, 1);
-                        tdpbssd!(5, 0, 1);
-                        tile_store!(4, at, 64usize);
-                        tile_store!(5, at.add(1024), 64usize);
-                        let back = p.add(4096 + ((i as usize + 1) % 2) * 2048);
-                        std::hint::black_box(std::ptr::read_volatile(back.cast::<u64>()));
-                    }
-                    Probe::AddChain => unreachable!("handled above"),
+    if probe == Probe::AddChain {
+        // SAFETY: plain integer arithmetic on a register.
+        unsafe { add_chain(iters) };
+        return true;
+    }
+    if !amx::usable() {
+        return false;
+    }
+    #[repr(C, align(64))]
+    struct Buf([u8; 8192]);
+    let mut buf = Box::new(Buf([1; 8192]));
+    // SAFETY: AMX is usable; every tile load and store stays within
+    // `buf` (sixteen rows of 64 bytes from offsets below 4 KiB).
+    unsafe {
+        TileConfig::FULL.load();
+        let p = buf.0.as_mut_ptr();
+        tile_load!(0, p, 64usize);
+        tile_load!(1, p.add(1024), 64usize);
+        tile_zero!(4);
+        tile_zero!(5);
+        tile_zero!(6);
+        tile_zero!(7);
+        for i in 0..iters {
+            match probe {
+                Probe::Products4 => {
+                    tdpbssd!(4, 0, 1);
+                    tdpbssd!(5, 0, 1);
+                    tdpbssd!(6, 0, 1);
+                    tdpbssd!(7, 0, 1);
                 }
+                Probe::ProductChain => tdpbssd!(4, 0, 1),
+                Probe::LoadProducts4 => {
+                    tile_load!(0, p, 64usize);
+                    tile_load!(1, p.add(1024), 64usize);
+                    tdpbssd!(4, 0, 1);
+                    tdpbssd!(5, 0, 1);
+                    tdpbssd!(6, 0, 1);
+                    tdpbssd!(7, 0, 1);
+                }
+                Probe::Products4Store => {
+                    tdpbssd!(4, 0, 1);
+                    tdpbssd!(5, 0, 1);
+                    tdpbssd!(6, 0, 1);
+                    tdpbssd!(7, 0, 1);
+                    tile_store!(4, p.add(4096), 64usize);
+                    tile_store!(5, p.add(5120), 64usize);
+                    tile_store!(6, p.add(6144), 64usize);
+                    tile_store!(7, p.add(7168), 64usize);
+                }
+                Probe::KernelStep => {
+                    // Alternate halves of the result area, as the kernels
+                    // alternate their sums buffers.
+                    let at = p.add(4096 + (i as usize % 2) * 2048);
+                    tile_load!(0, p, 64usize);
+                    tile_load!(1, p.add(1024), 64usize);
+                    tile_zero!(4);
+                    tile_zero!(5);
+                    tdpbssd!(4, 0, 1);
+                    tdpbssd!(5, 0, 1);
+                    tile_store!(4, at, 64usize);
+                    tile_store!(5, at.add(1024), 64usize);
+                    let back = p.add(4096 + ((i as usize + 1) % 2) * 2048);
+                    std::hint::black_box(std::ptr::read_volatile(back.cast::<u64>()));
+                }
+                Probe::AddChain => unreachable!("handled above"),
             }
-            tile_store!(4, p.add(4096), 64usize);
-            amx::release();
         }
-        std::hint::black_box(&buf);
-        true
+        tile_store!(4, p.add(4096), 64usize);
+        amx::release();
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = (probe, iters);
-        false
-    }
+    std::hint::black_box(&buf);
+    true
 }
 
 /// `iters` dependent multiplies, unrolled by eight.
 ///
 /// # Safety
 /// None beyond x86-64.
-#[cfg(target_arch = "x86_64")]
 unsafe fn add_chain(iters: u64) {
     let mut x: u64 = 3;
     let mut n = iters / 8;
@@ -176,7 +167,7 @@ mod tests {
     fn probes_run_exactly_where_they_can() {
         for probe in Probe::ALL {
             let ran = run(probe, 64);
-            let can = cfg!(target_arch = "x86_64") && (probe == Probe::AddChain || available());
+            let can = probe == Probe::AddChain || available();
             assert_eq!(ran, can, "{}", probe.name());
         }
     }

@@ -17,6 +17,7 @@ mod activations;
 mod amx;
 mod amx_order;
 mod amx_order_k;
+#[cfg(target_arch = "x86_64")]
 #[doc(hidden)]
 pub mod amx_probe;
 mod float_path;
