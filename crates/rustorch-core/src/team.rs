@@ -140,6 +140,19 @@ pub fn run_team<R: Send>(f: impl FnOnce() -> R + Send) -> R {
 /// thread owns (see `run_team`), or else rayon. `work` must not depend on
 /// which thread runs an index, or in what order.
 pub fn for_each(n: usize, work: impl Fn(usize) + Sync) {
+    for_each_claiming(n, None, work);
+}
+
+/// `for_each` where every index is claimed on its own: for loops of a few
+/// dozen long items (tens of microseconds each), where runs of several
+/// would leave a thread idle while another finishes its last run. Outside
+/// a team, rayon splits the loop down to single items too.
+pub fn for_each_single(n: usize, work: impl Fn(usize) + Sync) {
+    for_each_claiming(n, Some(1), work);
+}
+
+/// `for_each` with claims of `grain` indices (`None`: the default runs).
+fn for_each_claiming(n: usize, grain: Option<usize>, work: impl Fn(usize) + Sync) {
     if n == 0 {
         return;
     }
@@ -147,6 +160,8 @@ pub fn for_each(n: usize, work: impl Fn(usize) + Sync) {
     if team.is_null() || n == 1 {
         if n == 1 {
             work(0);
+        } else if grain == Some(1) {
+            (0..n).into_par_iter().with_max_len(1).for_each(&work);
         } else {
             (0..n).into_par_iter().for_each(&work);
         }
@@ -166,12 +181,12 @@ pub fn for_each(n: usize, work: impl Fn(usize) + Sync) {
         }
     }
     let _restore = Restore(team);
-    team.run(n, &work);
+    team.run(n, grain, &work);
 }
 
 impl Team {
     /// Owner side of one job.
-    fn run(&self, n: usize, work: &(dyn Fn(usize) + Sync)) {
+    fn run(&self, n: usize, grain: Option<usize>, work: &(dyn Fn(usize) + Sync)) {
         // SAFETY: only the lifetime changes (same fat-pointer layout); no
         // helper calls `job` after this function returns (it waits below
         // for every helper that can have seen this job).
@@ -179,7 +194,7 @@ impl Team {
         // SAFETY: every registered helper finished the previous job before
         // it returned (the wait below), and a helper that registers later
         // takes no job published before it registered: none reads these now.
-        let grain = grain(n, self.done.len() + 1);
+        let grain = grain.unwrap_or_else(|| default_grain(n, self.done.len() + 1));
         unsafe {
             *self.job.get() = Some(job);
             *self.len.get() = n;
@@ -268,7 +283,7 @@ fn claim(next: &AtomicUsize, n: usize, grain: usize, work: &(dyn Fn(usize) + Syn
 /// Q4_1 matvec: 216 us with one claim per thread, 240 us with two, 323 us
 /// with sixteen): each moves the counter's cache line between cores, and
 /// each jump to another part of the weights restarts the prefetchers.
-fn grain(n: usize, threads: usize) -> usize {
+fn default_grain(n: usize, threads: usize) -> usize {
     n.div_ceil(threads * 2).max(1)
 }
 
@@ -281,17 +296,18 @@ mod tests {
     fn every_index_runs_once_inside_and_outside_a_team() {
         for n in [0usize, 1, 2, 7, 64, 1000] {
             let hits: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(0)).collect();
-            for_each(n, |i| {
+            let hit = |i: usize| {
                 hits[i].fetch_add(1, Ordering::Relaxed);
-            });
+            };
+            for_each(n, hit);
+            for_each_single(n, hit);
             run_team(|| {
                 for _ in 0..50 {
-                    for_each(n, |i| {
-                        hits[i].fetch_add(1, Ordering::Relaxed);
-                    });
+                    for_each(n, hit);
+                    for_each_single(n, hit);
                 }
             });
-            assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 51), "n = {n}");
+            assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 102), "n = {n}");
         }
     }
 

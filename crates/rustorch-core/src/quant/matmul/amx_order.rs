@@ -559,69 +559,86 @@ pub(super) fn product(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut 
         });
         return;
     }
-    (0..groups.div_ceil(GROUPS_PER_TASK))
-        .into_par_iter()
-        .for_each_init(Vec::<Panel>::new, |panels, t| {
-            let g0 = t * GROUPS_PER_TASK;
-            let g1 = (g0 + GROUPS_PER_TASK).min(groups);
-            panels.resize_with(g1 - g0, Panel::default);
-            for (p, g) in panels.iter_mut().zip(g0..g1) {
-                if w.amx_packed {
-                    kernel.fill_packed(p, w, g);
-                } else {
-                    kernel.fill(p, w, g * GROUP);
-                }
+    let task = |panels: &mut Vec<Panel>, t: usize| {
+        #[cfg(test)]
+        let _timing = tests::TaskTiming::start();
+        let g0 = t * GROUPS_PER_TASK;
+        let g1 = (g0 + GROUPS_PER_TASK).min(groups);
+        panels.resize_with(g1 - g0, Panel::default);
+        for (p, g) in panels.iter_mut().zip(g0..g1) {
+            if w.amx_packed {
+                kernel.fill_packed(p, w, g);
+            } else {
+                kernel.fill(p, w, g * GROUP);
             }
-            kernel.begin();
-            let mut i = 0;
-            let mut tile = [[0f32; GROUP]; GROUP];
-            while i < m {
-                #[cfg(target_arch = "x86_64")]
-                if matches!(kernel, Kernel::Amx) && m - i >= 2 * GROUP {
-                    // Two groups of sixteen rows against the panels in pairs
-                    // (`simd::amx2x2`), an odd panel left at the end.
-                    let mut quad = Quad::default();
-                    let mut k = 0;
-                    while k + 2 <= panels.len() {
-                        // SAFETY: AMX is usable and this thread's tile
-                        // configuration is `simd::CONFIG` (`begin`); rows
-                        // i..i + 32 exist and are tile rows (`tile_rows`).
-                        unsafe { simd::amx2x2(&panels[k], &panels[k + 1], &acts, i, q4_1, &mut quad) };
-                        for (t, sums) in quad.0.iter().enumerate() {
-                            let (mi, ni) = (t / 2, t % 2);
-                            for (r, row) in sums.iter().enumerate() {
-                                // SAFETY: this task alone writes the outputs of
-                                // groups g0..g1 (16 columns each), for every row.
-                                unsafe { out_ptr.write16((i + GROUP * mi + r) * n + (g0 + k + ni) * GROUP, row) };
-                            }
-                        }
-                        k += 2;
-                    }
-                    if k < panels.len() {
-                        for i16 in [i, i + GROUP] {
-                            kernel.run(&panels[k], &acts, i16, GROUP, q4_1, &mut tile);
-                            for (r, sums) in tile.iter().enumerate() {
-                                // SAFETY: as above.
-                                unsafe { out_ptr.write16((i16 + r) * n + (g0 + k) * GROUP, sums) };
-                            }
+        }
+        kernel.begin();
+        let mut i = 0;
+        let mut tile = [[0f32; GROUP]; GROUP];
+        while i < m {
+            #[cfg(target_arch = "x86_64")]
+            if matches!(kernel, Kernel::Amx) && m - i >= 2 * GROUP {
+                // Two groups of sixteen rows against the panels in pairs
+                // (`simd::amx2x2`), an odd panel left at the end.
+                let mut quad = Quad::default();
+                let mut k = 0;
+                while k + 2 <= panels.len() {
+                    // SAFETY: AMX is usable and this thread's tile
+                    // configuration is `simd::CONFIG` (`begin`); rows
+                    // i..i + 32 exist and are tile rows (`tile_rows`).
+                    unsafe { simd::amx2x2(&panels[k], &panels[k + 1], &acts, i, q4_1, &mut quad) };
+                    for (t, sums) in quad.0.iter().enumerate() {
+                        let (mi, ni) = (t / 2, t % 2);
+                        for (r, row) in sums.iter().enumerate() {
+                            // SAFETY: this task alone writes the outputs of
+                            // groups g0..g1 (16 columns each), for every row.
+                            unsafe { out_ptr.write16((i + GROUP * mi + r) * n + (g0 + k + ni) * GROUP, row) };
                         }
                     }
-                    i += 2 * GROUP;
-                    continue;
+                    k += 2;
                 }
-                let rows = kernel.rows_at(m - i);
-                for (p, g) in panels.iter().zip(g0..g1) {
-                    kernel.run(p, &acts, i, rows, q4_1, &mut tile);
-                    for (r, sums) in tile[..rows].iter().enumerate() {
-                        // SAFETY: this task alone writes the outputs of
-                        // groups g0..g1 (16 columns each), for every row.
-                        unsafe { out_ptr.write16((i + r) * n + g * GROUP, sums) };
+                if k < panels.len() {
+                    for i16 in [i, i + GROUP] {
+                        kernel.run(&panels[k], &acts, i16, GROUP, q4_1, &mut tile);
+                        for (r, sums) in tile.iter().enumerate() {
+                            // SAFETY: as above.
+                            unsafe { out_ptr.write16((i16 + r) * n + (g0 + k) * GROUP, sums) };
+                        }
                     }
                 }
-                i += rows;
+                i += 2 * GROUP;
+                continue;
             }
-            kernel.end();
-        });
+            let rows = kernel.rows_at(m - i);
+            for (p, g) in panels.iter().zip(g0..g1) {
+                kernel.run(p, &acts, i, rows, q4_1, &mut tile);
+                for (r, sums) in tile[..rows].iter().enumerate() {
+                    // SAFETY: this task alone writes the outputs of
+                    // groups g0..g1 (16 columns each), for every row.
+                    unsafe { out_ptr.write16((i + r) * n + g * GROUP, sums) };
+                }
+            }
+            i += rows;
+        }
+        kernel.end();
+    };
+    // Tasks claimed one at a time: they take tens of microseconds each, and
+    // threads do not run them equally fast (on the AMX host, the thread
+    // that owns the pass's team ran its tasks 75% slower than the other:
+    // with halves fixed in advance, the other then idled for a third of
+    // the product).
+    crate::team::for_each_single(groups.div_ceil(GROUPS_PER_TASK), |t| {
+        PANELS.with(|cell| {
+            let mut panels = cell.take();
+            task(&mut panels, t);
+            cell.set(panels);
+        })
+    });
+}
+
+thread_local! {
+    /// A thread's panels, kept between tasks and products (`product`).
+    static PANELS: std::cell::Cell<Vec<Panel>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 /// Several products of packed weights with a few activation rows each (a
@@ -1388,6 +1405,97 @@ mod tests {
     use super::*;
     use crate::quant::matmul::vec_dot_type;
     use crate::quant::QTensor;
+    use std::sync::Mutex;
+    use std::time::Instant;
+
+    /// Per-task timings of the tile path's loop, recorded while `Some`
+    /// (`amx_task_timing`): (rayon thread, start, end).
+    static TASKS: Mutex<Option<Vec<(usize, Instant, Instant)>>> = Mutex::new(None);
+
+    /// Records one task's span when dropped, if recording is on.
+    pub(super) struct TaskTiming(Instant);
+
+    impl TaskTiming {
+        pub(super) fn start() -> TaskTiming {
+            TaskTiming(Instant::now())
+        }
+    }
+
+    impl Drop for TaskTiming {
+        fn drop(&mut self) {
+            if let Some(v) = TASKS.lock().unwrap().as_mut() {
+                v.push((
+                    rayon::current_thread_index().unwrap_or(usize::MAX),
+                    self.0,
+                    Instant::now(),
+                ));
+            }
+        }
+    }
+
+    /// Where a tile-path product's time goes on each thread (a probe for
+    /// the AMX host: `rustorch_core_tests amx_task_timing --ignored
+    /// --nocapture`, with RAYON_NUM_THREADS=1 and 2).
+    #[test]
+    #[ignore = "a timing probe, run by hand on an AMX host"]
+    fn amx_task_timing() {
+        // The tile kernel where the CPU has AMX, else the VNNI one.
+        let isa = Isa::detected();
+        let (rows, cols, m) = (1536, 576, 128);
+        let wq = QTensor::quantize(QType::Q4_1, [rows, cols], &values(rows * cols, 3)).unwrap();
+        let packed = pack(QType::Q4_1, rows, cols, wq.bytes().to_vec()).unwrap();
+        let wp = QMatRef::amx_packed(QType::Q4_1, rows, cols, &packed).unwrap();
+        let x = values(m * cols, 5);
+        let act = QuantizedRows::quantize(QType::Q8_1, &x, cols).unwrap();
+        let mut out = vec![0f32; m * rows];
+        crate::team::run_team(|| {
+            for _ in 0..50 {
+                product(isa, &wp, &act, &mut out);
+            }
+            let t = Instant::now();
+            for _ in 0..200 {
+                product(isa, &wp, &act, &mut out);
+            }
+            eprintln!(
+                "{isa:?}, threads {}: {:.1} us per product",
+                rayon::current_num_threads(),
+                t.elapsed().as_secs_f64() * 1e6 / 200.0
+            );
+            for _ in 0..3 {
+                *TASKS.lock().unwrap() = Some(Vec::new());
+                let t0 = Instant::now();
+                let acts = Acts::new(&act, cols / QK, Kernel::at_most(isa).tile_rows(m));
+                let t_acts = t0.elapsed();
+                drop(acts);
+                let t1 = Instant::now();
+                product(isa, &wp, &act, &mut out);
+                let t2 = Instant::now();
+                let tasks = TASKS.lock().unwrap().take().unwrap();
+                let us = |a: Instant, b: Instant| b.saturating_duration_since(a).as_secs_f64() * 1e6;
+                let mut line = format!(
+                    "product {:.1} us (acts alone {:.1} us):",
+                    us(t1, t2),
+                    t_acts.as_secs_f64() * 1e6
+                );
+                let mut threads: Vec<usize> = tasks.iter().map(|t| t.0).collect();
+                threads.sort_unstable();
+                threads.dedup();
+                for th in threads {
+                    let mine: Vec<_> = tasks.iter().filter(|t| t.0 == th).collect();
+                    let busy: f64 = mine.iter().map(|t| us(t.1, t.2)).sum();
+                    let first = mine.iter().map(|t| t.1).min().unwrap();
+                    let last = mine.iter().map(|t| t.2).max().unwrap();
+                    line += &format!(
+                        " | thread {th}: {} tasks, busy {busy:.1}, from {:.1} to {:.1}",
+                        mine.len(),
+                        us(t1, first),
+                        us(t1, last)
+                    );
+                }
+                eprintln!("{line}");
+            }
+        });
+    }
 
     fn values(n: usize, seed: u64) -> Vec<f32> {
         let mut s = seed | 1;
