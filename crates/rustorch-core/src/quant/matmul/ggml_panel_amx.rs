@@ -45,6 +45,7 @@ use super::ggml_superblock::Order;
 use super::{Isa, OutPtr, QMatRef, ThreadBuffer};
 use crate::quant::blocks::{BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
 use crate::quant::QType;
+use rayon::prelude::*;
 
 /// Activation rows per step: two tiles of sixteen.
 const ROWS: usize = 32;
@@ -164,9 +165,7 @@ fn run<W: PanelType>(
     let lines = copy_activations(acts, nb);
     let orders: Vec<Order> = (0..m).map(order).collect();
     let out_ptr = OutPtr(out.as_mut_ptr());
-    // Tasks claimed one at a time, as `amx_order::product`'s (threads run
-    // them at unequal speeds).
-    crate::team::for_each_single(panels.div_ceil(per_task), |task| {
+    (0..panels.div_ceil(per_task)).into_par_iter().for_each(|task| {
         let first = task * per_task;
         let count = per_task.min(panels - first);
         // The blocks of the last task on this thread, reused (`build`
