@@ -159,10 +159,17 @@ pub fn perplexity_batched(
             input[0] = b;
         }
         cache.clear();
-        let mut logits = Vec::with_capacity(n_ctx * n_vocab);
+        // One call's logits are taken as they are; later calls' append.
+        let mut logits: Vec<f32> = Vec::new();
         for (positions, run) in batching.calls(n_ctx, n_chunks, i) {
-            let part = model.forward_in_runs(&mut cache, &input[positions], Logits::All, run)?;
-            logits.extend(part.to_vec::<f32>()?);
+            let part = model
+                .forward_in_runs(&mut cache, &input[positions], Logits::All, run)?
+                .to_vec::<f32>()?;
+            if logits.is_empty() {
+                logits = part;
+            } else {
+                logits.extend(part);
+            }
         }
         for pos in first..n_ctx - 1 {
             let row = &logits[pos * n_vocab..(pos + 1) * n_vocab];

@@ -49,13 +49,14 @@
 //! order (Q4 nibbles still packed; Q8_0 values plus 128, whose correction
 //! comes from the activations' block sums), every type keeping its size.
 //! A panel is then an unbiasing copy or a nibble split, and token
-//! generation streams the packed groups directly (`simd::packed_rows`). Matrices in GGUF's layout (the `qmatmul` API)
-//! are read as they are (`simd::direct16`, `Panel::fill`).
+//! generation streams the packed groups directly (`simd::packed_rows`).
+//! Matrices in GGUF's layout (the `qmatmul` API) are read as they are
+//! (`simd::direct16`, `Panel::fill`).
 
 // Row, lane and block indices address several arrays.
 #![allow(clippy::needless_range_loop)]
 
-use super::{Isa, OutPtr, QMatRef, QuantizedRows};
+use super::{Isa, OutPtr, QMatRef, QuantizedRows, ThreadBuffer};
 use crate::quant::QType;
 use half::f16;
 use rayon::prelude::*;
@@ -559,12 +560,18 @@ pub(super) fn product(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut 
         });
         return;
     }
-    let task = |panels: &mut Vec<Panel>, t: usize| {
+    // Tasks claimed one at a time: they take tens of microseconds each, and
+    // threads do not run them equally fast (on the AMX host, the thread
+    // that owns the pass's team ran its tasks 75% slower than the other:
+    // with halves fixed in advance, the other then idled for a third of
+    // the product).
+    crate::team::for_each_single(groups.div_ceil(GROUPS_PER_TASK), |t| {
         #[cfg(test)]
         let _timing = tests::TaskTiming::start();
         let g0 = t * GROUPS_PER_TASK;
         let g1 = (g0 + GROUPS_PER_TASK).min(groups);
-        panels.resize_with(g1 - g0, Panel::default);
+        let mut buffer = ThreadBuffer::take(&PANELS);
+        let panels = buffer.slice(g1 - g0, Panel::default);
         for (p, g) in panels.iter_mut().zip(g0..g1) {
             if w.amx_packed {
                 kernel.fill_packed(p, w, g);
@@ -621,23 +628,12 @@ pub(super) fn product(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut 
             i += rows;
         }
         kernel.end();
-    };
-    // Tasks claimed one at a time: they take tens of microseconds each, and
-    // threads do not run them equally fast (on the AMX host, the thread
-    // that owns the pass's team ran its tasks 75% slower than the other:
-    // with halves fixed in advance, the other then idled for a third of
-    // the product).
-    crate::team::for_each_single(groups.div_ceil(GROUPS_PER_TASK), |t| {
-        PANELS.with(|cell| {
-            let mut panels = cell.take();
-            task(&mut panels, t);
-            cell.set(panels);
-        })
     });
 }
 
 thread_local! {
-    /// A thread's panels, kept between tasks and products (`product`).
+    /// A thread's panels, kept between tasks and products (`product`, via
+    /// `ThreadBuffer`).
     static PANELS: std::cell::Cell<Vec<Panel>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
