@@ -23,7 +23,7 @@ use crate::error::CliError;
 use crate::loader;
 use rustorch_core::gguf::Gguf;
 use rustorch_core::quant::mix::FileType;
-use rustorch_llm::model::{KvCache, Logits};
+use rustorch_llm::model::{run_spinning, KvCache, Logits};
 use rustorch_llm::Model;
 use std::time::{Duration, Instant};
 
@@ -262,18 +262,20 @@ fn prompt(model: &Model, cache: &mut KvCache, n: usize, rng: &mut Lcg) -> Result
     let tok = model.tokenizer();
     let n_vocab = model.config().n_vocab;
     let mut done = 0;
-    while done < n {
-        let len = (n - done).min(UBATCH);
-        let batch: Vec<u32> = (0..len)
-            .map(|i| match (done + i, tok.add_bos(), tok.bos()) {
-                (0, true, Some(bos)) => bos,
-                _ => rng.below(n_vocab),
-            })
-            .collect();
-        model.forward(cache, &batch, Logits::Last)?;
-        done += len;
-    }
-    Ok(())
+    run_spinning(|| {
+        while done < n {
+            let len = (n - done).min(UBATCH);
+            let batch: Vec<u32> = (0..len)
+                .map(|i| match (done + i, tok.add_bos(), tok.bos()) {
+                    (0, true, Some(bos)) => bos,
+                    _ => rng.below(n_vocab),
+                })
+                .collect();
+            model.forward(cache, &batch, Logits::Last)?;
+            done += len;
+        }
+        Ok(())
+    })
 }
 
 /// The untimed prompt of `-d`: `depth` positions, nothing when 0.
@@ -291,11 +293,15 @@ fn generate(model: &Model, cache: &mut KvCache, n: usize, rng: &mut Lcg) -> Resu
         (true, Some(bos)) => bos,
         _ => rng.below(n_vocab),
     };
-    for _ in 0..n {
-        model.forward(cache, &[next], Logits::Last)?;
-        next = rng.below(n_vocab);
-    }
-    Ok(())
+    // One team for all the steps, as for a reply (`run_spinning`): woken
+    // per step, the workers' wake-ups were part of the time.
+    run_spinning(|| {
+        for _ in 0..n {
+            model.forward(cache, &[next], Logits::Last)?;
+            next = rng.below(n_vocab);
+        }
+        Ok(())
+    })
 }
 
 fn size_cell(size: u64) -> String {

@@ -184,7 +184,9 @@ impl Session<'_> {
         self.cached.truncate(keep);
 
         interrupt::begin_reply();
-        let result = self.stream_reply(&tokens, keep);
+        // One team for the whole reply: its workers spin between the decode
+        // steps instead of being woken for each (`run_spinning`).
+        let result = rustorch_llm::model::run_spinning(|| self.stream_reply(&tokens, keep));
         interrupt::end_reply();
         result
     }

@@ -44,34 +44,40 @@ pub fn run(args: &GenerateArgs) -> Result<(), CliError> {
     }
     exec.clear_profile();
 
-    let t_prompt = Instant::now();
-    let mut logits = model.forward_last(&mut cache, &tokens)?;
-    let prompt_time = t_prompt.elapsed();
+    // The whole prompt and reply in one team: its workers spin between
+    // the decode steps too, instead of being woken for each (see
+    // `rustorch_llm::model::run_spinning`).
+    let (prompt_time, generated, gen_time) = rustorch_llm::model::run_spinning(|| {
+        let t_prompt = Instant::now();
+        let mut logits = model.forward_last(&mut cache, &tokens)?;
+        let prompt_time = t_prompt.elapsed();
 
-    let mut stream = TokenStream::new(&args.sampling.stop)?;
-    let mut history = tokens.clone();
-    let mut out = std::io::stdout().lock();
-    let t_gen = Instant::now();
-    let mut generated = 0usize;
-    let budget = args.n_predict.min(n_ctx - tokens.len());
-    while generated < budget {
-        let next = sampler.sample(&logits, &history)?;
-        generated += 1;
-        if tok.is_eog(next) {
-            break;
+        let mut stream = TokenStream::new(&args.sampling.stop)?;
+        let mut history = tokens.clone();
+        let mut out = std::io::stdout().lock();
+        let t_gen = Instant::now();
+        let mut generated = 0usize;
+        let budget = args.n_predict.min(n_ctx - tokens.len());
+        while generated < budget {
+            let next = sampler.sample(&logits, &history)?;
+            generated += 1;
+            if tok.is_eog(next) {
+                break;
+            }
+            history.push(next);
+            let piece = stream.push(tok, next);
+            write!(out, "{}", piece.text)
+                .and_then(|_| out.flush())
+                .map_err(|e| CliError::msg(e.to_string()))?;
+            if piece.stopped || generated == budget {
+                break;
+            }
+            logits = model.forward_last(&mut cache, &[next])?;
         }
-        history.push(next);
-        let piece = stream.push(tok, next);
-        write!(out, "{}", piece.text)
-            .and_then(|_| out.flush())
-            .map_err(|e| CliError::msg(e.to_string()))?;
-        if piece.stopped || generated == budget {
-            break;
-        }
-        logits = model.forward_last(&mut cache, &[next])?;
-    }
-    writeln!(out, "{}", stream.finish()).map_err(|e| CliError::msg(e.to_string()))?;
-    let gen_time = t_gen.elapsed();
+        writeln!(out, "{}", stream.finish()).map_err(|e| CliError::msg(e.to_string()))?;
+        let gen_time = t_gen.elapsed();
+        Ok::<_, CliError>((prompt_time, generated, gen_time))
+    })?;
 
     let per_s = |n: usize, d: std::time::Duration| n as f64 / d.as_secs_f64().max(1e-9);
     eprintln!(

@@ -155,16 +155,19 @@ impl Model {
     /// lowest id, as llama.cpp's greedy sampler does). Does not stop at
     /// end-of-generation tokens.
     pub fn generate_greedy(&self, cache: &mut KvCache, prompt: &[u32], n: usize) -> Result<Vec<u32>> {
-        let mut out = Vec::with_capacity(n);
-        let mut logits = self.forward_last(cache, prompt)?;
-        for step in 0..n {
-            let next = argmax(&logits);
-            out.push(next);
-            if step + 1 < n {
-                logits = self.forward_last(cache, &[next])?;
+        // One team for every step (`run_spinning`).
+        run_spinning(|| {
+            let mut out = Vec::with_capacity(n);
+            let mut logits = self.forward_last(cache, prompt)?;
+            for step in 0..n {
+                let next = argmax(&logits);
+                out.push(next);
+                if step + 1 < n {
+                    logits = self.forward_last(cache, &[next])?;
+                }
             }
-        }
-        Ok(out)
+            Ok(out)
+        })
     }
 }
 
