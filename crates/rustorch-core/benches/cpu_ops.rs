@@ -162,13 +162,20 @@ fn decode_attention(c: &mut Criterion) {
 }
 
 /// Attention of a prompt's micro-batch over an f16 cache (prompt
-/// processing): TinyLlama's heads, `t` new positions after `past` cached
-/// ones, under the causal mask, as `Model::forward` runs it.
+/// processing): TinyLlama's heads (32 query, 4 key/value) and SmolLM2's
+/// (9, 3), `t` new positions after `past` cached ones, under the causal
+/// mask, as `Model::forward` runs it. The flash cases run inside a
+/// spinning team, as the forward pass does.
 fn prompt_attention(c: &mut Criterion) {
-    let (hq, hkv, d) = (32usize, 4usize, 64usize);
+    let d = 64usize;
     let mut g = c.benchmark_group("cached_attention");
     g.sample_size(10);
-    for (t, past) in [(256usize, 0usize), (256, 256), (512, 0)] {
+    for (hq, hkv, t, past) in [
+        (32usize, 4usize, 256usize, 0usize),
+        (32, 4, 256, 256),
+        (32, 4, 512, 0),
+        (9, 3, 256, 256),
+    ] {
         let l = t + past;
         let q = Tensor::randn([hq, t, d], DType::F32, 10).unwrap();
         let k = Tensor::randn([hkv, l, d], DType::F32, 11)
@@ -186,7 +193,7 @@ fn prompt_attention(c: &mut Criterion) {
         // Multiply-adds of the live (unmasked) products, both of them.
         let live: usize = (0..t).map(|i| past + i + 1).sum();
         g.throughput(Throughput::Elements((2 * hq * live * d) as u64));
-        g.bench_function(format!("prompt_32x4x64_T{t}_past{past}"), |bch| {
+        g.bench_function(format!("prompt_{hq}x{hkv}x{d}_T{t}_past{past}"), |bch| {
             rayon::scope(|_| bch.iter(|| black_box(Tensor::cached_attention(&q, &k, &vt, &mask, 0.125).unwrap())))
         });
         // Flash attention (llama.cpp's default): values as rows, GGML's
@@ -197,8 +204,10 @@ fn prompt_attention(c: &mut Criterion) {
             kv_len: l.next_multiple_of(256),
             threads: rayon::current_num_threads(),
         };
-        g.bench_function(format!("flash_prompt_32x4x64_T{t}_past{past}"), |bch| {
-            rayon::scope(|_| bch.iter(|| black_box(Tensor::flash_attention(&q, &k, &v, &mask, 0.125, paths).unwrap())))
+        g.bench_function(format!("flash_prompt_{hq}x{hkv}x{d}_T{t}_past{past}"), |bch| {
+            rustorch_core::team::run_team(|| {
+                bch.iter(|| black_box(Tensor::flash_attention(&q, &k, &v, &mask, 0.125, paths).unwrap()))
+            })
         });
     }
     g.finish();

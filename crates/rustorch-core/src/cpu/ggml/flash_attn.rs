@@ -146,33 +146,38 @@ impl Attn<'_> {
         &self.mask[i * self.l..(i + 1) * self.l]
     }
 
-    /// The tiled path for query rows `0..rows` of every head.
+    /// The tiled path for query rows `0..rows` of every head: one flat
+    /// list of tasks (a head's block of `BLOCK_ROWS` rows each) claimed one
+    /// at a time, the blocks that see the most keys first. Under the causal
+    /// mask a prompt's last block costs many times its first; claimed
+    /// largest first, the small ones even out the threads at the end.
     fn tiled(&self, rows: usize, out: &mut [f32]) {
         let (t, dv, group) = (self.t, self.dv, self.group());
         let visible = visible_keys(self.mask, rows, self.l);
-        for (hk, out_k) in out.chunks_mut(group * t * dv).enumerate() {
-            let wide = WideKv::new(self, hk);
-            out_k.par_chunks_mut(t * dv).enumerate().for_each(|(g, out_h)| {
-                let h = hk * group + g;
-                out_h[..rows * dv]
-                    .par_chunks_mut(BLOCK_ROWS * dv)
-                    .enumerate()
-                    .for_each_init(TileScratch::default, |s, (c, o)| {
-                        let i0 = c * BLOCK_ROWS;
-                        let n = (rows - i0).min(BLOCK_ROWS);
-                        self.tiled_block(&wide, &visible[i0..i0 + n], h, i0, o, s);
-                    })
-            });
-        }
+        let wide = WideKv::new(self);
+        let blocks = rows.div_ceil(BLOCK_ROWS);
+        let out = RowsOut(out.as_mut_ptr());
+        crate::team::for_each_single(self.hq * blocks, |task| {
+            let (h, b) = (task / blocks, blocks - 1 - task % blocks);
+            let i0 = b * BLOCK_ROWS;
+            let n = (rows - i0).min(BLOCK_ROWS);
+            // SAFETY: this task alone writes rows i0..i0 + n of head h, which
+            // lie within `out` (`Hq x T x Dv`).
+            let o = unsafe { out.row((h * t + i0) * dv, n * dv) };
+            let mut s = TileScratch::default();
+            self.tiled_block(&wide, h / group, &visible[i0..i0 + n], h, i0, o, &mut s);
+        });
     }
 
     /// Rows `i0..i0 + n` (`n = visible.len()`, at most `BLOCK_ROWS`) of
     /// head `h` through the tiled path into `out` (`n x Dv`): for each key
     /// tile, each group of four rows that sees any of it. Every row's steps
     /// are those of its group alone, in tile order.
+    #[allow(clippy::too_many_arguments)]
     fn tiled_block(
         &self,
         wide: &WideKv,
+        hk: usize,
         visible: &[Option<Range<usize>>],
         h: usize,
         i0: usize,
@@ -207,6 +212,8 @@ impl Attn<'_> {
             out.fill(0.0);
             return;
         };
+        // `qk_tile` writes every score of a group: no clearing per tile.
+        let mut scores = [[0f32; TILE]; GROUP_ROWS];
         for c in all.step_by(TILE) {
             let live = TILE.min(self.l - c);
             for (g, span) in tiles.iter().enumerate() {
@@ -219,8 +226,7 @@ impl Attn<'_> {
                 // results are dropped.
                 let q: [&[f32]; GROUP_ROWS] = std::array::from_fn(|r| self.q_row(h, i0 + r0 + r.min(ng - 1)));
                 let acc = &mut s.acc[r0 * dv..(r0 + GROUP_ROWS) * dv];
-                let mut scores = [[0f32; TILE]; GROUP_ROWS];
-                qk_tile(q, &wide.kt, wide.lp, c, d, &mut scores);
+                qk_tile(q, wide.kt(hk), wide.lp, c, d, &mut scores);
                 let mut any = false;
                 for r in 0..ng {
                     let row = &mut scores[r];
@@ -249,7 +255,7 @@ impl Attn<'_> {
                 for row in scores.iter_mut().skip(ng) {
                     row.fill(0.0);
                 }
-                pv_tile(&scores, &wide.v, c, live, dv, acc);
+                pv_tile(&scores, wide.v(hk), c, live, dv, acc);
             }
         }
         for r in 0..n {
@@ -467,36 +473,63 @@ fn mad_f16(acc: &mut [f32], v: &[f16], s: f32) {
     }
 }
 
-/// One key/value head widened to f32 for the tiled path: keys transposed
-/// (`kt[dk][j]`, so that a tile's 64 keys are four vectors) and values as
-/// rows (`v[j][dv]`), each padded with zeros to whole tiles.
+/// The key/value heads widened to f32 for the tiled path: keys transposed
+/// (`kt[dk][j]` per head, so that a tile's 64 keys are four vectors) and
+/// values as rows (`v[j][dv]` per head), each padded with zeros to whole
+/// tiles.
 struct WideKv {
     kt: Vec<f32>,
     v: Vec<f32>,
     /// Positions, padded to whole tiles.
     lp: usize,
+    d: usize,
+    dv: usize,
 }
 
 impl WideKv {
-    fn new(a: &Attn<'_>, hk: usize) -> WideKv {
+    /// Every head's, in tasks of one head's tile of keys and values.
+    fn new(a: &Attn<'_>) -> WideKv {
         let (l, d, dv) = (a.l, a.d, a.dv);
         let lp = l.div_ceil(TILE) * TILE;
-        let mut kt = vec![0f32; d * lp];
-        kt.par_chunks_mut(lp).enumerate().for_each(|(dk, row)| {
-            for (j, x) in row[..l].iter_mut().enumerate() {
-                *x = a.k.row(hk, j)[dk].to_f32();
+        let tiles = lp / TILE;
+        let mut kt = vec![0f32; a.hkv * d * lp];
+        let mut v = vec![0f32; a.hkv * lp * dv];
+        let (kt_out, v_out) = (RowsOut(kt.as_mut_ptr()), RowsOut(v.as_mut_ptr()));
+        crate::team::for_each(a.hkv * tiles, |task| {
+            let (hk, c) = (task / tiles, task % tiles);
+            let keys = c * TILE..(c * TILE + TILE).min(l);
+            // The tile's keys widened a row at a time (F16C), then
+            // transposed.
+            let mut rows = vec![0f32; keys.len() * d];
+            for (row, j) in rows.chunks_exact_mut(d).zip(keys.clone()) {
+                half::slice::HalfFloatSliceExt::convert_to_f32_slice(a.k.row(hk, j), row);
             }
-        });
-        let mut v = vec![0f32; lp * dv];
-        v.par_chunks_mut(TILE * dv).enumerate().for_each(|(c, rows)| {
-            for (r, row) in rows.chunks_mut(dv).enumerate() {
-                let j = c * TILE + r;
-                if j < l {
-                    half::slice::HalfFloatSliceExt::convert_to_f32_slice(a.v.row(hk, j), row);
+            for dk in 0..d {
+                // SAFETY: this task alone writes keys `keys` of head hk's
+                // feature dk, within `kt` (`Hkv x D x lp`).
+                let out = unsafe { kt_out.row((hk * d + dk) * lp + keys.start, keys.len()) };
+                for (x, row) in out.iter_mut().zip(rows.chunks_exact(d)) {
+                    *x = row[dk];
                 }
             }
+            for j in keys {
+                // SAFETY: this task alone writes head hk's value row j,
+                // within `v` (`Hkv x lp x Dv`).
+                let row = unsafe { v_out.row((hk * lp + j) * dv, dv) };
+                half::slice::HalfFloatSliceExt::convert_to_f32_slice(a.v.row(hk, j), row);
+            }
         });
-        WideKv { kt, v, lp }
+        WideKv { kt, v, lp, d, dv }
+    }
+
+    /// Head hk's transposed keys (`D x lp`).
+    fn kt(&self, hk: usize) -> &[f32] {
+        &self.kt[hk * self.d * self.lp..(hk + 1) * self.d * self.lp]
+    }
+
+    /// Head hk's value rows (`lp x Dv`).
+    fn v(&self, hk: usize) -> &[f32] {
+        &self.v[hk * self.lp * self.dv..(hk + 1) * self.lp * self.dv]
     }
 }
 
