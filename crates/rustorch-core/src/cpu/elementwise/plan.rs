@@ -45,8 +45,9 @@ impl<const N: usize> Plan<N> {
         let mut full: [Vec<usize>; N] = std::array::from_fn(|_| Vec::new());
         let mut offsets = [0usize; N];
         for k in 0..N {
+            // The op's name only on failure: formatting it allocates.
             let l = layouts[k]
-                .broadcast_as(&op.name(), out)
+                .broadcast_as("broadcast", out)
                 .map_err(|e| BackendError::invalid(op.name(), e.to_string()))?;
             full[k] = l.strides().to_vec();
             offsets[k] = l.offset();
