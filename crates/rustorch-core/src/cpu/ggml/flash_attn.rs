@@ -380,11 +380,11 @@ impl Attn<'_> {
     }
 }
 
-/// The output of the one-row path, written by tasks that each own some of
-/// its rows.
+/// A buffer written by parallel tasks that each own some of its rows: the
+/// output (both paths) and the widened keys and values (`WideKv::new`).
 struct RowsOut(*mut f32);
 
-// SAFETY: tasks write disjoint rows (see `one_rows`).
+// SAFETY: tasks write disjoint rows (see `one_rows`, `tiled`, `WideKv::new`).
 unsafe impl Sync for RowsOut {}
 
 impl RowsOut {
