@@ -152,7 +152,7 @@ impl Attn<'_> {
     /// mask a prompt's last block costs many times its first; claimed
     /// largest first, the small ones even out the threads at the end.
     fn tiled(&self, rows: usize, out: &mut [f32]) {
-        let (t, dv, group) = (self.t, self.dv, self.group());
+        let (t, dv) = (self.t, self.dv);
         let visible = visible_keys(self.mask, rows, self.l);
         let wide = WideKv::new(self);
         let blocks = rows.div_ceil(BLOCK_ROWS);
@@ -164,8 +164,7 @@ impl Attn<'_> {
             // SAFETY: this task alone writes rows i0..i0 + n of head h, which
             // lie within `out` (`Hq x T x Dv`).
             let o = unsafe { out.row((h * t + i0) * dv, n * dv) };
-            let mut s = TileScratch::default();
-            self.tiled_block(&wide, h / group, &visible[i0..i0 + n], h, i0, o, &mut s);
+            self.tiled_block(&wide, &visible[i0..i0 + n], h, i0, o);
         });
     }
 
@@ -173,21 +172,10 @@ impl Attn<'_> {
     /// head `h` through the tiled path into `out` (`n x Dv`): for each key
     /// tile, each group of four rows that sees any of it. Every row's steps
     /// are those of its group alone, in tile order.
-    #[allow(clippy::too_many_arguments)]
-    fn tiled_block(
-        &self,
-        wide: &WideKv,
-        hk: usize,
-        visible: &[Option<Range<usize>>],
-        h: usize,
-        i0: usize,
-        out: &mut [f32],
-        s: &mut TileScratch,
-    ) {
-        let (d, dv, n) = (self.d, self.dv, visible.len());
-        let groups = n.div_ceil(GROUP_ROWS);
-        s.acc.clear();
-        s.acc.resize(groups * GROUP_ROWS * dv, 0.0);
+    fn tiled_block(&self, wide: &WideKv, visible: &[Option<Range<usize>>], h: usize, i0: usize, out: &mut [f32]) {
+        let (d, dv, n, hk) = (self.d, self.dv, visible.len(), h / self.group());
+        // The value accumulators of the block's rows.
+        let mut acc = vec![0f32; n.div_ceil(GROUP_ROWS) * GROUP_ROWS * dv];
         let mut m = [f32::NEG_INFINITY; BLOCK_ROWS];
         let mut sum = [0f32; BLOCK_ROWS];
         // Each group's tiles: from the one holding its first visible key to
@@ -225,7 +213,7 @@ impl Attn<'_> {
                 // Padding rows repeat the group's last real one; their
                 // results are dropped.
                 let q: [&[f32]; GROUP_ROWS] = std::array::from_fn(|r| self.q_row(h, i0 + r0 + r.min(ng - 1)));
-                let acc = &mut s.acc[r0 * dv..(r0 + GROUP_ROWS) * dv];
+                let acc = &mut acc[r0 * dv..(r0 + GROUP_ROWS) * dv];
                 qk_tile(q, wide.kt(hk), wide.lp, c, d, &mut scores);
                 let mut any = false;
                 for r in 0..ng {
@@ -259,7 +247,7 @@ impl Attn<'_> {
             }
         }
         for r in 0..n {
-            normalize_into(&s.acc[r * dv..(r + 1) * dv], sum[r], &mut out[r * dv..(r + 1) * dv]);
+            normalize_into(&acc[r * dv..(r + 1) * dv], sum[r], &mut out[r * dv..(r + 1) * dv]);
         }
     }
 
@@ -531,12 +519,6 @@ impl WideKv {
     fn v(&self, hk: usize) -> &[f32] {
         &self.v[hk * self.lp * self.dv..(hk + 1) * self.lp * self.dv]
     }
-}
-
-/// A tiled-path task's scratch (the value accumulators of its rows).
-#[derive(Default)]
-struct TileScratch {
-    acc: Vec<f32>,
 }
 
 /// `scores[r][j]` = the FMA chain over `dk` of `q[r][dk] * k[c + j][dk]`
