@@ -8,6 +8,12 @@
 # plus our load time (model file to ready, mean) and our peak RSS (/usr/bin/time -v, largest
 # over the repetitions) next to the model file's size and issue 5's memory budget: file + KV
 # cache + 15% (the KV cache size is the one `rustorch-cli bench` reports).
+# For generation tests a second table sets both programs' speed against the machine's memory
+# read bandwidth on the same cores and thread count (`rustorch-cli membw`, measured before and
+# after the runs, the better of the two): the bytes a token reads (every weight the step
+# multiplies plus the key/value cache it attends, from the file's sizes, the same for both
+# programs; `rustorch-cli bench -o json`'s bytes_per_token) times tokens/s, and that rate as a
+# share of the bandwidth.
 #
 # usage: bench/compare_llamacpp.sh [-p 512] [-n 128] [-r 5] [-t 2] [-d 0] [-m MODELS] [-c CPUS]
 #   MODELS: comma-separated list of
@@ -165,6 +171,12 @@ pinned=()
 [ -n "$pin" ] && pinned=(taskset -c "$pin")
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
+membw() { # the read bandwidth on the benchmark's cores and threads, as JSON in $work/membw.$1.json
+    log "memory read bandwidth ($threads threads): rustorch-cli membw"
+    "${pinned[@]}" "$cli" membw -t "$threads" -o json > "$work/membw.$1.json" 2> "$work/membw.$1.err" \
+        || { cat "$work/membw.$1.err" >&2; log "rustorch-cli membw failed"; exit 1; }
+}
+membw before
 for k in "${!chosen[@]}"; do
     m="${chosen[$k]}"
     path="$(model_path "$m")"
@@ -186,6 +198,7 @@ for k in "${!chosen[@]}"; do
             || { cat "$work/$k.ours.$i.err" >&2; log "rustorch-cli bench failed on $m"; exit 1; }
     done
 done
+membw after
 
 # --- table ---------------------------------------------------------------------------------
 python3 - "$work" "$reps" "$threads${pin:+, pinned to cores $pin}" "${llama_bin_amx:+amx}" "${chosen[@]}" <<'EOF'
@@ -207,9 +220,11 @@ def llama(path, into):
             name += f" @ d{t['n_depth']}"
         into.setdefault(name, []).extend(t["samples_ts"])
 
-rows = []
+bandwidth = max(json.load(open(f"{work}/membw.{w}.json"))["bytes_per_s"] for w in ("before", "after"))
+rows, traffic = [], []
 for k, m in enumerate(models):
     theirs, theirs_amx, ours, load_ms, rss_kib, kv = {}, {}, {}, [], [], 0
+    per_token = {}
     size = None
     for i in range(1, reps + 1):
         llama(f"{work}/{k}.llama.{i}.json", theirs)
@@ -219,6 +234,8 @@ for k, m in enumerate(models):
             ours.setdefault(t["test"], []).extend(t["samples_ts"])
             load_ms.append(t["load_ms"])
             kv = max(kv, t["kv_bytes"])
+            if t.get("bytes_per_token"):
+                per_token[t["test"]] = t["bytes_per_token"]
             size = os.path.getsize(t["model_filename"])
         text = open(f"{work}/{k}.ours.{i}.time").read()
         rss_kib.append(int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", text).group(1)))
@@ -231,16 +248,31 @@ for k, m in enumerate(models):
         rows.append(row + [f"{statistics.mean(load_ms):.0f}", f"{max(rss_kib) / 1024:.0f}", f"{size / 2**20:.0f}",
                            f"{kv / 2**20:.1f}", f"{(size + kv) * 1.15 / 2**20:.0f}",
                            "yes" if max(rss_kib) * 1024 <= (size + kv) * 1.15 else "NO"])
+        if name in per_token:
+            rate = lambda tps: f"{tps * per_token[name] / 1e9:.1f} GB/s = {100 * tps * per_token[name] / bandwidth:.0f}%"
+            row = [m, name, f"{per_token[name] / 1e6:.1f}", rate(b), rate(a)]
+            if amx:
+                row.append(rate(stats(theirs_amx[name])[0]))
+            traffic.append(row)
 
 head = ["model", "test", "llama.cpp t/s", "rustorch t/s", "ratio"]
 if amx:
     head += ["llama.cpp AMX t/s", "ratio vs AMX"]
 head += ["load ms", "peak RSS MiB", "file MiB", "KV MiB", "budget MiB", "within"]
-width = [max(len(r[c]) for r in rows + [head]) for c in range(len(head))]
-line = lambda r: "| " + " | ".join(c.rjust(w) if i > 1 else c.ljust(w) for i, (c, w) in enumerate(zip(r, width))) + " |"
+def table(head, rows):
+    width = [max(len(r[c]) for r in rows + [head]) for c in range(len(head))]
+    line = lambda r: "| " + " | ".join(c.rjust(w) if i > 1 else c.ljust(w) for i, (c, w) in enumerate(zip(r, width))) + " |"
+    print(line(head))
+    print("| " + " | ".join(("-" * w) if i < 2 else ("-" * (w - 1) + ":") for i, w in enumerate(width)) + " |")
+    for r in rows:
+        print(line(r))
+
 print(f"threads: {threads}, repetitions: {reps} (interleaved, one process each)")
-print(line(head))
-print("| " + " | ".join(("-" * w) if i < 2 else ("-" * (w - 1) + ":") for i, w in enumerate(width)) + " |")
-for r in rows:
-    print(line(r))
+table(head, rows)
+if traffic:
+    print()
+    print(f"generation against the memory read bandwidth: {bandwidth / 1e9:.1f} GB/s "
+          f"(rustorch-cli membw, same cores and threads, best of before and after the runs)")
+    head = ["model", "test", "MB per token", "rustorch", "llama.cpp"] + (["llama.cpp AMX"] if amx else [])
+    table(head, traffic)
 EOF

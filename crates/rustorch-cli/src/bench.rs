@@ -21,6 +21,7 @@
 use crate::cli::BenchArgs;
 use crate::error::CliError;
 use crate::loader;
+use crate::token_reads::TokenReads;
 use rustorch_core::gguf::Gguf;
 use rustorch_core::quant::mix::FileType;
 use rustorch_llm::model::{run_spinning, KvCache, Logits};
@@ -102,13 +103,14 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
     let threads = args.model.threads.unwrap_or_else(rayon::current_num_threads);
     // The file's description, read before the model loads: parsing the
     // metadata again after would add its token strings to peak memory.
-    let (label, size, params) = {
+    let (label, size, params, weight_reads) = {
         let g = Gguf::open(&path).map_err(|e| CliError::msg(format!("{}: {e}", path.display())))?;
         let size: u64 = g.tensors().iter().map(|t| t.n_bytes() as u64).sum();
         let params: u64 = g.tensors().iter().map(|t| t.numel() as u64).sum();
-        (model_label(&g, params), size, params)
+        (model_label(&g, params), size, params, TokenReads::weight_bytes(&g))
     };
     let (model, load_time) = loader::load(&path, &args.model.backend)?;
+    let reads = TokenReads::new(weight_reads, model.config());
     eprintln!("load: {:.2} ms", load_time.as_secs_f64() * 1e3);
     let depth = args.n_depth;
     let longest = |sizes: &[usize]| sizes.iter().copied().max().unwrap_or(0);
@@ -166,13 +168,15 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
             profile.pause();
         }
         profile.print(&test_name("tg", n_gen, depth), &samples);
-        results.push(TestResult {
+        let result = TestResult {
             name: test_name("tg", n_gen, depth),
             n_prompt: 0,
             n_gen,
             n_depth: depth,
             samples,
-        });
+        };
+        report_reads(&result, &reads);
+        results.push(result);
     }
 
     if json {
@@ -184,12 +188,30 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
             threads,
             load_time,
             kv_bytes,
+            &reads,
             &results,
         );
     } else {
         print_markdown(&label, size, params, threads, &results);
     }
     Ok(())
+}
+
+/// A generation test's memory traffic on stderr (stdout keeps
+/// llama-bench's table): the bytes a token reads at least and the rate
+/// that makes at the measured speed, to set against `rustorch-cli membw`.
+fn report_reads(r: &TestResult, reads: &TokenReads) {
+    let bytes = reads.mean_per_token(r.n_gen, r.n_depth);
+    let (tps, _) = mean_sd(&r.tokens_per_s());
+    eprintln!(
+        "{}: {:.1} MB read per token (weights {:.1} MB, KV cache {:.1} MB) at {:.2} t/s = {:.2} GB/s",
+        r.name,
+        bytes / 1e6,
+        reads.weights as f64 / 1e6,
+        (bytes - reads.weights as f64) / 1e6,
+        tps,
+        bytes * tps / 1e9
+    );
 }
 
 /// The executor's op profile (`RUSTORCH_PROFILE`) of one test's timed
@@ -378,6 +400,7 @@ fn print_json(
     threads: usize,
     load: Duration,
     kv_bytes: usize,
+    reads: &TokenReads,
     results: &[TestResult],
 ) {
     let tests: Vec<serde_json::Value> = results
@@ -387,6 +410,9 @@ fn print_json(
             let (avg_ts, stddev_ts) = mean_sd(&ts);
             let ns: Vec<f64> = r.samples.iter().map(|d| d.as_nanos() as f64).collect();
             let (avg_ns, stddev_ns) = mean_sd(&ns);
+            // Generation tests only: a prompt batch reads each weight once
+            // for many tokens.
+            let bytes_per_token = (r.n_gen > 0).then(|| reads.mean_per_token(r.n_gen, r.n_depth).round() as u64);
             serde_json::json!({
                 "model_filename": file,
                 "model_type": label,
@@ -400,6 +426,7 @@ fn print_json(
                 "test": r.name,
                 "load_ms": load.as_secs_f64() * 1e3,
                 "kv_bytes": kv_bytes,
+                "bytes_per_token": bytes_per_token,
                 "avg_ns": avg_ns.round() as u64,
                 "stddev_ns": stddev_ns.round() as u64,
                 "avg_ts": avg_ts,

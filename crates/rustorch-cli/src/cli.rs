@@ -139,6 +139,28 @@ pub enum Command {
     Bench(BenchArgs),
     /// Interactive conversation with the model's chat template
     Chat(ChatArgs),
+    /// Memory read bandwidth on N threads: the bound of generation speed
+    Membw(MembwArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct MembwArgs {
+    /// Threads that read (default: one per physical core)
+    #[arg(short = 't', long, value_name = "N")]
+    pub threads: Option<usize>,
+
+    /// Buffer size in MiB: far larger than the caches, so that the reads
+    /// come from memory
+    #[arg(long = "size-mib", value_name = "MIB", default_value_t = 1024)]
+    pub size_mib: usize,
+
+    /// Timed passes over the buffer (the best counts), after one untimed
+    #[arg(short = 'r', long = "passes", value_name = "N", default_value_t = 5)]
+    pub passes: usize,
+
+    /// Output: md (one line) or json
+    #[arg(short = 'o', long = "output", value_name = "FORMAT", default_value = "md")]
+    pub output: String,
 }
 
 #[derive(Args, Debug)]

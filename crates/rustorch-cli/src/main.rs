@@ -6,7 +6,7 @@
 //! (llama.cpp's tools' protocols and output shapes), `info` (a GGUF file's
 //! metadata and tensors), `devices` (what the executor detects),
 //! `quantize` (F32/F16/BF16 models to GGML quantized types and llama.cpp's
-//! mixes).
+//! mixes), `membw` (memory read bandwidth, the bound of generation speed).
 
 mod bench;
 mod chat;
@@ -19,10 +19,12 @@ mod generate;
 mod info;
 mod interrupt;
 mod loader;
+mod membw;
 mod perplexity;
 mod quantize;
 mod stream;
 mod threads;
+mod token_reads;
 mod tokenize;
 
 use clap::Parser;
@@ -79,6 +81,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Some(Command::Perplexity(args)) => perplexity::run(&args),
         Some(Command::Bench(args)) => bench::run(&args),
         Some(Command::Chat(args)) => chat::run(&args),
+        Some(Command::Membw(args)) => membw::run(&args),
         None => generate::run(&cli.generate),
     }
 }

@@ -93,6 +93,42 @@ fn json_figures_follow_from_the_samples() {
     }
     assert_eq!(tests[0]["test"], "pp8");
     assert_eq!(tests[1]["test"], "tg4");
+    // Bytes a generated token reads: every tensor (the embedding is the
+    // output matrix too) plus the f16 cache of 30 layers x 3 key/value heads
+    // x (64 + 64) at the 1 + 2 + 3 + 4 positions the four steps attend.
+    assert!(tests[0]["bytes_per_token"].is_null(), "{}", tests[0]);
+    assert_eq!(tests[1]["bytes_per_token"], 96_576_768u64 + 30 * 3 * 128 * 2 * 10 / 4);
+    let rate = stderr(&o);
+    assert!(
+        rate.contains("tg4: 96.6 MB read per token (weights 96.6 MB, KV cache 0.1 MB) at "),
+        "{rate}"
+    );
+}
+
+/// `membw`: the read bandwidth as JSON, and one-line errors.
+#[test]
+fn membw_measures_and_rejects_bad_flags() {
+    let o = cli(["membw", "-t", "1", "--size-mib", "8", "-r", "2", "-o", "json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["threads"], 1);
+    assert_eq!(v["bytes"], 8u64 << 20);
+    assert_eq!(v["passes"], 2);
+    let gb = v["gb_per_s"].as_f64().unwrap();
+    assert!(
+        gb > 0.0 && (gb * 1e9 - v["bytes_per_s"].as_f64().unwrap()).abs() < 1.0,
+        "{v}"
+    );
+    let o = cli(["membw", "-t", "1", "--size-mib", "8", "-r", "1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let line = stdout(&o);
+    assert!(
+        line.starts_with("memory read bandwidth: ") && line.contains("(1 thread, 8 MiB buffer, best of 1 pass)"),
+        "{line}"
+    );
+    assert_one_line_error(&cli(["membw", "--size-mib", "0"]), "--size-mib must be at least 1");
+    assert_one_line_error(&cli(["membw", "-r", "0"]), "--passes must be at least 1");
+    assert_one_line_error(&cli(["membw", "-o", "xml"]), "unknown output format 'xml'");
 }
 
 /// `-d`: each test runs after that many positions, named as llama-bench

@@ -11,6 +11,7 @@ pub mod executor;
 pub mod gguf;
 pub mod huge_pages;
 pub mod layout;
+pub mod membw;
 pub mod op;
 pub mod quant;
 pub mod rng;
