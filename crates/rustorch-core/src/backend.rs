@@ -73,8 +73,9 @@ pub trait Backend: Send + Sync {
     /// buffer per output, in order.
     fn execute(&self, op: &Op, inputs: &[TensorRef<'_>], outputs: &[TensorMeta]) -> Result<Vec<Buffer>, BackendError>;
 
-    /// Copies `src` (same dtype, shape of `region`) into the elements of
-    /// `dst` that `region` selects, in place. The executor calls this only
+    /// Copies `src` (shape of `region`) into the elements of `dst` that
+    /// `region` selects, in place; a source of another dtype is converted
+    /// as `Op::Cast` converts (or the backend reports it unsupported). The executor calls this only
     /// with a buffer no tensor shares, so no view sees the change unasked;
     /// it is how a KV cache is filled without copying the whole cache.
     fn write_into(&self, dst: &mut dyn DeviceBuffer, region: &Layout, src: TensorRef<'_>) -> Result<(), BackendError> {

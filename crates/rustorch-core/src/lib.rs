@@ -3,6 +3,7 @@
 //! checked against.
 
 pub mod backend;
+pub mod block_cache;
 pub mod cpu;
 pub mod device;
 pub mod dtype;

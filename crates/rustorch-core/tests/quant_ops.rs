@@ -129,14 +129,70 @@ fn write_slice_writes_in_place() {
         }
     }
     assert_eq!(got, want);
-    // A region past the end, a dtype or shape mismatch: errors, no change.
+    // A region past the end or a shape mismatch: errors, no change.
     assert!(cache.write_slice(1, 4, &src).is_err());
-    assert!(cache.write_slice(1, 0, &src.to_dtype(DType::F32).unwrap()).is_err());
     assert!(cache.write_slice(0, 0, &src).is_err());
+    assert!(cache.write_slice(1, 0, &src.reshape([2, 3, 2]).unwrap()).is_err());
+    assert_eq!(cache.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap(), want);
     // A view shares the storage: writing would change it, so it is refused.
     let view = cache.narrow(1, 0, 2).unwrap();
     let err = cache.write_slice(1, 0, &src).unwrap_err().to_string();
     assert!(err.contains("shared"), "{err}");
     drop(view);
     cache.write_slice(1, 0, &src).unwrap();
+}
+
+/// A source of another dtype is converted as `to_dtype` converts it (the KV
+/// cache writes f32 keys into f16 storage this way), from any layout.
+#[test]
+fn write_slice_converts_like_to_dtype() {
+    // Values that round (ties to even included), overflow, underflow and NaN in f16.
+    let values: Vec<f32> = (0..48)
+        .map(|i| match i % 6 {
+            0 => 1.0 + (i as f32) * 4.8828125e-4, // 1 + k * 2^-11: half-way cases
+            1 => -(i as f32) * 0.1234567,
+            2 => 70000.0 * i as f32,
+            3 => 1e-9 * i as f32,
+            4 => f32::NAN,
+            _ => (i as f32).sqrt() / 3.0,
+        })
+        .collect();
+    let src = Tensor::from_vec(values, [2, 8, 3]).unwrap();
+    for (dim, src) in [(1isize, src.clone()), (2, src.transpose(1, 2).unwrap())] {
+        let dims = src.dims().to_vec();
+        let mut shape = dims.clone();
+        shape[dim as usize] += 4;
+        let mut direct = Tensor::zeros(shape.clone(), DType::F16).unwrap();
+        let mut via_cast = Tensor::zeros(shape, DType::F16).unwrap();
+        direct.write_slice(dim, 2, &src).unwrap();
+        via_cast
+            .write_slice(dim, 2, &src.to_dtype(DType::F16).unwrap())
+            .unwrap();
+        let bits = |t: &Tensor| {
+            t.to_vec::<half::f16>()
+                .unwrap()
+                .iter()
+                .map(|h| h.to_bits())
+                .collect::<Vec<u16>>()
+        };
+        assert_eq!(bits(&direct), bits(&via_cast), "dim {dim}");
+        assert!(bits(&direct).iter().any(|&b| b != 0));
+    }
+    // Into f32 from f16 and into bf16 too.
+    let h = Tensor::from_vec(vec![1.5f32, -2.25, 3.0, 0.1], [1, 4])
+        .unwrap()
+        .to_dtype(DType::F16)
+        .unwrap();
+    let mut f = Tensor::zeros([2, 4], DType::F32).unwrap();
+    f.write_slice(0, 1, &h).unwrap();
+    assert_eq!(
+        f.to_vec::<f32>().unwrap()[4..],
+        h.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap()[..]
+    );
+    let mut b = Tensor::zeros([1, 4], DType::BF16).unwrap();
+    b.write_slice(0, 0, &h).unwrap();
+    assert_eq!(
+        b.to_vec::<half::bf16>().unwrap(),
+        h.to_dtype(DType::BF16).unwrap().to_vec::<half::bf16>().unwrap()
+    );
 }

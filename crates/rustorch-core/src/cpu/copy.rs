@@ -69,7 +69,7 @@ pub(crate) fn gather<T: Copy + Send + Sync>(data: &[T], layout: &Layout) -> Vec<
 }
 
 /// Converts every element to another dtype, as PyTorch's `.to(dtype)`.
-fn cast(input: CpuInput<'_>, to: DType) -> CpuStorage {
+pub(super) fn cast(input: CpuInput<'_>, to: DType) -> CpuStorage {
     if let (CpuStorage::F32(v), DType::F16) = (input.storage, to) {
         return CpuStorage::F16(f32_to_f16(&contiguous(v, input.layout)));
     }

@@ -313,19 +313,13 @@ impl Executor {
     }
 
     /// Writes `src` into the `region` of `dst` in place, on `dst`'s device
-    /// (`src` moves there first when it lives elsewhere). `dst` must not be
+    /// (`src` moves there first when it lives elsewhere; a source of another
+    /// dtype is converted as the cast op converts). `dst` must not be
     /// shared: in-place writes never change what another tensor sees.
     pub fn write_into(&self, dst: &mut Buffer, region: &Layout, src: &Operand) -> Result<()> {
         const OP: &str = "write_into";
         let device = dst.device();
         let backend = self.backend_or_err(device)?.clone();
-        if src.buffer.dtype() != dst.dtype() {
-            return Err(Error::dtype(
-                OP,
-                "source and destination dtypes differ",
-                &[dst.dtype(), src.buffer.dtype()],
-            ));
-        }
         if region.shape() != src.layout.shape() {
             return Err(Error::shape(
                 OP,

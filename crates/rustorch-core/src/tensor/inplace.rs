@@ -6,7 +6,8 @@ use crate::error::{Error, Result};
 impl Tensor {
     /// Writes `src` into this tensor at `start` along `dim` (the region
     /// `self.narrow(dim, start, src.size(dim))`), in place, like PyTorch's
-    /// `self.narrow(dim, start, n).copy_(src)` with equal dtypes.
+    /// `self.narrow(dim, start, n).copy_(src)`: a source of another dtype is
+    /// converted as `src.to_dtype(self.dtype())` would convert it.
     ///
     /// The storage must belong to this tensor alone: views and clones share
     /// storage, and a write must not change what they see, so a shared

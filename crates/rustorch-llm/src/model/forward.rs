@@ -215,6 +215,17 @@ impl Model {
             }
         }
         let attn_len = cache.attn_len(total);
+        // A small mask (decode steps, short prompts) is built once per
+        // window setting for the whole pass rather than once per layer.
+        let mut masks: Vec<(Option<usize>, Tensor)> = Vec::new();
+        if t * attn_len <= SHARED_MASK_ELEMENTS {
+            for il in 0..cfg.n_layer {
+                let window = cfg.window_for_layer(il);
+                if !masks.iter().any(|(w, _)| *w == window) {
+                    masks.push((window, self.mask(pos0, t, attn_len, window)?));
+                }
+            }
+        }
 
         for il in 0..cfg.n_layer {
             let lw = &self.weights.layers[il];
@@ -284,7 +295,10 @@ impl Model {
                 let heads_first = {
                     let (kc, vc) = cache.view(il, attn_len)?;
                     let window = cfg.window_for_layer(il);
-                    let mask = self.mask(pos0, t, attn_len, window)?;
+                    let mask = match masks.iter().find(|(w, _)| *w == window) {
+                        Some((_, m)) => m.clone(),
+                        None => self.mask(pos0, t, attn_len, window)?,
+                    };
                     if cache.flash() {
                         let paths = FlashPaths {
                             tiled_rows: batch.tiled_rows(t),
@@ -416,6 +430,11 @@ impl Model {
         Ok(Tensor::from_vec(m, [t, attn_len])?.with_executor(&self.exec)?)
     }
 }
+
+/// Mask elements (f32) up to which one mask per window setting serves
+/// every layer of a pass (64 KiB); larger masks are built per layer, see
+/// `Model::mask`.
+const SHARED_MASK_ELEMENTS: usize = 16 * 1024;
 
 /// Prompt rows that `Model::forward` sends through a feed-forward block at
 /// a time. Its three `[rows, n_ff]` intermediates are the largest tensors

@@ -147,11 +147,13 @@ impl KvCache {
     /// float dtype) at the current position.
     pub(crate) fn write(&mut self, il: usize, k: &Tensor, v: &Tensor) -> Result<()> {
         let pos = self.len;
-        self.k[il].write_slice(1, pos, &k.to_dtype(CACHE_DTYPE)?)?;
+        // The writes convert to the cache's f16 on the way, as `to_dtype`
+        // would (one op each instead of a cast and a write).
+        self.k[il].write_slice(1, pos, k)?;
         if self.flash {
-            self.vt[il].write_slice(1, pos, &v.to_dtype(CACHE_DTYPE)?)?;
+            self.vt[il].write_slice(1, pos, v)?;
         } else {
-            self.vt[il].write_slice(2, pos, &v.transpose(1, 2)?.to_dtype(CACHE_DTYPE)?)?;
+            self.vt[il].write_slice(2, pos, &v.transpose(1, 2)?)?;
         }
         Ok(())
     }
