@@ -37,6 +37,7 @@ pub fn run(args: &MembwArgs) -> Result<(), CliError> {
             "passes": bw.passes,
             "bytes_per_s": bw.bytes_per_s,
             "gb_per_s": bw.gb_per_s(),
+            "prefetch_ahead": bw.prefetch_ahead,
         });
         println!(
             "{}",
@@ -44,13 +45,17 @@ pub fn run(args: &MembwArgs) -> Result<(), CliError> {
         );
     } else {
         println!(
-            "memory read bandwidth: {:.2} GB/s ({} thread{}, {} MiB buffer, best of {} pass{})",
+            "memory read bandwidth: {:.2} GB/s ({} thread{}, {} MiB buffer, best of {} pass{} at each prefetch distance; best {})",
             bw.gb_per_s(),
             bw.threads,
             if bw.threads == 1 { "" } else { "s" },
             bw.bytes >> 20,
             bw.passes,
-            if bw.passes == 1 { "" } else { "es" }
+            if bw.passes == 1 { "" } else { "es" },
+            match bw.prefetch_ahead {
+                0 => "with the hardware prefetchers alone".to_string(),
+                a => format!("prefetching {} KiB ahead", a >> 10),
+            }
         );
     }
     Ok(())

@@ -123,7 +123,8 @@ fn membw_measures_and_rejects_bad_flags() {
     assert!(o.status.success(), "{}", stderr(&o));
     let line = stdout(&o);
     assert!(
-        line.starts_with("memory read bandwidth: ") && line.contains("(1 thread, 8 MiB buffer, best of 1 pass)"),
+        line.starts_with("memory read bandwidth: ")
+            && line.contains("(1 thread, 8 MiB buffer, best of 1 pass at each prefetch distance; best "),
         "{line}"
     );
     assert_one_line_error(&cli(["membw", "--size-mib", "0"]), "--size-mib must be at least 1");
