@@ -82,15 +82,7 @@ impl Lcg {
 }
 
 pub fn run(args: &BenchArgs) -> Result<(), CliError> {
-    let json = match args.output.as_str() {
-        "md" => false,
-        "json" => true,
-        other => {
-            return Err(CliError::msg(format!(
-                "unknown output format '{other}'; choose md or json"
-            )))
-        }
-    };
+    let json = crate::format::wants_json(&args.output)?;
     if args.repetitions == 0 {
         return Err(CliError::msg("--repetitions must be at least 1"));
     }

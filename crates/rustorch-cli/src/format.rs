@@ -1,5 +1,18 @@
 //! Small formatting helpers shared by the subcommands.
 
+use crate::error::CliError;
+
+/// `-o md|json` (bench, membw): whether JSON was asked for.
+pub fn wants_json(output: &str) -> Result<bool, CliError> {
+    match output {
+        "md" => Ok(false),
+        "json" => Ok(true),
+        other => Err(CliError::msg(format!(
+            "unknown output format '{other}'; choose md or json"
+        ))),
+    }
+}
+
 /// Bytes as a human-readable size: `512 B`, `1.50 KiB`, `3.21 GiB`.
 pub fn bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];

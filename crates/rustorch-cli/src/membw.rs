@@ -9,15 +9,7 @@ use crate::loader;
 use rustorch_core::membw::measure_read_bandwidth;
 
 pub fn run(args: &MembwArgs) -> Result<(), CliError> {
-    let json = match args.output.as_str() {
-        "md" => false,
-        "json" => true,
-        other => {
-            return Err(CliError::msg(format!(
-                "unknown output format '{other}'; choose md or json"
-            )))
-        }
-    };
+    let json = crate::format::wants_json(&args.output)?;
     if args.size_mib == 0 {
         return Err(CliError::msg("--size-mib must be at least 1"));
     }
