@@ -37,6 +37,9 @@ struct TestResult {
     n_gen: usize,
     n_depth: usize,
     samples: Vec<Duration>,
+    /// Bytes a generated token reads (generation tests only: a prompt
+    /// batch reads each weight once for many tokens).
+    bytes_per_token: Option<f64>,
 }
 
 /// llama-bench's test name: `pp512`, `tg128`, `tg128 @ d1024`.
@@ -143,6 +146,7 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
             n_gen: 0,
             n_depth: depth,
             samples,
+            bytes_per_token: None,
         });
     }
     for &n_gen in &gens {
@@ -166,6 +170,7 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
             n_gen,
             n_depth: depth,
             samples,
+            bytes_per_token: Some(reads.mean_per_token(n_gen, depth)),
         };
         report_reads(&result, &reads);
         results.push(result);
@@ -180,7 +185,6 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
             threads,
             load_time,
             kv_bytes,
-            &reads,
             &results,
         );
     } else {
@@ -193,7 +197,9 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
 /// llama-bench's table): the bytes a token reads at least and the rate
 /// that makes at the measured speed, to set against `rustorch-cli membw`.
 fn report_reads(r: &TestResult, reads: &TokenReads) {
-    let bytes = reads.mean_per_token(r.n_gen, r.n_depth);
+    let Some(bytes) = r.bytes_per_token else {
+        return;
+    };
     let (tps, _) = mean_sd(&r.tokens_per_s());
     eprintln!(
         "{}: {:.1} MB read per token (weights {:.1} MB, KV cache {:.1} MB) at {:.2} t/s = {:.2} GB/s",
@@ -392,7 +398,6 @@ fn print_json(
     threads: usize,
     load: Duration,
     kv_bytes: usize,
-    reads: &TokenReads,
     results: &[TestResult],
 ) {
     let tests: Vec<serde_json::Value> = results
@@ -402,9 +407,7 @@ fn print_json(
             let (avg_ts, stddev_ts) = mean_sd(&ts);
             let ns: Vec<f64> = r.samples.iter().map(|d| d.as_nanos() as f64).collect();
             let (avg_ns, stddev_ns) = mean_sd(&ns);
-            // Generation tests only: a prompt batch reads each weight once
-            // for many tokens.
-            let bytes_per_token = (r.n_gen > 0).then(|| reads.mean_per_token(r.n_gen, r.n_depth).round() as u64);
+            let bytes_per_token = r.bytes_per_token.map(|b| b.round() as u64);
             serde_json::json!({
                 "model_filename": file,
                 "model_type": label,

@@ -18,6 +18,7 @@
 
 use crate::error::{Error, Result};
 use crate::team;
+use rayon::prelude::*;
 use std::time::Instant;
 
 /// One measurement: the best pass.
@@ -71,19 +72,11 @@ pub fn measure_read_bandwidth(bytes: usize, passes: usize) -> Result<ReadBandwid
     buf.resize(words, 0);
     // Distinct values, written in parallel: pages of zeros could be shared
     // copy-on-write mappings of the zero page, which read from no DRAM.
-    {
-        let base = SendPtr(buf.as_mut_ptr());
-        team::run_team(|| {
-            team::for_each(runs, |r| {
-                // SAFETY: run r owns words [r * RUN_WORDS, (r + 1) * RUN_WORDS)
-                // of the buffer, disjoint from every other run's.
-                let run = unsafe { std::slice::from_raw_parts_mut(base.get().add(r * RUN_WORDS), RUN_WORDS) };
-                for (i, w) in run.iter_mut().enumerate() {
-                    *w = (r * RUN_WORDS + i) as u64;
-                }
-            })
-        });
-    }
+    buf.par_chunks_mut(RUN_WORDS).enumerate().for_each(|(r, run)| {
+        for (i, w) in run.iter_mut().enumerate() {
+            *w = (r * RUN_WORDS + i) as u64;
+        }
+    });
     let threads = rayon::current_num_threads();
     let mut best = f64::INFINITY;
     let mut best_ahead = 0;
@@ -187,18 +180,6 @@ fn sum_words(words: &[u64]) -> u64 {
     }
     let tail = chunks.remainder().iter().fold(0u64, |a, w| a.wrapping_add(*w));
     acc.iter().fold(tail, |a, w| a.wrapping_add(*w))
-}
-
-/// A raw pointer that the fill's tasks share; each writes its own run.
-#[derive(Clone, Copy)]
-struct SendPtr(*mut u64);
-// SAFETY: the tasks holding it write disjoint runs of one live buffer.
-unsafe impl Send for SendPtr {}
-unsafe impl Sync for SendPtr {}
-impl SendPtr {
-    fn get(self) -> *mut u64 {
-        self.0
-    }
 }
 
 #[cfg(test)]

@@ -32,6 +32,8 @@ pub fn write_into(
         return Err(BackendError::invalid(OP, "layout reaches past the end of its storage"));
     }
     if dst.dtype() != src.dtype() {
+        // The cast op's conversion, then the same-dtype write of its
+        // (contiguous) result.
         let converted = cast(
             CpuInput {
                 storage: src,
@@ -39,11 +41,7 @@ pub fn write_into(
             },
             dst.dtype(),
         );
-        crate::with_cpu_storage!(&converted, s, T => {
-            let d = <T as StorageElement>::slice_mut(dst).expect("converted to the destination's dtype");
-            copy_region(d, region, s);
-        });
-        return Ok(());
+        return write_into(dst, region, &converted, &Layout::contiguous(src_layout.shape().clone()));
     }
     crate::with_cpu_storage!(src, s, T => {
         let d = <T as StorageElement>::slice_mut(dst).expect("dtypes checked equal above");
