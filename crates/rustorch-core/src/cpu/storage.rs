@@ -6,6 +6,23 @@ use crate::dtype::{DType, WithDType, C64};
 use half::{bf16, f16};
 use std::any::Any;
 
+/// `n` zero halves (f16 or bf16) from a zeroed allocation. `vec![f16::ZERO;
+/// n]` writes every element (only primitive types take `vec!`'s
+/// `alloc_zeroed` path), so a large buffer, such as a KV cache sized for the
+/// whole context, was resident from the start; from `calloc`, pages that
+/// are never written (cache positions not reached yet) stay unbacked.
+/// `from_bits` proves the type is a 16-bit wrapper whose zero bits are zero.
+fn zeroed_halves<T: Copy>(n: usize, from_bits: fn(u16) -> T) -> Vec<T> {
+    const { assert!(std::mem::size_of::<T>() == 2 && std::mem::align_of::<T>() == 2) };
+    debug_assert!(std::mem::size_of_val(&from_bits(0)) == 2);
+    let mut bits = std::mem::ManuallyDrop::new(vec![0u16; n]);
+    let (ptr, len, cap) = (bits.as_mut_ptr(), bits.len(), bits.capacity());
+    // SAFETY: f16 and bf16 are `repr(transparent)` over u16 (same size and
+    // alignment, so the allocation's layout is unchanged), every bit
+    // pattern is a valid value, and all-zero bits are +0.0.
+    unsafe { Vec::from_raw_parts(ptr.cast::<T>(), len, cap) }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum CpuStorage {
     Bool(Vec<bool>),
@@ -158,8 +175,8 @@ impl CpuStorage {
             DType::U8 => CpuStorage::U8(vec![0; n]),
             DType::I32 => CpuStorage::I32(vec![0; n]),
             DType::I64 => CpuStorage::I64(vec![0; n]),
-            DType::F16 => CpuStorage::F16(vec![f16::ZERO; n]),
-            DType::BF16 => CpuStorage::BF16(vec![bf16::ZERO; n]),
+            DType::F16 => CpuStorage::F16(zeroed_halves(n, f16::from_bits)),
+            DType::BF16 => CpuStorage::BF16(zeroed_halves(n, bf16::from_bits)),
             DType::F32 => CpuStorage::F32(vec![0.0; n]),
             DType::F64 => CpuStorage::F64(vec![0.0; n]),
             DType::C64 => CpuStorage::C64(vec![C64::new(0.0, 0.0); n]),
@@ -252,5 +269,30 @@ impl DeviceBuffer for CpuStorage {
     }
     fn as_any_mut(&mut self) -> Option<&mut dyn Any> {
         Some(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zeros_of_half_types_are_positive_zero_and_growable() {
+        for n in [0usize, 1, 7, 300_000] {
+            let CpuStorage::F16(mut h) = CpuStorage::zeros(DType::F16, n) else {
+                panic!("f16 storage")
+            };
+            assert_eq!(h.len(), n);
+            assert!(h.iter().all(|v| v.to_bits() == 0));
+            h.push(f16::ONE);
+            assert_eq!(h[n], f16::ONE);
+            let CpuStorage::BF16(mut b) = CpuStorage::zeros(DType::BF16, n) else {
+                panic!("bf16 storage")
+            };
+            assert_eq!(b.len(), n);
+            assert!(b.iter().all(|v| v.to_bits() == 0));
+            b.push(bf16::ONE);
+            assert_eq!(b[n], bf16::ONE);
+        }
     }
 }

@@ -1558,39 +1558,42 @@ mod tests {
         for qtype in [QType::Q4_0, QType::Q4_1, QType::Q8_0] {
             // Ten groups of sixteen weight rows: tasks of four panels and of
             // two (covered weights have a multiple of 32 rows, so tasks
-            // hold whole pairs of panels for the tile kernel).
-            let (rows, cols) = (160, 256);
-            let wq = QTensor::quantize(qtype, [rows, cols], &values(rows * cols, 3)).unwrap();
-            let w = QMatRef::new(qtype, rows, cols, wq.bytes()).unwrap();
-            assert!(covers(&w), "{qtype}");
-            for m in [1usize, 3, 16, 37, 80] {
-                let x = values(m * cols, 5 + m as u64);
-                let act = QuantizedRows::quantize(vec_dot_type(qtype).unwrap(), &x, cols).unwrap();
-                let want = spelled_out(qtype, wq.bytes(), rows, cols, &act);
-                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                let packed = pack(qtype, rows, cols, wq.bytes().to_vec()).unwrap();
-                let wp = QMatRef::amx_packed(qtype, rows, cols, &packed).unwrap();
-                for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
-                    for (layout, w) in [("rows", &w), ("packed", &wp)] {
-                        let mut got = vec![0f32; m * rows];
-                        product(isa, w, &act, &mut got);
-                        assert_eq!(bits(&got), bits(&want), "{qtype}, {m} rows, {isa:?}, {layout}");
+            // hold whole pairs of panels for the tile kernel). Rows of 3,
+            // 8 and 18 blocks (SmolLM2's 576 columns).
+            for cols in [96, 256, 576] {
+                let rows = 160;
+                let wq = QTensor::quantize(qtype, [rows, cols], &values(rows * cols, 3)).unwrap();
+                let w = QMatRef::new(qtype, rows, cols, wq.bytes()).unwrap();
+                assert!(covers(&w), "{qtype}");
+                for m in [1usize, 3, 16, 37, 80] {
+                    let x = values(m * cols, 5 + m as u64);
+                    let act = QuantizedRows::quantize(vec_dot_type(qtype).unwrap(), &x, cols).unwrap();
+                    let want = spelled_out(qtype, wq.bytes(), rows, cols, &act);
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    let packed = pack(qtype, rows, cols, wq.bytes().to_vec()).unwrap();
+                    let wp = QMatRef::amx_packed(qtype, rows, cols, &packed).unwrap();
+                    for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+                        for (layout, w) in [("rows", &w), ("packed", &wp)] {
+                            let mut got = vec![0f32; m * rows];
+                            product(isa, w, &act, &mut got);
+                            assert_eq!(bits(&got), bits(&want), "{qtype}, {m} x {cols}, {isa:?}, {layout}");
+                        }
                     }
-                }
-                // The portable kernel, whatever this CPU has.
-                let acts = Acts::new(&act, cols / QK, 0);
-                let mut p = Panel::default();
-                p.fill(&w, 16);
-                let mut tile = [[0f32; GROUP]; GROUP];
-                let r = m.min(GROUP);
-                scalar(&p, &acts, 0, r, qtype == QType::Q4_1, &mut tile);
-                for i in 0..r {
-                    for j in 0..GROUP {
-                        assert_eq!(
-                            tile[i][j].to_bits(),
-                            want[i * rows + 16 + j].to_bits(),
-                            "{qtype} scalar"
-                        );
+                    // The portable kernel, whatever this CPU has.
+                    let acts = Acts::new(&act, cols / QK, 0);
+                    let mut p = Panel::default();
+                    p.fill(&w, 16);
+                    let mut tile = [[0f32; GROUP]; GROUP];
+                    let r = m.min(GROUP);
+                    scalar(&p, &acts, 0, r, qtype == QType::Q4_1, &mut tile);
+                    for i in 0..r {
+                        for j in 0..GROUP {
+                            assert_eq!(
+                                tile[i][j].to_bits(),
+                                want[i * rows + 16 + j].to_bits(),
+                                "{qtype} scalar"
+                            );
+                        }
                     }
                 }
             }
