@@ -20,6 +20,42 @@ fn values(n: usize, seed: u32) -> Vec<f32> {
         .collect()
 }
 
+/// `qmatmul_gated` gives the bits of the two products followed by the
+/// activation op, for a matvec and batches (the largest through its
+/// parallel path), rows of 600 outputs (two whole 256-value pieces and a
+/// tail that is not a whole 16-value block), and weights of two types.
+#[test]
+fn qmatmul_gated_equals_the_products_then_the_activation() {
+    use rustorch_core::op::GateActivation;
+    let (cols, n) = (256, 600);
+    let weight = |qtype: QType, rows: usize, seed: u32| {
+        let bytes = quant::quantize(qtype, &values(rows * cols, seed)).unwrap();
+        QWeight::from_bytes(qtype, rows, cols, bytes).unwrap()
+    };
+    for (gq, uq) in [(QType::Q4_1, QType::Q8_0), (QType::Q4K, QType::Q6K)] {
+        let (gate, up) = (weight(gq, n, 31), weight(uq, n, 32));
+        for m in [1usize, 3, 40, 64] {
+            let x = Tensor::from_vec(values(m * cols, 7 + m as u32), [m, cols]).unwrap();
+            let [g, u]: [Tensor; 2] = x.qmatmul_many(&[&gate, &up]).unwrap().try_into().unwrap();
+            for act in [GateActivation::SwiGlu, GateActivation::GeGlu] {
+                let want = match act {
+                    GateActivation::SwiGlu => g.swiglu(&u).unwrap(),
+                    GateActivation::GeGlu => g.geglu(&u).unwrap(),
+                };
+                let got = x.qmatmul_gated(&gate, &up, act).unwrap();
+                assert_eq!(got.dims(), &[m, n]);
+                let (a, b) = (got.to_vec::<f32>().unwrap(), want.to_vec::<f32>().unwrap());
+                let same = a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits());
+                assert!(same, "{gq}/{uq}, {m} rows, {act:?}");
+            }
+        }
+    }
+    // The gate and up weights must have one row count.
+    let x = Tensor::from_vec(values(2 * cols, 5), [2, cols]).unwrap();
+    let (gate, up) = (weight(QType::Q8_0, 32, 1), weight(QType::Q8_0, 48, 2));
+    assert!(x.qmatmul_gated(&gate, &up, GateActivation::SwiGlu).is_err());
+}
+
 #[test]
 fn qmatmul_many_equals_one_product_per_weight() {
     // Q4_1 pairs with Q8_1 activations, Q8_0 and Q5_0 with Q8_0, Q6_K with

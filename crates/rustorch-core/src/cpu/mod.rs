@@ -79,7 +79,9 @@ impl CpuBackend {
             | Op::TopK { .. }
             | Op::Sort { .. } => reduce::execute(op, inputs, outputs),
             Op::MatMul => matmul::execute(op, inputs, outputs),
-            Op::QMatMul { .. } | Op::QMatMuls { .. } | Op::QEmbedding { .. } => quant::execute(op, inputs),
+            Op::QMatMul { .. } | Op::QMatMuls { .. } | Op::QMatMulGated { .. } | Op::QEmbedding { .. } => {
+                quant::execute(op, inputs)
+            }
             Op::IndexSelect { .. } | Op::Gather { .. } | Op::ScatterAdd { .. } | Op::Embedding => {
                 index::execute(op, inputs, outputs)
             }

@@ -7,7 +7,7 @@
 use super::copy::input_slice;
 use super::{CpuInput, CpuResult, CpuStorage};
 use crate::error::BackendError;
-use crate::op::Op;
+use crate::op::{GateActivation, Op};
 use crate::quant::matmul::{
     qmatmul, qmatvecs_quantized_into, vec_dot_type, Isa, QMatRef, QuantizedRows, INTERLEAVE_ROWS, PACKED_ROWS,
 };
@@ -17,7 +17,11 @@ use rayon::prelude::*;
 pub fn execute(op: &Op, inputs: &[CpuInput<'_>]) -> CpuResult {
     match op {
         Op::QMatMul { qtype, lookup_table } => matmul(op, *qtype, *lookup_table, inputs[0], inputs[1]),
-        Op::QMatMuls { qtypes } => matmuls(op, qtypes, inputs[0], &inputs[1..]),
+        Op::QMatMuls { qtypes } => {
+            let outs = products(op, qtypes, inputs[0], &inputs[1..])?;
+            Ok(outs.into_iter().map(CpuStorage::F32).collect())
+        }
+        Op::QMatMulGated { qtypes, act } => gated(op, qtypes, *act, inputs[0], &inputs[1..]),
         Op::QEmbedding { qtype } => embedding(op, *qtype, inputs[0], inputs[1]),
         _ => Err(BackendError::invalid(op.name(), "not a quantized-weight op")),
     }
@@ -88,7 +92,8 @@ fn matmul(op: &Op, qtype: QType, lookup_table: bool, x: CpuInput<'_>, w: CpuInpu
 }
 
 /// Each weight's product with `x`, quantizing `x` once per dot type.
-fn matmuls(op: &Op, qtypes: &[QType], x: CpuInput<'_>, ws: &[CpuInput<'_>]) -> CpuResult {
+/// `x @ w^T` for each weight (`QMatMuls`' values).
+fn products(op: &Op, qtypes: &[QType], x: CpuInput<'_>, ws: &[CpuInput<'_>]) -> Result<Vec<Vec<f32>>, BackendError> {
     let xs = input_slice::<f32>(op, x)?;
     let mut quantized: Vec<QuantizedRows> = Vec::new();
     // Each weight's bytes and shape, and which quantized activations it takes.
@@ -118,7 +123,20 @@ fn matmuls(op: &Op, qtypes: &[QType], x: CpuInput<'_>, ws: &[CpuInput<'_>]) -> C
     // One parallel loop for all the products where they are matvecs.
     qmatvecs_quantized_into(Isa::detected(), &mut items).map_err(|e| quant_err(op, e))?;
     drop(items);
-    Ok(outs.into_iter().map(CpuStorage::F32).collect())
+    Ok(outs)
+}
+
+/// `act(x @ gate^T, x @ up^T)`, written over the gate product: the values
+/// of `products` then `Op::SwiGlu` / `Op::GeGlu` (`ggml::attention::gated_rows_in_place`).
+fn gated(op: &Op, qtypes: &[QType; 2], act: GateActivation, x: CpuInput<'_>, ws: &[CpuInput<'_>]) -> CpuResult {
+    let mut outs = products(op, qtypes, x, ws)?;
+    let up = outs.pop().expect("two products");
+    let mut gate = outs.pop().expect("two products");
+    // Output columns: the weights' row count (`infer` checked both agree).
+    let (_, n, _, _) = weight(op, qtypes[0], ws[0])?;
+    super::ggml::attention::gated_rows_in_place(act, &mut gate, &up, n);
+    drop(up);
+    Ok(vec![CpuStorage::F32(gate)])
 }
 
 fn embedding(op: &Op, qtype: QType, w: CpuInput<'_>, ids: CpuInput<'_>) -> CpuResult {

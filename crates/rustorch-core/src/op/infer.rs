@@ -353,6 +353,19 @@ pub fn infer_outputs(op: &Op, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> 
                 .map(|(&qtype, w)| qmatmul_output(op, &inputs[0], w, qtype))
                 .collect()
         }
+        Op::QMatMulGated { qtypes, .. } => {
+            expect_inputs(op, inputs, 3)?;
+            let gate = qmatmul_output(op, &inputs[0], &inputs[1], qtypes[0])?;
+            let up = qmatmul_output(op, &inputs[0], &inputs[2], qtypes[1])?;
+            if gate.shape != up.shape {
+                return Err(Error::shape(
+                    name,
+                    "the gate and up weights must have one row count",
+                    &[&gate.shape, &up.shape],
+                ));
+            }
+            Ok(vec![gate])
+        }
         Op::QEmbedding { qtype } => {
             expect_inputs(op, inputs, 2)?;
             if !crate::quant::can_dequantize(*qtype) {

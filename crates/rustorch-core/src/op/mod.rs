@@ -218,6 +218,15 @@ pub struct Pool2dParams {
 ///
 /// Views (reshape, transpose, narrow, expand...) are not ops: they only
 /// change a tensor's layout. `Copy` materializes any layout contiguously.
+/// The activation of a gated feed-forward (`Op::QMatMulGated`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GateActivation {
+    /// `silu(gate) * up` (`Op::SwiGlu`): Llama-family models.
+    SwiGlu,
+    /// `gelu(gate) * up` (`Op::GeGlu`): Gemma models.
+    GeGlu,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
     /// Strided input to contiguous output, same dtype.
@@ -282,6 +291,16 @@ pub enum Op {
     /// Outputs: one f32 [.., n_i] per weight, equal to the single products.
     QMatMuls {
         qtypes: Vec<QType>,
+    },
+    /// A gated feed-forward's first half: `act(x @ w_gate^T, x @ w_up^T)`,
+    /// the values of `QMatMuls` over the two weights followed by `SwiGlu`
+    /// or `GeGlu` (`act`), written over the gate product, so that no third
+    /// `[.., n]` tensor exists (a prompt's largest). Inputs: x f32 [.., k],
+    /// the gate and up weights (u8, of `qtypes`, with one row count).
+    /// Output: f32 [.., n].
+    QMatMulGated {
+        qtypes: [QType; 2],
+        act: GateActivation,
     },
     /// Inputs: source, 1-D integer index.
     IndexSelect {
@@ -421,7 +440,7 @@ impl Op {
             | Op::Cumsum { .. }
             | Op::TopK { .. }
             | Op::Sort { .. } => OpClass::Reduction,
-            Op::MatMul | Op::QMatMul { .. } | Op::QMatMuls { .. } => OpClass::LinearAlgebra,
+            Op::MatMul | Op::QMatMul { .. } | Op::QMatMuls { .. } | Op::QMatMulGated { .. } => OpClass::LinearAlgebra,
             Op::IndexSelect { .. }
             | Op::Gather { .. }
             | Op::ScatterAdd { .. }
@@ -459,6 +478,10 @@ impl Op {
             Op::MatMul => "matmul".into(),
             Op::QMatMul { qtype, .. } => format!("qmatmul_{}", qtype.name().to_lowercase()),
             Op::QMatMuls { qtypes } => format!("qmatmul_x{}", qtypes.len()),
+            Op::QMatMulGated { act, .. } => match act {
+                GateActivation::SwiGlu => "qmatmul_swiglu".into(),
+                GateActivation::GeGlu => "qmatmul_geglu".into(),
+            },
             Op::IndexSelect { .. } => "index_select".into(),
             Op::Gather { .. } => "gather".into(),
             Op::ScatterAdd { .. } => "scatter_add".into(),

@@ -4,7 +4,7 @@ use super::Tensor;
 use crate::cpu::CpuStorage;
 use crate::error::{Error, Result};
 use crate::executor::Executor;
-use crate::op::Op;
+use crate::op::{GateActivation, Op};
 use crate::quant::QType;
 use std::sync::Arc;
 
@@ -202,5 +202,18 @@ impl Tensor {
         let mut inputs = vec![self];
         inputs.extend(ws.iter().map(|w| &w.data));
         self.run_op(&op, &inputs)
+    }
+
+    /// `act(self @ gate^T, self @ up^T)`, a gated feed-forward's first
+    /// half: the values of `qmatmul_many(&[gate, up])` followed by
+    /// `swiglu` or `geglu` (`act`), with the activation written over the
+    /// gate product, so that only two `[.., n]` tensors exist at a time
+    /// instead of three (at a long prompt's rows, the largest ones).
+    pub fn qmatmul_gated(&self, gate: &QWeight, up: &QWeight, act: GateActivation) -> Result<Tensor> {
+        let op = Op::QMatMulGated {
+            qtypes: [gate.qtype, up.qtype],
+            act,
+        };
+        self.run1(&op, &[self, &gate.data, &up.data])
     }
 }

@@ -14,6 +14,7 @@ use super::kv_cache::KvCache;
 use super::rope;
 use super::Model;
 use crate::error::{LlmError, Result};
+use rustorch_core::op::GateActivation;
 use rustorch_core::{FlashPaths, Tensor};
 
 /// Where a micro-batch lies in its `forward` call's tokens: llama.cpp
@@ -386,15 +387,11 @@ impl Model {
         let act = {
             let h = x.rms_norm(Some(&lw.ffn_norm), cfg.rms_eps as f64)?;
             inspect("ffn_norm", il, &h)?;
-            let [gate, up]: [Tensor; 2] = h
-                .qmatmul_many(&[&lw.ffn_gate, &lw.ffn_up])?
-                .try_into()
-                .expect("qmatmul_many returns one product per weight");
-            drop(h);
-            match cfg.arch {
-                Arch::Llama => gate.swiglu(&up)?,
-                Arch::Gemma3 => gate.geglu(&up)?,
-            }
+            let act = match cfg.arch {
+                Arch::Llama => GateActivation::SwiGlu,
+                Arch::Gemma3 => GateActivation::GeGlu,
+            };
+            h.qmatmul_gated(&lw.ffn_gate, &lw.ffn_up, act)?
         };
         let mut d = act.qmatmul(&lw.ffn_down)?;
         drop(act);
@@ -437,29 +434,35 @@ impl Model {
 const SHARED_MASK_ELEMENTS: usize = 16 * 1024;
 
 /// Prompt rows that `Model::forward` sends through a feed-forward block at
-/// a time. Its three `[rows, n_ff]` intermediates are the largest tensors
-/// of a prompt batch (SmolLM2 at 512 rows: 9.4 MB of them, against 94 MB
-/// of weights); chunks of 128 rows quarter them, for three more passes
-/// over the block's weights (from cache or memory: a few percent of a
-/// prompt's time, which is compute-bound). The bits are the same: every op of the block works
-/// row by row, and every chunk has at least 8 rows, so each product takes
-/// the batched path it takes for the whole prompt (a lone row would take
-/// the matvec path, whose order differs for some weight types).
+/// a time when a whole micro-batch's would not fit (below). Its two
+/// `[rows, n_ff]` intermediates (the gate product, which the activation
+/// then overwrites, and the up product: `Tensor::qmatmul_gated`) are the
+/// largest tensors of a prompt batch; chunks of 128 rows cut them, for more
+/// passes over the block's weights (from cache or memory: a few percent of
+/// a prompt's time, which is compute-bound). The bits are the same: every
+/// op of the block works row by row, and every chunk has at least 8 rows,
+/// so each product takes the batched path it takes for the whole prompt (a
+/// lone row would take the matvec path, whose order differs for some
+/// weight types).
 const FFN_CHUNK_ROWS: usize = 128;
 
-/// The share of the weights' bytes that a feed-forward chunk's three
-/// intermediates may take (1/32) before chunks shrink to `FFN_CHUNK_ROWS`:
+/// The share of the weights' bytes that a feed-forward chunk's two
+/// intermediates may take (1/24) before chunks shrink to `FFN_CHUNK_ROWS`:
 /// a whole micro-batch in one chunk reads the block's weights once instead
 /// of twice, which on the AMX host made TinyLlama's pp512 215 instead of
-/// 164 t/s (its intermediates: 17 MB against 637 MB of weights), while
-/// SmolLM2's (4.7 MB against 94 MB) would not fit its memory budget.
-const FFN_SHARE_OF_WEIGHTS: usize = 32;
+/// 164 t/s (its intermediates: 11.5 MB against 637 MB of weights), and
+/// SmolLM2-shape's 998 instead of 929 t/s (five alternated rounds; 3.1 MB
+/// against 97 MB), within its memory budget now that the activation
+/// overwrites the gate product (peak RSS of pp512 + tg128 on the 2-core
+/// machine 127.4 MB, budget 130.3; a separate activation tensor made it
+/// 130.2).
+const FFN_SHARE_OF_WEIGHTS: usize = 24;
 
 impl Model {
     /// Rows per feed-forward chunk: a whole micro-batch when its
-    /// intermediates take at most 1/32 of the weights, else `FFN_CHUNK_ROWS`.
+    /// intermediates take at most 1/24 of the weights, else `FFN_CHUNK_ROWS`.
     fn ffn_chunk_rows(&self) -> usize {
-        let per_row = 3 * self.config.n_ff * std::mem::size_of::<f32>();
+        let per_row = 2 * self.config.n_ff * std::mem::size_of::<f32>();
         let rows = self.weights.n_bytes() / FFN_SHARE_OF_WEIGHTS / per_row.max(1);
         if rows >= UBATCH_ROWS {
             UBATCH_ROWS

@@ -629,6 +629,35 @@ pub(crate) fn gated(op: &Op, inputs: &[CpuInput<'_>]) -> Result<Vec<CpuStorage>,
     Ok(vec![CpuStorage::from_vec(out)])
 }
 
+/// `act(x, g)` row by row over rows of `n` values, written over `x`: the
+/// values of `Op::SwiGlu` / `Op::GeGlu` (`gated`) without an output
+/// tensor (`Op::QMatMulGated`). Each row goes through a 256-value buffer:
+/// the row functions treat every whole 16-value block alike wherever it
+/// starts, and only a row's tail past its last whole block differently,
+/// which stays the tail of the row's last piece (256 is a multiple of 16).
+pub(crate) fn gated_rows_in_place(act: crate::op::GateActivation, x: &mut [f32], g: &[f32], n: usize) {
+    use crate::op::GateActivation;
+    const PIECE: usize = 256;
+    let row: fn(&[f32], &[f32], &mut [f32]) = match act {
+        GateActivation::GeGlu => super::geglu::geglu_row,
+        GateActivation::SwiGlu => super::swiglu::swiglu_row,
+    };
+    let n = n.max(1);
+    let rows = |(xr, gr): (&mut [f32], &[f32])| {
+        let mut buf = [0f32; PIECE];
+        for (xc, gc) in xr.chunks_mut(PIECE).zip(gr.chunks(PIECE)) {
+            let out = &mut buf[..xc.len()];
+            row(xc, gc, out);
+            xc.copy_from_slice(out);
+        }
+    };
+    if x.len() < 1 << 15 {
+        x.chunks_mut(n).zip(g.chunks(n)).for_each(rows);
+    } else {
+        x.par_chunks_mut(n).zip(g.par_chunks(n)).for_each(rows);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
