@@ -1,6 +1,7 @@
 //! `Model::forward` splits a long prompt into micro-batches of positions
-//! (`UBATCH_ROWS`) and each micro-batch's feed-forward blocks into chunks of
-//! rows (`FFN_CHUNK_ROWS`), to bound activation memory;
+//! (`UBATCH_ROWS`), and where needed each micro-batch's feed-forward blocks
+//! into chunks of rows (`FFN_CHUNK_ROWS`; tests/ffn_chunks.rs), to bound
+//! activation memory;
 //! `Model::forward_inspect` sends the whole prompt as one batch. Both must
 //! give the same bits (model/forward.rs): every product takes the batched
 //! path it takes for the whole prompt, and attention over positions cached
@@ -52,7 +53,7 @@ fn split_against_whole(model: &Model, tokens: &[u32], which: Logits) -> (usize, 
 
 /// 302 positions: micro-batches of 256 and 46 (46 = 44 rows for the
 /// repacked Q4_K kernels' four-row path and 2 for their one-row tail, as
-/// in one batch of 302), feed-forward chunks of 128, 128 and 46.
+/// in one batch of 302).
 #[test]
 fn micro_batches_give_the_one_batch_bits() {
     for id in ["smollm2-q4_1", "smollm2-q4_k_m"] {
