@@ -91,8 +91,8 @@ fn matmul(op: &Op, qtype: QType, lookup_table: bool, x: CpuInput<'_>, w: CpuInpu
     Ok(vec![CpuStorage::F32(out)])
 }
 
-/// Each weight's product with `x`, quantizing `x` once per dot type.
-/// `x @ w^T` for each weight (`QMatMuls`' values).
+/// `x @ w^T` for each weight (`QMatMuls`' values), quantizing `x` once per
+/// dot type.
 fn products(op: &Op, qtypes: &[QType], x: CpuInput<'_>, ws: &[CpuInput<'_>]) -> Result<Vec<Vec<f32>>, BackendError> {
     let xs = input_slice::<f32>(op, x)?;
     let mut quantized: Vec<QuantizedRows> = Vec::new();
