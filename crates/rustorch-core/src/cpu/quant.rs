@@ -49,17 +49,21 @@ enum Layout {
 }
 
 fn weight<'a>(op: &Op, qtype: QType, w: CpuInput<'a>) -> Result<WeightBytes<'a>, BackendError> {
-    let dims = w.dims();
-    let (layout, rows, cols) = match dims.len() {
+    let (rows, cols, layout) = weight_shape(qtype, w.dims());
+    Ok((input_slice::<u8>(op, w)?, rows, cols, layout))
+}
+
+/// A weight's rows, columns and layout, from its data tensor's dims.
+fn weight_shape(qtype: QType, dims: &[usize]) -> (usize, usize, Layout) {
+    match dims.len() {
         3 => (
-            Layout::Interleaved,
             dims[0] * INTERLEAVE_ROWS,
             dims[1] * qtype.block_size(),
+            Layout::Interleaved,
         ),
-        4 => (Layout::AmxPacked, dims[0] * PACKED_ROWS, dims[1] * qtype.block_size()),
-        _ => (Layout::Rows, dims[0], dims[1] / qtype.type_size() * qtype.block_size()),
-    };
-    Ok((input_slice::<u8>(op, w)?, rows, cols, layout))
+        4 => (dims[0] * PACKED_ROWS, dims[1] * qtype.block_size(), Layout::AmxPacked),
+        _ => (dims[0], dims[1] / qtype.type_size() * qtype.block_size(), Layout::Rows),
+    }
 }
 
 /// The weight bytes as a matrix in their layout.
@@ -133,7 +137,7 @@ fn gated(op: &Op, qtypes: &[QType; 2], act: GateActivation, x: CpuInput<'_>, ws:
     let up = outs.pop().expect("two products");
     let mut gate = outs.pop().expect("two products");
     // Output columns: the weights' row count (`infer` checked both agree).
-    let (_, n, _, _) = weight(op, qtypes[0], ws[0])?;
+    let (n, _, _) = weight_shape(qtypes[0], ws[0].dims());
     super::ggml::attention::gated_rows_in_place(act, &mut gate, &up, n);
     drop(up);
     Ok(vec![CpuStorage::F32(gate)])

@@ -6,20 +6,19 @@ use crate::dtype::{DType, WithDType, C64};
 use half::{bf16, f16};
 use std::any::Any;
 
-/// `n` zero halves (f16 or bf16) from a zeroed allocation. `vec![f16::ZERO;
-/// n]` writes every element (only primitive types take `vec!`'s
-/// `alloc_zeroed` path), so a large buffer, such as a KV cache sized for the
-/// whole context, was resident from the start; from `calloc`, pages that
-/// are never written (cache positions not reached yet) stay unbacked.
-/// `from_bits` proves the type is a 16-bit wrapper whose zero bits are zero.
-fn zeroed_halves<T: Copy>(n: usize, from_bits: fn(u16) -> T) -> Vec<T> {
+/// `n` zero halves (`T` is f16 or bf16) from a zeroed allocation.
+/// `vec![f16::ZERO; n]` writes every element (only primitive types take
+/// `vec!`'s `alloc_zeroed` path), so a large buffer, such as a KV cache
+/// sized for the whole context, was resident from the start; from `calloc`,
+/// pages that are never written (cache positions not reached yet) stay
+/// unbacked.
+fn zeroed_halves<T: Copy>(n: usize) -> Vec<T> {
     const { assert!(std::mem::size_of::<T>() == 2 && std::mem::align_of::<T>() == 2) };
-    debug_assert!(std::mem::size_of_val(&from_bits(0)) == 2);
     let mut bits = std::mem::ManuallyDrop::new(vec![0u16; n]);
     let (ptr, len, cap) = (bits.as_mut_ptr(), bits.len(), bits.capacity());
-    // SAFETY: f16 and bf16 are `repr(transparent)` over u16 (same size and
-    // alignment, so the allocation's layout is unchanged), every bit
-    // pattern is a valid value, and all-zero bits are +0.0.
+    // SAFETY: the callers' f16 and bf16 are `repr(transparent)` over u16
+    // (same size and alignment, so the allocation's layout is unchanged),
+    // every bit pattern is a valid value, and all-zero bits are +0.0.
     unsafe { Vec::from_raw_parts(ptr.cast::<T>(), len, cap) }
 }
 
@@ -175,8 +174,8 @@ impl CpuStorage {
             DType::U8 => CpuStorage::U8(vec![0; n]),
             DType::I32 => CpuStorage::I32(vec![0; n]),
             DType::I64 => CpuStorage::I64(vec![0; n]),
-            DType::F16 => CpuStorage::F16(zeroed_halves(n, f16::from_bits)),
-            DType::BF16 => CpuStorage::BF16(zeroed_halves(n, bf16::from_bits)),
+            DType::F16 => CpuStorage::F16(zeroed_halves::<f16>(n)),
+            DType::BF16 => CpuStorage::BF16(zeroed_halves::<bf16>(n)),
             DType::F32 => CpuStorage::F32(vec![0.0; n]),
             DType::F64 => CpuStorage::F64(vec![0.0; n]),
             DType::C64 => CpuStorage::C64(vec![C64::new(0.0, 0.0); n]),

@@ -454,8 +454,8 @@ const FFN_CHUNK_ROWS: usize = 128;
 /// SmolLM2-shape's 998 instead of 929 t/s (five alternated rounds; 3.1 MB
 /// against 97 MB), within its memory budget now that the activation
 /// overwrites the gate product (peak RSS of pp512 + tg128 on the 2-core
-/// machine 127.4 MB, budget 130.3; a separate activation tensor made it
-/// 130.2).
+/// machine 127,444 KiB against a budget of 130,330; a separate activation
+/// tensor made it 130,192).
 const FFN_SHARE_OF_WEIGHTS: usize = 24;
 
 impl Model {

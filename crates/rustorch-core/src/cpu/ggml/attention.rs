@@ -27,7 +27,7 @@ use super::softmax::{soft_max_ext_live, soft_max_ext_row, soft_max_ext_visible, 
 use crate::cpu::copy::input_slice;
 use crate::cpu::{CpuInput, CpuStorage, StorageElement};
 use crate::error::BackendError;
-use crate::op::Op;
+use crate::op::{GateActivation, Op};
 use half::f16;
 use rayon::prelude::*;
 
@@ -609,16 +609,17 @@ fn any_nonzero(b: &[f16]) -> bool {
 /// Inputs: x and g f32 of one shape; `act(x) * g` row by row over the last
 /// dimension, SiLU for `Op::SwiGlu` and GELU for `Op::GeGlu`.
 pub(crate) fn gated(op: &Op, inputs: &[CpuInput<'_>]) -> Result<Vec<CpuStorage>, BackendError> {
-    let row: fn(&[f32], &[f32], &mut [f32]) = match op {
-        Op::GeGlu => super::geglu::geglu_row,
-        _ => super::swiglu::swiglu_row,
+    let act = match op {
+        Op::GeGlu => GateActivation::GeGlu,
+        _ => GateActivation::SwiGlu,
     };
+    let row = gate_row(act);
     let x = input_slice::<f32>(op, inputs[0])?;
     let g = input_slice::<f32>(op, inputs[1])?;
     let n = inputs[0].dims().last().copied().unwrap_or(1).max(1);
     let mut out = vec![0f32; x.len()];
     let rows = |((o, xr), gr): ((&mut [f32], &[f32]), &[f32])| row(xr, gr, o);
-    if x.len() < 1 << 15 {
+    if x.len() < PARALLEL_GATED {
         out.chunks_mut(n).zip(x.chunks(n)).zip(g.chunks(n)).for_each(rows);
     } else {
         out.par_chunks_mut(n)
@@ -629,19 +630,26 @@ pub(crate) fn gated(op: &Op, inputs: &[CpuInput<'_>]) -> Result<Vec<CpuStorage>,
     Ok(vec![CpuStorage::from_vec(out)])
 }
 
+/// Elements from which the gated activations split their rows over threads.
+const PARALLEL_GATED: usize = 1 << 15;
+
+/// GGML's row function of a gated activation.
+fn gate_row(act: GateActivation) -> fn(&[f32], &[f32], &mut [f32]) {
+    match act {
+        GateActivation::GeGlu => super::geglu::geglu_row,
+        GateActivation::SwiGlu => super::swiglu::swiglu_row,
+    }
+}
+
 /// `act(x, g)` row by row over rows of `n` values, written over `x`: the
 /// values of `Op::SwiGlu` / `Op::GeGlu` (`gated`) without an output
 /// tensor (`Op::QMatMulGated`). Each row goes through a 256-value buffer:
 /// the row functions treat every whole 16-value block alike wherever it
 /// starts, and only a row's tail past its last whole block differently,
 /// which stays the tail of the row's last piece (256 is a multiple of 16).
-pub(crate) fn gated_rows_in_place(act: crate::op::GateActivation, x: &mut [f32], g: &[f32], n: usize) {
-    use crate::op::GateActivation;
+pub(crate) fn gated_rows_in_place(act: GateActivation, x: &mut [f32], g: &[f32], n: usize) {
     const PIECE: usize = 256;
-    let row: fn(&[f32], &[f32], &mut [f32]) = match act {
-        GateActivation::GeGlu => super::geglu::geglu_row,
-        GateActivation::SwiGlu => super::swiglu::swiglu_row,
-    };
+    let row = gate_row(act);
     let n = n.max(1);
     let rows = |(xr, gr): (&mut [f32], &[f32])| {
         let mut buf = [0f32; PIECE];
@@ -651,7 +659,7 @@ pub(crate) fn gated_rows_in_place(act: crate::op::GateActivation, x: &mut [f32],
             xc.copy_from_slice(out);
         }
     };
-    if x.len() < 1 << 15 {
+    if x.len() < PARALLEL_GATED {
         x.chunks_mut(n).zip(g.chunks(n)).for_each(rows);
     } else {
         x.par_chunks_mut(n).zip(g.par_chunks(n)).for_each(rows);
