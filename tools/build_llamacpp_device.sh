@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Builds llama.cpp's llama-bench, llama-quantize, test-backend-ops and llama-completion HERE for the device host's
+# Builds llama.cpp's llama-bench, llama-quantize, test-backend-ops, llama-completion and the greedy
+# program of tools/llamacpp_diff.py (llamacpp-greedy) HERE for the device host's
 # CPU (Intel Xeon Sapphire Rapids class: AVX-512 VNNI/BF16/FP16 and AMX), not for this machine,
 # from the same llama-cpp-python sources as tools/build_llamacpp.sh, in two variants:
 #
-#   noamx  GCC, -march=sapphirerapids -mno-amx-tile -mno-amx-int8 -mno-amx-bf16, GGML_NATIVE=OFF,
+#   noamx  GCC, -march=sapphirerapids -mno-amx-tile -mno-amx-int8 -mno-amx-bf16 for ggml-cpu
+#          (tools/llamacpp_cpu_launcher.sh: only there, as GGML_NATIVE=ON does), GGML_NATIVE=OFF,
 #          OpenMP: what tools/build_llamacpp.sh builds natively, for that CPU (our usual
 #          reference: GCC 12 miscompiles ggml's AMX path, and AMX gives different logits)
 #   amx    clang, -march=sapphirerapids, GGML_NATIVE=OFF with GGML_AVX512(_VBMI/_VNNI/_BF16)
@@ -29,7 +31,7 @@ set -euo pipefail
 variants="${1:-noamx,amx}"
 version="${2:-0.3.36}"
 cache="${RUSTORCH_CACHE:-$HOME/.cache/rustorch}/llamacpp-$version"
-tools=(llama-bench llama-quantize test-backend-ops llama-completion)
+tools=(llama-bench llama-quantize test-backend-ops llama-completion llamacpp-greedy)
 jobs="${JOBS:-$(nproc)}"
 
 log() { echo "build_llamacpp_device: $*" >&2; }
@@ -80,6 +82,15 @@ C
 }
 static_rt="-static-libstdc++"
 
+# The CPU's flags go to ggml-cpu's sources only (tools/llamacpp_cpu_launcher.sh), as a native
+# build's -march=native does; the rest is compiled for plain x86-64 as there.
+cpu_launcher() { # FLAGS...: prints the launcher as a cmake list
+    local launch f
+    launch="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/llamacpp_cpu_launcher.sh"
+    for f in "$@"; do launch="$launch;--cpu-flag=$f"; done
+    echo "$launch"
+}
+
 build_noamx() {
     local build="$cache/device-noamx"
     local flags="-march=sapphirerapids -mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
@@ -91,7 +102,8 @@ build_noamx() {
         -DCMAKE_C_COMPILER=gcc -DCMAKE_CXX_COMPILER=g++ \
         -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF \
         -DOpenMP_gomp_LIBRARY="$gomp" \
-        -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" \
+        -DCMAKE_C_FLAGS="" -DCMAKE_CXX_FLAGS="" \
+        -DCMAKE_C_COMPILER_LAUNCHER="$(cpu_launcher $flags)" -DCMAKE_CXX_COMPILER_LAUNCHER="$(cpu_launcher $flags)" \
         -DCMAKE_EXE_LINKER_FLAGS="$static_rt $(compat_obj gcc "$build")" >&2
     cmake --build "$build" -j "$jobs" --target "${tools[@]}" >&2
 }
@@ -117,7 +129,8 @@ build_amx() {
     cmake -S "$cache/src" -B "$build" "${generator[@]}" "${common[@]}" \
         -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
         -DGGML_AMX_TILE=ON -DGGML_AMX_INT8=ON -DGGML_AMX_BF16=ON \
-        -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" \
+        -DCMAKE_C_FLAGS="" -DCMAKE_CXX_FLAGS="" \
+        -DCMAKE_C_COMPILER_LAUNCHER="$(cpu_launcher $flags)" -DCMAKE_CXX_COMPILER_LAUNCHER="$(cpu_launcher $flags)" \
         -DCMAKE_EXE_LINKER_FLAGS="$static_rt $(compat_obj clang "$build") -Wl,-rpath,'\$ORIGIN'" >&2
     cmake --build "$build" -j "$jobs" --target "${tools[@]}" >&2
     # Carry the OpenMP runtime next to the binaries.

@@ -3,9 +3,11 @@
 # which has no network and no Rust toolchain (its python3 has numpy and pyyaml, not gguf):
 #
 #   rustorch-cli             $RUSTORCH_CLI or target/release/rustorch-cli, stripped
-#   llama-noamx/             llama-bench, llama-quantize, llama-completion (GCC, no AMX), stripped
-#   llama-amx/               llama-bench, llama-completion (clang, AMX) and the libomp.so.5
-#                            they load, stripped (llama-completion: greedy text to compare)
+#   llama-noamx/             llama-bench, llama-quantize, llama-completion, llamacpp-greedy
+#                            (GCC, no AMX), stripped
+#   llama-amx/               llama-bench, llama-completion, llamacpp-greedy (clang, AMX) and the
+#                            libomp.so.5 they load, stripped (llama-completion: greedy text to
+#                            compare; llamacpp-greedy: tools/llamacpp_diff.py --llama-bin/--amx-bin)
 #   mkmodel.py               $MKMODEL or ../shared/tools/mkmodel.py (random-weight GGUF models)
 #   whl/gguf-*.whl           the gguf package mkmodel.py imports (pure Python)
 #   time                     GNU time (for the peak RSS), in case the host lacks /usr/bin/time
@@ -46,10 +48,10 @@ mkdir -p "$out/llama-noamx" "$out/llama-amx" "$out/whl"
 strip -o "$out/rustorch-cli" "$cli"
 tests=()
 [ "${DEVICE_BUNDLE_TESTS:-0}" = 1 ] && tests=(test-backend-ops)
-for t in llama-bench llama-quantize llama-completion "${tests[@]}"; do
+for t in llama-bench llama-quantize llama-completion llamacpp-greedy "${tests[@]}"; do
     strip -o "$out/llama-noamx/$t" "${dirs[noamx]}/$t"
 done
-for t in llama-bench llama-completion "${tests[@]}"; do
+for t in llama-bench llama-completion llamacpp-greedy "${tests[@]}"; do
     strip -o "$out/llama-amx/$t" "${dirs[amx]}/$t"
 done
 strip --strip-unneeded -o "$out/llama-amx/libomp.so.5" "${dirs[amx]}/libomp.so.5"
@@ -69,7 +71,7 @@ python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3
 } > "$out/BUNDLE.txt"
 
 # The amx binaries must still find the carried libomp next to themselves.
-for t in "$out"/llama-amx/llama-bench "$out"/llama-amx/llama-completion "$out"/llama-amx/test-backend-ops; do
+for t in "$out"/llama-amx/llama-bench "$out"/llama-amx/llama-completion "$out"/llama-amx/llamacpp-greedy "$out"/llama-amx/test-backend-ops; do
     [ -e "$t" ] || continue
     [ "$(ldd "$t" | awk '/libomp/ {print $3}')" = "$out/llama-amx/libomp.so.5" ] \
         || { log "$t does not load the carried libomp.so.5"; exit 1; }

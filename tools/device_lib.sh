@@ -21,7 +21,7 @@ for f in sys.argv[1:]:
         shutil.copyfileobj(src, dst)'
         find "$bin" -name '*.xz' -delete
     fi
-    chmod +x "$bin/rustorch-cli" "$bin"/llama-*/llama-* "$bin/time" "$bin/rustorch_core_tests" 2>/dev/null || true
+    chmod +x "$bin/rustorch-cli" "$bin"/llama-*/llama-* "$bin"/llama-*/llamacpp-* "$bin/time" "$bin/rustorch_core_tests" 2>/dev/null || true
     echo "$bin"
 }
 

@@ -36,12 +36,15 @@ for shape in smollm2 kquant; do
     [ -f "$work/$shape-f16.gguf" ] || python3 tools/mkmodel.py "$shape" "$work/$shape-f16.gguf" >&2
 done
 prompts=("Once upon a time" "The meaning of life is" "1, 2, 3, 4," "In the beginning")
+# The CPU llama.cpp runs on decides parts of its arithmetic (tools/cpu_record.py); an assignment,
+# so that `set -e` stops the script if it cannot be read.
+cpu="$(python3 tools/cpu_record.py)"
 utf8() { python3 -c 'import sys; sys.stdout.write(sys.stdin.buffer.read().decode("utf-8", "replace"))'; }
 {
     echo '{'
     echo '  "generator": "tools/gen_amx_order_fixtures.sh",'
     echo "  \"llama_cpp\": $(grep -m1 '^llama.cpp:' "$bin/BUNDLE.txt" | python3 -c 'import json, sys; print(json.dumps(sys.stdin.read().strip()))'),"
-    echo "  \"cpu\": \"$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')\","
+    echo "  \"cpu\": $cpu,"
     echo "  \"n_gen\": $n_gen,"
     echo '  "models": ['
     first_model=1

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import gguf
 import llama_cpp
+
+from cpu_record import cpu_record
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -251,6 +253,9 @@ def main():
     out = {
         "generator": "tools/gen_chat_fixtures.py",
         "llama_cpp_python": llama_cpp.__version__,
+        # As every generator that runs llama.cpp (tools/cpu_record.py); templates render no
+        # arithmetic that depends on the CPU.
+        "cpu": cpu_record(),
         "clock_unix": CLOCK,
         "templates": [
             {"name": n, "source": s, "bos_token": b, "eos_token": e, "from": f,

@@ -24,6 +24,8 @@ import os
 import subprocess
 import sys
 
+from cpu_record import cpu_record
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 OUT = os.path.join(ROOT, "crates", "rustorch-cli", "tests", "fixtures", "tokenize.json")
 DEFAULT_BIN = os.path.expanduser("~/.cache/rustorch/llamacpp-0.3.36/build/bin/llama-tokenize")
@@ -73,6 +75,9 @@ def main():
         "generator": "tools/gen_cli_fixtures.py",
         "command": "llama-tokenize -m MODEL -p TEXT --log-disable --no-escape [FLAGS]",
         "llama_cpp": "0.3.36 (llama-cpp-python's sources, tools/build_llamacpp.sh)",
+        # Recorded as by every generator that runs llama.cpp (tools/cpu_record.py), though
+        # tokenization does no arithmetic that depends on the CPU.
+        "cpu": cpu_record(),
         "models": models,
         "cases": cases,
     }

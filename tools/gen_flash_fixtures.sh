@@ -22,6 +22,9 @@ out=crates/rustorch-cli/tests/fixtures/flash_attn.json
 threads=2
 ctx=1024
 gpl=crates/rustorch-llm/tests/fixtures/GPL-3
+# The CPU llama.cpp runs on decides parts of its arithmetic (tools/cpu_record.py); an assignment,
+# so that `set -e` stops the script if it cannot be read.
+cpu="$(python3 tools/cpu_record.py)"
 utf8() { python3 -c 'import sys; sys.stdout.write(sys.stdin.buffer.read().decode("utf-8", "replace"))'; }
 prompts=("Once upon a time" "$(head -c 700 "$gpl")" "$(head -c 2300 "$gpl")")
 n_gens=(48 48 32)
@@ -29,7 +32,7 @@ n_gens=(48 48 32)
     echo '{'
     echo '  "generator": "tools/gen_flash_fixtures.sh",'
     echo "  \"llama_cpp\": \"llama-cpp-python 0.3.36 sources, llama-completion -c $ctx -t $threads --temp 0\","
-    echo "  \"cpu\": \"$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')\","
+    echo "  \"cpu\": $cpu,"
     echo "  \"ctx\": $ctx,"
     echo '  "models": ['
     first_model=1

@@ -7,11 +7,13 @@ libggml*.so files that llama-cpp-python installed (llama.cpp 0.3.36, GCC 12,
 runs one ggml_mul_mat on llama.cpp's CPU backend (2 threads, weights in the
 CPU_REPACK buffer where llama.cpp's loader would put them) for each m in
 M_LIST and stores what it computed. Output: crates/rustorch-core/tests/
-fixtures/ggml_matmul/ (format in its README.md).
+fixtures/ggml_matmul/ (format in its README.md), with cpu.json: the CPU it
+ran on (tools/cpu_record.py; the products' order depends on it).
 
 usage: python3 tools/gen_ggml_matmul_fixtures.py [--src LLAMA_CPP_SRC]
 """
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -19,6 +21,8 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from cpu_record import cpu_record
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "crates/rustorch-core/tests/fixtures/ggml_matmul"
@@ -77,6 +81,7 @@ def main():
                      ",".join(map(str, M_LIST)), str(dst)],
                     check=True,
                 )
+    (OUT / "cpu.json").write_text(json.dumps(cpu_record(), indent=1) + "\n")
     total = sum(p.stat().st_size for p in OUT.iterdir())
     print(f"wrote {OUT} ({total} bytes)", file=sys.stderr)
 

@@ -24,7 +24,8 @@ shapes (numpy order) in index.json:
   gemma-l<layer>-gate.bin, -up.bin, -geglu.bin   Gemma-3-270M's ffn_gate, ffn_up, ffn_geglu
                                                   for the prompt batch, layers 0 and 9
 index.json also records the tokens, the attention scale, the RoPE base and the KV-cache length
-llama.cpp attended over (n_kv) per evaluation. rustorch-llm's model::rope tests use q_pre/q
+llama.cpp attended over (n_kv) per evaluation, and the CPU llama.cpp ran on (`cpu`,
+tools/cpu_record.py: its attention arithmetic depends on it). rustorch-llm's model::rope tests use q_pre/q
 and k_pre/k (RoPE with llama.cpp's angle tables and rounding).
 """
 import json
@@ -34,6 +35,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cpu_record import cpu_record  # noqa: E402
 from llamacpp_dump import GgmlTensor, read_tensor  # noqa: E402
 
 LAYERS = [0, 7]
@@ -103,7 +105,7 @@ def main():
     arch = meta["general.architecture"]
     head_dim = int(meta[f"{arch}.embedding_length"]) // int(meta[f"{arch}.attention.head_count"])
     index = {"source": os.path.basename(smollm2), "llama_cpp_python": llama_cpp.__version__,
-             "prompt": PROMPT, "layers": LAYERS, "scale": 1.0 / np.sqrt(head_dim),
+             "cpu": cpu_record(), "prompt": PROMPT, "layers": LAYERS, "scale": 1.0 / np.sqrt(head_dim),
              "rope_base": float(meta[f"{arch}.rope.freq_base"]), "evals": []}
     for e, ev in enumerate(evals):
         nodes, files = ev["nodes"], {}

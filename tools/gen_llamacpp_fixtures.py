@@ -6,7 +6,9 @@ llama.cpp tools of the same version (tools/build_llamacpp.sh: llama-quantize, ll
 For each model id this writes, into crates/rustorch-llm/tests/fixtures/llamacpp/:
 
   models.json        per id: source model, requantization type, sha256 and size of the file,
-                     the llama.cpp settings, the architecture metadata llama.cpp read
+                     the llama.cpp settings, the architecture metadata llama.cpp read, the
+                     build's llama_print_system_info() and the CPU it ran on (`cpu`,
+                     tools/cpu_record.py: llama.cpp's CPU results depend on it)
   <id>.json          per prompt: text, tokens, 64 greedy ids, their top-1 minus top-2 logit
                      gaps, the 10 largest final-position logits; llama-perplexity's result on
                      the GPL-3 text (tests/fixtures/GPL-3)
@@ -76,6 +78,8 @@ import sys
 import time
 
 import numpy as np
+
+from cpu_record import cpu_record
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 FIXTURES = os.path.join(ROOT, "crates", "rustorch-llm", "tests", "fixtures")
@@ -399,6 +403,7 @@ def main():
             "size": os.path.getsize(path),
             "settings": settings(),
             "system_info": system_info,
+            "cpu": cpu_record(),
             "metadata": arch_metadata(meta),
         }
         with open(models_path, "w") as f:

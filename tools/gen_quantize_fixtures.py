@@ -36,6 +36,8 @@ import tempfile
 import numpy as np
 import gguf
 
+from cpu_record import cpu_record
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "crates/rustorch-cli/tests/fixtures/quantize.json")
 
@@ -174,6 +176,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         fixture = {
             "llama_cpp": "llama-cpp-python 0.3.36 (vendored llama.cpp), llama-quantize",
+            # llama-quantize is built for this CPU (its float rounding steps may contract to FMA).
+            "cpu": cpu_record(),
             "models": quantize_models(lq, tmp),
             "configs": dry_run_configs(lq, tmp),
         }

@@ -22,6 +22,8 @@ from pathlib import Path
 import llama_cpp as L
 import numpy as np
 
+from cpu_record import cpu_record
+
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "crates/rustorch-llm/tests/fixtures/sampling"
 MAX_FULL = 512
@@ -175,7 +177,8 @@ def main():
     OUT.mkdir(parents=True, exist_ok=True)
     path = OUT / "llamacpp_samplers.json"
     path.write_text(json.dumps({"generator": "tools/gen_sampling_fixtures.py", "llama_cpp_python": L.__version__,
-                                "cases": cases, "chains": chains}) + "\n")
+                                # The samplers' float arithmetic is compiled for this CPU.
+                                "cpu": cpu_record(), "cases": cases, "chains": chains}) + "\n")
     print(f"wrote {path}: {len(cases)} cases, {len(chains)} chains, {path.stat().st_size} bytes")
 
 

@@ -31,6 +31,8 @@ import subprocess
 import sys
 import tempfile
 
+from cpu_record import cpu_record
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 FIXTURES = os.path.join(ROOT, "crates", "rustorch-llm", "tests", "fixtures")
 CORPUS = os.path.join(FIXTURES, "tokenizer_corpus.json")
@@ -155,6 +157,7 @@ def main():
     for name, path in models.items():
         if not os.path.exists(path):
             sys.exit(f"model {name} not found at {path}")
+        cpu = cpu_record()
         cases = []
         for text in corpus:
             for parse_special in (True, False):
@@ -164,6 +167,9 @@ def main():
         out = {
             "generator": "tools/gen_tokenizer_fixtures.py",
             "llama_cpp": os.path.basename(os.path.dirname(os.path.dirname(os.path.dirname(args.bin)))),
+            # As every generator that runs llama.cpp (tools/cpu_record.py); tokenization does no
+            # arithmetic that depends on the CPU.
+            "cpu": cpu,
             "model_file": os.path.basename(path),
             "model_sha256": sha256(path),
             "note": "add_special = (model's tokenizer.ggml.add_bos_token) && !no_bos, as in llama-tokenize",

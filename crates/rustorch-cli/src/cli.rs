@@ -141,6 +141,28 @@ pub enum Command {
     Chat(ChatArgs),
     /// Memory read bandwidth on N threads: the bound of generation speed
     Membw(MembwArgs),
+    /// Greedy continuations of the prompts of a JSON Lines file, one JSON
+    /// line each (token ids, each step's top two logits): the format of
+    /// tools/llamacpp_greedy.cpp, for differential checks against llama.cpp
+    Greedy(GreedyArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct GreedyArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+
+    /// Prompts: one JSON object per line, {"id": "...", "text": "..."}
+    #[arg(short = 'f', long, value_name = "PROMPTS_JSONL")]
+    pub file: PathBuf,
+
+    /// Tokens to generate per prompt (fewer when an end-of-generation token comes)
+    #[arg(short = 'n', long = "n-predict", value_name = "N", default_value_t = 48)]
+    pub n_predict: usize,
+
+    /// Context size (default 4096, capped by the model's training context)
+    #[arg(short = 'c', long = "ctx-size", value_name = "N")]
+    pub ctx_size: Option<usize>,
 }
 
 #[derive(Args, Debug)]

@@ -32,7 +32,7 @@ pub fn run() -> Result<(), CliError> {
     // The level the quantized products run at: AMX only where the CPU has
     // it and the OS granted the tile state (RUSTORCH_QUANT_ISA caps it).
     println!("quantized kernels: {}", Isa::detected());
-    println!("{}", order_line());
+    println!("{}", build_line());
     println!();
     for report in exec.device_reports() {
         let cap = &report.capability;
@@ -64,22 +64,56 @@ pub fn run() -> Result<(), CliError> {
     Ok(())
 }
 
-/// Whose arithmetic the quantized products reproduce, and why.
-fn order_line() -> String {
+/// Which llama.cpp CPU build the output reproduces (product order, vector
+/// ISA, f16 arithmetic), and whether that is the build `-march=native`
+/// makes on this CPU.
+fn build_line() -> String {
+    use rustorch_core::cpu::{ggml_half, GgmlHalf};
     use rustorch_core::quant::matmul::{ggml_order, GgmlOrder};
-    let order = ggml_order();
-    let name = match order {
-        GgmlOrder::Amx => "amx (llama.cpp built with AMX)",
-        GgmlOrder::Reference => "reference (llama.cpp's plain CPU build)",
+    let (order, half) = (ggml_order(), ggml_half());
+    let kind = match order {
+        GgmlOrder::Amx => "its AMX build (clang, ggml-cpu/amx)",
+        GgmlOrder::Reference => "its plain CPU build (no AMX)",
     };
-    let why = if std::env::var_os("RUSTORCH_GGML_ORDER").is_some() {
-        "set by RUSTORCH_GGML_ORDER"
-    } else if order == GgmlOrder::Amx {
-        "this CPU has AMX-INT8, as a native llama.cpp build there uses; RUSTORCH_GGML_ORDER=reference for the plain build's"
+    let half_name = match half {
+        GgmlHalf::Native => "AVX512-FP16 half-precision f16 steps",
+        GgmlHalf::Widened => "f16 steps widened to f32 (no AVX512-FP16)",
+    };
+    let mut differs = Vec::new();
+    if order != GgmlOrder::native() {
+        differs.push("order set by RUSTORCH_GGML_ORDER");
+    }
+    if half != GgmlHalf::native() {
+        differs.push("f16 steps set by RUSTORCH_GGML_F16");
+    }
+    if !cpu_has_avx512() {
+        differs.push("this CPU lacks AVX-512, whose native build sums in other lanes");
+    }
+    let whose = if differs.is_empty() {
+        "= llama.cpp built natively on this CPU".to_string()
     } else {
-        "this CPU has no AMX; RUSTORCH_GGML_ORDER=amx for that build's"
+        format!("(not this CPU's native build: {})", differs.join("; "))
     };
-    format!("llama.cpp order: {name}: {why}")
+    format!(
+        "llama.cpp build reproduced: {kind}, AVX-512 arithmetic, {half_name}, order {} {whose}",
+        match order {
+            GgmlOrder::Amx => "amx",
+            GgmlOrder::Reference => "reference",
+        }
+    )
+}
+
+/// Whether llama.cpp's native build here would take GGML's AVX-512 paths,
+/// which the CPU backend's arithmetic follows on every CPU.
+fn cpu_has_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
 }
 
 fn memory(total: Option<u64>, free: Option<u64>) -> String {

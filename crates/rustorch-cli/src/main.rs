@@ -16,6 +16,7 @@ mod error;
 mod fetch;
 mod format;
 mod generate;
+mod greedy;
 mod info;
 mod interrupt;
 mod loader;
@@ -78,6 +79,7 @@ fn exit_quietly_on_closed_pipe() {
 
 fn run(cli: Cli) -> Result<(), CliError> {
     check_ggml_order()?;
+    check_ggml_half()?;
     rustorch_llm::model::keep_freed_buffers();
     match cli.command {
         Some(Command::Info(args)) => info::run(&args),
@@ -88,6 +90,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Some(Command::Bench(args)) => bench::run(&args),
         Some(Command::Chat(args)) => chat::run(&args),
         Some(Command::Membw(args)) => membw::run(&args),
+        Some(Command::Greedy(args)) => greedy::run(&args),
         None => generate::run(&cli.generate),
     }
 }
@@ -104,6 +107,22 @@ fn check_ggml_order() -> Result<(), CliError> {
         ))),
         _ => {
             set_default_ggml_order(GgmlOrder::native());
+            Ok(())
+        }
+    }
+}
+
+/// `RUSTORCH_GGML_F16`, when set, must name an arithmetic. Unset, it is
+/// llama.cpp's on this CPU when built natively: half-precision steps where
+/// the CPU has AVX512-FP16 (`__AVX512FP16__`), widened steps elsewhere.
+fn check_ggml_half() -> Result<(), CliError> {
+    use rustorch_core::cpu::{set_default_ggml_half, GgmlHalf};
+    match std::env::var("RUSTORCH_GGML_F16") {
+        Ok(v) if GgmlHalf::parse(&v).is_none() => Err(CliError::msg(format!(
+            "RUSTORCH_GGML_F16={v:?} is not an f16 arithmetic: use native (llama.cpp built with AVX512-FP16, the default on CPUs that have it) or widened (builds without it, the default elsewhere)"
+        ))),
+        _ => {
+            set_default_ggml_half(GgmlHalf::native());
             Ok(())
         }
     }

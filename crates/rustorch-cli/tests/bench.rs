@@ -13,9 +13,7 @@ const RULE: &str = "| ------------------------------ | ---------: | ---------: |
 
 #[test]
 fn markdown_table_has_llama_bench_shape() {
-    let Some(model) = real_model("RUSTORCH_SMOLLM2_GGUF") else {
-        return;
-    };
+    let model = real_model("smollm2");
     let o = cli(["bench", "-m", &model, "-p", "8", "-n", "4", "-r", "2", "-t", "2"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
@@ -43,9 +41,7 @@ fn markdown_table_has_llama_bench_shape() {
 /// prompt tests first, in the order given.
 #[test]
 fn size_lists_give_one_test_each() {
-    let Some(model) = real_model("RUSTORCH_SMOLLM2_GGUF") else {
-        return;
-    };
+    let model = real_model("smollm2");
     let o = cli(["bench", "-m", &model, "-p", "16,8", "-n", "2,4", "-r", "1", "-t", "2"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
@@ -59,9 +55,7 @@ fn size_lists_give_one_test_each() {
 
 #[test]
 fn json_figures_follow_from_the_samples() {
-    let Some(model) = real_model("RUSTORCH_SMOLLM2_GGUF") else {
-        return;
-    };
+    let model = real_model("smollm2");
     let o = cli([
         "bench", "-m", &model, "-p", "8", "-n", "4", "-r", "3", "-t", "2", "-o", "json",
     ]);
@@ -137,9 +131,7 @@ fn membw_measures_and_rejects_bad_flags() {
 /// `pp8 @ d16`).
 #[test]
 fn depth_runs_carry_llama_bench_names() {
-    let Some(model) = real_model("RUSTORCH_SMOLLM2_GGUF") else {
-        return;
-    };
+    let model = real_model("smollm2");
     let o = cli([
         "bench", "-m", &model, "-p", "8", "-n", "4", "-d", "16", "-r", "1", "-t", "2", "-o", "json",
     ]);

@@ -49,9 +49,7 @@ fn replies(out: &str) -> Vec<String> {
 /// stay f32 and the two paths differ only in summation order.
 #[test]
 fn conversation_save_load_and_cache_reuse() {
-    let Some(q4) = real_model("RUSTORCH_SMOLLM2_GGUF") else {
-        return;
-    };
+    let q4 = real_model("smollm2");
     let dir = TempDir::new("chat");
     let f16 = dir.path("smollm2-f16.gguf");
     let q = cli(["quantize", "--allow-requantize", &q4, f16.to_str().unwrap(), "F16"]);
@@ -111,9 +109,7 @@ fn conversation_save_load_and_cache_reuse() {
 
 #[test]
 fn command_errors_do_not_end_the_session() {
-    let Some(model) = real_model("RUSTORCH_SMOLLM2_GGUF") else {
-        return;
-    };
+    let model = real_model("smollm2");
     let dir = TempDir::new("chat-err");
     let bad = dir.path("bad.json");
     std::fs::write(&bad, r#"[{"role": "user"}]"#).unwrap();
@@ -163,11 +159,10 @@ fn wait_for(buf: &Arc<Mutex<Vec<u8>>>, pred: impl Fn(&str) -> bool) {
 #[cfg(unix)]
 #[test]
 fn ctrl_c_stops_the_reply_then_twice_exits() {
-    let Some(model) = real_model("RUSTORCH_SMOLLM2_GGUF") else {
-        return;
-    };
+    let model = real_model("smollm2");
     let mut child = Command::new(env!("CARGO_BIN_EXE_rustorch-cli"))
         .args(["chat", "-m", &model, "--temp", "0", "-n", "2000", "-t", "2"])
+        .envs(common::FIXTURE_BUILD)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

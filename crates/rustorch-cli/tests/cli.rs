@@ -3,7 +3,10 @@
 
 mod common;
 
-use common::{assert_one_line_error, cli, cli_with_stdin, stderr, stdout, write_model, TempDir};
+use common::{
+    assert_one_line_error, cli, cli_with_stdin, note_llamacpp_fixtures_cpu, real_model, stderr, stdout, write_model,
+    TempDir,
+};
 use rustorch_core::gguf::Gguf;
 use rustorch_core::quant::QType;
 
@@ -35,17 +38,12 @@ fn generation_errors_are_one_line() {
 }
 
 /// Greedy generation on the real SmolLM2 model prints llama.cpp's greedy continuation (the
-/// llama.cpp fixture of crates/rustorch-llm, prompt 0, whose 64 tokens the runtime reproduces).
+/// llama.cpp fixture of crates/rustorch-llm, prompt 0, whose 64 tokens the runtime reproduces;
+/// llama.cpp's output on the CPU the fixture records, with a note when this one differs).
 #[test]
 fn greedy_generation_prints_llama_cpp_continuation() {
-    let Ok(model) = std::env::var("RUSTORCH_SMOLLM2_GGUF") else {
-        assert!(
-            std::env::var("CI").is_err(),
-            "RUSTORCH_SMOLLM2_GGUF must be set under CI (tools/fetch_models.py --print-env)"
-        );
-        eprintln!("skipping: RUSTORCH_SMOLLM2_GGUF is not set (tools/fetch_models.py --print-env)");
-        return;
-    };
+    let model = real_model("smollm2");
+    note_llamacpp_fixtures_cpu();
     let fixture = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../rustorch-llm/tests/fixtures/llamacpp/smollm2-q4_1.json"
@@ -181,11 +179,40 @@ fn devices_lists_the_cpu() {
         .unwrap_or_else(|| panic!("no quantized kernels line: {out}"));
     assert!(["scalar", "avx2", "avx512vnni", "amx"].contains(&isa), "{isa}");
     assert!(out.contains("dispatch order:"), "{out}");
+    // The llama.cpp build reproduced, in one line: here the fixtures' (set by
+    // `cli`), which is the native build only on a CPU without AMX and
+    // AVX512-FP16.
+    let build = out
+        .lines()
+        .find(|l| l.starts_with("llama.cpp build reproduced: "))
+        .unwrap_or_else(|| panic!("no llama.cpp build line: {out}"));
+    assert!(
+        build.contains("order reference") && build.contains("widened"),
+        "{build}"
+    );
+    let flags = common::fixture_cpu::this_cpu_flags();
+    let other_than_native =
+        flags.contains(&"avx512_fp16") || flags.contains(&"amx_int8") || !flags.contains(&"avx512f");
+    assert_eq!(
+        build.contains("(not this CPU's native build"),
+        other_than_native,
+        "{build}"
+    );
     // The executor always has its CPU backend, in use.
     assert!(
         out.lines().any(|l| l.starts_with("cpu") && l.ends_with("(in use)")),
         "{out}"
     );
+}
+
+#[test]
+fn an_unknown_f16_arithmetic_is_a_one_line_error() {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_rustorch-cli"))
+        .args(["-m", "missing.gguf", "-p", "hi"])
+        .env("RUSTORCH_GGML_F16", "fast")
+        .output()
+        .expect("the binary runs");
+    assert_one_line_error(&o, "RUSTORCH_GGML_F16");
 }
 
 #[test]

@@ -4,10 +4,14 @@
 //! paths (fixtures/flash_attn.json, from tools/gen_flash_fixtures.sh: a short prompt, the one-row
 //! path; 151 tokens, the tiled path; 519-523 tokens, a 512-position micro-batch tiled and the rest
 //! one row at a time, then generation over a 768-position cache, the split-keys path).
+//!
+//! The fixture is llama.cpp's output on the CPU it records (`cpu`: an AMD EPYC, AVX-512 without
+//! AVX512-FP16 or AMX). On another kind of CPU these tests check that the CLI reproduces that
+//! build, not llama.cpp built there, and say so (tools/llamacpp_diff.py compares with that).
 
 mod common;
 
-use common::{cli, real_model, stderr, stdout};
+use common::{cli, fixture_cpu, real_model, stderr, stdout};
 use sha2::{Digest, Sha256};
 
 fn sha256(path: &str) -> String {
@@ -15,26 +19,27 @@ fn sha256(path: &str) -> String {
     Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// fixtures/flash_attn.json, after checking its `cpu` record.
+fn fixture() -> serde_json::Value {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/flash_attn.json");
+    let fx: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    fixture_cpu::note_if_other_cpu("rustorch-cli's flash-attention fixtures", &fx["cpu"]);
+    fx
+}
+
 #[test]
 fn greedy_text_equals_llama_cpps_with_and_without_flash_attention() {
-    let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/flash_attn.json");
-    let fx: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap();
+    let fx = fixture();
     let ctx = fx["ctx"].as_u64().expect("ctx").to_string();
     let mut differing = 0;
     let mut compared = 0;
     for m in fx["models"].as_array().expect("models") {
-        let env = match m["model"].as_str().expect("model") {
-            "smollm2" => "RUSTORCH_SMOLLM2_GGUF",
-            "gemma3" => "RUSTORCH_GEMMA3_GGUF",
-            other => panic!("unknown model {other} in the fixture"),
-        };
-        let Some(path) = real_model(env) else {
-            continue;
-        };
+        let name = m["model"].as_str().expect("model");
+        let path = real_model(name);
         assert_eq!(
             sha256(&path),
             m["sha256"].as_str().expect("sha256"),
-            "{env} is not the fixture's file"
+            "{path} is not the fixture's {name} file"
         );
         for case in m["cases"].as_array().expect("cases") {
             let prompt = case["prompt"].as_str().expect("prompt");
@@ -52,17 +57,16 @@ fn greedy_text_equals_llama_cpps_with_and_without_flash_attention() {
                 assert_eq!(
                     stdout(&o).trim_end_matches('\n'),
                     want.trim_end_matches('\n'),
-                    "{env}, -fa {fa}, a prompt of {} bytes",
+                    "{name}, -fa {fa}, a prompt of {} bytes",
                     prompt.len()
                 );
                 compared += 1;
             }
         }
     }
-    if compared > 0 {
-        // The two attentions' texts differ in the fixture (else the test could not tell them apart).
-        assert!(differing >= 2, "only {differing} cases differ between -fa on and off");
-    }
+    assert!(compared > 0, "the fixture holds no cases");
+    // The two attentions' texts differ in the fixture (else the test could not tell them apart).
+    assert!(differing >= 2, "only {differing} cases differ between -fa on and off");
 }
 
 #[test]
@@ -79,17 +83,11 @@ fn a_bad_flash_attention_value_is_an_error_naming_the_choices() {
 /// 128-row micro-batches, the tiled path) and Gemma 3 in chunks of 512.
 #[test]
 fn perplexity_equals_llama_perplexitys_with_and_without_flash_attention() {
-    let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/flash_attn.json");
-    let fx: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap();
+    let fx = fixture();
     let text = concat!(env!("CARGO_MANIFEST_DIR"), "/../rustorch-llm/tests/fixtures/GPL-3");
     for case in fx["perplexity"].as_array().expect("perplexity") {
-        let env = match case["model"].as_str().expect("model") {
-            "smollm2" => "RUSTORCH_SMOLLM2_GGUF",
-            _ => "RUSTORCH_GEMMA3_GGUF",
-        };
-        let Some(path) = real_model(env) else {
-            continue;
-        };
+        let name = case["model"].as_str().expect("model");
+        let path = real_model(name);
         let fa = case["fa"].as_str().expect("fa");
         let mut args: Vec<String> = ["perplexity", "-m", &path, "-f", text, "-t", "2", "-fa", fa]
             .iter()
@@ -116,7 +114,7 @@ fn perplexity_equals_llama_perplexitys_with_and_without_flash_attention() {
         assert_eq!(
             got,
             case["final"].as_str().expect("final"),
-            "{env} {:?} -fa {fa}",
+            "{name} {:?} -fa {fa}",
             case["args"]
         );
     }

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{assert_one_line_error, cli, real_model, stderr, stdout, TempDir};
+use common::{assert_one_line_error, cli, note_llamacpp_fixtures_cpu, real_model, stderr, stdout, TempDir};
 
 const LLAMACPP: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -24,9 +24,8 @@ const PPL_REL: f64 = 0.005;
 
 #[test]
 fn smollm2_matches_llama_perplexity() {
-    let Some(model) = real_model("RUSTORCH_SMOLLM2_GGUF") else {
-        return;
-    };
+    let model = real_model("smollm2");
+    note_llamacpp_fixtures_cpu();
     let fx: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(LLAMACPP).unwrap()).unwrap();
     let pp = &fx["perplexity"];
     assert_eq!(pp["ctx"], 128);
@@ -117,9 +116,7 @@ fn perplexity_errors_are_one_line() {
         "0".as_ref(),
     ]);
     assert_one_line_error(&o, "--batch-size and --ubatch-size must be at least 1");
-    let Some(model) = real_model("RUSTORCH_SMOLLM2_GGUF") else {
-        return;
-    };
+    let model = real_model("smollm2");
     let o = cli([
         "perplexity".as_ref(),
         "-m".as_ref(),

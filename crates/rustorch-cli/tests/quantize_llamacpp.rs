@@ -17,9 +17,14 @@ use rustorch_core::quant::QType;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+/// The fixture, after checking its `cpu` record: llama-quantize was built for the CPU that wrote
+/// it (its float rounding steps may contract to FMA there), so a note says when this CPU is of
+/// another kind.
 fn fixture() -> Value {
     let text = include_str!("fixtures/quantize.json");
-    serde_json::from_str(text).expect("the fixture is JSON")
+    let fx: Value = serde_json::from_str(text).expect("the fixture is JSON");
+    common::fixture_cpu::note_if_other_cpu("rustorch-cli's llama-quantize fixtures", &fx["cpu"]);
+    fx
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -7,15 +7,22 @@
 //! (tools/gen_ggml_matmul_fixtures.py; README.md there has the format).
 //!
 //! The products must be equal bit for bit (f32 `to_bits`), at every
-//! instruction-set level this CPU runs: llama.cpp's operation order, not
-//! the instruction set, decides the bits, and every level reproduces that
-//! order. Types whose paths are not reproduced yet are listed in `PENDING`
+//! instruction-set level this CPU runs: the order of the llama.cpp build
+//! that wrote the fixtures, not this CPU's instruction set, decides the
+//! bits, and every level reproduces that order. That build ran on the CPU
+//! cpu.json records (an AMD EPYC without AMX); on another kind of CPU the
+//! tests check this reproduction and say so, not identity with llama.cpp
+//! built there (whose AMX buffer, for one, orders products differently;
+//! tools/llamacpp_diff.py compares with such a build). Types whose paths are not reproduced yet are listed in `PENDING`
 //! (repacked ones in `REPACK_DONE`), and are checked by the ignored test
 //! `pending_types_report`.
 
 use rustorch_core::quant::matmul::{self, Isa, QMatRef, QuantizedRows};
 use rustorch_core::quant::QType;
 use std::path::{Path, PathBuf};
+
+#[path = "common/fixture_cpu.rs"]
+mod fixture_cpu;
 
 /// Row counts the fixtures hold results for, in file order
 /// (tools/gen_ggml_matmul_fixtures.py's M_LIST).
@@ -54,6 +61,9 @@ fn f32s(b: &[u8]) -> Vec<f32> {
 }
 
 fn load_all() -> Vec<Fixture> {
+    let cpu = std::fs::read_to_string(dir().join("cpu.json")).expect("the fixtures' cpu.json");
+    let cpu = serde_json::from_str(&cpu).expect("cpu.json is JSON");
+    fixture_cpu::note_if_other_cpu("rustorch-core's ggml_matmul fixtures", &cpu);
     let mut names: Vec<_> = std::fs::read_dir(dir())
         .expect("fixture directory")
         .map(|e| e.unwrap().file_name().into_string().unwrap())

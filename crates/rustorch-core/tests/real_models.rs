@@ -9,15 +9,14 @@
 //! of real weights (byte-exact against the package where it can quantize,
 //! error-bounded for the K-quants and IQ4 it cannot).
 //!
-//! Paths come from RUSTORCH_SMOLLM2_GGUF and RUSTORCH_GEMMA3_GGUF:
+//! Paths come from RUSTORCH_SMOLLM2_GGUF and RUSTORCH_GEMMA3_GGUF; where
+//! one is unset the tests fetch the model with tools/fetch_models.py
+//! (cached after the first download), and fail, saying how to provide it,
+//! when that does not work:
 //!
 //! ```sh
-//! eval "$(python3 tools/fetch_models.py --print-env)"
 //! cargo test -p rustorch-core --test real_models
 //! ```
-//!
-//! Without them each test prints why and passes, except under CI=true,
-//! where a missing model fails the test.
 
 use rustorch_core::gguf::{Array, Gguf, Value as GValue};
 use rustorch_core::quant::{self, QType};
@@ -25,39 +24,25 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::time::Instant;
 
+#[path = "common/real_model.rs"]
+mod real_model;
+
 struct Model {
+    /// tools/fetch_models.py's name, also the fixture's.
     name: &'static str,
-    env: &'static str,
 }
 
-const SMOLLM2: Model = Model {
-    name: "smollm2",
-    env: "RUSTORCH_SMOLLM2_GGUF",
-};
-const GEMMA3: Model = Model {
-    name: "gemma3",
-    env: "RUSTORCH_GEMMA3_GGUF",
-};
+const SMOLLM2: Model = Model { name: "smollm2" };
+const GEMMA3: Model = Model { name: "gemma3" };
 
-/// Opens the model and its fixture, or returns None (with a message) when
-/// the path is not set and this is not CI.
-fn open(m: &Model) -> Option<(Gguf, Value)> {
-    let Some(path) = std::env::var_os(m.env) else {
-        let msg = format!(
-            "{} not set: run `eval \"$(python3 tools/fetch_models.py --print-env)\"` first",
-            m.env
-        );
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("CI=true but the {} model is missing: {msg}", m.name);
-        }
-        eprintln!("skipped ({} model): {msg}", m.name);
-        return None;
-    };
-    let g = Gguf::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.to_string_lossy()));
+/// Opens the model (its variable's file, or fetched) and its fixture.
+fn open(m: &Model) -> (Gguf, Value) {
+    let path = real_model::real_model(m.name);
+    let g = Gguf::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let fixture = format!("{}/tests/fixtures/models/{}.json", env!("CARGO_MANIFEST_DIR"), m.name);
     let text = std::fs::read_to_string(&fixture).unwrap_or_else(|e| panic!("{fixture}: {e}"));
     let f: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{fixture}: {e}"));
-    Some((g, f))
+    (g, f)
 }
 
 fn hex(digest: &[u8]) -> String {
@@ -121,7 +106,7 @@ fn list<'a>(f: &'a Value, key: &str) -> &'a Vec<Value> {
 // Header and metadata
 
 fn check_header_and_metadata(m: &Model) {
-    let Some((g, f)) = open(m) else { return };
+    let (g, f) = open(m);
     let file = &f["file"];
     // The right file, before anything else: a different download would
     // otherwise show up as puzzling tensor mismatches.
@@ -285,7 +270,7 @@ fn dequantize_rows(qtype: QType, bytes: &[u8], numel: usize, row_len: usize, mut
 }
 
 fn check_tensors(m: &Model) {
-    let Some((g, f)) = open(m) else { return };
+    let (g, f) = open(m);
     let want = list(&f, "tensors");
     assert_eq!(g.tensors().len(), want.len(), "{}: tensor count", m.name);
     let t0 = Instant::now();
@@ -390,7 +375,7 @@ const K_BOUNDS: [(QType, f64); 8] = [
 ];
 
 fn check_roundtrips(m: &Model) {
-    let Some((g, f)) = open(m) else { return };
+    let (g, f) = open(m);
     let mut report = String::new();
     for r in list(&f, "roundtrip") {
         let name = str_of(&r["name"], "roundtrip name");

@@ -57,9 +57,7 @@ fn split_against_whole(model: &Model, tokens: &[u32], which: Logits) -> (usize, 
 #[test]
 fn micro_batches_give_the_one_batch_bits() {
     for id in ["smollm2-q4_1", "smollm2-q4_k_m"] {
-        let Some(path) = llamacpp::model_path(id) else {
-            return;
-        };
+        let path = llamacpp::model_path(id);
         let model = Model::load(&path).expect("the model loads");
         let toks = tokens(&model, 302);
         let (n, differ) = split_against_whole(&model, &toks, Logits::All);
@@ -75,9 +73,7 @@ fn micro_batches_give_the_one_batch_bits() {
 /// windowed layers hide positions the first one cached.
 #[test]
 fn micro_batches_keep_the_sliding_window() {
-    let Some(path) = llamacpp::model_path("gemma3-q4_k_m") else {
-        return;
-    };
+    let path = llamacpp::model_path("gemma3-q4_k_m");
     let model = Model::load(&path).expect("the model loads");
     let window = model.config().sliding_window.as_ref().map(|w| w.window);
     assert_eq!(window, Some(512), "the test assumes Gemma 3 270M's window");
@@ -91,9 +87,7 @@ fn micro_batches_keep_the_sliding_window() {
 /// fails before any micro-batch runs and leaves the cache as it was.
 #[test]
 fn a_failed_prompt_leaves_the_cache_unchanged() {
-    let Some(path) = llamacpp::model_path("smollm2-q4_1") else {
-        return;
-    };
+    let path = llamacpp::model_path("smollm2-q4_1");
     let model = Model::load(&path).expect("the model loads");
     let mut cache = model.new_cache(400).unwrap();
     model.forward(&mut cache, &tokens(&model, 10), Logits::Last).unwrap();

@@ -172,55 +172,50 @@ fn llamacpp_and_jinja2_differences_are_the_known_ones() {
     }
 }
 
-fn model(var: &str) -> Option<Gguf> {
-    match std::env::var_os(var) {
-        Some(p) => Some(Gguf::open(p).expect("model opens")),
-        None => {
-            eprintln!("skipping: {var} not set (eval \"$(python3 tools/fetch_models.py --print-env)\")");
-            None
-        }
-    }
+#[path = "../../rustorch-core/tests/common/real_model.rs"]
+mod real_model;
+
+/// Real model `name` ("smollm2", "gemma3"): its RUSTORCH_*_GGUF file, or fetched
+/// (tools/fetch_models.py).
+fn model(name: &str) -> Gguf {
+    Gguf::open(real_model::real_model(name)).expect("model opens")
 }
 
 #[test]
 fn templates_from_the_real_gguf_files() {
     let fx = Fixture { json: fixture() };
-    if let Some(g) = model("RUSTORCH_SMOLLM2_GGUF") {
-        let t = ChatTemplate::from_gguf(&g, None).unwrap();
-        let want = fx.template("smollm2");
-        assert_eq!(t.source(), s(&want["source"]));
-        assert_eq!(
-            (t.bos_token(), t.eos_token()),
-            (s(&want["bos_token"]), s(&want["eos_token"]))
-        );
-        assert!(!t.is_fallback());
-        assert_eq!(t.origin().to_string(), "GGUF metadata tokenizer.chat_template");
-    }
-    if let Some(g) = model("RUSTORCH_GEMMA3_GGUF") {
-        // The cached gemma-3-270m is the base model: no template, so the ChatML fallback...
-        let t = ChatTemplate::from_gguf(&g, None).unwrap();
-        assert!(t.is_fallback());
-        // ... and with Gemma 3's template as an override, the vocab's BOS/EOS and add_bos
-        // (true) make render_prompt equal llama.cpp's formatter.
-        let want = fx.template("gemma3");
-        let t = ChatTemplate::from_gguf(&g, Some(s(&want["source"]))).unwrap();
-        assert_eq!(
-            (t.bos_token(), t.eos_token()),
-            (s(&want["bos_token"]), s(&want["eos_token"]))
-        );
-        let r = fx.json["renders"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| {
-                r["template"] == "gemma3"
-                    && r["conversation"] == "system_multi_turn"
-                    && r["add_generation_prompt"] == true
-            })
-            .unwrap();
-        assert_eq!(
-            t.render_prompt(&fx.messages("system_multi_turn"), true).unwrap(),
-            s(&r["llamacpp"])
-        );
-    }
+    let g = model("smollm2");
+    let t = ChatTemplate::from_gguf(&g, None).unwrap();
+    let want = fx.template("smollm2");
+    assert_eq!(t.source(), s(&want["source"]));
+    assert_eq!(
+        (t.bos_token(), t.eos_token()),
+        (s(&want["bos_token"]), s(&want["eos_token"]))
+    );
+    assert!(!t.is_fallback());
+    assert_eq!(t.origin().to_string(), "GGUF metadata tokenizer.chat_template");
+    let g = model("gemma3");
+    // The cached gemma-3-270m is the base model: no template, so the ChatML fallback...
+    let t = ChatTemplate::from_gguf(&g, None).unwrap();
+    assert!(t.is_fallback());
+    // ... and with Gemma 3's template as an override, the vocab's BOS/EOS and add_bos
+    // (true) make render_prompt equal llama.cpp's formatter.
+    let want = fx.template("gemma3");
+    let t = ChatTemplate::from_gguf(&g, Some(s(&want["source"]))).unwrap();
+    assert_eq!(
+        (t.bos_token(), t.eos_token()),
+        (s(&want["bos_token"]), s(&want["eos_token"]))
+    );
+    let r = fx.json["renders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| {
+            r["template"] == "gemma3" && r["conversation"] == "system_multi_turn" && r["add_generation_prompt"] == true
+        })
+        .unwrap();
+    assert_eq!(
+        t.render_prompt(&fx.messages("system_multi_turn"), true).unwrap(),
+        s(&r["llamacpp"])
+    );
 }

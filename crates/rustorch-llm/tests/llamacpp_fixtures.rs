@@ -9,9 +9,9 @@
 //!   `rustorch_core::quant::file::quantize_gguf` (sha256 of llama-quantize's
 //!   file, recorded in models.json).
 //!
-//! The tests that need the models skip with a message when
-//! `RUSTORCH_SMOLLM2_GGUF` / `RUSTORCH_GEMMA3_GGUF` are unset, and fail
-//! under `CI=true`.
+//! The tests that need the models take them from `RUSTORCH_SMOLLM2_GGUF` /
+//! `RUSTORCH_GEMMA3_GGUF`, or fetch them with tools/fetch_models.py when
+//! those are unset, and fail when neither works.
 
 #[path = "common/llamacpp.rs"]
 mod llamacpp;
@@ -27,6 +27,8 @@ fn fixtures_load_and_are_consistent() {
     for id in MODEL_IDS {
         let entry = &all[id];
         assert_eq!(entry.sha256.len(), 64, "{id}");
+        // Which CPU llama.cpp ran on (its results depend on it); the kind follows from the flags.
+        llamacpp::fixture_cpu::check_record(id, &entry.cpu);
         assert!(!entry.settings.flash_attn, "{id}: flash attention must be off");
         assert_eq!(entry.settings.type_k, "f16");
         assert_eq!(entry.requant.is_some(), id != "smollm2-q4_1" && id != "gemma3-q4_k_m");
@@ -82,9 +84,7 @@ fn tokenizer_matches_llamacpp_for_every_prompt() {
         let entry = model_entry(id);
         // Requantization copies the metadata (the tokenizer) verbatim, so the
         // shipped file's tokenizer is the requantized files' tokenizer.
-        let Some(src) = source_path(&entry.source) else {
-            continue;
-        };
+        let src = source_path(&entry.source);
         let g = Gguf::open(&src).unwrap_or_else(|e| panic!("{}: {e}", src.display()));
         let tok = Tokenizer::from_gguf(&g).expect("tokenizer");
         let fx = fixture(id);
@@ -108,9 +108,7 @@ fn tokenizer_matches_llamacpp_for_every_prompt() {
 #[test]
 fn requantized_models_are_byte_identical_to_llama_quantize() {
     let all = models();
-    let Some(src) = source_path("smollm2") else {
-        return;
-    };
+    let src = source_path("smollm2");
     let shipped = &all["smollm2-q4_1"];
     assert_eq!(
         llamacpp::sha256_file(&src),
@@ -133,9 +131,7 @@ fn requantized_models_are_byte_identical_to_llama_quantize() {
 #[test]
 fn model_path_gives_the_fixture_files() {
     for id in MODEL_IDS {
-        let Some(path) = llamacpp::model_path(id) else {
-            continue;
-        };
+        let path = llamacpp::model_path(id);
         // model_path checked requantized files already; check every id the same way.
         assert_eq!(
             llamacpp::sha256_file(&path),
@@ -144,4 +140,21 @@ fn model_path_gives_the_fixture_files() {
             path.display()
         );
     }
+}
+
+/// The tests compare this CPU's kind with the fixtures' (`fixture_cpu`), detected in Rust; the
+/// generators record theirs from /proc/cpuinfo (tools/cpu_record.py). Both must see the same flags
+/// here, or a test would call a CPU of the fixtures' kind another one (or the reverse).
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[test]
+fn this_cpu_has_the_flags_proc_cpuinfo_lists() {
+    use llamacpp::fixture_cpu::{this_cpu_flags, FLAGS};
+    let text = std::fs::read_to_string("/proc/cpuinfo").expect("/proc/cpuinfo reads");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("flags"))
+        .expect("/proc/cpuinfo has a flags line");
+    let listed: Vec<&str> = line.split(':').nth(1).unwrap_or_default().split_whitespace().collect();
+    let want: Vec<&str> = FLAGS.iter().copied().filter(|f| listed.contains(f)).collect();
+    assert_eq!(this_cpu_flags(), want);
 }

@@ -6,12 +6,20 @@ use rustorch_core::rng::Rng;
 use rustorch_llm::sampling::{Candidates, Mt19937, Sampler, SamplerConfig};
 use serde_json::Value;
 
+#[path = "../../rustorch-core/tests/common/fixture_cpu.rs"]
+mod fixture_cpu;
+
+/// The fixture, after checking its `cpu` record: the samplers' float arithmetic was compiled for
+/// the CPU that wrote it, so a note says when this CPU is of another kind.
 fn fixture() -> Value {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/fixtures/sampling/llamacpp_samplers.json"
     );
-    serde_json::from_str(&std::fs::read_to_string(path).expect("fixture present")).expect("fixture is JSON")
+    let fx: Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("fixture present")).expect("fixture is JSON");
+    fixture_cpu::note_if_other_cpu("rustorch-llm's llama.cpp sampler fixtures", &fx["cpu"]);
+    fx
 }
 
 /// An f32 from the fixture: the shortest decimal of an f32 (reads back exactly), null = -inf.

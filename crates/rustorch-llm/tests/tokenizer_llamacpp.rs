@@ -3,30 +3,18 @@
 //! tools/gen_tokenizer_fixtures.py), and decode back to its text.
 //!
 //! The models are not in the repository: the tests read them from `RUSTORCH_SMOLLM2_GGUF` and
-//! `RUSTORCH_GEMMA3_GGUF` (tools/fetch_models.py fetches them) and skip with a message when a
-//! variable is unset, or fail when `CI=true`.
+//! `RUSTORCH_GEMMA3_GGUF`, or fetch them with tools/fetch_models.py when a variable is unset, and
+//! fail when neither works.
 
 use rustorch_core::gguf::{Gguf, GgufWriter, Metadata, Value};
 use rustorch_llm::{Tokenizer, VocabType};
 use serde_json::Value as Json;
 use std::path::PathBuf;
 
-fn model(var: &str) -> Option<PathBuf> {
-    match std::env::var_os(var) {
-        Some(p) => {
-            let p = PathBuf::from(p);
-            assert!(p.exists(), "{var} points to {}, which does not exist", p.display());
-            Some(p)
-        }
-        None => {
-            if std::env::var("CI").as_deref() == Ok("true") {
-                panic!("{var} is not set; CI must run the llama.cpp tokenizer comparison (tools/fetch_models.py)");
-            }
-            eprintln!("SKIPPED: {var} is not set (tools/fetch_models.py fetches the model)");
-            None
-        }
-    }
-}
+#[path = "../../rustorch-core/tests/common/real_model.rs"]
+mod real_model;
+
+use real_model::real_model as model;
 
 fn fixture(name: &str) -> Json {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -113,9 +101,7 @@ fn check_round_trips(tok: &Tokenizer) {
 
 #[test]
 fn smollm2_matches_llamacpp() {
-    let Some(path) = model("RUSTORCH_SMOLLM2_GGUF") else {
-        return;
-    };
+    let path = model("smollm2");
     let g = Gguf::open(&path).expect("open SmolLM2");
     let tok = Tokenizer::from_gguf(&g).expect("SmolLM2 tokenizer");
     assert_eq!(tok.vocab_type(), VocabType::Bpe);
@@ -135,9 +121,7 @@ fn smollm2_matches_llamacpp() {
 
 #[test]
 fn gemma3_matches_llamacpp() {
-    let Some(path) = model("RUSTORCH_GEMMA3_GGUF") else {
-        return;
-    };
+    let path = model("gemma3");
     let g = Gguf::open(&path).expect("open Gemma 3");
     let tok = Tokenizer::from_gguf(&g).expect("Gemma 3 tokenizer");
     assert_eq!(tok.vocab_type(), VocabType::Spm);
@@ -157,9 +141,7 @@ fn gemma3_matches_llamacpp() {
 /// wrote SmolLM2's metadata with `tokenizer.ggml.pre` replaced and ran llama-tokenize on it.
 #[test]
 fn bpe_pre_tokenizer_variants_match_llamacpp() {
-    let Some(path) = model("RUSTORCH_SMOLLM2_GGUF") else {
-        return;
-    };
+    let path = model("smollm2");
     let g = Gguf::open(&path).expect("open SmolLM2");
     for pre in [
         "llama-bpe",

@@ -4,6 +4,12 @@
 
 pub mod model;
 
+// Shared with the other crates' tests.
+#[path = "../../../rustorch-core/tests/common/fixture_cpu.rs"]
+pub mod fixture_cpu;
+#[path = "../../../rustorch-core/tests/common/real_model.rs"]
+mod shared_real_model;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -29,7 +35,12 @@ impl Drop for TempDir {
     }
 }
 
-/// Runs the built `rustorch-cli` with `args`.
+/// The llama.cpp build the committed fixtures describe (no AMX, no
+/// AVX512-FP16; see their `cpu` records): the binary would otherwise take
+/// the native build's arithmetic of the CPU it runs on.
+pub const FIXTURE_BUILD: [(&str, &str); 2] = [("RUSTORCH_GGML_ORDER", "reference"), ("RUSTORCH_GGML_F16", "widened")];
+
+/// Runs the built `rustorch-cli` with `args` (in the fixtures' build).
 pub fn cli<I, S>(args: I) -> Output
 where
     I: IntoIterator<Item = S>,
@@ -37,6 +48,7 @@ where
 {
     Command::new(env!("CARGO_BIN_EXE_rustorch-cli"))
         .args(args)
+        .envs(FIXTURE_BUILD)
         .env("RUST_BACKTRACE", "1")
         .output()
         .expect("the binary runs")
@@ -74,20 +86,31 @@ pub fn exists(p: &Path) -> bool {
     p.exists()
 }
 
-/// The path in environment variable `env` (a real model from
-/// tools/fetch_models.py), or `None` (with a note) outside CI when it is
-/// not set. Under CI the variable must be set.
-pub fn real_model(env: &str) -> Option<String> {
-    match std::env::var(env) {
-        Ok(p) => Some(p),
-        Err(_) => {
-            assert!(
-                std::env::var("CI").is_err(),
-                "{env} must be set under CI (tools/fetch_models.py --print-env)"
-            );
-            eprintln!("skipping: {env} is not set (tools/fetch_models.py --print-env)");
-            None
-        }
+/// The path of real model `name` ("smollm2", "gemma3"), as an argument for
+/// the CLI: its `RUSTORCH_*_GGUF` variable's file, or the one
+/// tools/fetch_models.py fetches; the test fails when neither works.
+pub fn real_model(name: &str) -> String {
+    let path = shared_real_model::real_model(name);
+    path.to_str()
+        .unwrap_or_else(|| panic!("{}: not a UTF-8 path", path.display()))
+        .to_string()
+}
+
+/// Checks the `cpu` record of rustorch-llm's llama.cpp fixtures (written by
+/// tools/gen_llamacpp_fixtures.py, which the CLI's generation and perplexity
+/// tests compare with) and notes when this CPU is of another kind.
+pub fn note_llamacpp_fixtures_cpu() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../rustorch-llm/tests/fixtures/llamacpp/models.json"
+    );
+    let models: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let models = models.as_object().expect("models.json maps ids to entries");
+    for entry in models.values() {
+        fixture_cpu::note_if_other_cpu(
+            "rustorch-llm's llama.cpp fixtures (tests/fixtures/llamacpp)",
+            &entry["cpu"],
+        );
     }
 }
 
@@ -101,6 +124,7 @@ where
     use std::process::Stdio;
     let mut child = Command::new(env!("CARGO_BIN_EXE_rustorch-cli"))
         .args(args)
+        .envs(FIXTURE_BUILD)
         .envs(envs.iter().copied())
         .env("RUST_BACKTRACE", "1")
         .stdin(Stdio::piped())

@@ -17,6 +17,7 @@ mod storage;
 pub mod vecmath;
 mod write;
 
+pub use ggml::half_arith::{ggml_half, set_default_ggml_half, GgmlHalf};
 pub use storage::{CpuStorage, StorageElement};
 
 use crate::backend::{Backend, Buffer, DeviceBuffer, TensorRef};

@@ -10,13 +10,22 @@
 //!   continuations, logit gaps, top logits and llama-perplexity's result;
 //! - [`final_logits`]: `<id>.logits.bin`, whole final-position logit vectors;
 //! - [`model_path`]: the GGUF file of an id. The shipped models come from
-//!   `RUSTORCH_SMOLLM2_GGUF` / `RUSTORCH_GEMMA3_GGUF` (tools/fetch_models.py);
-//!   when unset the caller should skip (`None`, with a message), except under
-//!   `CI=true`, where it panics. The requantized SmolLM2 files are made once
+//!   `RUSTORCH_SMOLLM2_GGUF` / `RUSTORCH_GEMMA3_GGUF`, or when unset from
+//!   tools/fetch_models.py (`real_model`, shared with the other crates' tests;
+//!   a test fails when neither gives the file). The requantized SmolLM2 files are made once
 //!   by `rustorch_core::quant::file::quantize_gguf` into
 //!   `$RUSTORCH_CACHE/models/requant/` (default `~/.cache/rustorch/models/requant/`),
 //!   written atomically, and checked against the sha256 llama-quantize's file had.
+//!
+//! The fixtures are llama.cpp's results on the CPU that wrote them (models.json's `cpu`); [`fixture`]
+//! checks that record and notes when this CPU is of another kind (`fixture_cpu`): the tests then
+//! check RusTorch's reproduction of that build, not identity with llama.cpp built here.
 #![allow(dead_code)]
+
+#[path = "../../../rustorch-core/tests/common/fixture_cpu.rs"]
+pub mod fixture_cpu;
+#[path = "../../../rustorch-core/tests/common/real_model.rs"]
+pub mod real_model;
 
 use rustorch_core::gguf::Gguf;
 use rustorch_core::quant::file::{quantize_gguf, QuantizeOptions};
@@ -76,8 +85,10 @@ pub struct ModelEntry {
     pub sha256: String,
     pub size: u64,
     pub settings: Settings,
-    /// `llama_print_system_info()` of the reference build.
+    /// `llama_print_system_info()` of the reference build: the features it was compiled with.
     pub system_info: String,
+    /// The CPU it ran on (tools/cpu_record.py; `fixture_cpu::check_record` reads it).
+    pub cpu: serde_json::Value,
     /// `{arch}.*` and a few tokenizer keys as llama.cpp read them, as strings.
     pub metadata: BTreeMap<String, String>,
 }
@@ -162,8 +173,11 @@ pub fn model_entry(id: &str) -> ModelEntry {
         .unwrap_or_else(|| panic!("models.json has no model {id:?}"))
 }
 
-/// `<id>.json`.
+/// `<id>.json`: llama.cpp's results. Notes (once per process) when they were
+/// written on another kind of CPU than this one.
 pub fn fixture(id: &str) -> Fixture {
+    let cpu = model_entry(id).cpu;
+    fixture_cpu::note_if_other_cpu("rustorch-llm's llama.cpp fixtures (tests/fixtures/llamacpp)", &cpu);
     read_json(&fixtures_dir().join(format!("{id}.json")))
 }
 
@@ -189,33 +203,10 @@ pub fn final_logits(fx: &Fixture) -> Vec<Vec<f32>> {
         .collect()
 }
 
-/// The environment variable holding the shipped model `source`.
-pub fn source_env(source: &str) -> &'static str {
-    match source {
-        "smollm2" => "RUSTORCH_SMOLLM2_GGUF",
-        "gemma3" => "RUSTORCH_GEMMA3_GGUF",
-        other => panic!("unknown model source {other:?}"),
-    }
-}
-
-/// The shipped model file `source` ("smollm2", "gemma3"), or `None` (after
-/// a message) when its variable is unset outside CI.
-pub fn source_path(source: &str) -> Option<PathBuf> {
-    let var = source_env(source);
-    match std::env::var_os(var) {
-        Some(p) => {
-            let p = PathBuf::from(p);
-            assert!(p.exists(), "{var} points to {}, which does not exist", p.display());
-            Some(p)
-        }
-        None => {
-            if std::env::var("CI").as_deref() == Ok("true") {
-                panic!("{var} is not set; CI must run the llama.cpp comparisons (tools/fetch_models.py)");
-            }
-            eprintln!("SKIPPED: {var} is not set (tools/fetch_models.py fetches the model)");
-            None
-        }
-    }
+/// The shipped model file `source` ("smollm2", "gemma3"): its variable's
+/// path, or the file tools/fetch_models.py fetches (`real_model`).
+pub fn source_path(source: &str) -> PathBuf {
+    real_model::real_model(source)
 }
 
 pub fn sha256_hex(bytes: &[u8]) -> String {
@@ -279,14 +270,13 @@ pub fn requant_cache_dir() -> PathBuf {
 /// renamed into place, so separate processes cannot see partial files).
 static MAKING: Mutex<()> = Mutex::new(());
 
-/// The model file of fixture id `id`, or `None` (after a message) when the
-/// shipped model it needs is not available outside CI. Requantized files are
-/// made on first use and checked against models.json's sha256.
-pub fn model_path(id: &str) -> Option<PathBuf> {
+/// The model file of fixture id `id`. Requantized files are made on first
+/// use and checked against models.json's sha256.
+pub fn model_path(id: &str) -> PathBuf {
     let entry = model_entry(id);
-    let src = source_path(&entry.source)?;
+    let src = source_path(&entry.source);
     if entry.requant.is_none() {
-        return Some(src);
+        return src;
     }
     let _guard = MAKING.lock().unwrap_or_else(|e| e.into_inner());
     let dir = requant_cache_dir();
@@ -294,7 +284,7 @@ pub fn model_path(id: &str) -> Option<PathBuf> {
     if path.exists() {
         let sha = sha256_file(&path);
         if sha == entry.sha256 {
-            return Some(path);
+            return path;
         }
         eprintln!("{}: sha256 {sha} is stale, making it again", path.display());
     }
@@ -312,5 +302,5 @@ pub fn model_path(id: &str) -> Option<PathBuf> {
         );
     }
     std::fs::rename(&tmp, &path).unwrap_or_else(|e| panic!("{} -> {}: {e}", tmp.display(), path.display()));
-    Some(path)
+    path
 }

@@ -19,7 +19,9 @@
 //! - **One row** (fewer than 64 query positions: token generation, short
 //!   prompts; `..._f16_one_chunk`): the query rounded to f16, each visible
 //!   key's score a `ggml_vec_dot_f16`, then an online softmax one key at a
-//!   time whose value accumulator is f16 (rounded after every step).
+//!   time whose value accumulator is f16 (rounded after every step; in
+//!   half-precision arithmetic where the build has AVX512-FP16, see
+//!   `half_arith`).
 //! - **Split keys** (one query position and at least 512 cache positions):
 //!   the one-row path over `threads` chunks of the keys, each left
 //!   unnormalized, then combined in chunk order
@@ -34,6 +36,7 @@
 
 use super::attention::{heads_per_task, prefetch, to_f16, visible_keys, widen, Rows, AHEAD};
 use super::floatdot::{dot, dot_vec_shared, FloatOrder};
+use super::half_arith::{ggml_half, mad_f16, scale_f16, GgmlHalf};
 use super::softmax::exp_blocks_ggml;
 use crate::cpu::copy::input_slice;
 use crate::cpu::{CpuInput, CpuStorage};
@@ -81,6 +84,17 @@ pub(crate) fn flash_attention(
     inputs: &[CpuInput<'_>],
     p: FlashParams,
 ) -> Result<Vec<CpuStorage>, BackendError> {
+    flash_attention_rounding(op, inputs, p, ggml_half())
+}
+
+/// `flash_attention` with the one-row path's f16 steps rounding as `half`
+/// says (the process's choice, `ggml_half`, in the op).
+fn flash_attention_rounding(
+    op: &Op,
+    inputs: &[CpuInput<'_>],
+    p: FlashParams,
+    half: GgmlHalf,
+) -> Result<Vec<CpuStorage>, BackendError> {
     let q = input_slice::<f32>(op, inputs[0])?;
     let k = Rows::new(op, inputs[1], "keys")?;
     let v = Rows::new(op, inputs[2], "values")?;
@@ -98,6 +112,7 @@ pub(crate) fn flash_attention(
         l: kd[1],
         dv: vd[2],
         scale: p.scale,
+        half,
     };
     let mut out = vec![0f32; a.hq * a.t * a.dv];
     if a.dv == 0 || a.t == 0 {
@@ -130,6 +145,9 @@ struct Attn<'a> {
     l: usize,
     dv: usize,
     scale: f32,
+    /// How the one-row path's f16 accumulator steps round (the build's
+    /// `ggml_vec_mad_f16`, `ggml_vec_scale_f16`).
+    half: GgmlHalf,
 }
 
 impl Attn<'_> {
@@ -298,6 +316,8 @@ impl Attn<'_> {
         let q32: [Vec<f32>; N] = std::array::from_fn(|r| widen(&q16[r]));
         let mask = self.mask_row(i);
         let end = keys.end.min(self.l);
+        // Rows of 64 values are shorter than one native f16 step, so every
+        // build rounds them alike (`half_arith`): one kernel serves both.
         #[cfg(target_arch = "x86_64")]
         if dv == 64 && d.is_multiple_of(64) && super::has_avx512() {
             let q: [&[f32]; N] = std::array::from_fn(|r| &q32[r][..]);
@@ -331,12 +351,12 @@ impl Attn<'_> {
                 let (ms, vs) = if s > m[r] {
                     let ms = (m[r] - s).exp();
                     m[r] = s;
-                    scale_f16(&mut acc[r], ms);
+                    scale_f16(&mut acc[r], ms, self.half);
                     (ms, 1.0)
                 } else {
                     (1.0, (s - m[r]).exp())
                 };
-                mad_f16(&mut acc[r], vrow, vs);
+                mad_f16(&mut acc[r], vrow, vs, self.half);
                 // `S = S*ms + vs`, which GCC and clang contract into one FMA.
                 sum[r] = sum[r].mul_add(ms, vs);
             }
@@ -435,30 +455,6 @@ fn combine(parts: &[&Partial], out: &mut [f32]) {
     }
     // (No chunk added anything when the sum is 0: the accumulator is zeros.)
     normalize_into(&acc, sum, out);
-}
-
-/// `ggml_vec_scale_f16` on the one-row path's f16 value accumulator
-/// (`VKQ16`, kept widened: every value is an f16's): each element times
-/// `s`, rounded to f16.
-fn scale_f16(acc: &mut [f32], s: f32) {
-    for a in acc {
-        *a = f16::from_f32(*a * s).to_f32();
-    }
-}
-
-/// `ggml_vec_mad_f16` on that accumulator: each element plus `v * s` in
-/// one FMA, rounded to f16.
-fn mad_f16(acc: &mut [f32], v: &[f16], s: f32) {
-    #[cfg(target_arch = "x86_64")]
-    if acc.len().is_multiple_of(16) && super::has_avx512() {
-        // SAFETY: AVX-512 F and F16C are present (checked above); `v`
-        // holds a value per element (the caller's row).
-        unsafe { avx512::mad_f16(acc, v, s) };
-        return;
-    }
-    for (a, &x) in acc.iter_mut().zip(v) {
-        *a = f16::from_f32(x.to_f32().mul_add(s, *a)).to_f32();
-    }
 }
 
 /// The key/value heads widened to f32 for the tiled path: keys transposed
@@ -590,7 +586,6 @@ mod avx512 {
     use super::super::attention::{prefetch, Rows, AHEAD};
     use super::super::floatdot::avx512::dot_vec_rows_loading;
     use super::{GROUP_ROWS, TILE};
-    use half::f16;
     use std::arch::x86_64::*;
 
     /// # Safety
@@ -776,24 +771,6 @@ mod avx512 {
             mx = _mm512_max_ps(mx, v);
         }
         _mm512_reduce_max_ps(mx)
-    }
-
-    /// `acc[e] = f16(v[e] * s + acc[e])` (one FMA, then f16 rounding),
-    /// `ggml_vec_mad_f16`'s AVX-512 steps.
-    ///
-    /// # Safety
-    /// AVX-512 F and F16C; `acc.len()` a multiple of 16, `v` at least as
-    /// long.
-    #[target_feature(enable = "avx512f,fma,f16c")]
-    pub(super) unsafe fn mad_f16(acc: &mut [f32], v: &[f16], s: f32) {
-        debug_assert!(v.len() >= acc.len());
-        let sv = _mm512_set1_ps(s);
-        for (i, a) in acc.chunks_exact_mut(16).enumerate() {
-            let x = _mm512_cvtph_ps(_mm256_loadu_si256(v.as_ptr().add(16 * i).cast()));
-            let y = _mm512_fmadd_ps(x, sv, _mm512_loadu_ps(a.as_ptr()));
-            let r = _mm512_cvtph_ps(_mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(y));
-            _mm512_storeu_ps(a.as_mut_ptr(), r);
-        }
     }
 }
 

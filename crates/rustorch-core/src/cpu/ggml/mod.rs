@@ -23,6 +23,7 @@ pub(crate) mod expf;
 pub(crate) mod flash_attn;
 pub(crate) mod floatdot;
 pub(crate) mod geglu;
+pub(crate) mod half_arith;
 pub(crate) mod reduce;
 pub(crate) mod softmax;
 pub(crate) mod swiglu;

@@ -6,6 +6,7 @@
 
 use super::super::expf::v_expf;
 use super::super::floatdot::{dot, FloatOrder};
+use super::super::half_arith::{fma_half, mul_half};
 use super::super::reduce::reduce16;
 use super::*;
 use crate::cpu::CpuStorage;
@@ -81,6 +82,10 @@ fn case(
 }
 
 fn run(c: &Case, p: FlashParams) -> Vec<f32> {
+    run_rounding(c, p, GgmlHalf::Widened)
+}
+
+fn run_rounding(c: &Case, p: FlashParams, half: GgmlHalf) -> Vec<f32> {
     let op = Op::FlashAttention {
         scale: p.scale,
         tiled_rows: p.tiled_rows as u32,
@@ -104,7 +109,7 @@ fn run(c: &Case, p: FlashParams) -> Vec<f32> {
         .zip(&layouts)
         .map(|(s, l)| CpuInput { storage: s, layout: l })
         .collect();
-    let out = flash_attention(&op, &inputs, p).unwrap();
+    let out = flash_attention_rounding(&op, &inputs, p, half).unwrap();
     out[0].as_slice::<f32>().unwrap().to_vec()
 }
 
@@ -166,6 +171,27 @@ fn tiled_reference(c: &Case, scale: f32, h: usize, i: usize) -> Vec<f32> {
 /// `ggml_compute_forward_flash_attn_ext_f16_one_chunk` for one row over
 /// keys `keys`: (M, S, VKQ) before normalization.
 fn one_chunk_reference(c: &Case, scale: f32, h: usize, i: usize, keys: Range<usize>) -> (f32, f32, Vec<f32>) {
+    one_chunk_reference_rounding(c, scale, h, i, keys, GgmlHalf::Widened)
+}
+
+/// `one_chunk_reference` for a build whose f16 steps round as `half` says:
+/// with AVX512-FP16, elements of whole 128-element steps take the scalar
+/// rounded to f16 and one half-precision FMA or product (`fma_half` and
+/// `mul_half`, themselves checked against exact arithmetic), the rest the
+/// widened steps.
+fn one_chunk_reference_rounding(
+    c: &Case,
+    scale: f32,
+    h: usize,
+    i: usize,
+    keys: Range<usize>,
+    half: GgmlHalf,
+) -> (f32, f32, Vec<f32>) {
+    let native = match half {
+        GgmlHalf::Native => c.dv / 128 * 128,
+        GgmlHalf::Widened => 0,
+    };
+    let r16 = |x: f32| f16::from_f32(x).to_f32();
     let (d, dv, l) = (c.d, c.dv, c.l);
     let hk = h / (c.hq / c.hkv);
     let q16: Vec<f16> = c.q[(h * c.t + i) * d..][..d]
@@ -184,12 +210,23 @@ fn one_chunk_reference(c: &Case, scale: f32, h: usize, i: usize, keys: Range<usi
         if x > m {
             ms = (m - x).exp();
             m = x;
-            acc.iter_mut().for_each(|a| *a = f16::from_f32(a.to_f32() * ms));
+            for (e, a) in acc.iter_mut().enumerate() {
+                *a = if e < native {
+                    f16::from_f32(mul_half(a.to_f32(), r16(ms)))
+                } else {
+                    f16::from_f32(a.to_f32() * ms)
+                };
+            }
         } else {
             vs = (x - m).exp();
         }
         for (e, a) in acc.iter_mut().enumerate() {
-            *a = f16::from_f32(c.v[(hk * l + j) * dv + e].to_f32().mul_add(vs, a.to_f32()));
+            let x = c.v[(hk * l + j) * dv + e].to_f32();
+            *a = if e < native {
+                f16::from_f32(fma_half(x, r16(vs), a.to_f32()))
+            } else {
+                f16::from_f32(x.mul_add(vs, a.to_f32()))
+            };
         }
         s = s.mul_add(ms, vs);
     }
@@ -255,6 +292,36 @@ fn one_row_path_has_ggml_bits_and_rows_split_between_paths() {
     // apart).
     let all_one = run(&c, params(0.125, 0));
     assert_ne!(out, all_one);
+}
+
+/// Gemma 3's heads of 256 on the one-row path, rounded as llama.cpp's
+/// builds with and without AVX512-FP16 round them (heads of 64 round alike
+/// in both), and a head of 200 whose last 72 values are the scalar tail.
+#[test]
+fn one_row_path_has_the_bits_of_builds_with_and_without_avx512fp16() {
+    for dv in [256, 200, 64] {
+        let c = case(4, 1, 5, 150, 160, 256, dv, true, false);
+        let widened = run_rounding(&c, params(0.0625, 0), GgmlHalf::Widened);
+        let native = run_rounding(&c, params(0.0625, 0), GgmlHalf::Native);
+        for (half, out) in [(GgmlHalf::Widened, &widened), (GgmlHalf::Native, &native)] {
+            for h in 0..c.hq {
+                for i in 0..c.t {
+                    let (_, s, acc) = one_chunk_reference_rounding(&c, 0.0625, h, i, 0..c.l, half);
+                    let want: Vec<f32> = acc.iter().map(|a| a * if s == 0.0 { 0.0 } else { 1.0 / s }).collect();
+                    assert_bits(
+                        &out[(h * c.t + i) * dv..][..dv],
+                        &want,
+                        &format!("{half:?} dv {dv} head {h} row {i}"),
+                    );
+                }
+            }
+        }
+        if dv == 64 {
+            assert_eq!(widened, native, "rows shorter than one native step round alike");
+        } else {
+            assert_ne!(widened, native, "the two builds round differently");
+        }
+    }
 }
 
 #[test]
