@@ -303,7 +303,7 @@ impl Model {
                     if cache.flash() {
                         let paths = FlashPaths {
                             tiled_rows: batch.tiled_rows(t),
-                            kv_len: cache.llama_n_kv(total, window.is_some()),
+                            kv_len: cache.llama_n_kv(total),
                             threads: rayon::current_num_threads(),
                         };
                         Tensor::flash_attention(&q, &kc, &vc, &mask, sdpa_scale as f32, paths)?

@@ -24,9 +24,6 @@ pub struct KvCache {
     /// or as rows with flash attention (`[n_head_kv, n_alloc, head_dim_v]`).
     pub(crate) vt: Vec<Tensor>,
     flash: bool,
-    /// llama.cpp's cache size for layers with a sliding window (its SWA
-    /// cache holds the window plus a micro-batch), when the model has one.
-    swa_alloc: Option<usize>,
     n_ctx: usize,
     n_alloc: usize,
     len: usize,
@@ -74,17 +71,10 @@ impl KvCache {
             };
             vt.push(Tensor::zeros(v_shape, CACHE_DTYPE)?.with_executor(exec)?);
         }
-        // llama_kv_cache_iswa: GGML_PAD(n_swa + n_ubatch, 256), within the
-        // base size.
-        let swa_alloc = cfg
-            .sliding_window
-            .as_ref()
-            .map(|w| ((w.window + LLAMA_UBATCH).div_ceil(ALLOC_PAD) * ALLOC_PAD).min(n_alloc));
         Ok(KvCache {
             k,
             vt,
             flash,
-            swa_alloc,
             n_ctx,
             n_alloc,
             len: 0,
@@ -98,14 +88,15 @@ impl KvCache {
 
     /// The cache length llama.cpp's attention reads when `used` positions
     /// are filled (`llama_kv_cache::get_n_kv`: `used` padded to 256, at
-    /// least 256, within the cache's size; `windowed` for a sliding-window
-    /// layer's cache).
-    pub(crate) fn llama_n_kv(&self, used: usize, windowed: bool) -> usize {
-        let size = match (windowed, self.swa_alloc) {
-            (true, Some(s)) => s,
-            _ => self.n_alloc,
-        };
-        (used.div_ceil(ALLOC_PAD) * ALLOC_PAD).max(ALLOC_PAD).min(size)
+    /// least 256, within the cache's size). Sliding-window layers read the
+    /// same length: llama.cpp's default context parameters keep a
+    /// full-size cache for them too (`swa_full`, "using full-size SWA
+    /// cache"), whose cells hold positions in order as this cache does.
+    /// (A cache of the window plus a micro-batch, llama-cli's default,
+    /// reuses cells past that size in another order, which is not
+    /// reproduced; capping the length there dropped the newest keys.)
+    pub(crate) fn llama_n_kv(&self, used: usize) -> usize {
+        (used.div_ceil(ALLOC_PAD) * ALLOC_PAD).max(ALLOC_PAD).min(self.n_alloc)
     }
 
     /// Positions filled so far (the next token's position).
