@@ -56,7 +56,7 @@ pub fn run(args: &GreedyArgs) -> Result<(), CliError> {
                     best,
                     logits[best as usize],
                     second,
-                    second_logit(&logits, second)
+                    second.map(|s| logits[s as usize])
                 ]));
                 if tok.is_eog(best) || step + 1 == args.n_predict {
                     break;
@@ -108,10 +108,6 @@ fn top_two(logits: &[f32]) -> (u32, Option<u32>) {
         }
     }
     (best as u32, second.map(|s| s as u32))
-}
-
-fn second_logit(logits: &[f32], second: Option<u32>) -> Option<f32> {
-    second.map(|s| logits[s as usize])
 }
 
 #[cfg(test)]
