@@ -26,6 +26,8 @@ import sys
 import tempfile
 import time
 
+from cpu_record import cpu_record
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 PROMPTS_FILE = os.path.join(ROOT, "tools", "llamacpp_diff_prompts.json")
 CACHE = os.environ.get("RUSTORCH_CACHE") or os.path.expanduser("~/.cache/rustorch")
@@ -69,22 +71,6 @@ class Failure(Exception):
 
 def log(msg):
     print(f"llamacpp_diff: {msg}", file=sys.stderr, flush=True)
-
-
-def cpu_info():
-    name, flags = "unknown CPU", set()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                key = key.strip()
-                if key == "model name" and name == "unknown CPU":
-                    name = value.strip()
-                elif key == "flags" and not flags:
-                    flags = set(value.split())
-    except OSError:
-        pass
-    return name, flags
 
 
 # --- prompts -----------------------------------------------------------------------------------
@@ -510,9 +496,11 @@ def main():
         return 0 if compare(os.path.basename(args.compare[1]), "saved", ref, ours, set(), sys.stdout) else 1
 
     t_start = time.monotonic()
-    name, flags = cpu_info()
-    has = lambda f: "yes" if f in flags else "no"  # noqa: E731
-    print(f"CPU: {name} (avx512f {has('avx512f')}, avx512fp16 {has('avx512fp16')}, amx_int8 {has('amx_int8')})", flush=True)
+    # The fixtures' record of a CPU (tools/cpu_record.py), whose flag names are Linux's
+    # (avx512_fp16, amx_int8).
+    cpu = cpu_record()
+    flags = set(cpu["flags"])
+    print(f"CPU: {cpu['model']} ({cpu['kind']})", flush=True)
     failed = False
     try:
         doc, all_prompts = load_prompts(args.prompt_file)
