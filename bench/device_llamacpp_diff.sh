@@ -78,14 +78,17 @@ start() {
         bin="$(device_bundle "$root/.device-bin")"
     fi
     device_gguf "$bin"
-    env="$(assemble)" || { log "assembling the models failed"; exit 1; }
-    eval "$env"
+    local m t list
+    list="${DIFF_MODELS:-smollm2-q4_1,smollm2-q8_0,smollm2-q4_k_m,smollm2-q5_k_m,smollm2-q6_k,smollm2-f16,gemma3-q4_k_m,tinyllama-q4_k_m}"
+    # The TinyLlama-shaped file is made here (mkmodel.py): it needs no parts.
+    if [ "$list" != tinyllama-q4_k_m ]; then
+        env="$(assemble)" || { log "assembling the models failed"; exit 1; }
+        eval "$env"
+    fi
     export RUSTORCH_CACHE="$work/cache" MKMODEL="$bin/mkmodel.py" PYTHONUNBUFFERED=1
     mkdir -p "$work/logs" "$RUSTORCH_CACHE"
     log "$(cat "$bin/BUNDLE.txt" | tr '\n' ' ')"
     "$bin/rustorch-cli" devices | grep -E "^cpu|llama.cpp build" >&2
-    local m t list
-    list="${DIFF_MODELS:-smollm2-q4_1,smollm2-q8_0,smollm2-q4_k_m,smollm2-q5_k_m,smollm2-q6_k,smollm2-f16,gemma3-q4_k_m,tinyllama-q4_k_m}"
     for m in ${list//,/ }; do
         t=2
         [ "$m" = tinyllama-q4_k_m ] && t=4

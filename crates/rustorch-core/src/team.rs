@@ -17,7 +17,8 @@
 //! every helper has left the loop. Helpers spin between jobs (running
 //! any rayon work meanwhile, so the ops still split through rayon make
 //! progress), and never sleep until `f` returns. Outside a team (another
-//! thread, nested in a job, or `RUSTORCH_SPIN=0`), `for_each` is a rayon
+//! thread, nested in a job, more workers than hardware threads, or
+//! `RUSTORCH_SPIN=0`), `for_each` is a rayon
 //! parallel loop: results never depend on which runs.
 
 use rayon::prelude::*;
@@ -31,8 +32,8 @@ use std::sync::Mutex;
 #[repr(align(128))]
 struct Padded<T>(T);
 
-/// The most helpers a team holds (a bitmask of them is one `u64`).
-const MAX_HELPERS: usize = 64;
+/// The most workers a team holds (a bitmask of its helpers is one `u64`).
+const MAX_WORKERS: usize = 64;
 
 /// A type-erased `&(dyn Fn(usize) + Sync)`, valid while the job that
 /// published it runs.
@@ -52,7 +53,8 @@ struct Team {
     grain: UnsafeCell<usize>,
     /// The helpers taking part (bit h: helper h), set as each starts.
     registered: AtomicU64,
-    /// Helper h's last finished job number.
+    /// Helper h's last finished job number (h: the helper's worker index;
+    /// the owner's entry is unused).
     done: Vec<Padded<AtomicUsize>>,
     /// Set when `f` has returned: helpers leave.
     exit: AtomicBool,
@@ -72,6 +74,8 @@ thread_local! {
     static OWNED: Cell<*const Team> = const { Cell::new(std::ptr::null()) };
     /// Whether this thread is running some `run_team`'s `f` (in a job or not).
     static OWNING: Cell<bool> = const { Cell::new(false) };
+    /// Whether this thread is in some team's helper loop.
+    static HELPING: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Whether `RUSTORCH_SPIN=0` turned teams off (idle workers then sleep
@@ -81,18 +85,38 @@ fn spinning_enabled() -> bool {
     *ON.get_or_init(|| !std::env::var("RUSTORCH_SPIN").is_ok_and(|v| v == "0"))
 }
 
+/// The threads the OS runs at once for this process. With more workers
+/// than these, spinning helpers wait for one another's time slices at
+/// every job (a SmolLM2 decode step at 4 workers on 2 cores: 1 token/s
+/// instead of 240), so `run_team` then leaves the loops to rayon, whose
+/// idle workers sleep.
+fn hardware_threads() -> usize {
+    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *N.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
 /// `f()` on a worker of rayon's global pool with the pool's other workers
 /// spinning for it until it returns, so that `for_each` inside `f` starts
 /// at once on every thread. From a rayon worker already (a nested call,
 /// or a caller inside `rayon::scope`), `f()` runs as it is: an enclosing
 /// `run_team` already holds the pool.
 pub fn run_team<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    let spin = spinning_enabled() && rayon::current_num_threads() <= hardware_threads();
+    run_team_on(None, spin, f)
+}
+
+/// `run_team` on `pool`'s workers (`None`: rayon's global pool), with a
+/// spinning team where `spin` holds.
+fn run_team_on<R: Send>(pool: Option<&rayon::ThreadPool>, spin: bool, f: impl FnOnce() -> R + Send) -> R {
     if rayon::current_thread_index().is_some() {
         return f();
     }
-    let helpers = rayon::current_num_threads().saturating_sub(1).min(MAX_HELPERS);
-    if !spinning_enabled() || helpers == 0 {
-        return rayon::scope(|_| f());
+    let threads = pool.map_or_else(rayon::current_num_threads, |p| p.current_num_threads());
+    if !spin || threads < 2 {
+        return match pool {
+            Some(p) => p.scope(|_| f()),
+            None => rayon::scope(|_| f()),
+        };
     }
     let team = Team {
         gen: Padded(AtomicUsize::new(0)),
@@ -101,39 +125,53 @@ pub fn run_team<R: Send>(f: impl FnOnce() -> R + Send) -> R {
         len: UnsafeCell::new(0),
         grain: UnsafeCell::new(1),
         registered: AtomicU64::new(0),
-        done: (0..helpers).map(|_| Padded(AtomicUsize::new(0))).collect(),
+        done: (0..threads.min(MAX_WORKERS))
+            .map(|_| Padded(AtomicUsize::new(0)))
+            .collect(),
         exit: AtomicBool::new(false),
         panic: Mutex::new(None),
     };
-    rayon::scope(|s| {
-        let team = &team;
-        OWNING.with(|o| o.set(true));
-        for h in 0..helpers {
-            s.spawn(move |_| {
-                // An owner (this team's or another's, with two teams in one
-                // process) may take a helper's spawn itself while it waits
-                // for stolen work in a rayon join: helping there would not
-                // return to its `f` before this team ends, and two owners
-                // helping each other would wait forever. It drops it.
-                if !OWNING.with(|o| o.get()) {
-                    team.help(h);
-                }
-            });
+    match pool {
+        Some(p) => p.scope(|s| lead(&team, s, f)),
+        None => rayon::scope(|s| lead(&team, s, f)),
+    }
+}
+
+/// The owner's side of `run_team_on` inside its scope: the helpers'
+/// jobs, then `f`.
+fn lead<'scope, R>(team: &'scope Team, s: &rayon::Scope<'scope>, f: impl FnOnce() -> R) -> R {
+    OWNING.with(|o| o.set(true));
+    // One helper job per worker, each in that worker's own queue, so that
+    // no worker can take a second one: a helper running rayon work while
+    // it spins could otherwise start another helper's job inside its own
+    // loop, and its first loop (which the owner waits for) would never
+    // finish a job again.
+    s.spawn_broadcast(move |_, ctx| {
+        // The owner runs its worker's job itself once it waits (in a rayon
+        // join, or for the scope's end): helping there would not return to
+        // its `f` before this team ends. A worker helping another team
+        // (two teams in one process) must not help this one inside that
+        // loop: each owner would wait for the other's helper. Both drop it.
+        let h = ctx.index();
+        if h < team.done.len() && !OWNING.with(|o| o.get()) && !HELPING.with(|x| x.get()) {
+            HELPING.with(|x| x.set(true));
+            team.help(h);
+            HELPING.with(|x| x.set(false));
         }
-        OWNED.with(|o| o.set(team));
-        // Whether `f` returns or panics, the helpers must leave before the
-        // scope can end.
-        struct Leave<'a>(&'a Team);
-        impl Drop for Leave<'_> {
-            fn drop(&mut self) {
-                OWNED.with(|o| o.set(std::ptr::null()));
-                OWNING.with(|o| o.set(false));
-                self.0.exit.store(true, Ordering::Release);
-            }
+    });
+    OWNED.with(|o| o.set(team));
+    // Whether `f` returns or panics, the helpers must leave before the
+    // scope can end.
+    struct Leave<'a>(&'a Team);
+    impl Drop for Leave<'_> {
+        fn drop(&mut self) {
+            OWNED.with(|o| o.set(std::ptr::null()));
+            OWNING.with(|o| o.set(false));
+            self.0.exit.store(true, Ordering::Release);
         }
-        let _leave = Leave(team);
-        f()
-    })
+    }
+    let _leave = Leave(team);
+    f()
 }
 
 /// `work(i)` for every `i` in `0..n`, in parallel: through the team this
@@ -194,7 +232,7 @@ impl Team {
         // SAFETY: every registered helper finished the previous job before
         // it returned (the wait below), and a helper that registers later
         // takes no job published before it registered: none reads these now.
-        let grain = grain.unwrap_or_else(|| default_grain(n, self.done.len() + 1));
+        let grain = grain.unwrap_or_else(|| default_grain(n, self.done.len()));
         unsafe {
             *self.job.get() = Some(job);
             *self.len.get() = n;
@@ -308,6 +346,40 @@ mod tests {
                 }
             });
             assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 102), "n = {n}");
+        }
+    }
+
+    /// More workers than two (a hang at 4 and 8 workers before): a helper
+    /// spinning between jobs runs stolen rayon work, and must not start a
+    /// second helper loop there (the owner would wait for its first loop
+    /// forever). Spinning even where the workers outnumber the cores.
+    #[test]
+    fn teams_of_three_to_eight_workers_finish() {
+        const ROUNDS: usize = 10;
+        for threads in [3usize, 4, 8] {
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+                let mut total = 0usize;
+                for _ in 0..ROUNDS {
+                    let sum = AtomicUsize::new(0);
+                    run_team_on(Some(&pool), true, || {
+                        for _ in 0..20 {
+                            for_each(64, |i| {
+                                sum.fetch_add(i, Ordering::Relaxed);
+                            });
+                            // Rayon work split from the owner, for helpers to steal.
+                            let s: usize = (0..256usize).into_par_iter().with_max_len(1).sum();
+                            sum.fetch_add(s, Ordering::Relaxed);
+                        }
+                    });
+                    total += sum.load(Ordering::Relaxed);
+                }
+                tx.send(total).unwrap();
+            });
+            let total = rx.recv_timeout(std::time::Duration::from_secs(120));
+            let want = ROUNDS * 20 * ((0..64).sum::<usize>() + (0..256).sum::<usize>());
+            assert_eq!(total, Ok(want), "{threads} workers");
         }
     }
 
