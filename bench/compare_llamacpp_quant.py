@@ -11,7 +11,7 @@ run of each can differ by 20% from the next.
 RUSTORCH_BENCH_CPUS=0,1 pins llama.cpp to those cores (pin the whole script
 with taskset too, so both sides run on the same cores).
 
-RusTorch: `cargo bench -p rustorch-core --bench quant_matmul` (criterion; mean
+RusTorch: `cargo bench -p rustorch-cpu --bench quant_matmul` (criterion; mean
 time from target/criterion/<group>/<id>/new/estimates.json).
 llama.cpp: `test-backend-ops perf -b CPU --test-file F`, where F lists one
 MUL_MAT per (type, shape) in the format test-backend-ops reads, so both run
@@ -80,7 +80,7 @@ def median(values):
 
 def run_rust(threads, filt):
     env = dict(os.environ, RAYON_NUM_THREADS=str(threads))
-    cmd = ["cargo", "bench", "-p", "rustorch-core", "--bench", "quant_matmul", "--"]
+    cmd = ["cargo", "bench", "-p", "rustorch-cpu", "--bench", "quant_matmul", "--"]
     if filt:
         cmd.append(filt)
     print("+", " ".join(cmd), file=sys.stderr)

@@ -9,7 +9,7 @@ usage: python3 bench/compare_torch.py [--threads N] [--rounds R] [--filter SUBST
 --cpus pins both sides (this process and the bench it starts) to the listed
 cores, for a machine with more cores than the comparison uses. --bench-bin runs
 a cpu_ops bench binary built elsewhere (for a machine without a Rust toolchain:
-`cargo bench -p rustorch-core --bench cpu_ops --no-run` prints its path).
+`cargo bench -p rustorch-cpu --bench cpu_ops --no-run` prints its path).
 
 Shared machines drift: a neighbour's build can halve either side's speed for
 seconds at a time. So the two sides are interleaved: for each benchmark, R
@@ -17,7 +17,7 @@ rounds of (RusTorch, then PyTorch), each a short measurement, and the table
 shows the median over rounds of each side and the ratio of the medians, plus
 the spread (min-max ratio over rounds) so a noisy result shows as noisy.
 
-RusTorch side: the criterion bench binary of `cargo bench -p rustorch-core
+RusTorch side: the criterion bench binary of `cargo bench -p rustorch-cpu
 --bench cpu_ops` (built once), run per round with a filter for one benchmark;
 its median per round is read from target/criterion/<id>/new/estimates.json.
 PyTorch side: torch.utils.benchmark with the same thread count.
@@ -73,7 +73,7 @@ def criterion_median_ns(bench_id):
 
 def build_bench(env):
     """Builds the criterion bench once; returns the path of its binary."""
-    cmd = ["cargo", "bench", "-p", "rustorch-core", "--bench", "cpu_ops", "--no-run",
+    cmd = ["cargo", "bench", "-p", "rustorch-cpu", "--bench", "cpu_ops", "--no-run",
            "--message-format", "json"]
     print("+", " ".join(cmd), file=sys.stderr)
     out = subprocess.run(cmd, cwd=ROOT, env=env, check=True, stdout=subprocess.PIPE, text=True).stdout
@@ -89,7 +89,7 @@ def run_ours(binary, bench_id, env, seconds):
     # Criterion matches the filter as a regex: anchor it to this one id.
     cmd = [binary, "--bench", "--noplot", "--warm-up-time", "0.5", "--measurement-time", str(seconds),
            "^" + bench_id + "$"]
-    subprocess.run(cmd, cwd=ROOT / "crates" / "rustorch-core", env=env, check=True,
+    subprocess.run(cmd, cwd=ROOT / "crates" / "rustorch-cpu", env=env, check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return criterion_median_ns(bench_id)
 

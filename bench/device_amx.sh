@@ -10,8 +10,8 @@
 #
 # Fill .device-bin first (here):
 #   cargo build --release -p rustorch-cli
-#   cargo bench --no-run -p rustorch-core --bench quant_matmul    # prints the bench binary
-#   cargo test --no-run -p rustorch-core --lib                    # prints the test binary
+#   cargo bench --no-run -p rustorch-cpu --bench quant_matmul    # prints the bench binary
+#   cargo test --no-run -p rustorch-cpu --lib                     # prints the test binary
 #   strip -o .device-bin/rustorch-cli target/release/rustorch-cli
 #   strip -o .device-bin/quant_matmul <bench binary>; strip -o .device-bin/core_tests <test binary>
 #   cp ../shared/tools/mkmodel.py .device-bin/
@@ -42,7 +42,7 @@ grep -m1 "model name" /proc/cpuinfo
 grep -o -w 'amx_tile\|amx_int8\|avx512_vnni\|avx512vbmi' /proc/cpuinfo | sort -u | tr '\n' ' '; echo
 
 echo "== bit-exactness (quant::matmul unit tests)"
-(cd "$root/crates/rustorch-core" && "$bin/core_tests" quant::matmul 2>&1 | grep -E "amx|interleav|test result|FAILED|panicked|skipped")
+(cd "$root/crates/rustorch-cpu" && "$bin/core_tests" qmatmul 2>&1 | grep -E "amx|interleav|test result|FAILED|panicked|skipped")
 
 echo "== kernels: qmatmul 4096x4096x512, $threads threads on cores $cpus"
 filter="qmatmul/($(tr ',' '|' <<< "$types"))_4096x4096x512"

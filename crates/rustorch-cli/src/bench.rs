@@ -22,9 +22,9 @@ use crate::cli::BenchArgs;
 use crate::error::CliError;
 use crate::loader;
 use crate::token_reads::TokenReads;
-use rustorch_core::gguf::Gguf;
-use rustorch_core::quant::mix::FileType;
-use rustorch_llm::model::{run_spinning, KvCache, Logits};
+use rustorch::gguf::Gguf;
+use rustorch::quant::mix::FileType;
+use rustorch_llm::model::{KvCache, Logits};
 use rustorch_llm::Model;
 use std::time::{Duration, Instant};
 
@@ -215,9 +215,9 @@ fn report_reads(r: &TestResult, reads: &TokenReads) {
 /// The executor's op profile (`RUSTORCH_PROFILE`) of one test's timed
 /// repetitions: the depth fill between them is left out.
 struct Profile<'a> {
-    exec: &'a rustorch_core::Executor,
+    exec: &'a rustorch::Executor,
     /// Op times summed so far, while the profile is paused.
-    kept: Vec<rustorch_core::OpProfile>,
+    kept: Vec<rustorch::OpProfile>,
 }
 
 impl<'a> Profile<'a> {
@@ -256,7 +256,7 @@ impl<'a> Profile<'a> {
         eprintln!(
             "\nprofile (RUSTORCH_PROFILE) of {name}, {} repetitions:\n{}",
             samples.len(),
-            rustorch_core::executor::format_profile(&self.kept, Some(wall))
+            rustorch::executor::format_profile(&self.kept, Some(wall))
         );
     }
 }
@@ -282,7 +282,7 @@ fn prompt(model: &Model, cache: &mut KvCache, n: usize, rng: &mut Lcg) -> Result
     let tok = model.tokenizer();
     let n_vocab = model.config().n_vocab;
     let mut done = 0;
-    run_spinning(|| {
+    model.run_pass(|| {
         while done < n {
             let len = (n - done).min(UBATCH);
             let batch: Vec<u32> = (0..len)
@@ -313,9 +313,9 @@ fn generate(model: &Model, cache: &mut KvCache, n: usize, rng: &mut Lcg) -> Resu
         (true, Some(bos)) => bos,
         _ => rng.below(n_vocab),
     };
-    // One team for all the steps, as for a reply (`run_spinning`): woken
+    // One team for all the steps, as for a reply (`Model::run_pass`): woken
     // per step, the workers' wake-ups were part of the time.
-    run_spinning(|| {
+    model.run_pass(|| {
         for _ in 0..n {
             model.forward(cache, &[next], Logits::Last)?;
             next = rng.below(n_vocab);

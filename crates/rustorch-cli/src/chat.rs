@@ -185,8 +185,9 @@ impl Session<'_> {
 
         interrupt::begin_reply();
         // One team for the whole reply: its workers spin between the decode
-        // steps instead of being woken for each (`run_spinning`).
-        let result = rustorch_llm::model::run_spinning(|| self.stream_reply(&tokens, keep));
+        // steps instead of being woken for each (`Model::run_pass`).
+        let model = self.model;
+        let result = model.run_pass(|| self.stream_reply(&tokens, keep));
         interrupt::end_reply();
         result
     }

@@ -2,17 +2,19 @@
 
 use crate::error::CliError;
 use crate::format;
-use rustorch_core::device::{cpu_features, cpu_name};
-use rustorch_core::quant::matmul::Isa;
-use rustorch_core::Executor;
-
-/// Backends this build contains. The CPU backend is always built; GPU
-/// backends will be listed here as cargo features add them.
-const COMPILED_BACKENDS: &[&str] = &["cpu"];
+use rustorch::cpu::host::{cpu_features, cpu_name};
+use rustorch::cpu::qmatmul::Isa;
+use rustorch::Executor;
 
 pub fn run() -> Result<(), CliError> {
     let exec = Executor::global();
-    println!("backends compiled in: {}", COMPILED_BACKENDS.join(", "));
+    // The backends linked into this build (`rustorch::registry`), and those
+    // that found no device here, with why.
+    let names: Vec<&str> = rustorch::registry::providers().iter().map(|p| p.name()).collect();
+    println!("backends compiled in: {}", names.join(", "));
+    for (name, why) in rustorch::registry::enumerate().unavailable {
+        println!("{name}: no device ({why})");
+    }
     println!("cpu: {}", cpu_name());
     let logical = std::thread::available_parallelism().map_or(1, |n| n.get());
     let physical = crate::threads::physical_cores().map_or("unknown".to_string(), |p| p.to_string());
@@ -68,8 +70,8 @@ pub fn run() -> Result<(), CliError> {
 /// ISA, f16 arithmetic), and whether that is the build `-march=native`
 /// makes on this CPU.
 fn build_line() -> String {
-    use rustorch_core::cpu::{ggml_half, GgmlHalf};
-    use rustorch_core::quant::matmul::{ggml_order, GgmlOrder};
+    use rustorch::cpu::qmatmul::{ggml_order, GgmlOrder};
+    use rustorch::cpu::{ggml_half, GgmlHalf};
     let (order, half) = (ggml_order(), ggml_half());
     let kind = match order {
         GgmlOrder::Amx => "its AMX build (clang, ggml-cpu/amx)",

@@ -28,9 +28,9 @@ macro_rules! from_display {
 }
 
 from_display!(
-    rustorch_core::gguf::GgufError,
-    rustorch_core::quant::QuantError,
-    rustorch_core::quant::mix::MixError,
+    rustorch::gguf::GgufError,
+    rustorch::quant::QuantError,
+    rustorch::quant::mix::MixError,
     rustorch_llm::LlmError,
-    rustorch_core::Error
+    rustorch::Error
 );

@@ -46,8 +46,8 @@ pub fn run(args: &GenerateArgs) -> Result<(), CliError> {
 
     // The whole prompt and reply in one team: its workers spin between
     // the decode steps too, instead of being woken for each (see
-    // `rustorch_llm::model::run_spinning`).
-    let (prompt_time, generated, gen_time) = rustorch_llm::model::run_spinning(|| {
+    // `rustorch_llm::model::Model::run_pass`).
+    let (prompt_time, generated, gen_time) = model.run_pass(|| {
         let t_prompt = Instant::now();
         let mut logits = model.forward_last(&mut cache, &tokens)?;
         let prompt_time = t_prompt.elapsed();

@@ -31,7 +31,7 @@ pub fn run(args: &GreedyArgs) -> Result<(), CliError> {
     let (model, _) = loader::load(&path, &args.model.backend)?;
     let n_ctx = loader::context_size(&model, args.ctx_size)?;
     let tok = model.tokenizer();
-    rustorch_llm::model::run_spinning(|| {
+    model.run_pass(|| {
         let mut out = std::io::stdout().lock();
         for (id, text) in &prompts {
             let prompt = tok.encode(text, true, true);

@@ -3,8 +3,8 @@
 use crate::cli::InfoArgs;
 use crate::error::CliError;
 use crate::format::{self, Table};
-use rustorch_core::gguf::{Gguf, Value};
-use rustorch_core::quant::QType;
+use rustorch::gguf::{Gguf, Value};
+use rustorch::quant::QType;
 use std::collections::BTreeMap;
 
 /// Array entries shown before the summary cuts them off.

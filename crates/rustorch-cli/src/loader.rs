@@ -6,7 +6,7 @@ use crate::cli::{FlashAttn, ModelArgs, SamplingArgs};
 use crate::error::CliError;
 use crate::fetch;
 use indicatif::{ProgressBar, ProgressStyle};
-use rustorch_core::Executor;
+use rustorch::Executor;
 use rustorch_llm::chat::ChatTemplate;
 use rustorch_llm::model::KvCache;
 use rustorch_llm::{Model, Sampler, SamplerConfig};

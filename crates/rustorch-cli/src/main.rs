@@ -37,7 +37,7 @@ use std::process::ExitCode;
 /// (see `block_cache`): a decode step's hundreds of small ops spent a third
 /// of their framework time in glibc's shared bins.
 #[global_allocator]
-static ALLOCATOR: rustorch_core::block_cache::BlockCache = rustorch_core::block_cache::BlockCache;
+static ALLOCATOR: rustorch::cpu::block_cache::BlockCache = rustorch::cpu::block_cache::BlockCache;
 
 fn main() -> ExitCode {
     exit_quietly_on_closed_pipe();
@@ -100,7 +100,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
 /// Unset, the order is llama.cpp's on this CPU when built natively: its AMX
 /// build's where the CPU has AMX-INT8, the plain one elsewhere.
 fn check_ggml_order() -> Result<(), CliError> {
-    use rustorch_core::quant::matmul::{set_default_ggml_order, GgmlOrder};
+    use rustorch::cpu::qmatmul::{set_default_ggml_order, GgmlOrder};
     match std::env::var("RUSTORCH_GGML_ORDER") {
         Ok(v) if GgmlOrder::parse(&v).is_none() => Err(CliError::msg(format!(
             "RUSTORCH_GGML_ORDER={v:?} is not an order: use amx (llama.cpp's AMX build, the default on CPUs with AMX) or reference (its plain CPU build, the default elsewhere)"
@@ -116,7 +116,7 @@ fn check_ggml_order() -> Result<(), CliError> {
 /// llama.cpp's on this CPU when built natively: half-precision steps where
 /// the CPU has AVX512-FP16 (`__AVX512FP16__`), widened steps elsewhere.
 fn check_ggml_half() -> Result<(), CliError> {
-    use rustorch_core::cpu::{set_default_ggml_half, GgmlHalf};
+    use rustorch::cpu::{set_default_ggml_half, GgmlHalf};
     match std::env::var("RUSTORCH_GGML_F16") {
         Ok(v) if GgmlHalf::parse(&v).is_none() => Err(CliError::msg(format!(
             "RUSTORCH_GGML_F16={v:?} is not an f16 arithmetic: use native (llama.cpp built with AVX512-FP16, the default on CPUs that have it) or widened (builds without it, the default elsewhere)"

@@ -1,12 +1,12 @@
 //! `membw [-t N]`: the machine's memory read bandwidth on N threads, the
-//! bound of generation speed (see `rustorch_core::membw`). `bench` reports
+//! bound of generation speed (see `rustorch::cpu::membw`). `bench` reports
 //! the bytes a generated token reads; the two together give the fraction of
 //! the bandwidth a generation reaches (bench/compare_llamacpp.sh prints it).
 
 use crate::cli::MembwArgs;
 use crate::error::CliError;
 use crate::loader;
-use rustorch_core::membw::measure_read_bandwidth;
+use rustorch::cpu::membw::measure_read_bandwidth;
 
 pub fn run(args: &MembwArgs) -> Result<(), CliError> {
     let json = crate::format::wants_json(&args.output)?;

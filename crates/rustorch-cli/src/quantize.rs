@@ -1,5 +1,5 @@
 //! `quantize IN OUT TYPE`: converts a model as `llama-quantize` does. The
-//! conversion itself is `rustorch_core::quant::file::quantize_gguf` (the
+//! conversion itself is `rustorch::quant::file::quantize_gguf` (the
 //! per-tensor types come from `quant::mix`); this module parses options,
 //! drives the progress bar, writes the file and prints the summary.
 
@@ -7,10 +7,10 @@ use crate::cli::QuantizeArgs;
 use crate::error::CliError;
 use crate::format;
 use indicatif::{ProgressBar, ProgressStyle};
-use rustorch_core::gguf::Gguf;
-use rustorch_core::quant::file::{self as qfile, QuantizeOptions};
-use rustorch_core::quant::mix::{FileType, MixOptions};
-use rustorch_core::quant::QType;
+use rustorch::gguf::Gguf;
+use rustorch::quant::file::{self as qfile, QuantizeOptions};
+use rustorch::quant::mix::{FileType, MixOptions};
+use rustorch::quant::QType;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Instant;

@@ -11,7 +11,7 @@
 //! figure is the same for any program running the same file (llama.cpp
 //! included).
 
-use rustorch_core::gguf::Gguf;
+use rustorch::gguf::Gguf;
 use rustorch_llm::model::ModelConfig;
 
 /// Bytes per element of the key/value cache (f16, llama.cpp's default).

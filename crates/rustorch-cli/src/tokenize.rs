@@ -9,7 +9,7 @@
 use crate::cli::TokenizeArgs;
 use crate::error::CliError;
 use crate::loader;
-use rustorch_core::gguf::Gguf;
+use rustorch::gguf::Gguf;
 use rustorch_llm::Tokenizer;
 use std::io::Write;
 

@@ -7,8 +7,8 @@ use common::{
     assert_one_line_error, cli, cli_with_stdin, note_llamacpp_fixtures_cpu, real_model, stderr, stdout, write_model,
     TempDir,
 };
-use rustorch_core::gguf::Gguf;
-use rustorch_core::quant::QType;
+use rustorch::gguf::Gguf;
+use rustorch::quant::QType;
 
 #[test]
 fn generation_errors_are_one_line() {

@@ -11,9 +11,9 @@
 mod common;
 
 use common::{cli, stderr, write_model, TempDir};
-use rustorch_core::gguf::Gguf;
-use rustorch_core::quant::mix::{choose_types, FileType, MixOptions, ModelParams, TensorDesc};
-use rustorch_core::quant::QType;
+use rustorch::gguf::Gguf;
+use rustorch::quant::mix::{choose_types, FileType, MixOptions, ModelParams, TensorDesc};
+use rustorch::quant::QType;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 

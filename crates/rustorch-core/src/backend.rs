@@ -5,12 +5,13 @@
 //! executor does routing, fallback and tracing, so adding a device never
 //! means editing a match elsewhere.
 
-use crate::cpu::CpuStorage;
 use crate::device::{Device, DeviceCapability};
 use crate::dtype::DType;
 use crate::error::BackendError;
 use crate::layout::Layout;
 use crate::op::{Op, TensorMeta};
+use crate::quant::QType;
+use crate::storage::CpuStorage;
 use std::any::Any;
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -26,6 +27,14 @@ pub trait DeviceBuffer: Send + Sync + Debug + Any {
         self.len() == 0
     }
     fn as_any(&self) -> &dyn Any;
+    /// For bytes a backend keeps in an arrangement of its own (a weight
+    /// packed for its kernels by `Backend::prepare_weight`), a name for it:
+    /// such a buffer is read only by that backend's ops that take weights,
+    /// never downloaded, viewed or moved. `None` (the default): elements in
+    /// order, as the buffer's layouts say.
+    fn private_layout(&self) -> Option<&'static str> {
+        None
+    }
     /// Mutable access for in-place writes (`Backend::write_into`); buffers
     /// that cannot be written in place keep the default `None`.
     fn as_any_mut(&mut self) -> Option<&mut dyn Any> {
@@ -52,6 +61,27 @@ impl TensorRef<'_> {
     }
 }
 
+/// How a GGML-typed weight will be used, which decides the layouts a
+/// backend may give it (`Backend::prepare_weight`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WeightUsage {
+    /// Only multiplied (`QMatMul` and its kin): any layout the backend's
+    /// products read.
+    Matmul,
+    /// Also looked up by row (`QEmbedding`; a tied embedding that is
+    /// multiplied too): rows must stay whole and in order.
+    Lookup,
+}
+
+/// A GGML-typed weight matrix: `rows` rows of `cols` values of `qtype`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WeightSpec {
+    pub qtype: QType,
+    pub rows: usize,
+    pub cols: usize,
+    pub usage: WeightUsage,
+}
+
 pub trait Backend: Send + Sync {
     fn device(&self) -> Device;
 
@@ -64,6 +94,17 @@ pub trait Backend: Send + Sync {
 
     /// Copies host data into a new buffer on this device.
     fn upload(&self, host: &CpuStorage) -> Result<Buffer, BackendError>;
+
+    /// A weight on this device from its plain bytes (`spec.rows` rows of
+    /// `spec.qtype` blocks, row after row; the caller has checked the
+    /// length): a u8 buffer of `rows * row_bytes` elements as the executor
+    /// sees it. A backend may keep the bytes in a layout its kernels read
+    /// faster, named by `DeviceBuffer::private_layout`; the default keeps
+    /// them as they are (`upload`).
+    fn prepare_weight(&self, spec: WeightSpec, bytes: Vec<u8>) -> Result<Buffer, BackendError> {
+        let _ = spec;
+        self.upload(&CpuStorage::U8(bytes))
+    }
 
     /// Copies a whole buffer back to the host.
     fn download(&self, buffer: &dyn DeviceBuffer) -> Result<CpuStorage, BackendError>;
@@ -85,6 +126,16 @@ pub trait Backend: Send + Sync {
             "write_into",
             "this backend cannot write into a buffer in place",
         ))
+    }
+
+    /// Runs `pass`, many ops in a row (a model's forward pass, a whole
+    /// generation loop), with whatever this backend holds for such runs:
+    /// the CPU keeps its worker threads spinning between the ops, a GPU
+    /// backend may batch or capture their launches. It must call `pass`
+    /// exactly once, on any thread; a pass nested in another runs as it
+    /// is. The default just calls it.
+    fn run_pass(&self, pass: &mut (dyn FnMut() + Send)) {
+        pass()
     }
 
     /// Waits for queued work to finish.

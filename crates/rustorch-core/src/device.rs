@@ -11,6 +11,9 @@ pub enum Device {
     Cuda(usize),
     Metal(usize),
     Vulkan(usize),
+    /// A wgpu adapter, whichever API it drives (Vulkan, Metal, DX12: its
+    /// capability's `api` says).
+    Wgpu(usize),
     OpenCl(usize),
     CoreMl(usize),
     /// A backend registered from outside this workspace (or by a test).
@@ -22,7 +25,7 @@ impl Device {
         self == Device::Cpu
     }
 
-    /// Parses `cpu`, `cuda`, `cuda:1`, `metal:0`, `vulkan`, `opencl`, `coreml`.
+    /// Parses `cpu`, `cuda`, `cuda:1`, `metal:0`, `vulkan`, `wgpu:1`, `opencl`, `coreml`.
     pub fn parse(s: &str) -> Option<Device> {
         let s = s.trim().to_ascii_lowercase();
         let (kind, idx) = match s.split_once(':') {
@@ -33,7 +36,8 @@ impl Device {
             "cpu" => Device::Cpu,
             "cuda" => Device::Cuda(idx),
             "metal" => Device::Metal(idx),
-            "vulkan" | "wgpu" => Device::Vulkan(idx),
+            "vulkan" => Device::Vulkan(idx),
+            "wgpu" => Device::Wgpu(idx),
             "opencl" => Device::OpenCl(idx),
             "coreml" => Device::CoreMl(idx),
             "plugin" => Device::Plugin(idx),
@@ -49,6 +53,7 @@ impl fmt::Display for Device {
             Device::Cuda(i) => write!(f, "cuda:{i}"),
             Device::Metal(i) => write!(f, "metal:{i}"),
             Device::Vulkan(i) => write!(f, "vulkan:{i}"),
+            Device::Wgpu(i) => write!(f, "wgpu:{i}"),
             Device::OpenCl(i) => write!(f, "opencl:{i}"),
             Device::CoreMl(i) => write!(f, "coreml:{i}"),
             Device::Plugin(i) => write!(f, "plugin:{i}"),
@@ -66,6 +71,10 @@ pub struct DeviceCapability {
     pub total_memory: Option<u64>,
     /// Free memory in bytes, when known.
     pub free_memory: Option<u64>,
+    /// The graphics or compute API the device is driven through, where that
+    /// is not the device kind itself (a wgpu adapter: `Vulkan`, `Metal`,
+    /// `DX12`, `GL`).
+    pub api: Option<String>,
     /// Free-form facts worth showing a user (CPU features, compute capability).
     pub features: Vec<String>,
 }
@@ -77,55 +86,6 @@ impl DeviceCapability {
     pub fn supports_class(&self, class: OpClass) -> bool {
         self.op_classes.contains(&class)
     }
-}
-
-/// SIMD features of this CPU, detected at run time.
-pub fn cpu_features() -> Vec<String> {
-    #[allow(unused_mut)]
-    let mut f: Vec<String> = Vec::new();
-    #[cfg(target_arch = "x86_64")]
-    {
-        macro_rules! probe {
-            ($($name:tt),*) => {
-                $( if std::arch::is_x86_feature_detected!($name) { f.push($name.to_string()); } )*
-            };
-        }
-        probe!(
-            "sse4.2",
-            "avx",
-            "avx2",
-            "fma",
-            "f16c",
-            "avx512f",
-            "avx512bw",
-            "avx512vl",
-            "avx512vnni",
-            "avx512bf16"
-        );
-    }
-    #[cfg(target_arch = "aarch64")]
-    {
-        if std::arch::is_aarch64_feature_detected!("neon") {
-            f.push("neon".to_string());
-        }
-        if std::arch::is_aarch64_feature_detected!("fp16") {
-            f.push("fp16".to_string());
-        }
-    }
-    f
-}
-
-/// Name of the CPU model, best effort.
-pub fn cpu_name() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_string())
-        })
-        .unwrap_or_else(|| std::env::consts::ARCH.to_string())
 }
 
 /// Total and available system memory in bytes, from /proc/meminfo when present.

@@ -9,12 +9,12 @@
 //! an op, to reject an op's input, or to be lost altogether.
 
 use rustorch_core::backend::{Backend, Buffer, DeviceBuffer, TensorRef};
-use rustorch_core::cpu::{CpuBackend, CpuInput, CpuStorage};
 use rustorch_core::device::DeviceCapability;
 use rustorch_core::executor::{format_table, DeviceReport, Operand};
 use rustorch_core::{
     BackendError, DType, Device, Error, Executor, ExecutorConfig, Layout, Op, OpClass, Tensor, TensorMeta,
 };
+use rustorch_cpu::{CpuBackend, CpuInput, CpuStorage};
 use std::any::Any;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -170,6 +170,7 @@ impl Backend for RestrictedBackend {
             op_classes: vec![OpClass::DataMovement],
             total_memory: Some(1 << 20),
             free_memory: None,
+            api: None,
             features: vec!["computes with the CPU kernels".into()],
         }
     }
@@ -886,7 +887,8 @@ fn config_from_vars() {
         ("RUSTORCH_DEVICE", "cpu", Some(Device::Cpu)),
         ("RUSTORCH_DEVICE", "cuda", Some(Device::Cuda(0))),
         ("RUSTORCH_DEVICE", "metal:2", Some(Device::Metal(2))),
-        ("RUSTORCH_DEVICE", "wgpu:1", Some(Device::Vulkan(1))),
+        ("RUSTORCH_DEVICE", "wgpu:1", Some(Device::Wgpu(1))),
+        ("RUSTORCH_DEVICE", "vulkan:1", Some(Device::Vulkan(1))),
         ("RUSTORCH_DEVICE", "opencl", Some(Device::OpenCl(0))),
         ("RUSTORCH_DEVICE", "auto", None),
         ("RUSTORCH_DEVICE", "", None),

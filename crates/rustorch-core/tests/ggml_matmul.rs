@@ -17,8 +17,8 @@
 //! (repacked ones in `REPACK_DONE`), and are checked by the ignored test
 //! `pending_types_report`.
 
-use rustorch_core::quant::matmul::{self, Isa, QMatRef, QuantizedRows};
 use rustorch_core::quant::QType;
+use rustorch_cpu::qmatmul::{self, Isa, QMatRef, QuantizedRows};
 use std::path::{Path, PathBuf};
 
 #[path = "common/fixture_cpu.rs"]
@@ -96,7 +96,7 @@ fn load(name: &str) -> Fixture {
             o
         })
         .collect();
-    let dot = matmul::vec_dot_type(qtype).unwrap();
+    let dot = qmatmul::vec_dot_type(qtype).unwrap();
     let elen = dot.bytes_for(cols).unwrap() * ENCODED_ROWS;
     assert_eq!(bytes.len(), at + elen, "{name}: file size");
     Fixture {
@@ -130,7 +130,7 @@ fn check(f: &Fixture, isa: Isa) -> Vec<String> {
     let mut errs = Vec::new();
     let w = QMatRef::new(f.qtype, f.rows, f.cols, &f.weights).unwrap();
     for (&m, want) in M_LIST.iter().zip(&f.outputs) {
-        let got = matmul::qmatmul_isa(isa, &w, &f.x[..m * f.cols]).unwrap();
+        let got = qmatmul::qmatmul_isa(isa, &w, &f.x[..m * f.cols]).unwrap();
         if let Some(k) = (0..want.len()).find(|&k| got[k].to_bits() != want[k].to_bits()) {
             let n = (0..want.len())
                 .filter(|&k| got[k].to_bits() != want[k].to_bits())
@@ -177,7 +177,7 @@ fn qmatmul_is_bit_identical_to_llama_cpp() {
 fn activation_encoding_is_bit_identical_to_llama_cpp() {
     let mut errs = Vec::new();
     for f in load_all() {
-        let dot = matmul::vec_dot_type(f.qtype).unwrap();
+        let dot = qmatmul::vec_dot_type(f.qtype).unwrap();
         let enc = QuantizedRows::quantize(dot, &f.x[..ENCODED_ROWS * f.cols], f.cols).unwrap();
         if enc.bytes() != f.encoded {
             let k = enc.bytes().iter().zip(&f.encoded).position(|(a, b)| a != b).unwrap();

@@ -17,7 +17,9 @@
 //! another kind of CPU the tests check that reproduction and say so;
 //! tools/llamacpp_diff.py compares with llama.cpp built there.
 
+// Ops run on the CPU backend, which registers itself once linked.
 use rustorch_core::{DType, Tensor};
+use rustorch_cpu as _;
 use serde_json::Value;
 use std::path::PathBuf;
 

@@ -2,8 +2,10 @@
 //! kind and a message saying where; valid files cut at every byte offset and
 //! randomly corrupted never panic.
 
+// Ops run on the CPU backend, which registers itself once linked.
 use proptest::prelude::*;
 use rustorch_core::gguf::{Gguf, LoadedTensor};
+use rustorch_cpu as _;
 use serde_json::Value as Json;
 use std::path::PathBuf;
 

@@ -2,8 +2,10 @@
 //! read back with every metadata value and tensor byte as the script's
 //! manifest says, and rewritten byte for byte by `GgufWriter`.
 
+// Ops run on the CPU backend, which registers itself once linked.
 use rustorch_core::gguf::{Array, Gguf, GgufWriter, LoadedTensor, Value};
 use rustorch_core::quant::QType;
+use rustorch_cpu as _;
 use serde_json::Value as Json;
 use std::path::PathBuf;
 

@@ -1,9 +1,11 @@
 //! GgufWriter -> Gguf round trips, accessor errors and writer errors.
 
+// Ops run on the CPU backend, which registers itself once linked.
 use half::{bf16, f16};
 use rustorch_core::gguf::{Array, ErrorKind, Gguf, GgufWriter, LoadedTensor, Value, ValueType, MAX_ARRAY_DEPTH};
 use rustorch_core::quant::QType;
 use rustorch_core::{DType, Tensor};
+use rustorch_cpu as _;
 
 /// One value of every type, every array type (empty ones too), nested
 /// arrays of mixed element types, and awkward floats.

@@ -2,8 +2,10 @@
 //! RUSTORCH_SMOLLM2_GGUF names the file; when it is unset the tests fetch
 //! it with tools/fetch_models.py (docs/GGUF.md), and fail if that fails.
 
+// Ops run on the CPU backend, which registers itself once linked.
 use rustorch_core::gguf::{Gguf, GgufWriter, LoadedTensor};
 use rustorch_core::quant::QType;
+use rustorch_cpu as _;
 use std::collections::BTreeMap;
 use std::io::Write;
 

@@ -9,9 +9,9 @@
 
 use proptest::prelude::*;
 use proptest::test_runner::{RngAlgorithm, TestRng, TestRunner};
-use rustorch_core::cpu::CpuStorage;
 use rustorch_core::layout::StridedBlocks;
 use rustorch_core::{Layout, Shape, Tensor};
+use rustorch_cpu::CpuStorage;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 

@@ -12,8 +12,8 @@
 //! The kernels at each level are also compared with the scalar kernel.
 
 use rustorch_core::quant::blocks::{cast_blocks, f16_to_f32, BlockQ4_1, BlockQ5_1, BlockQ8_1};
-use rustorch_core::quant::matmul::{self, Isa, QMatRef, QuantizedRows};
 use rustorch_core::quant::{self, QTensor, QType, QuantError};
+use rustorch_cpu::qmatmul::{self, Isa, QMatRef, QuantizedRows};
 
 const TYPES: [QType; 17] = [
     QType::F32,
@@ -100,8 +100,8 @@ impl Problem {
     }
 
     fn run(&self, isa: Isa) -> Vec<f32> {
-        let mat = self.w.as_matrix().expect("matrix view");
-        matmul::qmatmul_isa(isa, &mat, &self.x).unwrap_or_else(|e| panic!("{} {isa}: {e}", self.qtype))
+        let mat = QMatRef::of_tensor(&self.w).expect("matrix view");
+        qmatmul::qmatmul_isa(isa, &mat, &self.x).unwrap_or_else(|e| panic!("{} {isa}: {e}", self.qtype))
     }
 }
 
@@ -136,13 +136,13 @@ fn s_rounding_bound(p: &Problem, act: &QuantizedRows, i: usize, j: usize) -> f64
 
 #[test]
 fn every_format_has_a_kernel() {
-    let missing: Vec<_> = TYPES.iter().filter(|t| !matmul::can_matmul(**t)).collect();
+    let missing: Vec<_> = TYPES.iter().filter(|t| !qmatmul::can_matmul(**t)).collect();
     assert!(missing.is_empty(), "no matmul kernel for {missing:?}");
     for t in TYPES {
         eprintln!(
             "{t}: dot type {:?}, kernels up to {:?}",
-            matmul::vec_dot_type(t),
-            matmul::kernel_isa(t)
+            qmatmul::vec_dot_type(t),
+            qmatmul::kernel_isa(t)
         );
     }
 }
@@ -150,12 +150,12 @@ fn every_format_has_a_kernel() {
 #[test]
 fn kernels_compute_the_exact_product_of_their_operands() {
     for (n, &qtype) in TYPES.iter().enumerate() {
-        if !matmul::can_matmul(qtype) {
+        if !qmatmul::can_matmul(qtype) {
             continue; // reported by every_format_has_a_kernel
         }
         for (rows, cols, m) in [(37, 512, 1), (19, 1024, 4)] {
             let p = Problem::new(qtype, rows, cols, m, 1 + n as u64 * 7919 + m as u64);
-            let dot = matmul::vec_dot_type(qtype).unwrap();
+            let dot = qmatmul::vec_dot_type(qtype).unwrap();
             let act = QuantizedRows::quantize(dot, &p.x, cols).unwrap();
             let w = p.weights();
             for isa in available_isas() {
@@ -190,12 +190,12 @@ fn kernels_compute_the_exact_product_of_their_operands() {
 #[test]
 fn simd_kernels_agree_with_the_scalar_kernel() {
     for (n, &qtype) in TYPES.iter().enumerate() {
-        if !matmul::can_matmul(qtype) {
+        if !qmatmul::can_matmul(qtype) {
             continue;
         }
         let p = Problem::new(qtype, 24, 4096 + 256, 3, 99 + n as u64);
         let scalar = p.run(Isa::Scalar);
-        let dot = matmul::vec_dot_type(qtype).unwrap();
+        let dot = qmatmul::vec_dot_type(qtype).unwrap();
         let act = QuantizedRows::quantize(dot, &p.x, p.cols).unwrap();
         let w = p.weights();
         for isa in available_isas().into_iter().filter(|i| *i != Isa::Scalar) {
@@ -240,12 +240,12 @@ fn activation_error(dot: QType, block: &[f32]) -> Vec<f64> {
 #[test]
 fn results_approximate_the_float_product() {
     for (n, &qtype) in TYPES.iter().enumerate() {
-        if !matmul::can_matmul(qtype) {
+        if !qmatmul::can_matmul(qtype) {
             continue;
         }
         let (rows, cols, m) = (16, 768, 3);
         let p = Problem::new(qtype, rows, cols, m, 4242 + n as u64);
-        let dot = matmul::vec_dot_type(qtype).unwrap();
+        let dot = qmatmul::vec_dot_type(qtype).unwrap();
         let block = dot.block_size();
         let w = p.weights();
         let got = p.run(Isa::detected());
@@ -304,9 +304,9 @@ fn activations_round_as_llama_cpp_x86_does() {
 #[test]
 fn bad_shapes_and_types_are_errors() {
     let p = Problem::new(QType::Q8_0, 4, 64, 1, 5);
-    let mat = p.w.as_matrix().unwrap();
+    let mat = QMatRef::of_tensor(&p.w).unwrap();
     // Activations that are not whole rows.
-    assert!(matmul::qmatmul(&mat, &p.x[..63]).is_err());
+    assert!(qmatmul::qmatmul(&mat, &p.x[..63]).is_err());
     // Wrong number of bytes for the shape.
     assert!(matches!(
         QMatRef::new(QType::Q8_0, 4, 64, &p.w.bytes()[1..]),
@@ -321,15 +321,18 @@ fn bad_shapes_and_types_are_errors() {
     let act = QuantizedRows::quantize(QType::Q8K, &vec![1.0; 256], 256).unwrap();
     let w = QTensor::quantize(QType::Q8_0, [2, 256], &vec![0.5; 512]).unwrap();
     let mut out = vec![0f32; 2];
-    let err = matmul::qmatmul_quantized_into(Isa::Scalar, &w.as_matrix().unwrap(), &act, &mut out).unwrap_err();
+    let err =
+        qmatmul::qmatmul_quantized_into(Isa::Scalar, &QMatRef::of_tensor(&w).unwrap(), &act, &mut out).unwrap_err();
     assert!(err.to_string().contains("Q8_0 weights need Q8_0 activations"), "{err}");
     // Output of the wrong size.
     let act = QuantizedRows::quantize(QType::Q8_0, &vec![1.0; 256], 256).unwrap();
-    assert!(matmul::qmatmul_quantized_into(Isa::Scalar, &w.as_matrix().unwrap(), &act, &mut out[..1]).is_err());
+    assert!(
+        qmatmul::qmatmul_quantized_into(Isa::Scalar, &QMatRef::of_tensor(&w).unwrap(), &act, &mut out[..1]).is_err()
+    );
     // A type without a kernel.
     let w = QMatRef::new(QType::IQ2XXS, 1, 256, &[0u8; 66]).unwrap();
     assert!(matches!(
-        matmul::qmatmul(&w, &[0.0; 256]),
+        qmatmul::qmatmul(&w, &[0.0; 256]),
         Err(QuantError::Unsupported { .. })
     ));
 }
@@ -346,14 +349,14 @@ fn matvec_and_batched_products_agree() {
     // so 1e-5 of the row's largest magnitude is ample, and any real error
     // (a wrong block or scale) is orders of magnitude larger.
     for qtype in [QType::Q4_0, QType::Q4K, QType::F16] {
-        if !matmul::can_matmul(qtype) {
+        if !qmatmul::can_matmul(qtype) {
             continue;
         }
         let p = Problem::new(qtype, 70, 512, 9, 17);
-        let mat = p.w.as_matrix().unwrap();
-        let batch = matmul::qmatmul(&mat, &p.x).unwrap();
+        let mat = QMatRef::of_tensor(&p.w).unwrap();
+        let batch = qmatmul::qmatmul(&mat, &p.x).unwrap();
         for i in 0..p.m {
-            let one = matmul::qmatmul(&mat, &p.x[i * p.cols..(i + 1) * p.cols]).unwrap();
+            let one = qmatmul::qmatmul(&mat, &p.x[i * p.cols..(i + 1) * p.cols]).unwrap();
             let row = &batch[i * p.rows..(i + 1) * p.rows];
             if qtype == QType::Q4K {
                 let scale = row.iter().fold(0f32, |m, v| m.max(v.abs())).max(1.0);

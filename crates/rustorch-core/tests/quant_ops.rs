@@ -5,9 +5,9 @@
 //! products in quant_matmul.rs) and `quant::dequantize` (bit-exact with the
 //! gguf package in quant_fixtures.rs): the ops must give the same bits.
 
-use rustorch_core::quant::matmul::{qmatmul, QMatRef};
 use rustorch_core::quant::{self, QType};
 use rustorch_core::{DType, QWeight, Tensor};
+use rustorch_cpu::qmatmul::{qmatmul, QMatRef};
 
 fn values(n: usize, seed: u32) -> Vec<f32> {
     // A small LCG: deterministic, no dependency.

@@ -6,7 +6,9 @@
 //! these bounds (plus the numpy ports in quant_fixtures for Q8_1/Q8_K) are
 //! what checks them; the legacy types are also byte-checked there.
 
+// Ops run on the CPU backend, which registers itself once linked.
 use rustorch_core::quant::{self, QTensor, QType, QuantError};
+use rustorch_cpu as _;
 
 /// Deterministic normal samples (xorshift64* + Box-Muller).
 struct Rng(u64);

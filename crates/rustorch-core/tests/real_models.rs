@@ -18,8 +18,10 @@
 //! cargo test -p rustorch-core --test real_models
 //! ```
 
+// Ops run on the CPU backend, which registers itself once linked.
 use rustorch_core::gguf::{Array, Gguf, Value as GValue};
 use rustorch_core::quant::{self, QType};
+use rustorch_cpu as _;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::time::Instant;

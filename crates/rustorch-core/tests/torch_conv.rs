@@ -1,5 +1,7 @@
 //! Convolution and pooling against PyTorch (fixtures from tools/torch_fixtures/conv.py).
 
+// Ops run on the CPU backend, which registers itself once linked.
+use rustorch_cpu as _;
 mod common;
 
 use common::{load, Case};

@@ -1,5 +1,7 @@
 //! Creation ops and casts against PyTorch fixtures (tools/torch_fixtures/create.py).
 
+// Ops run on the CPU backend, which registers itself once linked.
+use rustorch_cpu as _;
 mod common;
 
 use common::{assert_matches, load};

@@ -6,9 +6,9 @@
 mod common;
 
 use common::{assert_close, load, Case, Tol};
-use rustorch_core::cpu::{CpuBackend, CpuInput, CpuStorage};
 use rustorch_core::op::{infer_outputs, BinaryOp};
 use rustorch_core::{DType, Error, Layout, Op, Result, Scalar, Tensor, TensorMeta};
+use rustorch_cpu::{CpuBackend, CpuInput, CpuStorage};
 use serde_json::Value;
 
 /// Input `i` of a case with its views applied, as the Python side did.

@@ -2,6 +2,8 @@
 //! PyTorch (tests/fixtures/torch/index.json, from
 //! tools/torch_fixtures/index.py), plus error cases and the parallel paths.
 
+// Ops run on the CPU backend, which registers itself once linked.
+use rustorch_cpu as _;
 mod common;
 
 use common::{assert_matches, load, Case};

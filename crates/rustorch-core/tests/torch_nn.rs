@@ -2,6 +2,8 @@
 //! against PyTorch (tests/fixtures/torch/nn.json, from
 //! tools/torch_fixtures/nn.py), plus error cases and the parallel paths.
 
+// Ops run on the CPU backend, which registers itself once linked.
+use rustorch_cpu as _;
 mod common;
 
 use common::{assert_close, load, Case, Tol};

@@ -5,9 +5,9 @@
 mod common;
 
 use common::{assert_close, load, Case, Tol};
-use rustorch_core::cpu::{CpuBackend, CpuInput, CpuStorage};
 use rustorch_core::op::ReduceOp;
 use rustorch_core::{DType, Layout, Op, Result, Tensor, TensorMeta};
+use rustorch_cpu::{CpuBackend, CpuInput, CpuStorage};
 use serde_json::Value;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 

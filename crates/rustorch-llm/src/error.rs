@@ -1,6 +1,6 @@
 //! Errors of the LLM runtime.
 
-use rustorch_core::gguf::GgufError;
+use rustorch::gguf::GgufError;
 
 /// What can go wrong loading or running a model, rendering a chat template or sampling.
 #[derive(Debug, thiserror::Error)]
@@ -18,7 +18,7 @@ pub enum LlmError {
     #[error("bad tokenizer metadata {key}: {reason}")]
     BadMetadata { key: String, reason: String },
     #[error(transparent)]
-    Tensor(#[from] rustorch_core::Error),
+    Tensor(#[from] rustorch::Error),
     #[error("unsupported model architecture '{0}' (general.architecture); supported: llama, gemma3")]
     UnsupportedArchitecture(String),
     #[error("not supported yet: {0}")]

@@ -5,7 +5,7 @@
 //! for token against llama.cpp's `llama-tokenize` (see `tests/tokenizer_llamacpp.rs`).
 //!
 //! ```no_run
-//! use rustorch_core::gguf::Gguf;
+//! use rustorch::gguf::Gguf;
 //! use rustorch_llm::Tokenizer;
 //!
 //! let gguf = Gguf::open("SmolLM2-135M-Instruct.Q4_1.gguf")?;

@@ -12,7 +12,7 @@
 //! Where the two references disagree, `known_difference` says why, and the test checks that
 //! reason rather than skipping the case; any other disagreement fails the test.
 
-use rustorch_core::gguf::Gguf;
+use rustorch::gguf::Gguf;
 use rustorch_llm::chat::{ChatTemplate, Message, RenderOptions};
 use serde_json::Value;
 use std::time::{Duration, UNIX_EPOCH};

@@ -6,7 +6,7 @@
 //! - our tokenizer gives llama.cpp's token ids for every prompt of every
 //!   fixture;
 //! - every requantized SmolLM2 file is reproduced byte for byte by
-//!   `rustorch_core::quant::file::quantize_gguf` (sha256 of llama-quantize's
+//!   `rustorch::quant::file::quantize_gguf` (sha256 of llama-quantize's
 //!   file, recorded in models.json).
 //!
 //! The tests that need the models take them from `RUSTORCH_SMOLLM2_GGUF` /
@@ -17,7 +17,7 @@
 mod llamacpp;
 
 use llamacpp::{final_logits, fixture, model_entry, models, requantize, source_path, MODEL_IDS};
-use rustorch_core::gguf::Gguf;
+use rustorch::gguf::Gguf;
 use rustorch_llm::Tokenizer;
 
 #[test]

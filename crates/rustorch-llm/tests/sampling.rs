@@ -2,7 +2,7 @@
 //! llama-cpp-python's low-level llama_sampler_* API), plus determinism, the greedy tie rule and
 //! the distribution of the final draw.
 
-use rustorch_core::rng::Rng;
+use rustorch::rng::Rng;
 use rustorch_llm::sampling::{Candidates, Mt19937, Sampler, SamplerConfig};
 use serde_json::Value;
 

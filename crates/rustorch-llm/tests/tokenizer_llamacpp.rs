@@ -6,7 +6,7 @@
 //! `RUSTORCH_GEMMA3_GGUF`, or fetch them with tools/fetch_models.py when a variable is unset, and
 //! fail when neither works.
 
-use rustorch_core::gguf::{Gguf, GgufWriter, Metadata, Value};
+use rustorch::gguf::{Gguf, GgufWriter, Metadata, Value};
 use rustorch_llm::{Tokenizer, VocabType};
 use serde_json::Value as Json;
 use std::path::PathBuf;

@@ -1,4 +1,10 @@
-//! RusTorch: the crate users depend on. Re-exports the core API; backend
-//! features (cuda, wgpu, opencl) will register their devices here.
+//! RusTorch: the crate users depend on. The core API (tensors, ops, the
+//! executor, GGUF) and the backends this build links: the CPU always
+//! (`rustorch::cpu`), the GPUs of the `cuda`, `wgpu` and `opencl` features
+//! when they come. A linked backend registers its devices itself
+//! (`registry`), so `Executor::global()` and every tensor see them.
 
 pub use rustorch_core::*;
+/// The CPU backend, and its kernels' knobs (llama.cpp's arithmetic orders,
+/// threads, memory bandwidth).
+pub use rustorch_cpu as cpu;

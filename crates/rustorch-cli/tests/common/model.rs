@@ -4,8 +4,8 @@
 //! (tools/gen_quantize_fixtures.py writes them through the `quant_input`
 //! example), so the tests can rebuild the inputs instead of committing them.
 
-use rustorch_core::gguf::GgufWriter;
-use rustorch_core::quant::{quantize, QType};
+use rustorch::gguf::GgufWriter;
+use rustorch::quant::{quantize, QType};
 
 /// The shape and storage of one test model.
 pub struct Spec {

@@ -10,7 +10,6 @@ pub use profile::{format_profile, OpProfile, ProfileMode};
 pub use trace::{format_table, TraceEvent};
 
 use crate::backend::{Backend, Buffer, TensorRef};
-use crate::cpu::CpuBackend;
 use crate::device::{Device, DeviceCapability};
 use crate::error::{BackendError, Error, Result};
 use crate::layout::Layout;
@@ -36,7 +35,7 @@ pub struct DeviceReport {
 }
 
 pub struct Executor {
-    /// Backends in priority order; the CPU backend is always present, last.
+    /// Backends in priority order; the CPU backend, when present, last.
     backends: Vec<Arc<dyn Backend>>,
     /// Registered backends that the configuration keeps out, with why.
     disabled: Vec<(Arc<dyn Backend>, String)>,
@@ -62,34 +61,60 @@ struct Candidate {
 }
 
 impl Executor {
-    /// An executor with only the CPU backend.
+    /// An executor with every device the linked backends find
+    /// (`registry`), highest priority first, the CPU last. Devices the
+    /// configuration keeps out (`disable_gpu`) are listed by
+    /// `device_reports` with why.
     pub fn new(config: ExecutorConfig) -> Self {
-        Executor {
-            backends: vec![Arc::new(CpuBackend::new())],
+        let found = crate::registry::enumerate();
+        let mut e = Executor::from_backends(config, Vec::new());
+        for b in found.backends {
+            // Providers enumerate distinct devices; a duplicate is dropped.
+            let _ = e.register(b);
+        }
+        e
+    }
+
+    /// An executor with exactly these backends (routing order: as given,
+    /// any CPU backend moved last), and no others.
+    pub fn from_backends(config: ExecutorConfig, backends: Vec<Arc<dyn Backend>>) -> Self {
+        let mut e = Executor {
+            backends: Vec::new(),
             disabled: Vec::new(),
             config,
             events: Mutex::new(Vec::new()),
             seq: AtomicU64::new(0),
             profiler: profile::Profiler::default(),
+        };
+        for b in backends {
+            let _ = e.register(b);
         }
+        e
     }
 
     /// An executor configured from the environment, with the given
-    /// accelerator backends (highest priority first) ahead of the CPU.
+    /// accelerator backends (highest priority first) ahead of the devices
+    /// the linked backends find.
     pub fn with_backends(config: ExecutorConfig, backends: Vec<Arc<dyn Backend>>) -> Result<Self> {
-        let mut e = Executor::new(config);
+        let found = crate::registry::enumerate();
+        let mut e = Executor::from_backends(config, Vec::new());
         for b in backends {
             e.register(b)?;
+        }
+        for b in found.backends {
+            if e.backend(b.device()).is_none() {
+                e.register(b)?;
+            }
         }
         e.check_preferred()?;
         Ok(e)
     }
 
     /// The executor tensors use when none is given: the environment's
-    /// configuration and every backend compiled into this crate (today: the
-    /// CPU). A bad `RUSTORCH_*` variable is reported on stderr once and
-    /// ignored, since there is no caller to return it to; use
-    /// `ExecutorConfig::from_env` to see it as an error.
+    /// configuration and every device the linked backends find. A bad
+    /// `RUSTORCH_*` variable is reported on stderr once and ignored, since
+    /// there is no caller to return it to; use `ExecutorConfig::from_env`
+    /// to see it as an error.
     pub fn global() -> Arc<Executor> {
         static GLOBAL: OnceLock<Arc<Executor>> = OnceLock::new();
         GLOBAL
@@ -105,7 +130,8 @@ impl Executor {
             .clone()
     }
 
-    /// Adds a backend ahead of the CPU (after those registered before it).
+    /// Adds a backend: ahead of the CPU (after accelerators registered
+    /// before it), or last for the CPU itself.
     pub fn register(&mut self, backend: Arc<dyn Backend>) -> Result<()> {
         let dev = backend.device();
         if self
@@ -120,7 +146,8 @@ impl Executor {
             ));
         }
         if dev.is_cpu() {
-            return Err(Error::invalid("register", "the CPU backend is built in"));
+            self.backends.push(backend);
+            return Ok(());
         }
         if self.config.disable_gpu {
             self.disabled.push((
@@ -129,8 +156,12 @@ impl Executor {
             ));
             return Ok(());
         }
-        let cpu_pos = self.backends.len() - 1;
-        self.backends.insert(cpu_pos, backend);
+        let at = self
+            .backends
+            .iter()
+            .position(|b| b.device().is_cpu())
+            .unwrap_or(self.backends.len());
+        self.backends.insert(at, backend);
         Ok(())
     }
 
@@ -176,6 +207,16 @@ impl Executor {
             disabled: Some(why.clone()),
         });
         active.chain(off).collect()
+    }
+
+    /// The devices in use whose backend says it can run `op` on inputs like
+    /// `inputs`, in routing order (a loader's "can anything run this?").
+    pub fn devices_supporting(&self, op: &Op, inputs: &[TensorMeta]) -> Vec<Device> {
+        self.backends
+            .iter()
+            .filter(|b| b.supports(op, inputs))
+            .map(|b| b.device())
+            .collect()
     }
 
     pub fn backend(&self, device: Device) -> Option<&Arc<dyn Backend>> {
@@ -265,8 +306,27 @@ impl Executor {
         }
     }
 
+    /// `f()`, many ops in a row (a forward pass, a generation loop), inside
+    /// every backend's `Backend::run_pass` (the CPU's threads spin for the
+    /// whole of it instead of sleeping between ops).
+    pub fn run_pass<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        let mut f = Some(f);
+        let mut out = None;
+        nest_passes(&self.backends, &mut || {
+            if let Some(f) = f.take() {
+                out = Some(f());
+            }
+        });
+        match (out, f) {
+            (Some(r), _) => r,
+            // A backend that broke the contract and dropped the pass.
+            (None, Some(f)) => f(),
+            (None, None) => unreachable!("the pass ran but left no result"),
+        }
+    }
+
     /// Copies host data onto a device.
-    pub fn upload(&self, host: &crate::cpu::CpuStorage, device: Device) -> Result<Buffer> {
+    pub fn upload(&self, host: &crate::storage::CpuStorage, device: Device) -> Result<Buffer> {
         let b = self.backend_or_err(device)?;
         b.upload(host).map_err(|e| Error::Backend {
             op: "upload".into(),
@@ -275,9 +335,29 @@ impl Executor {
         })
     }
 
+    /// A GGML-typed weight on `device`, in the layout its backend prepares
+    /// for `spec.usage` (`Backend::prepare_weight`).
+    pub fn prepare_weight(&self, device: Device, spec: crate::backend::WeightSpec, bytes: Vec<u8>) -> Result<Buffer> {
+        let b = self.backend_or_err(device)?;
+        b.prepare_weight(spec, bytes).map_err(|e| Error::Backend {
+            op: "prepare_weight".into(),
+            device,
+            source: e,
+        })
+    }
+
     /// Copies a buffer back to host memory.
-    pub fn download(&self, buffer: &Buffer) -> Result<crate::cpu::CpuStorage> {
-        if let Some(s) = buffer.as_any().downcast_ref::<crate::cpu::CpuStorage>() {
+    pub fn download(&self, buffer: &Buffer) -> Result<crate::storage::CpuStorage> {
+        if let Some(layout) = buffer.private_layout() {
+            return Err(Error::invalid(
+                "download",
+                format!(
+                    "a weight in {}'s own layout ({layout}) has no plain bytes to read",
+                    buffer.device()
+                ),
+            ));
+        }
+        if let Some(s) = buffer.as_any().downcast_ref::<crate::storage::CpuStorage>() {
             return Ok(s.clone());
         }
         let device = buffer.device();
@@ -384,6 +464,12 @@ impl Executor {
             .map(|i| TensorMeta::new(i.layout.shape().clone(), i.buffer.dtype()))
             .collect();
         let outputs = infer_outputs(op, &metas)?;
+        if self.backends.is_empty() {
+            return Err(Error::DeviceNotAvailable {
+                device: Device::Cpu,
+                reason: "this executor has no backend: the program links no backend crate (depend on `rustorch`, or on `rustorch-cpu` and use it)".into(),
+            });
+        }
         let candidates = self.candidates(op, &metas, inputs, &outputs);
         let mut attempts: Vec<(Device, BackendError)> = Vec::new();
         // Counts copies made for failed attempts too: they cost the same.
@@ -469,7 +555,18 @@ impl Executor {
 
     /// Copies a buffer to the device of `target`, through host memory.
     fn move_for_op(&self, buffer: &Buffer, target: &Arc<dyn Backend>) -> std::result::Result<Buffer, BackendError> {
-        let host = match buffer.as_any().downcast_ref::<crate::cpu::CpuStorage>() {
+        if let Some(layout) = buffer.private_layout() {
+            return Err(BackendError::unsupported(
+                target.device(),
+                "move",
+                format!(
+                    "an input is a weight in {}'s own layout ({layout}); prepare it for {} instead",
+                    buffer.device(),
+                    target.device()
+                ),
+            ));
+        }
+        let host = match buffer.as_any().downcast_ref::<crate::storage::CpuStorage>() {
             Some(s) => s.clone(),
             None => {
                 let src = self.backend(buffer.device()).ok_or_else(|| BackendError::Device {
@@ -549,6 +646,14 @@ impl Executor {
             push(b, reason, &mut out);
         }
         out
+    }
+}
+
+/// `pass` inside the `run_pass` of `backends[0]`, inside that of `backends[1]`, ...
+fn nest_passes(backends: &[Arc<dyn Backend>], pass: &mut (dyn FnMut() + Send)) {
+    match backends.split_first() {
+        None => pass(),
+        Some((first, rest)) => first.run_pass(&mut || nest_passes(rest, pass)),
     }
 }
 

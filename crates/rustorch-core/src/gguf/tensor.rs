@@ -1,9 +1,9 @@
 //! Tensor infos and conversions between GGUF tensor bytes and `Tensor`s.
 
 use super::error::{GgufError, Result};
-use crate::cpu::CpuStorage;
 use crate::dtype::DType;
 use crate::quant::QType;
+use crate::storage::CpuStorage;
 use crate::tensor::Tensor;
 use half::{bf16, f16};
 

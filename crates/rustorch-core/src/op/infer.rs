@@ -73,51 +73,6 @@ fn qweight_cols(op: &Op, w: &TensorMeta, qtype: crate::quant::QType) -> Result<u
     Ok(row_bytes / qtype.type_size() * qtype.block_size())
 }
 
-/// Rows and columns of a weight in the interleaved layout: u8
-/// `[rows / 8, blocks per row, 8 * block bytes]` (see
-/// `quant::matmul::interleave_rows`).
-fn interleaved_qweight(op: &Op, w: &TensorMeta, qtype: crate::quant::QType) -> Result<(usize, usize)> {
-    use crate::quant::matmul::INTERLEAVE_ROWS;
-    if w.dtype != DType::U8 {
-        return Err(Error::dtype(
-            op.name(),
-            "GGML-typed weights travel as raw u8 blocks",
-            &[w.dtype],
-        ));
-    }
-    let d = w.shape.dims();
-    if d[2] != INTERLEAVE_ROWS * qtype.type_size() {
-        return Err(Error::shape(
-            op.name(),
-            format!(
-                "an interleaved {qtype} weight's last dim holds {INTERLEAVE_ROWS} blocks of {} bytes",
-                qtype.type_size()
-            ),
-            &[&w.shape],
-        ));
-    }
-    Ok((d[0] * INTERLEAVE_ROWS, d[1] * qtype.block_size()))
-}
-
-/// Rows and columns of a weight in the AMX order's packed layout
-/// (`quant::matmul::amx_pack`): `[rows / 16, blocks, 1, packed block bytes]`.
-fn packed_qweight(op: &Op, w: &TensorMeta, qtype: crate::quant::QType) -> Result<(usize, usize)> {
-    use crate::quant::matmul::{packed_block_bytes, PACKED_ROWS};
-    let d = w.shape.dims();
-    let legacy = matches!(
-        qtype,
-        crate::quant::QType::Q4_0 | crate::quant::QType::Q4_1 | crate::quant::QType::Q8_0
-    );
-    if w.dtype != DType::U8 || !legacy || d[2] != 1 || d[3] != packed_block_bytes(qtype) {
-        return Err(Error::shape(
-            op.name(),
-            format!("not a packed {qtype} weight ([rows / {PACKED_ROWS}, blocks, 1, block bytes], u8)"),
-            &[&w.shape],
-        ));
-    }
-    Ok((d[0] * PACKED_ROWS, d[1] * qtype.block_size()))
-}
-
 fn need_rank(op: &Op, m: &TensorMeta, rank: usize, what: &str) -> Result<()> {
     if m.shape.rank() != rank {
         return Err(Error::shape(
@@ -834,14 +789,8 @@ fn qmatmul_output(op: &Op, x: &TensorMeta, w: &TensorMeta, qtype: QType) -> Resu
     if x.dtype != DType::F32 {
         return Err(Error::dtype(name, "activations must be f32", &[x.dtype]));
     }
-    if !crate::quant::matmul::can_matmul(qtype) {
-        return Err(Error::invalid(name, format!("no matmul kernels for {qtype} weights")));
-    }
-    let (rows, cols) = match w.shape.rank() {
-        3 => interleaved_qweight(op, w, qtype)?,
-        4 => packed_qweight(op, w, qtype)?,
-        _ => (w.shape.dims()[0], qweight_cols(op, w, qtype)?),
-    };
+    let cols = qweight_cols(op, w, qtype)?;
+    let rows = w.shape.dims()[0];
     if x.shape.rank() == 0 || x.shape.dims()[x.shape.rank() - 1] != cols {
         return Err(Error::shape(
             name,

@@ -12,7 +12,6 @@
 pub mod blocks;
 mod dequant;
 pub mod file;
-pub mod matmul;
 pub mod mix;
 mod qtype;
 mod quantize;
@@ -20,7 +19,7 @@ mod tensor;
 
 pub use dequant::{can_dequantize, dequantize_into};
 pub use qtype::QType;
-pub use quantize::{can_quantize, quantize_into};
+pub use quantize::{can_quantize, q8k_block, quantize_into, Q8kBlockFn};
 pub use tensor::QTensor;
 
 /// Errors of the quantization routines; each names the type and the sizes.

@@ -5,7 +5,6 @@
 //! another executor with `with_executor`.
 
 use super::Tensor;
-use crate::cpu::{CpuStorage, StorageElement};
 use crate::device::Device;
 use crate::dtype::{DType, Scalar, C64};
 use crate::error::{Error, Result};
@@ -13,6 +12,7 @@ use crate::executor::Executor;
 use crate::layout::Layout;
 use crate::rng::Rng;
 use crate::shape::Shape;
+use crate::storage::{CpuStorage, StorageElement};
 use std::sync::Arc;
 
 impl Tensor {

@@ -16,7 +16,6 @@ mod reduce;
 mod view;
 
 use crate::backend::Buffer;
-use crate::cpu::{CpuStorage, StorageElement};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -24,6 +23,7 @@ use crate::executor::{Executor, Operand};
 use crate::layout::Layout;
 use crate::op::Op;
 use crate::shape::Shape;
+use crate::storage::{CpuStorage, StorageElement};
 pub use nn::FlashPaths;
 pub use quant::QWeight;
 use std::fmt;

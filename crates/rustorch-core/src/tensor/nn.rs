@@ -1,10 +1,10 @@
 //! Neural-network ops: normalization, rotary embeddings and attention.
 
 use super::Tensor;
-use crate::cpu::CpuStorage;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::op::{AttnMask, Op, RopeLayout};
+use crate::storage::CpuStorage;
 
 impl Tensor {
     /// Layer normalization over the last `normalized_dims` dims, as

@@ -1,11 +1,14 @@
 //! GGML-typed weights as tensors: `QWeight` and the ops that use them.
 
 use super::Tensor;
-use crate::cpu::CpuStorage;
+use crate::backend::{WeightSpec, WeightUsage};
+use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::executor::Executor;
+use crate::layout::Layout;
 use crate::op::{GateActivation, Op};
 use crate::quant::QType;
+use crate::storage::CpuStorage;
 use std::sync::Arc;
 
 /// A weight matrix of `rows` x `cols` values stored in a GGML type (any
@@ -36,25 +39,7 @@ impl QWeight {
         cols: usize,
         bytes: Vec<u8>,
     ) -> Result<QWeight> {
-        let row_bytes = qtype.bytes_for(cols).ok_or_else(|| {
-            Error::invalid(
-                "qweight",
-                format!(
-                    "rows of {cols} values are not whole {qtype} blocks of {}",
-                    qtype.block_size()
-                ),
-            )
-        })?;
-        if rows.checked_mul(row_bytes) != Some(bytes.len()) {
-            return Err(Error::invalid(
-                "qweight",
-                format!(
-                    "{rows} x {cols} {qtype} values need {} bytes, got {}",
-                    rows.saturating_mul(row_bytes),
-                    bytes.len()
-                ),
-            ));
-        }
+        let row_bytes = check_bytes(qtype, rows, cols, bytes.len())?;
         let data = Tensor::from_storage_in(exec, CpuStorage::U8(bytes), [rows, row_bytes])?;
         Ok(QWeight {
             data,
@@ -66,49 +51,45 @@ impl QWeight {
     }
 
     /// `from_bytes_in` for a weight that is only ever multiplied (never
-    /// looked up by row, as an embedding is): where it pays
-    /// (`quant::matmul::interleave_pays`), the bytes are rearranged in
-    /// place into the interleaved layout, which the matvec streams faster;
-    /// products have the same bits either way. The data tensor is then
-    /// `[rows / 8, blocks per row, 8 * block bytes]`.
+    /// looked up by row, as an embedding is), prepared for the host device
+    /// (`for_matmul_on`).
     pub fn for_matmul_in(
         exec: &Arc<Executor>,
         qtype: QType,
         rows: usize,
         cols: usize,
-        mut bytes: Vec<u8>,
+        bytes: Vec<u8>,
     ) -> Result<QWeight> {
-        use crate::quant::matmul::{amx_pack, amx_packs, interleave_pays, interleave_rows, INTERLEAVE_ROWS};
-        if amx_packs(qtype, rows, cols) {
-            // The AMX order (`RUSTORCH_GGML_ORDER=amx`): packed as its
-            // kernels stream it, and as llama.cpp's AMX buffer holds it.
-            let packed = amx_pack(qtype, rows, cols, bytes).map_err(|e| Error::invalid("qweight", e.to_string()))?;
-            let block = crate::quant::matmul::packed_block_bytes(qtype);
-            let dims = [
-                rows / crate::quant::matmul::PACKED_ROWS,
-                cols / qtype.block_size(),
-                1,
-                block,
-            ];
-            let data = Tensor::from_storage_in(exec, CpuStorage::U8(packed), dims)?;
-            return Ok(QWeight {
-                data,
-                qtype,
-                rows,
-                cols,
-                lookup_table: false,
-            });
-        }
-        if !interleave_pays(qtype, rows) {
-            return Self::from_bytes_in(exec, qtype, rows, cols, bytes);
-        }
-        interleave_rows(qtype, rows, cols, &mut bytes).map_err(|e| Error::invalid("qweight", e.to_string()))?;
-        let (groups, blocks) = (rows / INTERLEAVE_ROWS, cols / qtype.block_size());
-        let data = Tensor::from_storage_in(
-            exec,
-            CpuStorage::U8(bytes),
-            [groups, blocks, INTERLEAVE_ROWS * qtype.type_size()],
-        )?;
+        Self::for_matmul_on(exec, Device::Cpu, qtype, rows, cols, bytes)
+    }
+
+    /// A weight that is only ever multiplied, on `device`, in the layout its
+    /// backend's products read best (`Backend::prepare_weight`; the CPU
+    /// interleaves rows or packs them for AMX as llama.cpp's CPU buffers
+    /// do, which gives the same bits as the plain layout). Such a weight
+    /// can be multiplied on that device only: it has no rows to look up
+    /// and no plain bytes to move.
+    pub fn for_matmul_on(
+        exec: &Arc<Executor>,
+        device: Device,
+        qtype: QType,
+        rows: usize,
+        cols: usize,
+        bytes: Vec<u8>,
+    ) -> Result<QWeight> {
+        let row_bytes = check_bytes(qtype, rows, cols, bytes.len())?;
+        let spec = WeightSpec {
+            qtype,
+            rows,
+            cols,
+            usage: WeightUsage::Matmul,
+        };
+        let buffer = exec.prepare_weight(device, spec, bytes)?;
+        let data = Tensor::from_parts(
+            buffer,
+            Layout::contiguous(crate::shape::Shape::from([rows, row_bytes])),
+            exec.clone(),
+        );
         Ok(QWeight {
             data,
             qtype,
@@ -121,23 +102,17 @@ impl QWeight {
     /// This weight marked as also looked up by row (a token embedding that
     /// a tied model multiplies too): llama.cpp keeps such a weight in its
     /// plain CPU buffer, so `qmatmul` with it takes the plain order, never
-    /// a repacked or AMX one. An interleaved weight has no rows to look up
-    /// and stays as it is.
+    /// a repacked or AMX one. A weight in a backend's own layout has no rows
+    /// to look up and stays as it is.
     pub fn as_lookup_table(self) -> QWeight {
         let lookup_table = !self.is_rearranged();
         QWeight { lookup_table, ..self }
     }
 
-    /// Whether the bytes are in the interleaved layout (`for_matmul_in`):
-    /// such a weight can be multiplied but not looked up by row.
-    pub fn is_interleaved(&self) -> bool {
-        self.data.dims().len() == 3
-    }
-
-    /// Whether the bytes are in some layout other than row after row
-    /// (interleaved, or packed for the AMX order): no row lookups then.
+    /// Whether the bytes are in a backend's own layout (`for_matmul_on`:
+    /// interleaved, or packed for the AMX order): no row lookups then.
     pub fn is_rearranged(&self) -> bool {
-        self.data.dims().len() != 2
+        self.data.buffer().private_layout().is_some()
     }
 
     pub fn qtype(&self) -> QType {
@@ -149,8 +124,8 @@ impl QWeight {
     pub fn cols(&self) -> usize {
         self.cols
     }
-    /// The raw blocks, a u8 tensor `[rows, row_bytes]` (or, interleaved,
-    /// `[rows / 8, blocks per row, 8 * block bytes]`; see `for_matmul_in`).
+    /// The raw blocks, a u8 tensor `[rows, row_bytes]` (whose buffer may be
+    /// in its backend's own layout: see `for_matmul_on`).
     pub fn data(&self) -> &Tensor {
         &self.data
     }
@@ -164,7 +139,7 @@ impl QWeight {
         if self.is_rearranged() {
             return Err(Error::invalid(
                 "qembedding",
-                "this weight is in a matmul layout (QWeight::for_matmul_in: interleaved or packed), which has no rows to look up",
+                "this weight is in a matmul layout (QWeight::for_matmul_on: interleaved or packed), which has no rows to look up",
             ));
         }
         self.data
@@ -216,4 +191,28 @@ impl Tensor {
         };
         self.run1(&op, &[self, &gate.data, &up.data])
     }
+}
+
+/// The bytes of a row of `cols` values of `qtype`, after checking that
+/// `rows` such rows take `len` bytes.
+fn check_bytes(qtype: QType, rows: usize, cols: usize, len: usize) -> Result<usize> {
+    let row_bytes = qtype.bytes_for(cols).ok_or_else(|| {
+        Error::invalid(
+            "qweight",
+            format!(
+                "rows of {cols} values are not whole {qtype} blocks of {}",
+                qtype.block_size()
+            ),
+        )
+    })?;
+    if rows.checked_mul(row_bytes) != Some(len) {
+        return Err(Error::invalid(
+            "qweight",
+            format!(
+                "{rows} x {cols} {qtype} values need {} bytes, got {len}",
+                rows.saturating_mul(row_bytes),
+            ),
+        ));
+    }
+    Ok(row_bytes)
 }

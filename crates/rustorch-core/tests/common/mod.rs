@@ -4,8 +4,8 @@
 //! the format. Tolerances are per dtype and explained in `Tol::for_dtype`.
 #![allow(dead_code)]
 
-use rustorch_core::cpu::CpuStorage;
 use rustorch_core::{DType, Tensor, C64};
+use rustorch_cpu::CpuStorage;
 use serde_json::Value;
 
 pub struct FixtureTensor {

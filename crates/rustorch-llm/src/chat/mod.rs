@@ -51,7 +51,7 @@ pub use pyjson::py_float_repr;
 use crate::error::{LlmError, Result};
 use minijinja::value::Value;
 use minijinja::{Environment, Error as JinjaError, ErrorKind};
-use rustorch_core::gguf::{Array, Gguf, Metadata, Value as GgufValue};
+use rustorch::gguf::{Array, Gguf, Metadata, Value as GgufValue};
 use std::fmt;
 use std::time::SystemTime;
 

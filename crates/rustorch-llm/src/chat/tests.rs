@@ -2,7 +2,7 @@
 //! llama.cpp and Jinja2 in tests/chat_llamacpp.rs.
 
 use super::*;
-use rustorch_core::gguf::GgufWriter;
+use rustorch::gguf::GgufWriter;
 use std::time::{Duration, UNIX_EPOCH};
 
 fn render(src: &str, msgs: &[Message], gen: bool) -> Result<String> {

@@ -2,8 +2,8 @@
 //! `llama_model_loader` reads them (same keys, same defaults).
 
 use crate::error::{LlmError, Result};
-use rustorch_core::gguf::{Gguf, Metadata, Value};
-use rustorch_core::RopeLayout;
+use rustorch::gguf::{Gguf, Metadata, Value};
+use rustorch::RopeLayout;
 
 /// Architectures this runtime can run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

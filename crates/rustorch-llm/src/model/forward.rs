@@ -14,8 +14,8 @@ use super::kv_cache::KvCache;
 use super::rope;
 use super::Model;
 use crate::error::{LlmError, Result};
-use rustorch_core::op::GateActivation;
-use rustorch_core::{FlashPaths, Tensor};
+use rustorch::op::GateActivation;
+use rustorch::{FlashPaths, Tensor};
 
 /// Where a micro-batch lies in its `forward` call's tokens: llama.cpp
 /// decodes a call's tokens in runs of `run` positions from its first
@@ -177,8 +177,8 @@ impl Model {
         // workers steal) instead of each op waking the pool from outside
         // and sleeping until it finishes, a round trip of two futex waits
         // that cost a quarter of a decode step's time.
-        // The other workers spin for the whole pass (`pool::run_spinning`).
-        super::pool::run_spinning(|| self.forward_in_pool(cache, tokens, batch, which, ffn_chunk, inspect))
+        // One pass of the executor (the CPU's workers spin for all of it).
+        self.run_pass(|| self.forward_in_pool(cache, tokens, batch, which, ffn_chunk, inspect))
     }
 
     /// One batch through the model; `which: None` fills the cache and

@@ -2,7 +2,7 @@
 
 use super::config::ModelConfig;
 use crate::error::{LlmError, Result};
-use rustorch_core::{DType, Executor, Tensor};
+use rustorch::{DType, Executor, Tensor};
 use std::sync::Arc;
 
 /// Keys and values of every layer for up to `n_ctx` positions, stored as

@@ -21,9 +21,7 @@ mod config;
 mod forward;
 mod kv_cache;
 mod memory;
-mod pool;
 pub use memory::keep_freed_buffers;
-pub use pool::run_spinning;
 mod rope;
 mod weights;
 
@@ -34,8 +32,8 @@ pub use weights::{LayerWeights, Weights};
 
 use crate::error::Result;
 use crate::tokenizer::Tokenizer;
-use rustorch_core::gguf::Gguf;
-use rustorch_core::Executor;
+use rustorch::gguf::Gguf;
+use rustorch::Executor;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -122,6 +120,14 @@ impl Model {
     pub fn weights(&self) -> &Weights {
         &self.weights
     }
+    /// `f()`, a generation loop or any run of passes, as one pass of the
+    /// executor (`Executor::run_pass`: the CPU's threads spin for the whole
+    /// of it instead of being woken for each step). Nested calls (each
+    /// forward pass makes one) run as they are.
+    pub fn run_pass<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        self.exec.run_pass(f)
+    }
+
     pub fn executor(&self) -> &Arc<Executor> {
         &self.exec
     }
@@ -155,8 +161,8 @@ impl Model {
     /// lowest id, as llama.cpp's greedy sampler does). Does not stop at
     /// end-of-generation tokens.
     pub fn generate_greedy(&self, cache: &mut KvCache, prompt: &[u32], n: usize) -> Result<Vec<u32>> {
-        // One team for every step (`run_spinning`).
-        run_spinning(|| {
+        // One pass for every step (`run_pass`).
+        self.run_pass(|| {
             let mut out = Vec::with_capacity(n);
             let mut logits = self.forward_last(cache, prompt)?;
             for step in 0..n {

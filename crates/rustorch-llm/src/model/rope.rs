@@ -8,7 +8,7 @@
 
 use super::config::RopeParams;
 use crate::error::Result;
-use rustorch_core::{Executor, Tensor};
+use rustorch::{Executor, Tensor};
 use std::sync::Arc;
 
 /// Cos and sin tables `[positions.len(), n_rot / 2]` for `Tensor::rope`.
@@ -41,7 +41,7 @@ pub fn tables(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rustorch_core::RopeLayout;
+    use rustorch::RopeLayout;
 
     #[test]
     fn angles_follow_ggml_recurrence() {

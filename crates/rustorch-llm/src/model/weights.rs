@@ -7,9 +7,9 @@
 
 use super::config::{Arch, ModelConfig};
 use crate::error::{LlmError, Result};
-use rustorch_core::gguf::{Gguf, TensorInfo};
-use rustorch_core::quant;
-use rustorch_core::{Executor, QWeight, Tensor};
+use rustorch::gguf::{Gguf, TensorInfo};
+use rustorch::quant;
+use rustorch::{DType, Executor, Op, QWeight, Tensor, TensorMeta};
 use std::sync::Arc;
 
 /// One transformer block.
@@ -84,7 +84,15 @@ impl Loader<'_> {
             });
         }
         let qtype = info.qtype();
-        if !quant::matmul::can_matmul(qtype) {
+        let product = Op::QMatMul {
+            qtype,
+            lookup_table: false,
+        };
+        let metas = [
+            TensorMeta::new([1, cols], DType::F32),
+            TensorMeta::new([rows, qtype.bytes_for(cols).unwrap_or(0)], DType::U8),
+        ];
+        if self.exec.devices_supporting(&product, &metas).is_empty() {
             return Err(LlmError::Unsupported(format!(
                 "tensor {name} has type {qtype}, which has no matmul kernels yet"
             )));

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::sampling::candidates;
-use rustorch_core::rng::Rng;
+use rustorch::rng::Rng;
 
 fn random_logits(n: usize, seed: u64) -> Vec<f32> {
     let mut r = Rng::new(seed);

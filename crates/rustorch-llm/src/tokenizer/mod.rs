@@ -40,7 +40,7 @@ mod vocab;
 pub use vocab::{TokenAttr, VocabType};
 
 use crate::error::{LlmError, Result};
-use rustorch_core::gguf::{Gguf, Metadata};
+use rustorch::gguf::{Gguf, Metadata};
 use std::collections::HashMap;
 use table::Strings;
 use vocab::Vocab;

@@ -2,10 +2,10 @@
 //! by hand (the real-model comparison with llama.cpp is in tests/tokenizer_llamacpp.rs).
 
 use super::*;
-use rustorch_core::gguf::GgufWriter;
+use rustorch::gguf::GgufWriter;
 
 /// Token types: 1 normal, 2 unknown, 3 control, 4 user-defined, 6 byte.
-fn metadata(entries: Vec<(&str, rustorch_core::gguf::Value)>) -> Metadata {
+fn metadata(entries: Vec<(&str, rustorch::gguf::Value)>) -> Metadata {
     let mut w = GgufWriter::new();
     for (k, v) in entries {
         w.add_metadata(k, v).expect("valid metadata");
@@ -14,7 +14,7 @@ fn metadata(entries: Vec<(&str, rustorch_core::gguf::Value)>) -> Metadata {
 }
 
 /// An SPM vocabulary: <unk> <s> </s>, 256 byte tokens, then `extra` (text, score, type).
-fn spm(extra: &[(&str, f32, i32)], more: Vec<(&str, rustorch_core::gguf::Value)>) -> Tokenizer {
+fn spm(extra: &[(&str, f32, i32)], more: Vec<(&str, rustorch::gguf::Value)>) -> Tokenizer {
     let mut toks: Vec<String> = vec!["<unk>".into(), "<s>".into(), "</s>".into()];
     let mut scores = vec![0.0f32; 3];
     let mut types = vec![2i32, 3, 3];
@@ -28,7 +28,7 @@ fn spm(extra: &[(&str, f32, i32)], more: Vec<(&str, rustorch_core::gguf::Value)>
         scores.push(s);
         types.push(ty);
     }
-    let mut e: Vec<(&str, rustorch_core::gguf::Value)> = vec![
+    let mut e: Vec<(&str, rustorch::gguf::Value)> = vec![
         ("tokenizer.ggml.model", "llama".into()),
         (
             "tokenizer.ggml.tokens",

@@ -4,7 +4,7 @@
 use super::pretok::PreTokenizer;
 use super::table::{KeyTable, PushError, TextTable};
 use crate::error::{LlmError, Result};
-use rustorch_core::gguf::{Array, Metadata, Value};
+use rustorch::gguf::{Array, Metadata, Value};
 use std::collections::BTreeSet;
 
 /// Which tokenizer algorithm the vocabulary uses (`tokenizer.ggml.model`).

@@ -290,9 +290,23 @@ impl Quantize<QK_K> for BlockQ6K {
 
 impl Quantize<QK_K> for BlockQ8K {
     fn quantize(x: &[f32; QK_K]) -> Self {
+        BlockQ8K::quantize_with(x, q8k_block)
+    }
+}
+
+/// `q8k_block`'s signature: a backend passes a copy of it compiled for its
+/// SIMD level to `BlockQ8K::quantize_with` (each activation row of a
+/// K-quant product goes through it; compiled for the baseline it ran at
+/// SSE2 speed). The results are the same bits.
+pub type Q8kBlockFn = fn(&[f32; QK_K], &mut [i8; QK_K], &mut [i16; 16]) -> Option<f32>;
+
+impl BlockQ8K {
+    /// `quantize_row_q8_K_ref` of one block, with `block` computing the
+    /// quants (`q8k_block` or a copy of it compiled for wider SIMD).
+    pub fn quantize_with(x: &[f32; QK_K], block: Q8kBlockFn) -> Self {
         let mut y = BlockQ8K::default();
         let mut bsums = [0i16; 16];
-        if let Some(d) = q8k_block(x, &mut y.qs, &mut bsums) {
+        if let Some(d) = block(x, &mut y.qs, &mut bsums) {
             for (b, s) in y.bsums.iter_mut().zip(bsums) {
                 *b = s.to_le_bytes();
             }
@@ -302,37 +316,35 @@ impl Quantize<QK_K> for BlockQ8K {
     }
 }
 
-crate::simd_dispatch! {
-    /// `quantize_row_q8_K_ref` of one block into `qs` and `bsums`; its
-    /// scale `d`, or `None` (all zeros) when every value is zero. Compiled
-    /// for the widest SIMD level (each activation row of a K-quant product
-    /// goes through it; the baseline build ran at SSE2): the largest
-    /// magnitude from sixteen running lanes (max is exact and order-free),
-    /// then the first value with that magnitude, which is the one
-    /// `signed_max`'s scan keeps.
-    fn q8k_block(x: &[f32; QK_K], qs: &mut [i8; QK_K], bsums: &mut [i16; 16]) -> Option<f32> {
-        let mut lanes = [0f32; 16];
-        for c in x.chunks_exact(16) {
-            for (m, &v) in lanes.iter_mut().zip(c) {
-                let a = v.abs();
-                *m = if a > *m { a } else { *m };
-            }
+/// `quantize_row_q8_K_ref` of one block into `qs` and `bsums`; its scale
+/// `d`, or `None` (all zeros) when every value is zero: the largest
+/// magnitude from sixteen running lanes (max is exact and order-free), then
+/// the first value with that magnitude, which is the one `signed_max`'s
+/// scan keeps. Safe Rust, always inlined, so that a backend can compile it
+/// into `#[target_feature]` copies.
+#[inline(always)]
+pub fn q8k_block(x: &[f32; QK_K], qs: &mut [i8; QK_K], bsums: &mut [i16; 16]) -> Option<f32> {
+    let mut lanes = [0f32; 16];
+    for c in x.chunks_exact(16) {
+        for (m, &v) in lanes.iter_mut().zip(c) {
+            let a = v.abs();
+            *m = if a > *m { a } else { *m };
         }
-        let amax = lanes.iter().fold(0f32, |m, &a| if a > m { a } else { m });
-        if amax == 0.0 {
-            return None;
-        }
-        let max = *x.iter().find(|v| v.abs() == amax)?;
-        // -127 rather than -128 keeps every quant in [-127, 127].
-        let iscale = -127.0 / max;
-        for (q, &v) in qs.iter_mut().zip(x) {
-            *q = nearest_int(iscale * v).min(127) as i8;
-        }
-        for (b, g) in bsums.iter_mut().zip(qs.chunks_exact(16)) {
-            *b = g.iter().map(|&q| q as i32).sum::<i32>() as i16;
-        }
-        Some(1.0 / iscale)
     }
+    let amax = lanes.iter().fold(0f32, |m, &a| if a > m { a } else { m });
+    if amax == 0.0 {
+        return None;
+    }
+    let max = *x.iter().find(|v| v.abs() == amax)?;
+    // -127 rather than -128 keeps every quant in [-127, 127].
+    let iscale = -127.0 / max;
+    for (q, &v) in qs.iter_mut().zip(x) {
+        *q = nearest_int(iscale * v).min(127) as i8;
+    }
+    for (b, g) in bsums.iter_mut().zip(qs.chunks_exact(16)) {
+        *b = g.iter().map(|&q| q as i32).sum::<i32>() as i16;
+    }
+    Some(1.0 / iscale)
 }
 
 #[cfg(test)]

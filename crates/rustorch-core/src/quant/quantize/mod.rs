@@ -3,6 +3,7 @@
 
 mod iq;
 mod kquants;
+pub use kquants::{q8k_block, Q8kBlockFn};
 mod legacy;
 mod search;
 
