@@ -6,6 +6,7 @@
 #
 #   DEVICE_BUNDLE_XZ=1 tools/device_bundle.sh                  here: binaries into .device-bin/
 #   cat SmolLM2.gguf gemma3.gguf | split -b 44M -d - .device-models/part.   here, one part per call
+#                                              (SmolLM2's file alone when no Gemma sweep runs)
 #   bench/device_llamacpp_diff.sh receive      (device) keeps the carried .device-models/part.*
 #   bench/device_llamacpp_diff.sh start        (device) joins the parts into the two models
 #                                              (sha256 checked) and starts one sweep per model
@@ -45,7 +46,10 @@ import glob, hashlib, os, sys
 sys.path.insert(0, "tools")
 import fetch_models
 parts, out = sys.argv[1], sys.argv[2]
-wanted = [m for m in fetch_models.MODELS if m.name in ("smollm2", "gemma3")]
+# The files the sweeps need, in the order the parts hold them (SmolLM2 first).
+models_list = os.environ.get("DIFF_LIST", "")
+needed = ("smollm2", "gemma3") if "gemma3" in models_list else ("smollm2",)
+wanted = [m for m in fetch_models.MODELS if m.name in needed]
 if all(os.path.getsize(os.path.join(out, m.file)) == m.size for m in wanted
        if os.path.exists(os.path.join(out, m.file))) and all(
         os.path.exists(os.path.join(out, m.file)) for m in wanted):
@@ -56,8 +60,8 @@ if all(os.path.getsize(os.path.join(out, m.file)) == m.size for m in wanted
     sys.exit(0)
 stream = b"".join(open(p, "rb").read() for p in sorted(glob.glob(os.path.join(parts, "part.*"))))
 at = 0
-for name in ("smollm2", "gemma3"):
-    m = next(m for m in fetch_models.MODELS if m.name == name)
+for m in wanted:
+    name = m.name
     data = stream[at:at + m.size]
     at += m.size
     if len(data) != m.size or hashlib.sha256(data).hexdigest() != m.sha256:
@@ -82,7 +86,7 @@ start() {
     list="${DIFF_MODELS:-smollm2-q4_1,smollm2-q8_0,smollm2-q4_k_m,smollm2-q5_k_m,smollm2-q6_k,smollm2-f16,gemma3-q4_k_m,tinyllama-q4_k_m}"
     # The TinyLlama-shaped file is made here (mkmodel.py): it needs no parts.
     if [ "$list" != tinyllama-q4_k_m ]; then
-        env="$(assemble)" || { log "assembling the models failed"; exit 1; }
+        env="$(DIFF_LIST="$list" assemble)" || { log "assembling the models failed"; exit 1; }
         eval "$env"
     fi
     export RUSTORCH_CACHE="$work/cache" MKMODEL="$bin/mkmodel.py" PYTHONUNBUFFERED=1
