@@ -978,3 +978,47 @@ fn profile_sums_ops_per_name_or_shapes() {
     let exec = run(ProfileMode::Off);
     assert!(!exec.profiling() && exec.profile().is_empty());
 }
+
+/// Strict mode: an op runs on the preferred device or fails, never moving
+/// to another device, whether the device refuses it, runs out of memory or
+/// fails; what it does run is traced on that device.
+#[test]
+fn strict_mode_never_falls_back() {
+    let strict = |plugin: RestrictedBackend| {
+        exec_with(
+            ExecutorConfig {
+                strict: true,
+                preferred_device: Some(PLUGIN),
+                ..traced(0)
+            },
+            plugin,
+        )
+    };
+    let (exec, _) = strict(RestrictedBackend::new());
+    let x = arange_f32(&exec, &[4, 2]).transpose(0, 1).unwrap();
+    let y = x.contiguous().unwrap();
+    assert_eq!((y.device(), last_event(&exec).device), (PLUGIN, PLUGIN));
+    assert!(last_event(&exec).fallbacks.is_empty());
+
+    let (exec, _) = strict(RestrictedBackend::new().refuse_op("copy"));
+    let x = arange_f32(&exec, &[4, 2]).transpose(0, 1).unwrap();
+    let err = x.contiguous().unwrap_err().to_string();
+    assert!(err.contains("strict mode") && err.contains("plugin:0"), "{err}");
+
+    let (exec, _) = strict(RestrictedBackend::new().oom_after(1));
+    let x = arange_f32(&exec, &[4, 2]).transpose(0, 1).unwrap();
+    let err = x.contiguous().unwrap_err().to_string();
+    assert!(err.contains("out of memory"), "{err}");
+    assert!(exec.trace().iter().all(|e| e.device != Device::Cpu || e.op != "copy"));
+
+    // Without strict mode, the same refusal falls back to the CPU.
+    let (exec, _) = exec_with(
+        ExecutorConfig {
+            preferred_device: Some(PLUGIN),
+            ..traced(0)
+        },
+        RestrictedBackend::new().refuse_op("copy"),
+    );
+    let x = arange_f32(&exec, &[4, 2]).transpose(0, 1).unwrap();
+    assert_eq!(x.contiguous().unwrap().device(), Device::Cpu);
+}

@@ -7,13 +7,14 @@ use crate::error::{Error, Result};
 /// How an `Executor` routes ops. Build one by hand, or start from
 /// `ExecutorConfig::from_env()`, which reads:
 ///
-/// - `RUSTORCH_DEVICE=cpu|cuda[:N]|metal[:N]|vulkan[:N]|opencl[:N]`: try this device first.
+/// - `RUSTORCH_DEVICE=cpu|cuda[:N]|metal[:N]|vulkan[:N]|wgpu[:N]|opencl[:N]`: try this device first.
 /// - `RUSTORCH_DISABLE_GPU=1`: register no device but the CPU.
 /// - `RUSTORCH_TRACE=1`: record every routing decision and print it to stderr as it happens.
 /// - `RUSTORCH_PROFILE=1|shapes`: sum each op's execution time, per op (or per op and input
 ///   shapes), printed nowhere until asked (`Executor::profile_table`).
 /// - `RUSTORCH_MIN_OFFLOAD=N`: ops with fewer output elements stay on the CPU
 ///   unless their inputs already live on an accelerator.
+/// - `RUSTORCH_STRICT=1`: no fallback (see `strict`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ExecutorConfig {
     /// Device tried first for every op (fallback still applies).
@@ -29,6 +30,11 @@ pub struct ExecutorConfig {
     /// Output elements below which the CPU wins over an accelerator that
     /// would first need the inputs copied to it.
     pub min_offload_elems: usize,
+    /// No fallback: every op runs on the preferred device (or, without
+    /// one, its first candidate) or fails, saying why. For tests that must
+    /// prove a backend ran each op, and for users who would rather see an
+    /// error than a silent move to another device.
+    pub strict: bool,
 }
 
 impl Default for ExecutorConfig {
@@ -40,6 +46,7 @@ impl Default for ExecutorConfig {
             print_trace: false,
             profile: ProfileMode::Off,
             min_offload_elems: 4096,
+            strict: false,
         }
     }
 }
@@ -57,11 +64,12 @@ impl ExecutorConfig {
             c.preferred_device = Some(Device::parse(&v).ok_or_else(|| {
                 Error::invalid(
                     "RUSTORCH_DEVICE",
-                    format!("unknown device {v:?}; expected cpu, cuda[:N], metal[:N], vulkan[:N], opencl[:N] or auto"),
+                    format!("unknown device {v:?}; expected cpu, cuda[:N], metal[:N], vulkan[:N], wgpu[:N], opencl[:N] or auto"),
                 )
             })?);
         }
         c.disable_gpu = flag(&get, "RUSTORCH_DISABLE_GPU")?;
+        c.strict = flag(&get, "RUSTORCH_STRICT")?;
         let trace = flag(&get, "RUSTORCH_TRACE")?;
         c.trace = trace;
         c.print_trace = trace;

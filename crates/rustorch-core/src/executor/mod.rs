@@ -470,7 +470,30 @@ impl Executor {
                 reason: "this executor has no backend: the program links no backend crate (depend on `rustorch`, or on `rustorch-cpu` and use it)".into(),
             });
         }
-        let candidates = self.candidates(op, &metas, inputs, &outputs);
+        let mut candidates = self.candidates(op, &metas, inputs, &outputs);
+        if self.config.strict {
+            // One device, the preferred one where set, and no fallback.
+            let want = self
+                .config
+                .preferred_device
+                .or_else(|| candidates.first().map(|c| c.backend.device()));
+            candidates.retain(|c| Some(c.backend.device()) == want);
+            candidates.truncate(1);
+            if candidates.is_empty() {
+                let device = want.unwrap_or(Device::Cpu);
+                return Err(Error::NoDeviceCouldRun {
+                    op: op.name(),
+                    attempts: vec![(
+                        device,
+                        BackendError::unsupported(
+                            device,
+                            op.name(),
+                            "strict mode (no fallback): this device does not support it",
+                        ),
+                    )],
+                });
+            }
+        }
         let mut attempts: Vec<(Device, BackendError)> = Vec::new();
         // Counts copies made for failed attempts too: they cost the same.
         let mut bytes_moved = 0usize;
