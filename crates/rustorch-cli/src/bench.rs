@@ -23,9 +23,9 @@ use crate::error::CliError;
 use crate::loader;
 use crate::token_reads::TokenReads;
 use rustorch::gguf::Gguf;
-use rustorch::quant::mix::FileType;
 use rustorch_llm::model::{KvCache, Logits};
 use rustorch_llm::Model;
+use rustorch_quantize::mix::FileType;
 use std::time::{Duration, Instant};
 
 /// Prompt tokens per forward pass (llama-bench's default n_ubatch).

@@ -30,7 +30,7 @@ macro_rules! from_display {
 from_display!(
     rustorch::gguf::GgufError,
     rustorch::quant::QuantError,
-    rustorch::quant::mix::MixError,
+    rustorch_quantize::mix::MixError,
     rustorch_llm::LlmError,
     rustorch::Error
 );

@@ -1,6 +1,6 @@
 //! `quantize IN OUT TYPE`: converts a model as `llama-quantize` does. The
-//! conversion itself is `rustorch::quant::file::quantize_gguf` (the
-//! per-tensor types come from `quant::mix`); this module parses options,
+//! conversion itself is `rustorch_quantize::file::quantize_gguf` (the
+//! per-tensor types come from `rustorch_quantize::mix`); this module parses options,
 //! drives the progress bar, writes the file and prints the summary.
 
 use crate::cli::QuantizeArgs;
@@ -8,9 +8,9 @@ use crate::error::CliError;
 use crate::format;
 use indicatif::{ProgressBar, ProgressStyle};
 use rustorch::gguf::Gguf;
-use rustorch::quant::file::{self as qfile, QuantizeOptions};
-use rustorch::quant::mix::{FileType, MixOptions};
 use rustorch::quant::QType;
+use rustorch_quantize::file::{self as qfile, QuantizeOptions};
+use rustorch_quantize::mix::{FileType, MixOptions};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Instant;

@@ -1,4 +1,4 @@
-//! `rustorch-cli quantize` and `quant::mix` against llama.cpp's
+//! `rustorch-cli quantize` and `rustorch_quantize::mix` against llama.cpp's
 //! `llama-quantize` (tests/fixtures/quantize.json, written by
 //! tools/gen_quantize_fixtures.py):
 //!
@@ -12,8 +12,8 @@ mod common;
 
 use common::{cli, stderr, write_model, TempDir};
 use rustorch::gguf::Gguf;
-use rustorch::quant::mix::{choose_types, FileType, MixOptions, ModelParams, TensorDesc};
 use rustorch::quant::QType;
+use rustorch_quantize::mix::{choose_types, FileType, MixOptions, ModelParams, TensorDesc};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 

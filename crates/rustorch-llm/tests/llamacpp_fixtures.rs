@@ -6,7 +6,7 @@
 //! - our tokenizer gives llama.cpp's token ids for every prompt of every
 //!   fixture;
 //! - every requantized SmolLM2 file is reproduced byte for byte by
-//!   `rustorch::quant::file::quantize_gguf` (sha256 of llama-quantize's
+//!   `rustorch_quantize::file::quantize_gguf` (sha256 of llama-quantize's
 //!   file, recorded in models.json).
 //!
 //! The tests that need the models take them from `RUSTORCH_SMOLLM2_GGUF` /

@@ -11,15 +11,13 @@
 
 pub mod blocks;
 mod dequant;
-pub mod file;
-pub mod mix;
 mod qtype;
 mod quantize;
 mod tensor;
 
 pub use dequant::{can_dequantize, dequantize_into};
 pub use qtype::QType;
-pub use quantize::{can_quantize, q8k_block, quantize_into, Q8kBlockFn};
+pub use quantize::{can_quantize, q8k_block, quantize_into, quantize_iq4_nl_searched, Q8kBlockFn};
 pub use tensor::QTensor;
 
 /// Errors of the quantization routines; each names the type and the sizes.

@@ -13,7 +13,7 @@
 //!   `RUSTORCH_SMOLLM2_GGUF` / `RUSTORCH_GEMMA3_GGUF`, or when unset from
 //!   tools/fetch_models.py (`real_model`, shared with the other crates' tests;
 //!   a test fails when neither gives the file). The requantized SmolLM2 files are made once
-//!   by `rustorch::quant::file::quantize_gguf` into
+//!   by `rustorch_quantize::file::quantize_gguf` into
 //!   `$RUSTORCH_CACHE/models/requant/` (default `~/.cache/rustorch/models/requant/`),
 //!   written atomically, and checked against the sha256 llama-quantize's file had.
 //!
@@ -28,8 +28,8 @@ pub mod fixture_cpu;
 pub mod real_model;
 
 use rustorch::gguf::Gguf;
-use rustorch::quant::file::{quantize_gguf, QuantizeOptions};
-use rustorch::quant::mix::FileType;
+use rustorch_quantize::file::{quantize_gguf, QuantizeOptions};
+use rustorch_quantize::mix::FileType;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;

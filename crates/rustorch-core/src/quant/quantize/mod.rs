@@ -62,7 +62,7 @@ pub fn quantize_into(qtype: QType, data: &[f32], out: &mut [u8]) -> Result<(), Q
 /// IQ4_NL the way `llama-quantize` makes it (llama.cpp's `quantize_iq4_nl`:
 /// a scale search the reference quantizer skips); `out` must hold
 /// `QType::IQ4NL.bytes_for(data.len())` bytes.
-pub(crate) fn quantize_iq4_nl_searched(data: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
+pub fn quantize_iq4_nl_searched(data: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
     let qtype = QType::IQ4NL;
     let expected = qtype.bytes_for(data.len()).ok_or(QuantError::NotWholeBlocks {
         qtype,

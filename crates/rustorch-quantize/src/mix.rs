@@ -12,7 +12,7 @@
 //! rule) and Falcon; other architectures get the generic rules.
 //!
 //! ```
-//! use rustorch_core::quant::mix::{choose_types, FileType, MixOptions, ModelParams, TensorDesc};
+//! use rustorch_quantize::mix::{choose_types, FileType, MixOptions, ModelParams, TensorDesc};
 //! use rustorch_core::quant::QType;
 //! let params = ModelParams { arch: "llama".into(), n_layer: 1, n_head: 8, n_head_kv: 2, n_expert: 0 };
 //! let tensors = [
@@ -22,10 +22,10 @@
 //! let types = choose_types(FileType::Q4KM, &params, &tensors, &MixOptions::default())?;
 //! assert_eq!(types[0].qtype, QType::Q6K);   // use_more_bits: first layer
 //! assert_eq!(types[1].qtype, QType::F32);   // norms are never quantized
-//! # Ok::<(), rustorch_core::quant::mix::MixError>(())
+//! # Ok::<(), rustorch_quantize::mix::MixError>(())
 //! ```
 
-use super::QType;
+use rustorch_core::quant::QType;
 use std::cmp::Ordering;
 use std::fmt;
 
@@ -661,19 +661,21 @@ pub fn choose_types(
 }
 
 /// Quantizes `data` (whole blocks of `qtype`) to the bytes `llama-quantize`
-/// writes for it. These are [`super::quantize`]'s except for IQ4_NL, where
+/// writes for it. These are [`rustorch_core::quant::quantize`]'s except for IQ4_NL, where
 /// `llama-quantize` runs llama.cpp's `quantize_iq4_nl` (with a scale
 /// search) rather than the reference `quantize_row_iq4_nl_ref`.
-pub fn quantize_like_llama_cpp(qtype: QType, data: &[f32]) -> Result<Vec<u8>, super::QuantError> {
+pub fn quantize_like_llama_cpp(qtype: QType, data: &[f32]) -> Result<Vec<u8>, rustorch_core::quant::QuantError> {
     if qtype != QType::IQ4NL {
-        return super::quantize(qtype, data);
+        return rustorch_core::quant::quantize(qtype, data);
     }
-    let size = qtype.bytes_for(data.len()).ok_or(super::QuantError::NotWholeBlocks {
-        qtype,
-        elements: data.len(),
-    })?;
+    let size = qtype
+        .bytes_for(data.len())
+        .ok_or(rustorch_core::quant::QuantError::NotWholeBlocks {
+            qtype,
+            elements: data.len(),
+        })?;
     let mut out = vec![0u8; size];
-    super::quantize::quantize_iq4_nl_searched(data, &mut out)?;
+    rustorch_core::quant::quantize_iq4_nl_searched(data, &mut out)?;
     Ok(out)
 }
 

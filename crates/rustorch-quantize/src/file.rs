@@ -11,17 +11,17 @@
 //!
 //! ```no_run
 //! use rustorch_core::gguf::Gguf;
-//! use rustorch_core::quant::file::{quantize_gguf, QuantizeOptions};
-//! use rustorch_core::quant::mix::FileType;
+//! use rustorch_quantize::file::{quantize_gguf, QuantizeOptions};
+//! use rustorch_quantize::mix::FileType;
 //! let g = Gguf::open("model-f16.gguf")?;
 //! let out = quantize_gguf(&g, FileType::Q4KM, &QuantizeOptions::default(), |_| {})?;
 //! out.writer.write_file("model-q4_k_m.gguf")?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use super::mix::{self, FileType, MixError, MixOptions, ModelParams, TensorDesc, TypeChoice};
-use super::{QType, QuantError};
-use crate::gguf::{Gguf, GgufError, GgufWriter, TensorInfo, Value};
+use crate::mix::{self, FileType, MixError, MixOptions, ModelParams, TensorDesc, TypeChoice};
+use rustorch_core::gguf::{Gguf, GgufError, GgufWriter, TensorInfo, Value};
+use rustorch_core::quant::{QType, QuantError};
 use std::borrow::Cow;
 
 /// Keys llama.cpp drops or rewrites: the quantization keys are set anew
@@ -188,10 +188,10 @@ pub fn plan<'g>(
         }
         // llama_tensor_dequantize_impl converts F16, BF16 and quantized
         // types; F32 is used as it is.
-        if !(from == QType::F32 || super::can_dequantize(from)) {
+        if !(from == QType::F32 || rustorch_core::quant::can_dequantize(from)) {
             return Err(FileQuantError::Unconvertible { name, from, to });
         }
-        if !super::can_quantize(to) {
+        if !rustorch_core::quant::can_quantize(to) {
             return Err(FileQuantError::CannotQuantize { name, to });
         }
     }
@@ -250,7 +250,7 @@ fn convert(info: &TensorInfo, src: &[u8], to: QType) -> Result<Vec<u8>, FileQuan
             let (chunks, _) = src.as_chunks::<4>();
             Cow::Owned(chunks.iter().map(|c| f32::from_le_bytes(*c)).collect())
         }
-        from => Cow::Owned(super::dequantize(from, src, n).map_err(err)?),
+        from => Cow::Owned(rustorch_core::quant::dequantize(from, src, n).map_err(err)?),
     };
     mix::quantize_like_llama_cpp(to, &f32s).map_err(err)
 }
@@ -263,7 +263,7 @@ mod tests {
     /// an F32 norm, from deterministic values.
     fn tiny_model() -> (Vec<u8>, Vec<f32>) {
         let w: Vec<f32> = (0..128).map(|i| ((i * 37 % 101) as f32 - 50.0) / 17.0).collect();
-        let q = super::super::quantize(QType::Q4_0, &w).expect("64-element rows are whole Q4_0 blocks");
+        let q = rustorch_core::quant::quantize(QType::Q4_0, &w).expect("64-element rows are whole Q4_0 blocks");
         let mut gw = GgufWriter::new();
         gw.add_metadata("general.architecture", Value::String("llama".into()))
             .unwrap();
@@ -314,8 +314,8 @@ mod tests {
         );
         // The reference: dequantize the Q4_0 bytes, quantize the f32 values to Q8_0.
         let src = g.tensor_data("blk.0.attn_q.weight").unwrap();
-        let f = super::super::dequantize(QType::Q4_0, src, 128).unwrap();
-        let want = super::super::quantize(QType::Q8_0, &f).unwrap();
+        let f = rustorch_core::quant::dequantize(QType::Q4_0, src, 128).unwrap();
+        let want = rustorch_core::quant::quantize(QType::Q8_0, &f).unwrap();
         let t = written.tensor_info("blk.0.attn_q.weight").unwrap();
         assert_eq!(t.qtype(), QType::Q8_0);
         assert_eq!(written.data_of(t), &want[..]);
