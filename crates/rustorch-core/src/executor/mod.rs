@@ -66,17 +66,12 @@ impl Executor {
     /// configuration keeps out (`disable_gpu`) are listed by
     /// `device_reports` with why.
     pub fn new(config: ExecutorConfig) -> Self {
-        let found = crate::registry::enumerate();
-        let mut e = Executor::from_backends(config, Vec::new());
-        for b in found.backends {
-            // Providers enumerate distinct devices; a duplicate is dropped.
-            let _ = e.register(b);
-        }
-        e
+        Executor::from_backends(config, crate::registry::enumerate().backends)
     }
 
     /// An executor with exactly these backends (routing order: as given,
-    /// any CPU backend moved last), and no others.
+    /// any CPU backend moved last), and no others; a second backend for a
+    /// device already taken is dropped.
     pub fn from_backends(config: ExecutorConfig, backends: Vec<Arc<dyn Backend>>) -> Self {
         let mut e = Executor {
             backends: Vec::new(),
