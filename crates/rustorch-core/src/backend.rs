@@ -11,8 +11,9 @@ use crate::error::BackendError;
 use crate::layout::Layout;
 use crate::op::{Op, TensorMeta};
 use crate::quant::QType;
-use crate::storage::CpuStorage;
+use crate::storage::{CpuStorage, HostSlice};
 use std::any::Any;
+use std::borrow::Cow;
 use std::fmt::Debug;
 use std::sync::Arc;
 
@@ -92,18 +93,29 @@ pub trait Backend: Send + Sync {
     /// executor answers by falling back.
     fn supports(&self, op: &Op, inputs: &[TensorMeta]) -> bool;
 
-    /// Copies host data into a new buffer on this device.
-    fn upload(&self, host: &CpuStorage) -> Result<Buffer, BackendError>;
+    /// Copies host data into a new buffer on this device. The data is
+    /// borrowed from wherever it lives (a tensor's host storage, a memory
+    /// map), so nothing is copied before the device's own copy.
+    fn upload(&self, host: HostSlice<'_>) -> Result<Buffer, BackendError>;
+
+    /// A new buffer of `len` zeros of `dtype` on this device, made there
+    /// (a KV cache, an accumulator) rather than uploaded from the host.
+    /// The default uploads host zeros.
+    fn alloc_zeroed(&self, dtype: DType, len: usize) -> Result<Buffer, BackendError> {
+        self.upload(CpuStorage::zeros(dtype, len).as_host())
+    }
 
     /// A weight on this device from its plain bytes (`spec.rows` rows of
     /// `spec.qtype` blocks, row after row; the caller has checked the
     /// length): a u8 buffer of `rows * row_bytes` elements as the executor
-    /// sees it. A backend may keep the bytes in a layout its kernels read
-    /// faster, named by `DeviceBuffer::private_layout`; the default keeps
-    /// them as they are (`upload`).
-    fn prepare_weight(&self, spec: WeightSpec, bytes: Vec<u8>) -> Result<Buffer, BackendError> {
+    /// sees it. The bytes are borrowed (from a memory-mapped file) or owned
+    /// (a host backend may keep them without a copy). A backend may keep
+    /// the weight in a layout its kernels read faster, named by
+    /// `DeviceBuffer::private_layout`; the default keeps it as it is
+    /// (`upload`).
+    fn prepare_weight(&self, spec: WeightSpec, bytes: Cow<'_, [u8]>) -> Result<Buffer, BackendError> {
         let _ = spec;
-        self.upload(&CpuStorage::U8(bytes))
+        self.upload(HostSlice::U8(&bytes))
     }
 
     /// Copies a whole buffer back to the host.
@@ -138,8 +150,34 @@ pub trait Backend: Send + Sync {
         pass()
     }
 
-    /// Waits for queued work to finish.
+    /// Waits for queued work to finish. A fault in that work surfaces here
+    /// (or in any later call) as `BackendError::DeviceLost`.
     fn synchronize(&self) -> Result<(), BackendError> {
         Ok(())
+    }
+
+    /// A clock for the work this backend runs from now on, read by
+    /// `OpTimer::elapsed` after an op: what tracing and profiling report.
+    /// A device that queues work times it with its own events (reading
+    /// one waits for the op); the default, for backends that finish an op
+    /// before `execute` returns, is the host's clock.
+    fn timer(&self) -> Box<dyn OpTimer> {
+        Box::new(HostTimer(std::time::Instant::now()))
+    }
+}
+
+/// Measures one op on its device (`Backend::timer`).
+pub trait OpTimer: Send {
+    /// Time from the timer's creation to the end of the work queued since.
+    fn elapsed(self: Box<Self>) -> Result<std::time::Duration, BackendError>;
+}
+
+/// Wall-clock time on the host: right for backends that run ops to the end
+/// inside `execute`.
+pub struct HostTimer(pub std::time::Instant);
+
+impl OpTimer for HostTimer {
+    fn elapsed(self: Box<Self>) -> Result<std::time::Duration, BackendError> {
+        Ok(self.0.elapsed())
     }
 }

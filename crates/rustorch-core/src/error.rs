@@ -7,8 +7,9 @@ use crate::shape::Shape;
 /// What a backend reports when it cannot run an op.
 ///
 /// The executor falls back to the next device on `Unsupported`,
-/// `OutOfMemory` and `Device`; `InvalidInput` is the caller's fault and is
-/// returned as is, since another device would reject it as well.
+/// `OutOfMemory`, `Device` and `DeviceLost`; `InvalidInput` is the caller's
+/// fault and is returned as is, since another device would reject it as
+/// well. `DeviceLost` also takes the device out of routing for good.
 #[derive(Debug, Clone, thiserror::Error, PartialEq)]
 pub enum BackendError {
     #[error("{device} does not support {op}: {reason}")]
@@ -17,6 +18,11 @@ pub enum BackendError {
     OutOfMemory { device: Device, requested_bytes: usize },
     #[error("{device} failed: {message}")]
     Device { device: Device, message: String },
+    /// The device can run nothing more: a fault that surfaced after the
+    /// call that caused it (a kernel's illegal address, found at the next
+    /// synchronization), or a device that is gone. Its buffers are lost.
+    #[error("{device} is lost: {message}")]
+    DeviceLost { device: Device, message: String },
     #[error("invalid input to {op}: {message}")]
     InvalidInput { op: String, message: String },
 }
@@ -25,6 +31,14 @@ impl BackendError {
     /// Whether another device may succeed where this one failed.
     pub fn allows_fallback(&self) -> bool {
         !matches!(self, BackendError::InvalidInput { .. })
+    }
+
+    /// The device this error takes out of routing, when it is `DeviceLost`.
+    pub fn lost_device(&self) -> Option<Device> {
+        match self {
+            BackendError::DeviceLost { device, .. } => Some(*device),
+            _ => None,
+        }
     }
 
     pub fn unsupported(device: Device, op: impl Into<String>, reason: impl Into<String>) -> Self {

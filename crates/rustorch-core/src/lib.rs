@@ -21,13 +21,13 @@ pub mod shape;
 pub mod storage;
 pub mod tensor;
 
-pub use backend::{Backend, Buffer, DeviceBuffer, TensorRef, WeightSpec, WeightUsage};
+pub use backend::{Backend, Buffer, DeviceBuffer, HostTimer, OpTimer, TensorRef, WeightSpec, WeightUsage};
 pub use device::{Device, DeviceCapability};
 pub use dtype::{DType, Scalar, WithDType, C64};
 pub use error::{BackendError, Error, Result};
 pub use executor::{Executor, ExecutorConfig, OpProfile, ProfileMode, TraceEvent};
 pub use layout::Layout;
-pub use op::{AttnMask, Conv2dParams, Op, OpClass, Pool2dParams, RopeLayout, TensorMeta};
+pub use op::{AttnMask, Conv2dParams, CpuHints, Op, OpClass, Pool2dParams, RopeLayout, TensorMeta};
 pub use shape::Shape;
-pub use storage::{CpuStorage, StorageElement};
+pub use storage::{CpuStorage, HostSlice, StorageElement};
 pub use tensor::{FlashPaths, QWeight, Tensor};

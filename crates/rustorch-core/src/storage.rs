@@ -209,9 +209,96 @@ impl CpuStorage {
         T::wrap(v)
     }
 
+    /// The elements, borrowed, as a backend's `upload` takes them.
+    pub fn as_host(&self) -> HostSlice<'_> {
+        with_cpu_storage!(self, v, T => StorageElement::host(&v[..]))
+    }
+
     /// Elements as f64 (complex: real part), for tests and printing.
     pub fn to_f64_vec(&self) -> Vec<f64> {
         with_cpu_storage!(self, v, T => v.iter().map(|x| WithDType::to_f64(*x)).collect())
+    }
+}
+
+/// Host data borrowed from anywhere (a `CpuStorage`, a memory-mapped file,
+/// a caller's slice), typed, as `Backend::upload` takes it: the executor
+/// never copies host data only to hand it to a device.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum HostSlice<'a> {
+    Bool(&'a [bool]),
+    U8(&'a [u8]),
+    I32(&'a [i32]),
+    I64(&'a [i64]),
+    F16(&'a [f16]),
+    BF16(&'a [bf16]),
+    F32(&'a [f32]),
+    F64(&'a [f64]),
+    C64(&'a [C64]),
+}
+
+/// `$body` with `$v` bound to the slice inside a `HostSlice`, whatever its dtype.
+macro_rules! with_host_slice {
+    ($s:expr, $v:ident => $body:expr) => {
+        match $s {
+            HostSlice::Bool($v) => $body,
+            HostSlice::U8($v) => $body,
+            HostSlice::I32($v) => $body,
+            HostSlice::I64($v) => $body,
+            HostSlice::F16($v) => $body,
+            HostSlice::BF16($v) => $body,
+            HostSlice::F32($v) => $body,
+            HostSlice::F64($v) => $body,
+            HostSlice::C64($v) => $body,
+        }
+    };
+}
+
+impl<'a> HostSlice<'a> {
+    pub fn dtype(&self) -> DType {
+        match self {
+            HostSlice::Bool(_) => DType::Bool,
+            HostSlice::U8(_) => DType::U8,
+            HostSlice::I32(_) => DType::I32,
+            HostSlice::I64(_) => DType::I64,
+            HostSlice::F16(_) => DType::F16,
+            HostSlice::BF16(_) => DType::BF16,
+            HostSlice::F32(_) => DType::F32,
+            HostSlice::F64(_) => DType::F64,
+            HostSlice::C64(_) => DType::C64,
+        }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        with_host_slice!(self, v => v.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The elements' bytes in memory order (little-endian on every host
+    /// RusTorch runs on), as a device copy takes them.
+    pub fn as_bytes(&self) -> &'a [u8] {
+        fn bytes<T>(v: &[T]) -> &[u8] {
+            // SAFETY: every element type here is plain data without padding
+            // (bool is one byte, 0 or 1; C64 is two f32s, `repr(C)`), so
+            // each of the slice's `size_of_val` bytes is initialized; u8
+            // has alignment 1 and the borrow keeps the lifetime.
+            unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+        }
+        with_host_slice!(*self, v => bytes(v))
+    }
+
+    /// An owned copy.
+    pub fn to_storage(&self) -> CpuStorage {
+        with_host_slice!(*self, v => StorageElement::wrap(v.to_vec()))
+    }
+}
+
+impl<'a, T: StorageElement> From<&'a [T]> for HostSlice<'a> {
+    fn from(v: &'a [T]) -> Self {
+        T::host(v)
     }
 }
 
@@ -220,6 +307,7 @@ pub trait StorageElement: WithDType {
     fn slice(s: &CpuStorage) -> Option<&[Self]>;
     fn slice_mut(s: &mut CpuStorage) -> Option<&mut [Self]>;
     fn wrap(v: Vec<Self>) -> CpuStorage;
+    fn host(v: &[Self]) -> HostSlice<'_>;
 }
 
 macro_rules! storage_element {
@@ -239,6 +327,9 @@ macro_rules! storage_element {
             }
             fn wrap(v: Vec<Self>) -> CpuStorage {
                 CpuStorage::$variant(v)
+            }
+            fn host(v: &[Self]) -> HostSlice<'_> {
+                HostSlice::$variant(v)
             }
         }
     };

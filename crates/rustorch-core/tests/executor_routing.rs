@@ -12,7 +12,7 @@ use rustorch_core::backend::{Backend, Buffer, DeviceBuffer, TensorRef};
 use rustorch_core::device::DeviceCapability;
 use rustorch_core::executor::{format_table, DeviceReport, Operand};
 use rustorch_core::{
-    BackendError, DType, Device, Error, Executor, ExecutorConfig, Layout, Op, OpClass, Tensor, TensorMeta,
+    BackendError, DType, Device, Error, Executor, ExecutorConfig, HostSlice, Layout, Op, OpClass, Tensor, TensorMeta,
 };
 use rustorch_cpu::{CpuBackend, CpuInput, CpuStorage};
 use std::any::Any;
@@ -188,12 +188,12 @@ impl Backend for RestrictedBackend {
                 .any(|d| self.refused_dtypes.contains(&d))
     }
 
-    fn upload(&self, host: &CpuStorage) -> Result<Buffer, BackendError> {
+    fn upload(&self, host: HostSlice<'_>) -> Result<Buffer, BackendError> {
         self.spend(host.len() * host.dtype().size_in_bytes())?;
         self.uploads.fetch_add(1, Ordering::SeqCst);
         Ok(Arc::new(PluginBuffer {
             device: self.device(),
-            data: host.clone(),
+            data: host.to_storage(),
         }))
     }
 

@@ -38,6 +38,8 @@ use rustorch_core::error::BackendError;
 use rustorch_core::layout::Layout;
 use rustorch_core::op::{Op, OpClass, TensorMeta};
 use rustorch_core::registry::{BackendProvider, BACKEND_PROVIDERS};
+use rustorch_core::storage::HostSlice;
+use std::borrow::Cow;
 use std::sync::Arc;
 
 /// An op input as CPU kernels see it.
@@ -101,19 +103,14 @@ impl CpuBackend {
             Op::LayerNorm { .. } | Op::RmsNorm { .. } | Op::BatchNorm { .. } => norm::execute(op, inputs, outputs),
             Op::Rope { .. } | Op::Sdpa { .. } => attention::execute(op, inputs, outputs),
             Op::CachedAttention { scale } => ggml::attention::cached_attention(op, inputs, *scale),
-            Op::FlashAttention {
-                scale,
-                tiled_rows,
-                kv_len,
-                threads,
-            } => ggml::flash_attn::flash_attention(
+            Op::FlashAttention { scale, cpu } => ggml::flash_attn::flash_attention(
                 op,
                 inputs,
                 ggml::flash_attn::FlashParams {
                     scale: *scale,
-                    tiled_rows: *tiled_rows as usize,
-                    kv_len: *kv_len as usize,
-                    threads: *threads as usize,
+                    tiled_rows: cpu.tiled_rows as usize,
+                    kv_len: cpu.kv_len as usize,
+                    threads: cpu.threads as usize,
                 },
             ),
             Op::SwiGlu | Op::GeGlu => ggml::attention::gated(op, inputs),
@@ -162,12 +159,18 @@ impl Backend for CpuBackend {
         }
     }
 
-    fn upload(&self, host: &CpuStorage) -> Result<Buffer, BackendError> {
-        Ok(Arc::new(host.clone()))
+    fn upload(&self, host: HostSlice<'_>) -> Result<Buffer, BackendError> {
+        Ok(Arc::new(host.to_storage()))
     }
 
-    fn prepare_weight(&self, spec: WeightSpec, bytes: Vec<u8>) -> Result<Buffer, BackendError> {
-        weight::prepare(spec, bytes)
+    /// From `calloc`: pages never written (cache positions not reached
+    /// yet) stay unbacked.
+    fn alloc_zeroed(&self, dtype: DType, len: usize) -> Result<Buffer, BackendError> {
+        Ok(Arc::new(CpuStorage::zeros(dtype, len)))
+    }
+
+    fn prepare_weight(&self, spec: WeightSpec, bytes: Cow<'_, [u8]>) -> Result<Buffer, BackendError> {
+        weight::prepare(spec, bytes.into_owned())
     }
 
     fn download(&self, buffer: &dyn DeviceBuffer) -> Result<CpuStorage, BackendError> {

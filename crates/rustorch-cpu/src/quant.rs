@@ -16,7 +16,7 @@ use rustorch_core::quant::{dequantize_into, QType};
 
 pub fn execute(op: &Op, inputs: &[CpuInput<'_>]) -> CpuResult {
     match op {
-        Op::QMatMul { qtype, lookup_table } => matmul(op, *qtype, *lookup_table, inputs[0], inputs[1]),
+        Op::QMatMul { qtype, cpu } => matmul(op, *qtype, cpu.plain_weight_order, inputs[0], inputs[1]),
         Op::QMatMuls { qtypes } => {
             let outs = products(op, qtypes, inputs[0], &inputs[1..])?;
             Ok(outs.into_iter().map(CpuStorage::F32).collect())
@@ -83,10 +83,10 @@ fn matrix<'a>(
     m.map_err(|e| quant_err(op, e))
 }
 
-fn matmul(op: &Op, qtype: QType, lookup_table: bool, x: CpuInput<'_>, w: CpuInput<'_>) -> CpuResult {
+fn matmul(op: &Op, qtype: QType, plain_order: bool, x: CpuInput<'_>, w: CpuInput<'_>) -> CpuResult {
     let (bytes, rows, cols, layout) = weight(op, qtype, w)?;
     let mut m = matrix(op, qtype, &bytes, rows, cols, layout)?;
-    if lookup_table {
+    if plain_order {
         // In llama.cpp's plain buffer: no repacked or AMX order.
         m = m.with_repack(false);
     }

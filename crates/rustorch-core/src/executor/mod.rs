@@ -40,6 +40,8 @@ pub struct Executor {
     /// Registered backends that the configuration keeps out, with why.
     disabled: Vec<(Arc<dyn Backend>, String)>,
     config: ExecutorConfig,
+    /// Devices a `BackendError::DeviceLost` took out of routing, with why.
+    lost: Mutex<Vec<(Device, String)>>,
     events: Mutex<Vec<TraceEvent>>,
     seq: AtomicU64,
     profiler: profile::Profiler,
@@ -76,6 +78,7 @@ impl Executor {
         let mut e = Executor {
             backends: Vec::new(),
             disabled: Vec::new(),
+            lost: Mutex::new(Vec::new()),
             config,
             events: Mutex::new(Vec::new()),
             seq: AtomicU64::new(0),
@@ -194,7 +197,7 @@ impl Executor {
         let active = self.backends.iter().map(|b| DeviceReport {
             device: b.device(),
             capability: b.capability(),
-            disabled: None,
+            disabled: self.lost_reason(b.device()).map(|why| format!("lost: {why}")),
         });
         let off = self.disabled.iter().map(|(b, why)| DeviceReport {
             device: b.device(),
@@ -212,6 +215,51 @@ impl Executor {
             .filter(|b| b.supports(op, inputs))
             .map(|b| b.device())
             .collect()
+    }
+
+    /// Why `device` was taken out of routing, if a fault took it out.
+    pub fn lost_reason(&self, device: Device) -> Option<String> {
+        let lost = self.lost.lock().ok()?;
+        lost.iter().find(|(d, _)| *d == device).map(|(_, why)| why.clone())
+    }
+
+    fn is_lost(&self, device: Device) -> bool {
+        self.lost.lock().is_ok_and(|l| l.iter().any(|(d, _)| *d == device))
+    }
+
+    /// Takes the device of a `DeviceLost` error out of routing (the first
+    /// report wins; the device's later errors say the same).
+    fn note(&self, e: &BackendError) {
+        if let Some(device) = e.lost_device() {
+            if let Ok(mut lost) = self.lost.lock() {
+                if !lost.iter().any(|(d, _)| *d == device) {
+                    lost.push((device, e.to_string()));
+                }
+            }
+        }
+    }
+
+    /// `e` from `device` as the caller sees it, after `note`.
+    fn backend_error(&self, op: impl Into<String>, device: Device, e: BackendError) -> Error {
+        self.note(&e);
+        Error::Backend {
+            op: op.into(),
+            device,
+            source: e,
+        }
+    }
+
+    /// Waits until every device has finished the work queued on it. A
+    /// fault in that work is reported here (and its device leaves routing).
+    pub fn synchronize(&self) -> Result<()> {
+        for b in &self.backends {
+            if self.is_lost(b.device()) {
+                continue;
+            }
+            b.synchronize()
+                .map_err(|e| self.backend_error("synchronize", b.device(), e))?;
+        }
+        Ok(())
     }
 
     pub fn backend(&self, device: Device) -> Option<&Arc<dyn Backend>> {
@@ -265,8 +313,22 @@ impl Executor {
     /// The time an op starts, when tracing or profiling will read its
     /// duration: otherwise no clock is read (two reads per op, and on some
     /// virtual machines a clock read is a system call).
-    fn op_clock(&self) -> Option<Instant> {
-        (self.config.trace || self.config.profile != ProfileMode::Off).then(Instant::now)
+    fn op_clock(&self, backend: &dyn Backend) -> Option<Box<dyn crate::backend::OpTimer>> {
+        (self.config.trace || self.config.profile != ProfileMode::Off).then(|| backend.timer())
+    }
+
+    /// The time `clock` measured; a device fault found while reading it
+    /// is the op's error.
+    fn op_time(
+        &self,
+        op: &str,
+        device: Device,
+        clock: Option<Box<dyn crate::backend::OpTimer>>,
+    ) -> Result<std::time::Duration> {
+        match clock {
+            None => Ok(std::time::Duration::ZERO),
+            Some(c) => c.elapsed().map_err(|e| self.backend_error(op, device, e)),
+        }
     }
 
     /// Adds an op's time to the profile, when profiling (`op` names it).
@@ -321,24 +383,29 @@ impl Executor {
     }
 
     /// Copies host data onto a device.
-    pub fn upload(&self, host: &crate::storage::CpuStorage, device: Device) -> Result<Buffer> {
+    pub fn upload(&self, host: crate::storage::HostSlice<'_>, device: Device) -> Result<Buffer> {
         let b = self.backend_or_err(device)?;
-        b.upload(host).map_err(|e| Error::Backend {
-            op: "upload".into(),
-            device,
-            source: e,
-        })
+        b.upload(host).map_err(|e| self.backend_error("upload", device, e))
+    }
+
+    /// `len` zeros of `dtype`, made on `device` (`Backend::alloc_zeroed`).
+    pub fn alloc_zeroed(&self, device: Device, dtype: crate::dtype::DType, len: usize) -> Result<Buffer> {
+        let b = self.backend_or_err(device)?;
+        b.alloc_zeroed(dtype, len)
+            .map_err(|e| self.backend_error("alloc_zeroed", device, e))
     }
 
     /// A GGML-typed weight on `device`, in the layout its backend prepares
     /// for `spec.usage` (`Backend::prepare_weight`).
-    pub fn prepare_weight(&self, device: Device, spec: crate::backend::WeightSpec, bytes: Vec<u8>) -> Result<Buffer> {
+    pub fn prepare_weight(
+        &self,
+        device: Device,
+        spec: crate::backend::WeightSpec,
+        bytes: std::borrow::Cow<'_, [u8]>,
+    ) -> Result<Buffer> {
         let b = self.backend_or_err(device)?;
-        b.prepare_weight(spec, bytes).map_err(|e| Error::Backend {
-            op: "prepare_weight".into(),
-            device,
-            source: e,
-        })
+        b.prepare_weight(spec, bytes)
+            .map_err(|e| self.backend_error("prepare_weight", device, e))
     }
 
     /// Copies a buffer back to host memory.
@@ -357,11 +424,8 @@ impl Executor {
         }
         let device = buffer.device();
         let b = self.backend_or_err(device)?;
-        b.download(buffer.as_ref()).map_err(|e| Error::Backend {
-            op: "download".into(),
-            device,
-            source: e,
-        })
+        b.download(buffer.as_ref())
+            .map_err(|e| self.backend_error("download", device, e))
     }
 
     /// Moves a buffer to another device (a no-op when it is already there).
@@ -371,8 +435,13 @@ impl Executor {
             return Ok(buffer.clone());
         }
         let start = Instant::now();
-        let host = self.download(buffer)?;
-        let out = self.upload(&host, device)?;
+        let out = match buffer.as_any().downcast_ref::<crate::storage::CpuStorage>() {
+            Some(s) if buffer.private_layout().is_none() => self.upload(s.as_host(), device)?,
+            _ => {
+                let host = self.download(buffer)?;
+                self.upload(host.as_host(), device)?
+            }
+        };
         self.record(TraceEvent {
             seq: 0,
             op: "to_device".into(),
@@ -402,15 +471,13 @@ impl Executor {
                 &[region.shape(), src.layout.shape()],
             ));
         }
-        let start = self.op_clock();
+        let start = self.op_clock(backend.as_ref());
         let (local, bytes_moved) = if src.buffer.device() == device {
             (src.buffer.clone(), 0)
         } else {
-            let moved = self.move_for_op(&src.buffer, &backend).map_err(|e| Error::Backend {
-                op: OP.into(),
-                device,
-                source: e,
-            })?;
+            let moved = self
+                .move_for_op(&src.buffer, &backend)
+                .map_err(|e| self.backend_error(OP, device, e))?;
             (moved, src.buffer.len() * src.buffer.dtype().size_in_bytes())
         };
         let others = Arc::strong_count(dst) - 1;
@@ -428,12 +495,8 @@ impl Executor {
         };
         backend
             .write_into(target, region, src_ref)
-            .map_err(|e| Error::Backend {
-                op: OP.into(),
-                device,
-                source: e,
-            })?;
-        let elapsed = start.map(|s| s.elapsed()).unwrap_or_default();
+            .map_err(|e| self.backend_error(OP, device, e))?;
+        let elapsed = self.op_time(OP, device, start)?;
         self.profile_op(|| OP.into(), [src.layout.shape()], elapsed);
         if self.config.trace {
             self.record(TraceEvent {
@@ -464,6 +527,11 @@ impl Executor {
                 device: Device::Cpu,
                 reason: "this executor has no backend: the program links no backend crate (depend on `rustorch`, or on `rustorch-cpu` and use it)".into(),
             });
+        }
+        if let Some(parts) = op.decompose() {
+            if self.runs_as_parts(op, &metas, inputs, &parts) {
+                return self.execute_parts(&parts, inputs);
+            }
         }
         let mut candidates = self.candidates(op, &metas, inputs, &outputs);
         if self.config.strict {
@@ -507,6 +575,7 @@ impl Executor {
                         local.push(b);
                     }
                     Err(e) => {
+                        self.note(&e);
                         attempts.push((device, e));
                         moved_ok = false;
                         break;
@@ -524,7 +593,7 @@ impl Executor {
                     layout: &i.layout,
                 })
                 .collect();
-            let start = self.op_clock();
+            let start = self.op_clock(cand.backend.as_ref());
             match cand.backend.execute(op, &refs, &outputs) {
                 Ok(bufs) => {
                     // A backend's bad output would only fail later, far from
@@ -534,7 +603,7 @@ impl Executor {
                         attempts.push((device, BackendError::Device { device, message }));
                         continue;
                     }
-                    let elapsed = start.map(|s| s.elapsed()).unwrap_or_default();
+                    let elapsed = self.op_time(&op.name(), device, start)?;
                     self.profile_op(|| op.name(), metas.iter().map(|m| &m.shape), elapsed);
                     if self.config.trace {
                         self.record(TraceEvent {
@@ -555,20 +624,102 @@ impl Executor {
                     }
                     return Ok(bufs.into_iter().zip(outputs).collect());
                 }
-                Err(e) if e.allows_fallback() => attempts.push((device, e)),
-                Err(e) => {
-                    return Err(Error::Backend {
-                        op: op.name(),
-                        device,
-                        source: e,
-                    })
+                Err(e) if e.allows_fallback() => {
+                    self.note(&e);
+                    attempts.push((device, e));
                 }
+                Err(e) => return Err(self.backend_error(op.name(), device, e)),
             }
         }
         Err(Error::NoDeviceCouldRun {
             op: op.name(),
             attempts,
         })
+    }
+
+    /// Whether a fused op should run as its parts (`Op::decompose`): when
+    /// the device it would go to first (the preferred one, else the one
+    /// holding its inputs) lacks the fused op but runs every part, so the
+    /// op stays where its data is.
+    fn runs_as_parts(
+        &self,
+        op: &Op,
+        metas: &[TensorMeta],
+        inputs: &[Operand],
+        parts: &crate::op::Decomposition,
+    ) -> bool {
+        self.parts_device(op, metas, inputs, parts).is_some()
+    }
+
+    fn parts_device(
+        &self,
+        op: &Op,
+        metas: &[TensorMeta],
+        inputs: &[Operand],
+        parts: &crate::op::Decomposition,
+    ) -> Option<Device> {
+        let first = self
+            .config
+            .preferred_device
+            .or_else(|| resident_device(inputs))
+            .filter(|d| !self.is_lost(*d))?;
+        let backend = self.backend(first)?;
+        if backend.supports(op, metas) {
+            return None;
+        }
+        let mut step_metas: Vec<Vec<TensorMeta>> = Vec::with_capacity(parts.steps.len());
+        for step in &parts.steps {
+            let ins: Vec<TensorMeta> = step
+                .inputs
+                .iter()
+                .map(|v| step_value(v, metas, &step_metas).cloned())
+                .collect::<Option<_>>()?;
+            if !backend.supports(&step.op, &ins) {
+                return None;
+            }
+            step_metas.push(infer_outputs(&step.op, &ins).ok()?);
+        }
+        Some(first)
+    }
+
+    /// Runs a fused op's parts one by one (each routed as any op is, so
+    /// each goes to `device`, where the data is).
+    fn execute_parts(&self, parts: &crate::op::Decomposition, inputs: &[Operand]) -> Result<Vec<(Buffer, TensorMeta)>> {
+        let mut done: Vec<Vec<(Buffer, TensorMeta)>> = Vec::with_capacity(parts.steps.len());
+        let operand = |v: &crate::op::StepValue, done: &[Vec<(Buffer, TensorMeta)>]| -> Result<Operand> {
+            match *v {
+                crate::op::StepValue::Input(i) => inputs
+                    .get(i)
+                    .cloned()
+                    .ok_or_else(|| Error::invalid("decompose", format!("a part reads input {i}, which is missing"))),
+                crate::op::StepValue::Output { step, index } => done
+                    .get(step)
+                    .and_then(|outs| outs.get(index))
+                    .map(|(b, m)| Operand {
+                        buffer: b.clone(),
+                        layout: Layout::contiguous(m.shape.clone()),
+                    })
+                    .ok_or_else(|| Error::invalid("decompose", "a part reads a value no earlier part made")),
+            }
+        };
+        for step in &parts.steps {
+            let ins = step
+                .inputs
+                .iter()
+                .map(|v| operand(v, &done))
+                .collect::<Result<Vec<_>>>()?;
+            done.push(self.execute(&step.op, &ins)?);
+        }
+        parts
+            .outputs
+            .iter()
+            .map(|v| {
+                operand(v, &done).map(|o| {
+                    let meta = TensorMeta::new(o.layout.shape().clone(), o.buffer.dtype());
+                    (o.buffer, meta)
+                })
+            })
+            .collect()
     }
 
     /// Copies a buffer to the device of `target`, through host memory.
@@ -584,17 +735,15 @@ impl Executor {
                 ),
             ));
         }
-        let host = match buffer.as_any().downcast_ref::<crate::storage::CpuStorage>() {
-            Some(s) => s.clone(),
-            None => {
-                let src = self.backend(buffer.device()).ok_or_else(|| BackendError::Device {
-                    device: buffer.device(),
-                    message: "input lives on a device with no registered backend".into(),
-                })?;
-                src.download(buffer.as_ref())?
-            }
-        };
-        target.upload(&host)
+        if let Some(s) = buffer.as_any().downcast_ref::<crate::storage::CpuStorage>() {
+            return target.upload(s.as_host());
+        }
+        let src = self.backend(buffer.device()).ok_or_else(|| BackendError::Device {
+            device: buffer.device(),
+            message: "input lives on a device with no registered backend".into(),
+        })?;
+        let host = src.download(buffer.as_ref())?;
+        target.upload(host.as_host())
     }
 
     /// Devices to try, best first: the preferred device, then the device the
@@ -610,7 +759,7 @@ impl Executor {
                 });
             }
         };
-        let supported = |b: &Arc<dyn Backend>| b.supports(op, metas);
+        let supported = |b: &Arc<dyn Backend>| !self.is_lost(b.device()) && b.supports(op, metas);
         if let Some(d) = self.config.preferred_device {
             if let Some(b) = self.backend(d) {
                 if supported(b) {
@@ -618,16 +767,7 @@ impl Executor {
                 }
             }
         }
-        // The device holding most input bytes, if not the CPU.
-        let mut resident: Option<(Device, usize)> = None;
-        for i in inputs {
-            let d = i.buffer.device();
-            let bytes = i.buffer.len() * i.buffer.dtype().size_in_bytes();
-            if !d.is_cpu() && resident.is_none_or(|(_, b)| bytes > b) {
-                resident = Some((d, bytes));
-            }
-        }
-        if let Some((d, _)) = resident {
+        if let Some(d) = resident_device(inputs) {
             if let Some(b) = self.backend(d) {
                 if supported(b) {
                     push(b, "inputs already there".into(), &mut out);
@@ -642,7 +782,8 @@ impl Executor {
             let d = b.device();
             if !supported(b) {
                 if tracing {
-                    skipped.push(format!("{d} lacks it"));
+                    let why = if self.is_lost(d) { "lost" } else { "lacks it" };
+                    skipped.push(format!("{d} {why}"));
                 }
                 continue;
             }
@@ -664,6 +805,32 @@ impl Executor {
             push(b, reason, &mut out);
         }
         out
+    }
+}
+
+/// The device holding most input bytes, if not the CPU.
+fn resident_device(inputs: &[Operand]) -> Option<Device> {
+    let mut resident: Option<(Device, usize)> = None;
+    for i in inputs {
+        let d = i.buffer.device();
+        let bytes = i.buffer.len() * i.buffer.dtype().size_in_bytes();
+        if !d.is_cpu() && resident.is_none_or(|(_, b)| bytes > b) {
+            resident = Some((d, bytes));
+        }
+    }
+    resident.map(|(d, _)| d)
+}
+
+/// The metadata of a step's value, given the fused op's inputs and the
+/// outputs of the steps before.
+fn step_value<'a>(
+    v: &crate::op::StepValue,
+    inputs: &'a [TensorMeta],
+    steps: &'a [Vec<TensorMeta>],
+) -> Option<&'a TensorMeta> {
+    match *v {
+        crate::op::StepValue::Input(i) => inputs.get(i),
+        crate::op::StepValue::Output { step, index } => steps.get(step)?.get(index),
     }
 }
 

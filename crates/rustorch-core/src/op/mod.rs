@@ -4,8 +4,10 @@
 //! Output shapes and dtypes are computed once, here, for every backend
 //! (`infer_outputs`), so a backend only ever sees validated inputs.
 
+mod decompose;
 mod infer;
 
+pub use decompose::{Decomposition, Step, StepValue};
 pub use infer::infer_outputs;
 
 use crate::dtype::DType;
@@ -227,6 +229,26 @@ pub enum GateActivation {
     GeGlu,
 }
 
+/// How llama.cpp's CPU build would run an op, which the CPU backend needs
+/// to reproduce its arithmetic bit for bit; every other backend ignores it
+/// (it never changes an op's meaning, only the rounding order on the CPU).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct CpuHints {
+    /// `QMatMul`: the weight is also looked up by row (a tied token
+    /// embedding); llama.cpp keeps such a weight in its plain CPU buffer,
+    /// so its products take the plain order, never a repacked or AMX one.
+    pub plain_weight_order: bool,
+    /// `FlashAttention`: query rows `0..tiled_rows` take GGML's tiled path
+    /// (they belong to a llama.cpp micro-batch of at least 64 positions),
+    /// the rest its one-row path.
+    pub tiled_rows: u32,
+    /// `FlashAttention`: one query row over a llama.cpp cache of
+    /// `kv_len >= 512` positions takes its split-keys path with `threads`
+    /// chunks.
+    pub kv_len: u32,
+    pub threads: u32,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
     /// Strided input to contiguous output, same dtype.
@@ -279,10 +301,8 @@ pub enum Op {
     /// of k values of `qtype`. Output f32 [.., n].
     QMatMul {
         qtype: QType,
-        /// The weight is also looked up by row (a tied token embedding):
-        /// llama.cpp keeps such a weight in its plain CPU buffer, so its
-        /// products take the plain order, never a repacked or AMX one.
-        lookup_table: bool,
+        /// Reads `plain_weight_order`.
+        cpu: CpuHints,
     },
     /// Several `QMatMul`s of one activation: `x @ w_i^T` for each weight,
     /// with the activations quantized once per dot type instead of once per
@@ -371,19 +391,14 @@ pub enum Op {
     },
     /// Attention over an f16 key/value cache with llama.cpp's CPU flash
     /// attention (`ggml_flash_attn_ext`, its default): the paths and
-    /// roundings of `cpu::ggml::flash_attn`. Inputs: q f32 [Hq, T, D], k f16
+    /// roundings of the CPU backend's `ggml::flash_attn`, chosen by
+    /// `cpu.{tiled_rows, kv_len, threads}`. Inputs: q f32 [Hq, T, D], k f16
     /// [Hkv, L, D], v f16 [Hkv, L, Dv] (values as rows, llama.cpp's cache
-    /// layout with flash attention), mask f32 [T, L] (0 or -inf). Query rows
-    /// `0..tiled_rows` take GGML's tiled path (they belong to a llama.cpp
-    /// micro-batch of at least 64 positions), the rest its one-row path;
-    /// one query row over a llama.cpp cache of `kv_len >= 512` positions
-    /// takes its split-keys path with `threads` chunks. Output f32
-    /// [Hq, T, Dv].
+    /// layout with flash attention), mask f32 [T, L] (0 or -inf). Output
+    /// f32 [Hq, T, Dv].
     FlashAttention {
         scale: f32,
-        tiled_rows: u32,
-        kv_len: u32,
-        threads: u32,
+        cpu: CpuHints,
     },
     /// `silu(x) * g` with GGML's arithmetic (`ggml_swiglu`), row by row over
     /// the last dim. Inputs: x, g f32 of one shape.

@@ -184,9 +184,12 @@ impl Tensor {
     ) -> Result<Tensor> {
         let op = Op::FlashAttention {
             scale,
-            tiled_rows: u32::try_from(llama.tiled_rows).unwrap_or(u32::MAX),
-            kv_len: u32::try_from(llama.kv_len).unwrap_or(u32::MAX),
-            threads: u32::try_from(llama.threads).unwrap_or(u32::MAX),
+            cpu: crate::op::CpuHints {
+                tiled_rows: u32::try_from(llama.tiled_rows).unwrap_or(u32::MAX),
+                kv_len: u32::try_from(llama.kv_len).unwrap_or(u32::MAX),
+                threads: u32::try_from(llama.threads).unwrap_or(u32::MAX),
+                ..Default::default()
+            },
         };
         q.run1(&op, &[q, k, v, mask])
     }

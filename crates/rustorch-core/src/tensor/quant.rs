@@ -69,14 +69,17 @@ impl QWeight {
     /// do, which gives the same bits as the plain layout). Such a weight
     /// can be multiplied on that device only: it has no rows to look up
     /// and no plain bytes to move.
-    pub fn for_matmul_on(
+    /// The bytes may be borrowed (from a memory-mapped file: a device
+    /// copies them from there) or owned (the CPU keeps them).
+    pub fn for_matmul_on<'a>(
         exec: &Arc<Executor>,
         device: Device,
         qtype: QType,
         rows: usize,
         cols: usize,
-        bytes: Vec<u8>,
+        bytes: impl Into<std::borrow::Cow<'a, [u8]>>,
     ) -> Result<QWeight> {
+        let bytes = bytes.into();
         let row_bytes = check_bytes(qtype, rows, cols, bytes.len())?;
         let spec = WeightSpec {
             qtype,
@@ -162,7 +165,10 @@ impl Tensor {
     pub fn qmatmul(&self, w: &QWeight) -> Result<Tensor> {
         let op = Op::QMatMul {
             qtype: w.qtype,
-            lookup_table: w.lookup_table,
+            cpu: crate::op::CpuHints {
+                plain_weight_order: w.lookup_table,
+                ..Default::default()
+            },
         };
         self.run1(&op, &[self, &w.data])
     }

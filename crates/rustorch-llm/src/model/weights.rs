@@ -86,7 +86,7 @@ impl Loader<'_> {
         let qtype = info.qtype();
         let product = Op::QMatMul {
             qtype,
-            lookup_table: false,
+            cpu: Default::default(),
         };
         let metas = [
             TensorMeta::new([1, cols], DType::F32),

@@ -88,9 +88,12 @@ fn run(c: &Case, p: FlashParams) -> Vec<f32> {
 fn run_rounding(c: &Case, p: FlashParams, half: GgmlHalf) -> Vec<f32> {
     let op = Op::FlashAttention {
         scale: p.scale,
-        tiled_rows: p.tiled_rows as u32,
-        kv_len: p.kv_len as u32,
-        threads: p.threads as u32,
+        cpu: rustorch_core::op::CpuHints {
+            tiled_rows: p.tiled_rows as u32,
+            kv_len: p.kv_len as u32,
+            threads: p.threads as u32,
+            ..Default::default()
+        },
     };
     let stores = [
         CpuStorage::from_vec(c.q.clone()),
