@@ -25,7 +25,7 @@ import numpy as np
 from cpu_record import cpu_record
 
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "crates/rustorch-core/tests/fixtures/ggml_matmul"
+OUT = ROOT / "crates/rustorch-conformance/fixtures/ggml_matmul"
 LIB = Path("/root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/llama_cpp/lib")
 
 # GGML type ids (ggml.h enum ggml_type) and names as rustorch spells them.

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Write fixtures of llama.cpp's attention and SwiGLU, computed inside a real model.
 
-tests/ggml_ops.rs (rustorch-core) feeds llama.cpp's own inputs to `Tensor::cached_attention`
+src/suites/ggml_ops.rs (rustorch-conformance) feeds llama.cpp's own inputs to `Tensor::cached_attention`
 and `Tensor::swiglu` and requires llama.cpp's outputs bit for bit. The tensors come from the
 graph callbacks of llama-cpp-python 0.3.36 (tools/llamacpp_dump.py explains the mechanism;
 settings as tools/gen_llamacpp_fixtures.py: n_ctx 512, 2 threads, no flash attention, F16 cache)
@@ -13,7 +13,7 @@ single tokens).
     python3 tools/gen_ggml_ops_fixtures.py "$RUSTORCH_SMOLLM2_GGUF" "$RUSTORCH_GEMMA3_GGUF"
 
 For layers LAYERS of the model and each evaluation, it writes into
-crates/rustorch-core/tests/fixtures/ggml_ops/ little-endian f32 files, listed with their
+crates/rustorch-conformance/fixtures/ggml_ops/ little-endian f32 files, listed with their
 shapes (numpy order) in index.json:
   e<i>-l<layer>-q_pre.bin    Qcur before RoPE          [T, Hq, D]  (also k_pre)
   e<i>-l<layer>-q.bin        Qcur after RoPE           [T, Hq, D]
@@ -41,8 +41,8 @@ from llamacpp_dump import GgmlTensor, read_tensor  # noqa: E402
 LAYERS = [0, 7]
 PROMPT = "The quick brown fox jumps over the lazy dog. Then"
 DECODE = 2
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "crates", "rustorch-core",
-                   "tests", "fixtures", "ggml_ops")
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "crates", "rustorch-conformance",
+                   "fixtures", "ggml_ops")
 
 
 def capture(model, wanted, prompt, decode):

@@ -5,8 +5,8 @@ usage: python3 tools/gen_torch_fixtures.py [FAMILY ...]
 
 Each family is a module tools/torch_fixtures/FAMILY.py with a `cases()`
 function. Its cases are written to
-crates/rustorch-core/tests/fixtures/torch/FAMILY.json, which is committed;
-the Rust tests in crates/rustorch-core/tests/torch_FAMILY.rs replay them.
+crates/rustorch-conformance/fixtures/torch/FAMILY.json, which is committed;
+the conformance suites in crates/rustorch-conformance/src/suites/torch_FAMILY.rs replay them.
 Needs the `torch` package (the CPU build is enough). Inputs come from a
 seeded generator, so re-running gives the same files for the same torch.
 """
@@ -19,7 +19,7 @@ import sys
 import torch
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-OUT = ROOT / "crates" / "rustorch-core" / "tests" / "fixtures" / "torch"
+OUT = ROOT / "crates" / "rustorch-conformance" / "fixtures" / "torch"
 sys.path.insert(0, str(ROOT / "tools"))
 
 

@@ -182,9 +182,19 @@ impl Tensor {
         Self::from_storage(CpuStorage::from_f64_iter(dtype, vals.into_iter()), shape)
     }
 
-    /// Creates on the CPU, then moves to `device`.
+    /// Zeros made on `device` by its backend (`Backend::alloc_zeroed`),
+    /// under the global executor.
     pub fn zeros_on(shape: impl Into<Shape>, dtype: DType, device: Device) -> Result<Tensor> {
-        Tensor::zeros(shape, dtype)?.to_device(device)
+        Self::zeros_in(&Executor::global(), shape, dtype, device)
+    }
+
+    /// Zeros made on `device` by `exec`'s backend for it: a KV cache or an
+    /// accumulator is never built on the host and copied over.
+    pub fn zeros_in(exec: &Arc<Executor>, shape: impl Into<Shape>, dtype: DType, device: Device) -> Result<Tensor> {
+        let shape = shape.into();
+        let n = checked_numel("zeros", &shape, dtype)?;
+        let buffer = exec.alloc_zeroed(device, dtype, n)?;
+        Ok(Tensor::from_parts(buffer, Layout::contiguous(shape), exec.clone()))
     }
 }
 

@@ -65,12 +65,12 @@ mod tests {
     }
 
     /// Our tables and `Tensor::rope` against llama.cpp's RoPE outputs inside
-    /// SmolLM2 (fixtures in rustorch-core/tests/fixtures/ggml_ops, written
+    /// SmolLM2 (fixtures in rustorch-conformance/fixtures/ggml_ops, written
     /// by tools/gen_ggml_ops_fixtures.py): bit for bit, for the prompt batch
     /// and two single tokens at later positions, layers 0 and 7.
     #[test]
     fn rope_equals_llamacpp() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../rustorch-core/tests/fixtures/ggml_ops");
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../rustorch-conformance/fixtures/ggml_ops");
         let index: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(dir.join("index.json")).unwrap()).unwrap();
         let load = |name: &str| -> Vec<f32> {

@@ -1,11 +1,13 @@
 //! Loading PyTorch fixtures and comparing tensors with them.
 //!
-//! Fixtures are written by tools/gen_torch_fixtures.py; see that script for
-//! the format. Tolerances are per dtype and explained in `Tol::for_dtype`.
+//! Fixtures are written by tools/gen_torch_fixtures.py into fixtures/torch/; see that script for
+//! the format. Tolerances are per dtype and explained in `fixture_tol`; the target's own
+//! tolerance (its distance from the CPU) is added to them.
 #![allow(dead_code)]
 
-use rustorch_core::{DType, Tensor, C64};
-use rustorch_cpu::CpuStorage;
+use crate::Target;
+pub use crate::Tol;
+use rustorch_core::{CpuStorage, DType, Tensor, C64};
 use serde_json::Value;
 
 pub struct FixtureTensor {
@@ -23,9 +25,9 @@ pub struct Case {
 }
 
 impl Case {
-    /// Input `i` as a tensor under the default executor.
-    pub fn input(&self, i: usize) -> Tensor {
-        self.inputs[i].to_tensor()
+    /// Input `i` as a tensor on the target.
+    pub fn input(&self, tg: &Target, i: usize) -> Tensor {
+        self.inputs[i].to_tensor(tg)
     }
 
     pub fn arg_f64(&self, key: &str) -> f64 {
@@ -88,7 +90,8 @@ fn parse_tensor(v: &Value) -> FixtureTensor {
 }
 
 impl FixtureTensor {
-    pub fn to_tensor(&self) -> Tensor {
+    /// The fixture's values on the target.
+    pub fn to_tensor(&self, tg: &Target) -> Tensor {
         let storage = if self.dtype == DType::C64 {
             CpuStorage::C64(
                 self.data
@@ -102,13 +105,13 @@ impl FixtureTensor {
         } else {
             CpuStorage::from_f64_iter(self.dtype, self.data.iter().copied())
         };
-        Tensor::from_storage(storage, self.shape.clone()).expect("fixture tensor")
+        tg.tensor(storage, self.shape.clone())
     }
 }
 
-/// Loads tests/fixtures/torch/FAMILY.json.
+/// Loads fixtures/torch/FAMILY.json.
 pub fn load(family: &str) -> Vec<Case> {
-    let path = format!("{}/tests/fixtures/torch/{family}.json", env!("CARGO_MANIFEST_DIR"));
+    let path = format!("{}/fixtures/torch/{family}.json", env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {path}: {e}"));
     let doc: Value = serde_json::from_str(&text).expect("fixture JSON");
     doc["cases"]
@@ -134,47 +137,36 @@ pub fn load(family: &str) -> Vec<Case> {
         .collect()
 }
 
-#[derive(Clone, Copy, Debug)]
-pub struct Tol {
-    pub atol: f64,
-    pub rtol: f64,
-}
-
-impl Tol {
-    /// Default tolerance per dtype, |got - want| <= atol + rtol * |want|:
-    /// - integers and bools are exact;
-    /// - f64: 1e-10, room for a different summation order;
-    /// - f32: 1e-5 relative (~80 ulp), room for SIMD accumulation orders
-    ///   and polynomial exp/tanh that differ from PyTorch's SLEEF by a few ulp;
-    /// - f16: 2e-3 (2 ulp at 2^-10 spacing): both compute in f32 and round
-    ///   once, but intermediate roundings may differ by one ulp;
-    /// - bf16: 1.6e-2 (2 ulp at 2^-7 spacing), same reasoning.
-    pub fn for_dtype(d: DType) -> Tol {
-        match d {
-            DType::Bool | DType::U8 | DType::I32 | DType::I64 => Tol { atol: 0.0, rtol: 0.0 },
-            DType::F64 => Tol {
-                atol: 1e-10,
-                rtol: 1e-10,
-            },
-            DType::F32 | DType::C64 => Tol { atol: 1e-5, rtol: 1e-5 },
-            DType::F16 => Tol { atol: 1e-3, rtol: 2e-3 },
-            DType::BF16 => Tol {
-                atol: 8e-3,
-                rtol: 1.6e-2,
-            },
-        }
-    }
-
-    pub fn scaled(self, k: f64) -> Tol {
-        Tol {
-            atol: self.atol * k,
-            rtol: self.rtol * k,
-        }
+/// Default tolerance per dtype, |got - want| <= atol + rtol * |want|:
+/// - integers and bools are exact;
+/// - f64: 1e-10, room for a different summation order;
+/// - f32: 1e-5 relative (~80 ulp), room for SIMD accumulation orders
+///   and polynomial exp/tanh that differ from PyTorch's SLEEF by a few ulp;
+/// - f16: 2e-3 (2 ulp at 2^-10 spacing): both compute in f32 and round
+///   once, but intermediate roundings may differ by one ulp;
+/// - bf16: 1.6e-2 (2 ulp at 2^-7 spacing), same reasoning.
+pub fn fixture_tol(d: DType) -> Tol {
+    match d {
+        DType::Bool | DType::U8 | DType::I32 | DType::I64 => Tol { atol: 0.0, rtol: 0.0 },
+        DType::F64 => Tol {
+            atol: 1e-10,
+            rtol: 1e-10,
+        },
+        DType::F32 | DType::C64 => Tol { atol: 1e-5, rtol: 1e-5 },
+        DType::F16 => Tol { atol: 1e-3, rtol: 2e-3 },
+        DType::BF16 => Tol {
+            atol: 8e-3,
+            rtol: 1.6e-2,
+        },
     }
 }
 
-/// Compares a tensor with a fixture; panics naming the case and the worst element.
-pub fn assert_close(case: &str, got: &Tensor, want: &FixtureTensor, tol: Tol) {
+/// Compares a tensor with a fixture within `tol` plus the target's tolerance, after checking that
+/// it was computed on the target; panics naming the case and the worst element.
+pub fn assert_close(tg: &Target, case: &str, got: &Tensor, want: &FixtureTensor, tol: Tol) {
+    tg.check_ran_here(case, Some(got));
+    tg.count_fixture_check();
+    let tol = tol.plus(tg.tol(case, want.dtype));
     assert_eq!(got.dtype(), want.dtype, "{case}: dtype");
     assert_eq!(got.dims(), want.shape.as_slice(), "{case}: shape");
     let got_v: Vec<f64> = if got.dtype() == DType::C64 {
@@ -189,14 +181,7 @@ pub fn assert_close(case: &str, got: &Tensor, want: &FixtureTensor, tol: Tol) {
     assert_eq!(got_v.len(), want.data.len(), "{case}: element count");
     let mut worst: Option<(usize, f64)> = None;
     for (i, (&g, &w)) in got_v.iter().zip(&want.data).enumerate() {
-        let ok = if w.is_nan() {
-            g.is_nan()
-        } else if w.is_infinite() {
-            g == w
-        } else {
-            (g - w).abs() <= tol.atol + tol.rtol * w.abs()
-        };
-        if !ok {
+        if !tol.accepts(g, w) {
             let excess = (g - w).abs() - (tol.atol + tol.rtol * w.abs());
             if worst.is_none_or(|(_, e)| excess > e || excess.is_nan()) {
                 worst = Some((i, excess));
@@ -212,7 +197,7 @@ pub fn assert_close(case: &str, got: &Tensor, want: &FixtureTensor, tol: Tol) {
 }
 
 /// Compares with the dtype's default tolerance.
-pub fn assert_matches(case: &Case, out_index: usize, got: &Tensor) {
+pub fn assert_matches(tg: &Target, case: &Case, out_index: usize, got: &Tensor) {
     let want = &case.outputs[out_index];
-    assert_close(&case.name, got, want, Tol::for_dtype(want.dtype));
+    assert_close(tg, &case.name, got, want, fixture_tol(want.dtype));
 }

@@ -1,10 +1,7 @@
 //! Matrix products against PyTorch (fixtures from tools/torch_fixtures/linalg.py).
 
-// Ops run on the CPU backend, which registers itself once linked.
-use rustorch_cpu as _;
-mod common;
-
-use common::{load, Case};
+use super::torch_common::{load, Case};
+use crate::{Case as Check, Target};
 use rustorch_core::{DType, Tensor};
 use serde_json::Value;
 
@@ -32,17 +29,19 @@ fn apply_views(mut t: Tensor, spec: &Value) -> Tensor {
     t
 }
 
-fn operands(c: &Case) -> (Tensor, Tensor) {
+fn operands(tg: &Target, c: &Case) -> (Tensor, Tensor) {
     let views = &c.args["views"];
-    (apply_views(c.input(0), &views[0]), apply_views(c.input(1), &views[1]))
+    (
+        apply_views(c.input(tg, 0), &views[0]),
+        apply_views(c.input(tg, 1), &views[1]),
+    )
 }
 
-#[test]
-fn matmul_matches_torch() {
+pub fn matmul_matches_torch(tg: &Target) {
     let cases = load("linalg");
     assert!(cases.len() > 50);
     for c in &cases {
-        let (a, b) = operands(c);
+        let (a, b) = operands(tg, c);
         let got = match c.arg_str("op") {
             "matmul" => a.matmul(&b),
             "mm" => a.mm(&b),
@@ -50,35 +49,33 @@ fn matmul_matches_torch() {
             op => panic!("unknown op {op}"),
         }
         .unwrap_or_else(|e| panic!("{}: {e}", c.name));
-        common::assert_matches(c, 0, &got);
+        super::torch_common::assert_matches(tg, c, 0, &got);
     }
 }
 
-#[test]
-fn views_are_really_strided() {
+pub fn views_are_really_strided(tg: &Target) {
     // Guards the fixtures: the view cases must reach the kernel as strided
     // layouts, not as contiguous copies.
     let cases = load("linalg");
     let c = cases.iter().find(|c| c.name == "transposed_f32").expect("case");
-    let (a, b) = operands(c);
+    let (a, b) = operands(tg, c);
     assert!(!a.is_contiguous() && !b.is_contiguous());
     let c = cases.iter().find(|c| c.name == "expanded_rhs_f32").expect("case");
-    assert_eq!(operands(c).1.strides()[0], 0);
+    assert_eq!(operands(tg, c).1.strides()[0], 0);
 }
 
-#[test]
-fn bad_shapes_are_errors() {
-    let t = |s: &[usize]| Tensor::zeros(s.to_vec(), DType::F32).unwrap();
+pub fn bad_shapes_are_errors(tg: &Target) {
+    let t = |s: &[usize]| tg.zeros(s.to_vec(), DType::F32).unwrap();
     assert!(t(&[3, 4]).matmul(&t(&[5, 2])).is_err(), "inner mismatch");
     assert!(t(&[4]).matmul(&t(&[5])).is_err(), "dot length mismatch");
     assert!(t(&[2, 3, 4]).matmul(&t(&[3, 4, 5])).is_err(), "batch mismatch");
-    assert!(Tensor::scalar(1.0f32).matmul(&t(&[1, 1])).is_err(), "0-D operand");
+    assert!(tg.scalar(1.0f32).matmul(&t(&[1, 1])).is_err(), "0-D operand");
     assert!(t(&[2, 3, 4]).mm(&t(&[4, 5])).is_err(), "mm needs 2-D");
     assert!(t(&[2, 3, 4]).bmm(&t(&[4, 5])).is_err(), "bmm needs 3-D");
     assert!(t(&[2, 3, 4]).bmm(&t(&[1, 4, 5])).is_err(), "bmm does not broadcast");
-    let i = Tensor::zeros([2, 2], DType::I64).unwrap();
+    let i = tg.zeros([2, 2], DType::I64).unwrap();
     assert!(i.matmul(&i).is_err(), "integer matmul");
-    let h = Tensor::zeros([2, 2], DType::F16).unwrap();
+    let h = tg.zeros([2, 2], DType::F16).unwrap();
     assert!(t(&[2, 2]).matmul(&h).is_err(), "mixed dtypes");
 }
 
@@ -102,18 +99,17 @@ fn reference(a: &[f32], b: &[f32], batch: usize, m: usize, k: usize, n: usize, b
     out
 }
 
-#[test]
-fn large_products_match_reference() {
+pub fn large_products_match_reference(tg: &Target) {
     for &(batch, m, k, n, shared) in &[
         (1, 130, 150, 140, false),
         (64, 12, 40, 16, false),
         (6, 50, 70, 30, true),
     ] {
-        let a = Tensor::randn([batch, m, k], DType::F32, 7).unwrap();
+        let a = tg.randn([batch, m, k], DType::F32, 7).unwrap();
         let b = if shared {
-            Tensor::randn([k, n], DType::F32, 8).unwrap()
+            tg.randn([k, n], DType::F32, 8).unwrap()
         } else {
-            Tensor::randn([batch, k, n], DType::F32, 8).unwrap()
+            tg.randn([batch, k, n], DType::F32, 8).unwrap()
         };
         let got = a.matmul(&b).unwrap().to_vec::<f32>().unwrap();
         let want = reference(&a.to_vec().unwrap(), &b.to_vec().unwrap(), batch, m, k, n, shared);
@@ -125,3 +121,11 @@ fn large_products_match_reference() {
         }
     }
 }
+
+/// The checks of this group, in file order.
+pub const CASES: &[Check] = &[
+    ("matmul_matches_torch", matmul_matches_torch),
+    ("views_are_really_strided", views_are_really_strided),
+    ("bad_shapes_are_errors", bad_shapes_are_errors),
+    ("large_products_match_reference", large_products_match_reference),
+];

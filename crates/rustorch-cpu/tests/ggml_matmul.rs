@@ -1,5 +1,7 @@
-//! `quant::matmul` against llama.cpp itself: every fixture in
-//! tests/fixtures/ggml_matmul/ holds weights quantized by llama.cpp, and
+//! The CPU's quantized-matmul kernels (`qmatmul`, at every instruction-set level) against
+//! llama.cpp itself: every fixture in
+//! rustorch-conformance/fixtures/ggml_matmul/ (shared with the conformance suite, which checks
+//! `Op::QMatMul` on any backend against them) holds weights quantized by llama.cpp, and
 //! what llama.cpp 0.3.36's CPU backend computed for `ggml_mul_mat` with
 //! them (2 threads, weights in the buffer type its model loader picks, so
 //! repacked where llama.cpp repacks) for several activation row counts m,
@@ -21,7 +23,7 @@ use rustorch_core::quant::QType;
 use rustorch_cpu::qmatmul::{self, Isa, QMatRef, QuantizedRows};
 use std::path::{Path, PathBuf};
 
-#[path = "common/fixture_cpu.rs"]
+#[path = "../../rustorch-core/tests/common/fixture_cpu.rs"]
 mod fixture_cpu;
 
 /// Row counts the fixtures hold results for, in file order
@@ -37,7 +39,7 @@ const PENDING: &[&str] = &[];
 const REPACK_DONE: &[&str] = &["Q4_0", "IQ4_NL", "Q4_K", "Q2_K"];
 
 fn dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/ggml_matmul")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../rustorch-conformance/fixtures/ggml_matmul")
 }
 
 struct Fixture {
@@ -63,7 +65,7 @@ fn f32s(b: &[u8]) -> Vec<f32> {
 fn load_all() -> Vec<Fixture> {
     let cpu = std::fs::read_to_string(dir().join("cpu.json")).expect("the fixtures' cpu.json");
     let cpu = serde_json::from_str(&cpu).expect("cpu.json is JSON");
-    fixture_cpu::note_if_other_cpu("rustorch-core's ggml_matmul fixtures", &cpu);
+    fixture_cpu::note_if_other_cpu("rustorch-conformance's ggml_matmul fixtures", &cpu);
     let mut names: Vec<_> = std::fs::read_dir(dir())
         .expect("fixture directory")
         .map(|e| e.unwrap().file_name().into_string().unwrap())

@@ -2,17 +2,15 @@
 //! (fixtures from tools/torch_fixtures/reduce.py), plus error handling and
 //! properties that fixtures cannot hold (very large inputs, accuracy).
 
-mod common;
-
-use common::{assert_close, load, Case, Tol};
-use rustorch_core::op::ReduceOp;
-use rustorch_core::{DType, Layout, Op, Result, Tensor, TensorMeta};
-use rustorch_cpu::{CpuBackend, CpuInput, CpuStorage};
+use super::torch_common::{assert_close, fixture_tol, load, Case};
+use crate::{Case as Check, Target};
+use rustorch_core::CpuStorage;
+use rustorch_core::{DType, Result, Tensor};
 use serde_json::Value;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// Rebuilds a generated input: element i is ((i * mul) % mod - off) / div.
-fn gen_input(spec: &Value) -> Tensor {
+fn gen_input(tg: &Target, spec: &Value) -> Tensor {
     let shape: Vec<usize> = spec["shape"]
         .as_array()
         .unwrap()
@@ -24,7 +22,7 @@ fn gen_input(spec: &Value) -> Tensor {
     let (mul, m, off, div) = (g("mul"), g("mod"), g("off"), g("div"));
     let n: usize = shape.iter().product();
     let it = (0..n as i64).map(|i| ((i * mul) % m - off) as f64 / div as f64);
-    Tensor::from_storage(CpuStorage::from_f64_iter(dtype, it), shape).unwrap()
+    tg.tensor(CpuStorage::from_f64_iter(dtype, it), shape)
 }
 
 fn ints(v: &Value) -> Vec<isize> {
@@ -36,11 +34,11 @@ fn ints(v: &Value) -> Vec<isize> {
 }
 
 /// The case's input with its views applied, as the Python side did.
-fn input(c: &Case) -> Tensor {
+fn input(tg: &Target, c: &Case) -> Tensor {
     let mut x = if c.has_arg("gen") {
-        gen_input(&c.args["gen"])
+        gen_input(tg, &c.args["gen"])
     } else {
-        c.input(0)
+        c.input(tg, 0)
     };
     for v in c.args["views"].as_array().into_iter().flatten() {
         let v = v.as_array().unwrap();
@@ -92,7 +90,7 @@ fn subsample(t: &Tensor, stride: usize) -> Tensor {
 }
 
 /// Runs every case whose op is in `ops`; reports all failures at once.
-fn check(ops: &[&str]) {
+fn check(tg: &Target, ops: &[&str]) {
     let cases: Vec<Case> = load("reduce")
         .into_iter()
         .filter(|c| ops.contains(&c.arg_str("op")))
@@ -101,7 +99,7 @@ fn check(ops: &[&str]) {
     let mut failures = Vec::new();
     for c in &cases {
         let r = catch_unwind(AssertUnwindSafe(|| {
-            let x = input(c);
+            let x = input(tg, c);
             let outs = run(c, &x).unwrap_or_else(|e| panic!("{}: {e}", c.name));
             assert_eq!(outs.len(), c.outputs.len(), "{}: output count", c.name);
             for (i, (got, want)) in outs.iter().zip(&c.outputs).enumerate() {
@@ -111,10 +109,11 @@ fn check(ops: &[&str]) {
                     got.clone()
                 };
                 assert_close(
+                    tg,
                     &format!("{} (output {i})", c.name),
                     &got,
                     want,
-                    Tol::for_dtype(want.dtype),
+                    fixture_tol(want.dtype),
                 );
             }
         }));
@@ -135,43 +134,36 @@ fn check(ops: &[&str]) {
     );
 }
 
-#[test]
-fn sum_mean_max_min_prod() {
-    check(&["sum", "mean", "max", "min", "prod"]);
+pub fn sum_mean_max_min_prod(tg: &Target) {
+    check(tg, &["sum", "mean", "max", "min", "prod"]);
 }
 
-#[test]
-fn var_std() {
-    check(&["var", "std"]);
+pub fn var_std(tg: &Target) {
+    check(tg, &["var", "std"]);
 }
 
-#[test]
-fn argmax_argmin() {
-    check(&["argmax", "argmin"]);
+pub fn argmax_argmin(tg: &Target) {
+    check(tg, &["argmax", "argmin"]);
 }
 
-#[test]
-fn softmax_log_softmax() {
-    check(&["softmax", "log_softmax"]);
+pub fn softmax_log_softmax(tg: &Target) {
+    check(tg, &["softmax", "log_softmax"]);
 }
 
-#[test]
-fn cumsum() {
-    check(&["cumsum"]);
+pub fn cumsum(tg: &Target) {
+    check(tg, &["cumsum"]);
 }
 
-#[test]
-fn sort_topk() {
-    check(&["sort", "topk"]);
+pub fn sort_topk(tg: &Target) {
+    check(tg, &["sort", "topk"]);
 }
 
-fn t(v: Vec<f32>, shape: &[usize]) -> Tensor {
-    Tensor::from_vec(v, shape.to_vec()).unwrap()
+fn t(tg: &Target, v: Vec<f32>, shape: &[usize]) -> Tensor {
+    tg.from_vec(v, shape.to_vec()).unwrap()
 }
 
-#[test]
-fn invalid_input_is_an_error() {
-    let x = t((0..10).map(|i| i as f32).collect(), &[2, 5]);
+pub fn invalid_input_is_an_error(tg: &Target) {
+    let x = t(tg, (0..10).map(|i| i as f32).collect(), &[2, 5]);
     assert!(x.sum(&[2], false).is_err());
     assert!(x.sum(&[-3], false).is_err());
     assert!(x.sum(&[1, 1], false).is_err());
@@ -189,21 +181,21 @@ fn invalid_input_is_an_error() {
     assert!(x.topk(1, 2, true).is_err());
     assert!(x.topk(2, 1, true).is_ok());
     // dtypes without a meaning for the op
-    let i = Tensor::from_vec(vec![1i64, 2, 3], [3]).unwrap();
+    let i = tg.from_vec(vec![1i64, 2, 3], [3]).unwrap();
     assert!(i.mean_all().is_err());
     assert!(i.var(&[], 1, false).is_err());
     assert!(i.softmax(0).is_err());
-    let c = Tensor::from_vec(vec![rustorch_core::C64::new(1.0, 2.0)], [1]).unwrap();
+    let c = tg.from_vec(vec![rustorch_core::C64::new(1.0, 2.0)], [1]).unwrap();
     assert!(c.max_all().is_err());
     assert!(c.sort(0, false).is_err());
     // max, min and argmax of nothing
-    let e = Tensor::zeros([0, 3], DType::F32).unwrap();
+    let e = tg.zeros([0, 3], DType::F32).unwrap();
     assert!(e.max(&[0], false).is_err());
     assert!(e.min_all().is_err());
     assert!(e.argmax(0, false).is_err());
     assert!(e.sum(&[0], false).is_ok());
     // 0-d tensors take dim 0 or -1 only
-    let s = Tensor::scalar(2.0f32);
+    let s = tg.scalar(2.0f32);
     assert!(s.softmax(1).is_err());
     assert!(s.argmax(-2, false).is_err());
     assert_eq!(s.cumsum(-1).unwrap().to_vec::<f32>().unwrap(), vec![2.0]);
@@ -211,58 +203,9 @@ fn invalid_input_is_an_error() {
     assert!(s.sum(&[1], false).is_err());
 }
 
-/// The kernels themselves reject what validation would have caught, so a
-/// backend caller that skips `infer_outputs` gets an error, not a panic.
-#[test]
-fn kernels_reject_bad_ops_without_panicking() {
-    let storage = CpuStorage::F32((0..6).map(|i| i as f32).collect());
-    let layout = Layout::contiguous([2, 3]);
-    let input = [CpuInput {
-        storage: &storage,
-        layout: &layout,
-    }];
-    let out = [TensorMeta::new([2, 3], DType::F32)];
-    let two = [TensorMeta::new([2, 3], DType::F32), TensorMeta::new([2, 3], DType::I64)];
-    assert!(CpuBackend::run(&Op::Softmax { dim: 2 }, &input, &out).is_err());
-    assert!(CpuBackend::run(&Op::Cumsum { dim: 9 }, &input, &out).is_err());
-    assert!(CpuBackend::run(
-        &Op::TopK {
-            k: 4,
-            dim: 1,
-            largest: true
-        },
-        &input,
-        &two
-    )
-    .is_err());
-    assert!(CpuBackend::run(
-        &Op::Sort {
-            dim: 3,
-            descending: false
-        },
-        &input,
-        &two
-    )
-    .is_err());
-    assert!(CpuBackend::run(&Op::Softmax { dim: 0 }, &input, &[]).is_err());
-    let ints = CpuStorage::I64(vec![1; 6]);
-    let input = [CpuInput {
-        storage: &ints,
-        layout: &layout,
-    }];
-    assert!(CpuBackend::run(&Op::Softmax { dim: 1 }, &input, &out).is_err());
-    let mean = Op::Reduce {
-        op: ReduceOp::Mean,
-        dims: vec![1],
-        keepdim: false,
-    };
-    assert!(CpuBackend::run(&mean, &input, &[TensorMeta::new([2], DType::F32)]).is_err());
-}
-
 /// f32 sums of a million values stay close to the exact sum (pairwise
 /// blocks of lane sums); a sequential f32 loop would be off by ~1e-4.
-#[test]
-fn long_f32_sums_are_accurate() {
+pub fn long_f32_sums_are_accurate(tg: &Target) {
     let n = 1 << 20;
     let mut state = 12345u64;
     let v: Vec<f32> = (0..n)
@@ -274,13 +217,13 @@ fn long_f32_sums_are_accurate() {
         })
         .collect();
     let exact: f64 = v.iter().map(|&x| x as f64).sum();
-    let x = t(v.clone(), &[n]);
+    let x = t(tg, v.clone(), &[n]);
     let got = x.sum_all().unwrap().to_scalar::<f32>().unwrap() as f64;
     assert!(((got - exact) / exact).abs() < 2e-7, "sum {got} vs exact {exact}");
     let mean = x.mean_all().unwrap().to_scalar::<f32>().unwrap() as f64;
     assert!(((mean - exact / n as f64) / (exact / n as f64)).abs() < 2e-7);
     // The same values as columns: the outer-reduction path.
-    let cols = t(v, &[n / 8, 8]).sum(&[0], false).unwrap().to_vec::<f32>().unwrap();
+    let cols = t(tg, v, &[n / 8, 8]).sum(&[0], false).unwrap().to_vec::<f32>().unwrap();
     let total: f64 = cols.iter().map(|&c| c as f64).sum();
     assert!(
         ((total - exact) / exact).abs() < 2e-7,
@@ -289,18 +232,17 @@ fn long_f32_sums_are_accurate() {
 }
 
 /// NaN and ties across the chunks that long rows are split into.
-#[test]
-fn long_rows_keep_first_index_and_nan() {
+pub fn long_rows_keep_first_index_and_nan(tg: &Target) {
     let n = 300_001;
     let mut v = vec![0f32; n];
     v[70_000] = 5.0;
     v[250_000] = 5.0;
-    let x = t(v.clone(), &[n]);
+    let x = t(tg, v.clone(), &[n]);
     assert_eq!(x.argmax(0, false).unwrap().to_scalar::<i64>().unwrap(), 70_000);
     assert_eq!(x.max_all().unwrap().to_scalar::<f32>().unwrap(), 5.0);
     v[200_000] = f32::NAN;
     v[290_000] = f32::NAN;
-    let x = t(v, &[n]);
+    let x = t(tg, v, &[n]);
     assert_eq!(x.argmax(0, false).unwrap().to_scalar::<i64>().unwrap(), 200_000);
     assert_eq!(x.argmin(0, false).unwrap().to_scalar::<i64>().unwrap(), 200_000);
     assert!(x.max_all().unwrap().to_scalar::<f32>().unwrap().is_nan());
@@ -312,16 +254,15 @@ fn long_rows_keep_first_index_and_nan() {
     w[5_000 * 4 + 2] = 9.0;
     w[15_000 * 4 + 2] = 9.0;
     w[12_000 * 4 + 1] = f32::NAN;
-    let idx = t(w, &[rows, 4]).argmax(0, false).unwrap().to_vec::<i64>().unwrap();
+    let idx = t(tg, w, &[rows, 4]).argmax(0, false).unwrap().to_vec::<i64>().unwrap();
     assert_eq!(idx, vec![0, 12_000, 5_000, 0]);
 }
 
 /// Stable sort and topk against a plain stable sort, on data with ties.
-#[test]
-fn sort_matches_a_stable_reference() {
+pub fn sort_matches_a_stable_reference(tg: &Target) {
     let (rows, len) = (37, 513);
     let v: Vec<f32> = (0..rows * len).map(|i| ((i * 7919) % 23) as f32 - 11.0).collect();
-    let x = t(v.clone(), &[rows, len]);
+    let x = t(tg, v.clone(), &[rows, len]);
     for desc in [false, true] {
         let (vals, idx) = x.sort(1, desc).unwrap();
         let (tv, ti) = x.topk(17, 1, desc).unwrap();
@@ -350,13 +291,12 @@ fn sort_matches_a_stable_reference() {
 
 /// Softmax rows sum to one and log_softmax is its log, on a large input
 /// that takes the parallel path; f16 agrees with f32 after rounding.
-#[test]
-fn softmax_properties_on_large_inputs() {
+pub fn softmax_properties_on_large_inputs(tg: &Target) {
     let (rows, len) = (256, 4099);
     let v: Vec<f32> = (0..rows * len)
         .map(|i| (((i * 37) % 1009) as f32 - 500.0) / 25.0)
         .collect();
-    let x = t(v, &[rows, len]);
+    let x = t(tg, v, &[rows, len]);
     let p = x.softmax(-1).unwrap();
     let sums = p.sum(&[-1], false).unwrap().to_vec::<f32>().unwrap();
     assert!(sums.iter().all(|s| (s - 1.0).abs() < 1e-5), "row sums {:?}", &sums[..4]);
@@ -384,3 +324,18 @@ fn softmax_properties_on_large_inputs() {
         assert!((a - b).abs() <= 1e-3 * b.abs() + 1e-7, "{a} vs {b}");
     }
 }
+
+/// The checks of this group, in file order.
+pub const CASES: &[Check] = &[
+    ("sum_mean_max_min_prod", sum_mean_max_min_prod),
+    ("var_std", var_std),
+    ("argmax_argmin", argmax_argmin),
+    ("softmax_log_softmax", softmax_log_softmax),
+    ("cumsum", cumsum),
+    ("sort_topk", sort_topk),
+    ("invalid_input_is_an_error", invalid_input_is_an_error),
+    ("long_f32_sums_are_accurate", long_f32_sums_are_accurate),
+    ("long_rows_keep_first_index_and_nan", long_rows_keep_first_index_and_nan),
+    ("sort_matches_a_stable_reference", sort_matches_a_stable_reference),
+    ("softmax_properties_on_large_inputs", softmax_properties_on_large_inputs),
+];

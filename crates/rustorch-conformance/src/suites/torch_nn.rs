@@ -2,11 +2,8 @@
 //! against PyTorch (tests/fixtures/torch/nn.json, from
 //! tools/torch_fixtures/nn.py), plus error cases and the parallel paths.
 
-// Ops run on the CPU backend, which registers itself once linked.
-use rustorch_cpu as _;
-mod common;
-
-use common::{assert_close, load, Case, Tol};
+use super::torch_common::{assert_close, fixture_tol, load, Case};
+use crate::{Case as Check, Target};
 use rustorch_core::op::{AttnMask, RopeLayout};
 use rustorch_core::{DType, Error, Tensor};
 use serde_json::Value;
@@ -39,14 +36,14 @@ fn apply_view(case: &str, mut t: Tensor, views: &Value) -> Tensor {
     t
 }
 
-fn inputs(case: &Case) -> Vec<Tensor> {
+fn inputs(tg: &Target, case: &Case) -> Vec<Tensor> {
     (0..case.inputs.len())
-        .map(|i| apply_view(&case.name, case.input(i), &case.args["views"][i.to_string()]))
+        .map(|i| apply_view(&case.name, case.input(tg, i), &case.args["views"][i.to_string()]))
         .collect()
 }
 
-fn run_case(case: &Case) -> Vec<Tensor> {
-    let x = inputs(case);
+fn run_case(tg: &Target, case: &Case) -> Vec<Tensor> {
+    let x = inputs(tg, case);
     let flag = |k: &str| case.args[k].as_bool().unwrap_or(false);
     let eps = || case.arg_f64("eps");
     let fail = |e: Error| -> ! { panic!("{}: {e}", case.name) };
@@ -87,7 +84,8 @@ fn run_case(case: &Case) -> Vec<Tensor> {
                 Tensor::rope_cos_sin(&pos, r, theta, dtype)
             }
             .unwrap_or_else(|e| fail(e));
-            vec![c, s]
+            // The tables are made on the host: what the target adds is holding them.
+            vec![tg.adopt(Ok(c)).unwrap(), tg.adopt(Ok(s)).unwrap()]
         }
         "sdpa" => {
             let mask = match case.arg_str("mask") {
@@ -107,15 +105,14 @@ fn run_case(case: &Case) -> Vec<Tensor> {
     }
 }
 
-#[test]
-fn nn_ops_match_torch() {
+pub fn nn_ops_match_torch(tg: &Target) {
     let cases = load("nn");
     let mut seen = std::collections::BTreeMap::new();
     for case in &cases {
-        let got = run_case(case);
+        let got = run_case(tg, case);
         assert_eq!(got.len(), case.outputs.len(), "{}: outputs", case.name);
         for (g, want) in got.iter().zip(&case.outputs) {
-            assert_close(&case.name, g, want, Tol::for_dtype(want.dtype));
+            assert_close(tg, &case.name, g, want, fixture_tol(want.dtype));
         }
         *seen.entry(case.arg_str("op").to_string()).or_insert(0) += 1;
     }
@@ -123,14 +120,13 @@ fn nn_ops_match_torch() {
     assert!(cases.len() > 100);
 }
 
-#[test]
-fn fully_masked_rows_are_zero() {
+pub fn fully_masked_rows_are_zero(tg: &Target) {
     // PyTorch 2.15 on the CPU returns zeros for a query that sees no key.
     let case = load("nn")
         .into_iter()
         .find(|c| c.name == "sdpa_f32_bool")
         .expect("case");
-    let out = run_case(&case).remove(0);
+    let out = run_case(tg, &case).remove(0);
     let v = out.to_vec::<f32>().unwrap();
     // Mask [Tq=3, Tk=7] with row 0 all false; output [2, 2, 3, 4].
     for bh in 0..4 {
@@ -146,12 +142,11 @@ fn rows_in_pieces(x: &Tensor, piece: usize, f: impl Fn(&Tensor) -> Tensor) -> Te
 
 /// Large inputs take the parallel path; small pieces of them the serial
 /// one. Both must give the same bits.
-#[test]
-fn parallel_norms_match_serial() {
+pub fn parallel_norms_match_serial(tg: &Target) {
     for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
-        let x = Tensor::randn([320, 257], dtype, 11).unwrap();
-        let w = Tensor::randn([257], dtype, 12).unwrap();
-        let b = Tensor::randn([257], dtype, 13).unwrap();
+        let x = tg.randn([320, 257], dtype, 11).unwrap();
+        let w = tg.randn([257], dtype, 12).unwrap();
+        let b = tg.randn([257], dtype, 13).unwrap();
         let big = x.rms_norm(Some(&w), 1e-6).unwrap();
         let small = rows_in_pieces(&x, 16, |p| p.rms_norm(Some(&w), 1e-6).unwrap());
         assert_eq!(
@@ -167,10 +162,7 @@ fn parallel_norms_match_serial() {
             "layer_norm {dtype}"
         );
         let xb = x.reshape([20, 16, 257]).unwrap();
-        let (m, v) = (
-            Tensor::randn([16], dtype, 14).unwrap(),
-            Tensor::rand([16], dtype, 15).unwrap(),
-        );
+        let (m, v) = (tg.randn([16], dtype, 14).unwrap(), tg.rand([16], dtype, 15).unwrap());
         let big = xb.batch_norm(&m, &v, None, None, 1e-3).unwrap();
         let small = rows_in_pieces(&xb, 1, |p| p.batch_norm(&m, &v, None, None, 1e-3).unwrap());
         assert_eq!(
@@ -222,13 +214,12 @@ fn naive_sdpa(q: &[f64], k: &[f64], v: &[f64], dims: [usize; 7], mask: AttnMask,
 }
 
 /// Big enough for the parallel path, checked against `naive_sdpa`.
-#[test]
-fn large_attention_matches_definition() {
+pub fn large_attention_matches_definition(tg: &Target) {
     let dims = [2, 8, 2, 40, 96, 64, 48];
     let [b, hq, hkv, tq, tk, d, dv] = dims;
-    let q = Tensor::randn([b, hq, tq, d], DType::F32, 1).unwrap();
-    let k = Tensor::randn([b, hkv, tk, d], DType::F32, 2).unwrap();
-    let v = Tensor::randn([b, hkv, tk, dv], DType::F32, 3).unwrap();
+    let q = tg.randn([b, hq, tq, d], DType::F32, 1).unwrap();
+    let k = tg.randn([b, hkv, tk, d], DType::F32, 2).unwrap();
+    let v = tg.randn([b, hkv, tk, dv], DType::F32, 3).unwrap();
     let (qv, kv, vv) = (
         q.to_f64_vec().unwrap(),
         k.to_f64_vec().unwrap(),
@@ -247,7 +238,7 @@ fn large_attention_matches_definition() {
     }
     // The same through an explicit bool mask equal to the from-end causal one.
     let keep: Vec<bool> = (0..tq * tk).map(|e| e % tk + tq <= e / tk + tk).collect();
-    let m = Tensor::from_vec(keep, [tq, tk]).unwrap();
+    let m = tg.from_vec(keep, [tq, tk]).unwrap();
     let a = Tensor::scaled_dot_product_attention(&q, &k, &v, AttnMask::Explicit, Some(&m), None).unwrap();
     let c = Tensor::scaled_dot_product_attention(&q, &k, &v, AttnMask::CausalFromEnd, None, None).unwrap();
     // Not bit-identical: masked keys still take part in the (vectorized)
@@ -261,11 +252,10 @@ fn is_invalid_argument(r: rustorch_core::Result<Tensor>) -> bool {
     matches!(r, Err(Error::InvalidArgument { .. }))
 }
 
-#[test]
-fn invalid_inputs_are_errors() {
-    let x = Tensor::randn([4, 8], DType::F32, 1).unwrap();
-    let w7 = Tensor::randn([7], DType::F32, 2).unwrap();
-    let w8 = Tensor::randn([8], DType::F32, 2).unwrap();
+pub fn invalid_inputs_are_errors(tg: &Target) {
+    let x = tg.randn([4, 8], DType::F32, 1).unwrap();
+    let w7 = tg.randn([7], DType::F32, 2).unwrap();
+    let w8 = tg.randn([8], DType::F32, 2).unwrap();
     assert!(x.rms_norm(Some(&w7), 1e-6).is_err(), "rms weight length");
     assert!(
         x.rms_norm(Some(&w8.to_dtype(DType::F64).unwrap()), 1e-6).is_err(),
@@ -278,9 +268,9 @@ fn invalid_inputs_are_errors() {
         x.layer_norm(2, Some(&w8), None, 1e-5).is_err(),
         "weight not of the normalized shape"
     );
-    let xi = Tensor::zeros([4, 8], DType::I64).unwrap();
+    let xi = tg.zeros([4, 8], DType::I64).unwrap();
     assert!(xi.rms_norm(None, 1e-6).is_err(), "integer input");
-    let c4 = Tensor::ones([4], DType::F32).unwrap();
+    let c4 = tg.ones([4], DType::F32).unwrap();
     assert!(
         x.batch_norm(&c4, &c4, None, None, 1e-5).is_err(),
         "batch stats of the wrong size"
@@ -300,9 +290,9 @@ fn invalid_inputs_are_errors() {
         "integer tables"
     );
     // sdpa: mask mode and tensor must agree; heads must group.
-    let q = Tensor::randn([1, 4, 3, 8], DType::F32, 3).unwrap();
-    let k = Tensor::randn([1, 2, 5, 8], DType::F32, 4).unwrap();
-    let m = Tensor::ones([3, 5], DType::Bool).unwrap();
+    let q = tg.randn([1, 4, 3, 8], DType::F32, 3).unwrap();
+    let k = tg.randn([1, 2, 5, 8], DType::F32, 4).unwrap();
+    let m = tg.ones([3, 5], DType::Bool).unwrap();
     assert!(is_invalid_argument(Tensor::scaled_dot_product_attention(
         &q,
         &k,
@@ -320,19 +310,28 @@ fn invalid_inputs_are_errors() {
         None
     )));
     assert!(Tensor::scaled_dot_product_attention(&q, &k, &k, AttnMask::Explicit, Some(&m), None).is_ok());
-    let k3 = Tensor::randn([1, 3, 5, 8], DType::F32, 5).unwrap();
+    let k3 = tg.randn([1, 3, 5, 8], DType::F32, 5).unwrap();
     assert!(
         Tensor::scaled_dot_product_attention(&q, &k3, &k3, AttnMask::None, None, None).is_err(),
         "4 heads over 3"
     );
-    let bad = Tensor::ones([3, 4], DType::Bool).unwrap();
+    let bad = tg.ones([3, 4], DType::Bool).unwrap();
     assert!(
         Tensor::scaled_dot_product_attention(&q, &k, &k, AttnMask::Explicit, Some(&bad), None).is_err(),
         "mask shape"
     );
-    let m64 = Tensor::ones([3, 5], DType::F64).unwrap();
+    let m64 = tg.ones([3, 5], DType::F64).unwrap();
     assert!(
         Tensor::scaled_dot_product_attention(&q, &k, &k, AttnMask::Explicit, Some(&m64), None).is_err(),
         "mask dtype"
     );
 }
+
+/// The checks of this group, in file order.
+pub const CASES: &[Check] = &[
+    ("nn_ops_match_torch", nn_ops_match_torch),
+    ("fully_masked_rows_are_zero", fully_masked_rows_are_zero),
+    ("parallel_norms_match_serial", parallel_norms_match_serial),
+    ("large_attention_matches_definition", large_attention_matches_definition),
+    ("invalid_inputs_are_errors", invalid_inputs_are_errors),
+];

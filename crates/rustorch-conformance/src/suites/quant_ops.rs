@@ -5,6 +5,7 @@
 //! products in quant_matmul.rs) and `quant::dequantize` (bit-exact with the
 //! gguf package in quant_fixtures.rs): the ops must give the same bits.
 
+use crate::{Case as Check, Target};
 use rustorch_core::quant::{self, QType};
 use rustorch_core::{DType, QWeight, Tensor};
 use rustorch_cpu::qmatmul::{qmatmul, QMatRef};
@@ -24,18 +25,17 @@ fn values(n: usize, seed: u32) -> Vec<f32> {
 /// activation op, for a matvec and batches (the largest through its
 /// parallel path), rows of 600 outputs (two whole 256-value pieces and a
 /// tail that is not a whole 16-value block), and weights of two types.
-#[test]
-fn qmatmul_gated_equals_the_products_then_the_activation() {
+pub fn qmatmul_gated_equals_the_products_then_the_activation(tg: &Target) {
     use rustorch_core::op::GateActivation;
     let (cols, n) = (256, 600);
     let weight = |qtype: QType, rows: usize, seed: u32| {
         let bytes = quant::quantize(qtype, &values(rows * cols, seed)).unwrap();
-        QWeight::from_bytes(qtype, rows, cols, bytes).unwrap()
+        tg.qweight(qtype, rows, cols, bytes).unwrap()
     };
     for (gq, uq) in [(QType::Q4_1, QType::Q8_0), (QType::Q4K, QType::Q6K)] {
         let (gate, up) = (weight(gq, n, 31), weight(uq, n, 32));
         for m in [1usize, 3, 40, 64] {
-            let x = Tensor::from_vec(values(m * cols, 7 + m as u32), [m, cols]).unwrap();
+            let x = tg.from_vec(values(m * cols, 7 + m as u32), [m, cols]).unwrap();
             let [g, u]: [Tensor; 2] = x.qmatmul_many(&[&gate, &up]).unwrap().try_into().unwrap();
             for act in [GateActivation::SwiGlu, GateActivation::GeGlu] {
                 let want = match act {
@@ -51,23 +51,22 @@ fn qmatmul_gated_equals_the_products_then_the_activation() {
         }
     }
     // The gate and up weights must have one row count.
-    let x = Tensor::from_vec(values(2 * cols, 5), [2, cols]).unwrap();
+    let x = tg.from_vec(values(2 * cols, 5), [2, cols]).unwrap();
     let (gate, up) = (weight(QType::Q8_0, 32, 1), weight(QType::Q8_0, 48, 2));
     assert!(x.qmatmul_gated(&gate, &up, GateActivation::SwiGlu).is_err());
 }
 
-#[test]
-fn qmatmul_many_equals_one_product_per_weight() {
+pub fn qmatmul_many_equals_one_product_per_weight(tg: &Target) {
     // Q4_1 pairs with Q8_1 activations, Q8_0 and Q5_0 with Q8_0, Q6_K with
     // Q8_K: three dot types, one of them shared.
     let cols = 256;
-    let x = Tensor::from_vec(values(3 * cols, 9), [3, cols]).unwrap();
+    let x = tg.from_vec(values(3 * cols, 9), [3, cols]).unwrap();
     let ws: Vec<QWeight> = [(QType::Q4_1, 16), (QType::Q8_0, 8), (QType::Q5_0, 24), (QType::Q6K, 4)]
         .into_iter()
         .enumerate()
         .map(|(i, (qtype, rows))| {
             let bytes = quant::quantize(qtype, &values(rows * cols, 20 + i as u32)).unwrap();
-            QWeight::from_bytes(qtype, rows, cols, bytes).unwrap()
+            tg.qweight(qtype, rows, cols, bytes).unwrap()
         })
         .collect();
     let refs: Vec<&QWeight> = ws.iter().collect();
@@ -84,19 +83,19 @@ fn qmatmul_many_equals_one_product_per_weight() {
         );
     }
     // A weight whose columns differ from the activations' is an error.
-    let other = QWeight::from_bytes(
-        QType::Q8_0,
-        2,
-        64,
-        quant::quantize(QType::Q8_0, &values(128, 3)).unwrap(),
-    )
-    .unwrap();
+    let other = tg
+        .qweight(
+            QType::Q8_0,
+            2,
+            64,
+            quant::quantize(QType::Q8_0, &values(128, 3)).unwrap(),
+        )
+        .unwrap();
     assert!(x.qmatmul_many(&[&ws[0], &other]).is_err());
     assert!(x.qmatmul_many(&[]).is_err());
 }
 
-#[test]
-fn qmatmul_op_gives_the_kernel_bits() {
+pub fn qmatmul_op_gives_the_kernel_bits(tg: &Target) {
     for qtype in [
         QType::Q4_0,
         QType::Q4_1,
@@ -110,47 +109,45 @@ fn qmatmul_op_gives_the_kernel_bits() {
         let bytes = quant::quantize(qtype, &values(rows * cols, 1)).unwrap();
         let x = values(m * cols, 2);
         let want = qmatmul(&QMatRef::new(qtype, rows, cols, &bytes).unwrap(), &x).unwrap();
-        let w = QWeight::from_bytes(qtype, rows, cols, bytes).unwrap();
-        let got = Tensor::from_vec(x, [m, cols]).unwrap().qmatmul(&w).unwrap();
+        let w = tg.qweight(qtype, rows, cols, bytes).unwrap();
+        let got = tg.from_vec(x, [m, cols]).unwrap().qmatmul(&w).unwrap();
         assert_eq!(got.dims(), &[m, rows]);
         assert_eq!(got.to_vec::<f32>().unwrap(), want, "{qtype}");
     }
 }
 
-#[test]
-fn qembedding_dequantizes_the_rows() {
+pub fn qembedding_dequantizes_the_rows(tg: &Target) {
     let (rows, cols) = (10, 64);
     let bytes = quant::quantize(QType::Q8_0, &values(rows * cols, 3)).unwrap();
     let all = quant::dequantize(QType::Q8_0, &bytes, rows * cols).unwrap();
-    let w = QWeight::from_bytes(QType::Q8_0, rows, cols, bytes).unwrap();
-    let ids = Tensor::from_vec(vec![7i64, 0, 7, 9], [2, 2]).unwrap();
+    let w = tg.qweight(QType::Q8_0, rows, cols, bytes).unwrap();
+    let ids = tg.from_vec(vec![7i64, 0, 7, 9], [2, 2]).unwrap();
     let got = w.embedding(&ids).unwrap();
     assert_eq!(got.dims(), &[2, 2, cols]);
     let got = got.to_vec::<f32>().unwrap();
     for (k, &id) in [7usize, 0, 7, 9].iter().enumerate() {
         assert_eq!(&got[k * cols..(k + 1) * cols], &all[id * cols..(id + 1) * cols]);
     }
-    let bad = Tensor::from_vec(vec![10i64], [1]).unwrap();
+    let bad = tg.from_vec(vec![10i64], [1]).unwrap();
     let err = w.embedding(&bad).unwrap_err().to_string();
     assert!(err.contains("out of range"), "{err}");
 }
 
-#[test]
-fn bad_quantized_inputs_are_errors() {
+pub fn bad_quantized_inputs_are_errors(tg: &Target) {
     let bytes = quant::quantize(QType::Q4_0, &values(4 * 64, 4)).unwrap();
-    assert!(QWeight::from_bytes(QType::Q4_0, 4, 64, bytes[1..].to_vec()).is_err());
-    assert!(QWeight::from_bytes(QType::Q4_0, 4, 48, bytes.clone()).is_err());
-    let w = QWeight::from_bytes(QType::Q4_0, 4, 64, bytes).unwrap();
-    let wrong_cols = Tensor::zeros([2, 32], DType::F32).unwrap();
+    assert!(tg.qweight(QType::Q4_0, 4, 64, bytes[1..].to_vec()).is_err());
+    assert!(tg.qweight(QType::Q4_0, 4, 48, bytes.clone()).is_err());
+    let w = tg.qweight(QType::Q4_0, 4, 64, bytes).unwrap();
+    let wrong_cols = tg.zeros([2, 32], DType::F32).unwrap();
     assert!(wrong_cols.qmatmul(&w).is_err());
-    let wrong_dtype = Tensor::zeros([2, 64], DType::F64).unwrap();
+    let wrong_dtype = tg.zeros([2, 64], DType::F64).unwrap();
     assert!(wrong_dtype.qmatmul(&w).is_err());
 }
 
-#[test]
-fn write_slice_writes_in_place() {
-    let mut cache = Tensor::zeros([2, 5, 3], DType::F16).unwrap();
-    let src = Tensor::from_vec((0..12).map(|i| i as f32).collect::<Vec<_>>(), [2, 2, 3])
+pub fn write_slice_writes_in_place(tg: &Target) {
+    let mut cache = tg.zeros([2, 5, 3], DType::F16).unwrap();
+    let src = tg
+        .from_vec((0..12).map(|i| i as f32).collect::<Vec<_>>(), [2, 2, 3])
         .unwrap()
         .to_dtype(DType::F16)
         .unwrap();
@@ -180,8 +177,7 @@ fn write_slice_writes_in_place() {
 
 /// A source of another dtype is converted as `to_dtype` converts it (the KV
 /// cache writes f32 keys into f16 storage this way), from any layout.
-#[test]
-fn write_slice_converts_like_to_dtype() {
+pub fn write_slice_converts_like_to_dtype(tg: &Target) {
     // Values that round (ties to even included), overflow, underflow and NaN in f16.
     let values: Vec<f32> = (0..48)
         .map(|i| match i % 6 {
@@ -193,13 +189,13 @@ fn write_slice_converts_like_to_dtype() {
             _ => (i as f32).sqrt() / 3.0,
         })
         .collect();
-    let src = Tensor::from_vec(values, [2, 8, 3]).unwrap();
+    let src = tg.from_vec(values, [2, 8, 3]).unwrap();
     for (dim, src) in [(1isize, src.clone()), (2, src.transpose(1, 2).unwrap())] {
         let dims = src.dims().to_vec();
         let mut shape = dims.clone();
         shape[dim as usize] += 4;
-        let mut direct = Tensor::zeros(shape.clone(), DType::F16).unwrap();
-        let mut via_cast = Tensor::zeros(shape, DType::F16).unwrap();
+        let mut direct = tg.zeros(shape.clone(), DType::F16).unwrap();
+        let mut via_cast = tg.zeros(shape, DType::F16).unwrap();
         direct.write_slice(dim, 2, &src).unwrap();
         via_cast
             .write_slice(dim, 2, &src.to_dtype(DType::F16).unwrap())
@@ -215,20 +211,38 @@ fn write_slice_converts_like_to_dtype() {
         assert!(bits(&direct).iter().any(|&b| b != 0));
     }
     // Into f32 from f16 and into bf16 too.
-    let h = Tensor::from_vec(vec![1.5f32, -2.25, 3.0, 0.1], [1, 4])
+    let h = tg
+        .from_vec(vec![1.5f32, -2.25, 3.0, 0.1], [1, 4])
         .unwrap()
         .to_dtype(DType::F16)
         .unwrap();
-    let mut f = Tensor::zeros([2, 4], DType::F32).unwrap();
+    let mut f = tg.zeros([2, 4], DType::F32).unwrap();
     f.write_slice(0, 1, &h).unwrap();
     assert_eq!(
         f.to_vec::<f32>().unwrap()[4..],
         h.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap()[..]
     );
-    let mut b = Tensor::zeros([1, 4], DType::BF16).unwrap();
+    let mut b = tg.zeros([1, 4], DType::BF16).unwrap();
     b.write_slice(0, 0, &h).unwrap();
     assert_eq!(
         b.to_vec::<half::bf16>().unwrap(),
         h.to_dtype(DType::BF16).unwrap().to_vec::<half::bf16>().unwrap()
     );
 }
+
+/// The checks of this group, in file order.
+pub const CASES: &[Check] = &[
+    (
+        "qmatmul_gated_equals_the_products_then_the_activation",
+        qmatmul_gated_equals_the_products_then_the_activation,
+    ),
+    (
+        "qmatmul_many_equals_one_product_per_weight",
+        qmatmul_many_equals_one_product_per_weight,
+    ),
+    ("qmatmul_op_gives_the_kernel_bits", qmatmul_op_gives_the_kernel_bits),
+    ("qembedding_dequantizes_the_rows", qembedding_dequantizes_the_rows),
+    ("bad_quantized_inputs_are_errors", bad_quantized_inputs_are_errors),
+    ("write_slice_writes_in_place", write_slice_writes_in_place),
+    ("write_slice_converts_like_to_dtype", write_slice_converts_like_to_dtype),
+];

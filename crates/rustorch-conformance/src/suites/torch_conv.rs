@@ -1,10 +1,7 @@
 //! Convolution and pooling against PyTorch (fixtures from tools/torch_fixtures/conv.py).
 
-// Ops run on the CPU backend, which registers itself once linked.
-use rustorch_cpu as _;
-mod common;
-
-use common::{load, Case};
+use super::torch_common::{load, Case};
+use crate::{Case as Check, Target};
 use rustorch_core::op::{Conv2dParams, Pool2dParams};
 use rustorch_core::{DType, Tensor};
 use serde_json::Value;
@@ -47,11 +44,11 @@ fn conv_params(c: &Case) -> Conv2dParams {
     )
 }
 
-fn run(c: &Case) -> rustorch_core::Result<Tensor> {
-    let x = apply_views(c.input(0), &c.args["views"]);
+fn run(tg: &Target, c: &Case) -> rustorch_core::Result<Tensor> {
+    let x = apply_views(c.input(tg, 0), &c.args["views"]);
     let op = c.arg_str("op");
     let (w, bias) = if op.contains("conv") {
-        (Some(c.input(1)), c.arg_bool("has_bias").then(|| c.input(2)))
+        (Some(c.input(tg, 1)), c.arg_bool("has_bias").then(|| c.input(tg, 2)))
     } else {
         (None, None)
     };
@@ -81,111 +78,110 @@ fn run(c: &Case) -> rustorch_core::Result<Tensor> {
     }
 }
 
-#[test]
-fn conv_and_pool_match_torch() {
+pub fn conv_and_pool_match_torch(tg: &Target) {
     let cases = load("conv");
     assert!(cases.len() > 60);
     for c in &cases {
-        let got = run(c).unwrap_or_else(|e| panic!("{}: {e}", c.name));
+        let got = run(tg, c).unwrap_or_else(|e| panic!("{}: {e}", c.name));
         let want = &c.outputs[0];
-        common::assert_close(&c.name, &got, want, common::Tol::for_dtype(want.dtype));
+        super::torch_common::assert_close(tg, &c.name, &got, want, super::torch_common::fixture_tol(want.dtype));
     }
 }
 
-#[test]
-fn strided_inputs_stay_strided() {
+pub fn strided_inputs_stay_strided(tg: &Target) {
     let cases = load("conv");
     let c = cases.iter().find(|c| c.name == "conv2d_nhwc_input").expect("case");
-    assert!(!apply_views(c.input(0), &c.args["views"]).is_contiguous());
+    assert!(!apply_views(c.input(tg, 0), &c.args["views"]).is_contiguous());
 }
 
-fn t(s: &[usize]) -> Tensor {
-    Tensor::randn(s.to_vec(), DType::F32, 3).unwrap()
+fn t(tg: &Target, s: &[usize]) -> Tensor {
+    tg.randn(s.to_vec(), DType::F32, 3).unwrap()
 }
 
-#[test]
-fn bad_shapes_are_errors() {
+pub fn bad_shapes_are_errors(tg: &Target) {
     let p = Conv2dParams::default();
     assert!(
-        t(&[1, 3, 5, 5]).conv2d(&t(&[2, 4, 3, 3]), None, p).is_err(),
+        t(tg, &[1, 3, 5, 5]).conv2d(&t(tg, &[2, 4, 3, 3]), None, p).is_err(),
         "channel mismatch"
     );
     assert!(
-        t(&[1, 3, 2, 2]).conv2d(&t(&[2, 3, 3, 3]), None, p).is_err(),
+        t(tg, &[1, 3, 2, 2]).conv2d(&t(tg, &[2, 3, 3, 3]), None, p).is_err(),
         "kernel larger than input"
     );
     assert!(
-        t(&[1, 4, 5, 5])
-            .conv2d(&t(&[3, 2, 3, 3]), None, p.with_groups(2))
+        t(tg, &[1, 4, 5, 5])
+            .conv2d(&t(tg, &[3, 2, 3, 3]), None, p.with_groups(2))
             .is_err(),
         "out channels not divisible"
     );
     assert!(
-        t(&[1, 4, 5, 5])
-            .conv2d(&t(&[4, 4, 3, 3]), None, p.with_groups(0))
+        t(tg, &[1, 4, 5, 5])
+            .conv2d(&t(tg, &[4, 4, 3, 3]), None, p.with_groups(0))
             .is_err(),
         "zero groups"
     );
     assert!(
-        t(&[1, 3, 5, 5]).conv2d(&t(&[2, 3, 3, 3]), Some(&t(&[3])), p).is_err(),
+        t(tg, &[1, 3, 5, 5])
+            .conv2d(&t(tg, &[2, 3, 3, 3]), Some(&t(tg, &[3])), p)
+            .is_err(),
         "bias size"
     );
     assert!(
-        t(&[1, 3, 5, 5])
-            .conv2d(&t(&[2, 3, 3, 3]), None, p.with_stride([0, 1]))
+        t(tg, &[1, 3, 5, 5])
+            .conv2d(&t(tg, &[2, 3, 3, 3]), None, p.with_stride([0, 1]))
             .is_err(),
         "zero stride"
     );
     assert!(
-        t(&[3, 5, 5]).conv2d(&t(&[2, 3, 3, 3]), None, p).is_err(),
+        t(tg, &[3, 5, 5]).conv2d(&t(tg, &[2, 3, 3, 3]), None, p).is_err(),
         "rank-3 input"
     );
-    let half = Tensor::zeros([2, 3, 3, 3], DType::F16).unwrap();
-    assert!(t(&[1, 3, 5, 5]).conv2d(&half, None, p).is_err(), "mixed dtypes");
-    let ints = Tensor::zeros([1, 3, 5, 5], DType::I64).unwrap();
+    let half = tg.zeros([2, 3, 3, 3], DType::F16).unwrap();
+    assert!(t(tg, &[1, 3, 5, 5]).conv2d(&half, None, p).is_err(), "mixed dtypes");
+    let ints = tg.zeros([1, 3, 5, 5], DType::I64).unwrap();
     assert!(ints.max_pool2d(Pool2dParams::new([2, 2])).is_err(), "integer pooling");
 
     assert!(
-        t(&[1, 3, 8]).conv1d(&t(&[2, 4, 3]), None, 1, 0, 1, 1).is_err(),
+        t(tg, &[1, 3, 8]).conv1d(&t(tg, &[2, 4, 3]), None, 1, 0, 1, 1).is_err(),
         "conv1d channel mismatch"
     );
     assert!(
-        t(&[1, 3, 2]).conv1d(&t(&[2, 3, 5]), None, 1, 0, 1, 1).is_err(),
+        t(tg, &[1, 3, 2]).conv1d(&t(tg, &[2, 3, 5]), None, 1, 0, 1, 1).is_err(),
         "conv1d kernel too long"
     );
 
     let tp = Conv2dParams::default().with_stride([2, 2]);
     assert!(
-        t(&[1, 3, 4, 4])
-            .conv_transpose2d(&t(&[2, 3, 3, 3]), None, tp, [0, 0])
+        t(tg, &[1, 3, 4, 4])
+            .conv_transpose2d(&t(tg, &[2, 3, 3, 3]), None, tp, [0, 0])
             .is_err(),
         "convT channel mismatch"
     );
     assert!(
-        t(&[1, 3, 4, 4])
-            .conv_transpose2d(&t(&[3, 2, 3, 3]), None, tp, [2, 0])
+        t(tg, &[1, 3, 4, 4])
+            .conv_transpose2d(&t(tg, &[3, 2, 3, 3]), None, tp, [2, 0])
             .is_err(),
         "output_padding >= stride"
     );
     assert!(
-        t(&[1, 3, 4, 4])
-            .conv_transpose2d(&t(&[3, 2, 3, 3]), None, tp.with_padding([5, 5]), [0, 0])
+        t(tg, &[1, 3, 4, 4])
+            .conv_transpose2d(&t(tg, &[3, 2, 3, 3]), None, tp.with_padding([5, 5]), [0, 0])
             .is_err(),
         "convT empty output"
     );
 
     assert!(
-        t(&[1, 2, 3, 3]).max_pool2d(Pool2dParams::new([4, 4])).is_err(),
+        t(tg, &[1, 2, 3, 3]).max_pool2d(Pool2dParams::new([4, 4])).is_err(),
         "window larger than input"
     );
     assert!(
-        t(&[1, 2, 6, 6])
+        t(tg, &[1, 2, 6, 6])
             .avg_pool2d(Pool2dParams::new([2, 2]).with_padding([2, 0]), true)
             .is_err(),
         "padding > kernel / 2"
     );
     assert!(
-        t(&[1, 2, 6, 6])
+        t(tg, &[1, 2, 6, 6])
             .max_pool2d(Pool2dParams::new([2, 2]).with_stride([0, 1]))
             .is_err(),
         "zero stride"
@@ -227,8 +223,7 @@ fn conv_ref(x: &[f32], xd: [usize; 4], w: &[f32], wd: [usize; 4], p: Conv2dParam
     out
 }
 
-#[test]
-fn large_convolutions_match_reference() {
+pub fn large_convolutions_match_reference(tg: &Target) {
     let cases: [([usize; 4], [usize; 4], Conv2dParams); 4] = [
         // Many images: one thread per image, im2col in L2-sized tiles.
         (
@@ -254,8 +249,8 @@ fn large_convolutions_match_reference() {
         ),
     ];
     for (xd, wd, p) in cases {
-        let x = t(&xd);
-        let w = Tensor::randn(wd.to_vec(), DType::F32, 4).unwrap();
+        let x = t(tg, &xd);
+        let w = tg.randn(wd.to_vec(), DType::F32, 4).unwrap();
         let got = x.conv2d(&w, None, p).unwrap();
         let od: [usize; 4] = got.dims().try_into().unwrap();
         let want = conv_ref(&x.to_vec().unwrap(), xd, &w.to_vec().unwrap(), wd, p, od);
@@ -268,8 +263,7 @@ fn large_convolutions_match_reference() {
     }
 }
 
-#[test]
-fn conv_transpose_is_the_adjoint_of_conv() {
+pub fn conv_transpose_is_the_adjoint_of_conv(tg: &Target) {
     // <conv(x), y> == <x, conv_transpose(y)> for the same weight: checks
     // the transposed convolution on sizes that take its tiled paths.
     // Many images in groups (one thread each, tiled col2im) and a single
@@ -291,10 +285,10 @@ fn conv_transpose_is_the_adjoint_of_conv() {
             Conv2dParams::new([2, 2], [1, 1], [2, 1], 1),
         ),
     ] {
-        let x = t(&xd);
-        let w = Tensor::randn(wd.to_vec(), DType::F32, 5).unwrap();
+        let x = t(tg, &xd);
+        let w = tg.randn(wd.to_vec(), DType::F32, 5).unwrap();
         let y = x.conv2d(&w, None, p).unwrap();
-        let r = Tensor::randn(y.dims().to_vec(), DType::F32, 6).unwrap();
+        let r = tg.randn(y.dims().to_vec(), DType::F32, 6).unwrap();
         // output_padding recovers the input size where the stride dropped columns.
         let op = [0, 1].map(|i| {
             let full = (y.dims()[2 + i] - 1) * p.stride[i] + p.dilation[i] * (wd[2 + i] - 1) + 1 - 2 * p.padding[i];
@@ -315,3 +309,15 @@ fn dot(a: &Tensor, b: &Tensor) -> f64 {
         .map(|(u, v)| *u as f64 * v as f64)
         .sum()
 }
+
+/// The checks of this group, in file order.
+pub const CASES: &[Check] = &[
+    ("conv_and_pool_match_torch", conv_and_pool_match_torch),
+    ("strided_inputs_stay_strided", strided_inputs_stay_strided),
+    ("bad_shapes_are_errors", bad_shapes_are_errors),
+    ("large_convolutions_match_reference", large_convolutions_match_reference),
+    (
+        "conv_transpose_is_the_adjoint_of_conv",
+        conv_transpose_is_the_adjoint_of_conv,
+    ),
+];
