@@ -2,7 +2,7 @@
 
 use super::config::ModelConfig;
 use crate::error::{LlmError, Result};
-use rustorch::{DType, Executor, Tensor};
+use rustorch::{DType, Device, Executor, Tensor};
 use std::sync::Arc;
 
 /// Keys and values of every layer for up to `n_ctx` positions, stored as
@@ -46,30 +46,60 @@ impl KvCache {
     /// A cache for attention without flash attention (llama.cpp's
     /// `-fa off`).
     pub fn new(cfg: &ModelConfig, exec: &Arc<Executor>, n_ctx: usize) -> Result<KvCache> {
-        Self::with_attention(cfg, exec, n_ctx, false)
+        Self::with_attention(cfg, exec, &vec![Device::Cpu; cfg.n_layer], n_ctx, false)
     }
 
     /// A cache for flash attention (llama.cpp's default on the CPU: `-fa
     /// auto` or `on`).
     pub fn new_flash(cfg: &ModelConfig, exec: &Arc<Executor>, n_ctx: usize) -> Result<KvCache> {
-        Self::with_attention(cfg, exec, n_ctx, true)
+        Self::with_attention(cfg, exec, &vec![Device::Cpu; cfg.n_layer], n_ctx, true)
     }
 
-    fn with_attention(cfg: &ModelConfig, exec: &Arc<Executor>, n_ctx: usize, flash: bool) -> Result<KvCache> {
+    /// A cache whose layer `il` lives on `devices[il]` (with its layer's
+    /// weights: `Placement`), made there.
+    pub fn on_devices(
+        cfg: &ModelConfig,
+        exec: &Arc<Executor>,
+        devices: &[Device],
+        n_ctx: usize,
+        flash: bool,
+    ) -> Result<KvCache> {
+        Self::with_attention(cfg, exec, devices, n_ctx, flash)
+    }
+
+    fn with_attention(
+        cfg: &ModelConfig,
+        exec: &Arc<Executor>,
+        devices: &[Device],
+        n_ctx: usize,
+        flash: bool,
+    ) -> Result<KvCache> {
         if n_ctx == 0 {
             return Err(LlmError::InvalidArgument("the context size must be at least 1".into()));
+        }
+        if devices.len() != cfg.n_layer {
+            return Err(LlmError::InvalidArgument(format!(
+                "a cache for {} layers was asked for {} devices",
+                cfg.n_layer,
+                devices.len()
+            )));
         }
         let n_alloc = n_ctx.div_ceil(ALLOC_PAD) * ALLOC_PAD;
         let mut k = Vec::with_capacity(cfg.n_layer);
         let mut vt = Vec::with_capacity(cfg.n_layer);
-        for _ in 0..cfg.n_layer {
-            k.push(Tensor::zeros([cfg.n_head_kv, n_alloc, cfg.head_dim_k], CACHE_DTYPE)?.with_executor(exec)?);
+        for &device in devices {
+            k.push(Tensor::zeros_in(
+                exec,
+                [cfg.n_head_kv, n_alloc, cfg.head_dim_k],
+                CACHE_DTYPE,
+                device,
+            )?);
             let v_shape = if flash {
                 [cfg.n_head_kv, n_alloc, cfg.head_dim_v]
             } else {
                 [cfg.n_head_kv, cfg.head_dim_v, n_alloc]
             };
-            vt.push(Tensor::zeros(v_shape, CACHE_DTYPE)?.with_executor(exec)?);
+            vt.push(Tensor::zeros_in(exec, v_shape, CACHE_DTYPE, device)?);
         }
         Ok(KvCache {
             k,
@@ -79,6 +109,11 @@ impl KvCache {
             n_alloc,
             len: 0,
         })
+    }
+
+    /// The device holding layer `il`'s keys and values.
+    pub fn layer_device(&self, il: usize) -> Option<Device> {
+        self.k.get(il).map(|t| t.device())
     }
 
     /// Whether attention over this cache is flash attention.

@@ -28,12 +28,12 @@ mod weights;
 pub use config::{Arch, ModelConfig, RopeParams, SlidingWindow};
 pub use forward::Logits;
 pub use kv_cache::KvCache;
-pub use weights::{LayerWeights, Weights};
+pub use weights::{LayerWeights, Placement, Weights};
 
 use crate::error::Result;
 use crate::tokenizer::Tokenizer;
 use rustorch::gguf::Gguf;
-use rustorch::Executor;
+use rustorch::{Device, Executor};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -46,6 +46,7 @@ pub struct Model {
     chat_template: Option<String>,
     name: Option<String>,
     exec: Arc<Executor>,
+    placement: Placement,
 }
 
 /// Metadata arrays the tokenizer copies when it is built; nothing reads them after.
@@ -62,10 +63,22 @@ impl Model {
         Self::load_with(path, &Executor::global(), |_, _| {})
     }
 
-    /// Loads a GGUF file; `progress(done, total)` is called per layer.
+    /// Loads a GGUF file onto the CPU; `progress(done, total)` is called
+    /// per layer.
     pub fn load_with(
         path: impl AsRef<Path>,
         exec: &Arc<Executor>,
+        progress: impl FnMut(usize, usize),
+    ) -> Result<Model> {
+        Self::load_placed(path, exec, |cfg| Placement::all_on(Device::Cpu, cfg.n_layer), progress)
+    }
+
+    /// Loads a GGUF file with its parts where `place` puts them, given the
+    /// file's configuration (`Placement::offload` is llama.cpp's `-ngl`).
+    pub fn load_placed(
+        path: impl AsRef<Path>,
+        exec: &Arc<Executor>,
+        place: impl FnOnce(&ModelConfig) -> Placement,
         progress: impl FnMut(usize, usize),
     ) -> Result<Model> {
         let mut g = Gguf::open(path.as_ref())?;
@@ -80,14 +93,16 @@ impl Model {
         }
         g.release_header();
         memory::return_freed_heap();
-        Self::assemble(&g, config, tokenizer, exec, progress)
+        let placement = place(&config);
+        Self::assemble(&g, config, tokenizer, exec, placement, progress)
     }
 
     /// Builds a model from a parsed file (the file may be dropped after).
     pub fn from_gguf(g: &Gguf, exec: &Arc<Executor>, progress: impl FnMut(usize, usize)) -> Result<Model> {
         let config = ModelConfig::from_gguf(g)?;
         let tokenizer = Tokenizer::from_gguf(g)?;
-        Self::assemble(g, config, tokenizer, exec, progress)
+        let placement = Placement::all_on(Device::Cpu, config.n_layer);
+        Self::assemble(g, config, tokenizer, exec, placement, progress)
     }
 
     /// Loads the weights and completes the model.
@@ -96,9 +111,10 @@ impl Model {
         config: ModelConfig,
         tokenizer: Tokenizer,
         exec: &Arc<Executor>,
+        placement: Placement,
         progress: impl FnMut(usize, usize),
     ) -> Result<Model> {
-        let weights = Weights::load(g, &config, exec, progress)?;
+        let weights = Weights::load(g, &config, exec, &placement, progress)?;
         let md = g.metadata();
         let text = |k: &str| md.get_str(k).ok().map(str::to_string);
         Ok(Model {
@@ -108,6 +124,7 @@ impl Model {
             chat_template: text("tokenizer.chat_template"),
             name: text("general.name"),
             exec: exec.clone(),
+            placement,
         })
     }
 
@@ -119,6 +136,10 @@ impl Model {
     }
     pub fn weights(&self) -> &Weights {
         &self.weights
+    }
+    /// Where each part of the model lives.
+    pub fn placement(&self) -> &Placement {
+        &self.placement
     }
     /// `f()`, a generation loop or any run of passes, as one pass of the
     /// executor (`Executor::run_pass`: the CPU's threads spin for the whole
@@ -142,13 +163,13 @@ impl Model {
 
     /// An empty KV cache for `n_ctx` positions.
     pub fn new_cache(&self, n_ctx: usize) -> Result<KvCache> {
-        KvCache::new(&self.config, &self.exec, n_ctx)
+        KvCache::on_devices(&self.config, &self.exec, &self.placement.layers, n_ctx, false)
     }
 
     /// A cache of `n_ctx` positions for flash attention (llama.cpp's default
     /// on the CPU; `new_cache` reproduces `-fa off`).
     pub fn new_flash_cache(&self, n_ctx: usize) -> Result<KvCache> {
-        KvCache::new_flash(&self.config, &self.exec, n_ctx)
+        KvCache::on_devices(&self.config, &self.exec, &self.placement.layers, n_ctx, true)
     }
 
     /// Logits of the last of `tokens` after running them, as a vector.

@@ -9,8 +9,51 @@ use super::config::{Arch, ModelConfig};
 use crate::error::{LlmError, Result};
 use rustorch::gguf::{Gguf, TensorInfo};
 use rustorch::quant;
-use rustorch::{DType, Executor, Op, QWeight, Tensor, TensorMeta};
+use rustorch::{DType, Device, Executor, Op, QWeight, Tensor, TensorMeta};
 use std::sync::Arc;
+
+/// Which device holds each part of a model: what llama.cpp's
+/// `--gpu-layers N` decides (the last N layers on the GPU, the output too
+/// when N exceeds the layer count). The token embedding stays on the host,
+/// as llama.cpp keeps it: a lookup reads a few rows, and the executor moves
+/// them to the first layer's device. Each layer's KV cache lives with the
+/// layer (`Model::new_cache`); activations move between devices once per
+/// boundary, by the executor.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placement {
+    /// One device per layer.
+    pub layers: Vec<Device>,
+    /// The output norm and projection.
+    pub output: Device,
+}
+
+impl Placement {
+    /// Every part on `device`.
+    pub fn all_on(device: Device, n_layer: usize) -> Placement {
+        Placement {
+            layers: vec![device; n_layer],
+            output: device,
+        }
+    }
+
+    /// llama.cpp's `-ngl n` with `device` for the offloaded part: the last
+    /// `n` of `n_layer` layers, and the output when `n > n_layer`; the rest
+    /// on the CPU.
+    pub fn offload(device: Device, n: usize, n_layer: usize) -> Placement {
+        let first = n_layer.saturating_sub(n);
+        Placement {
+            layers: (0..n_layer)
+                .map(|il| if il >= first { device } else { Device::Cpu })
+                .collect(),
+            output: if n > n_layer { device } else { Device::Cpu },
+        }
+    }
+
+    /// The number of layers on a device other than the CPU.
+    pub fn offloaded_layers(&self) -> usize {
+        self.layers.iter().filter(|d| !d.is_cpu()).count()
+    }
+}
 
 /// One transformer block.
 pub struct LayerWeights {
@@ -46,6 +89,8 @@ pub struct Weights {
 struct Loader<'a> {
     g: &'a Gguf,
     exec: &'a Arc<Executor>,
+    /// Where the weights being loaded go.
+    device: Device,
 }
 
 impl Loader<'_> {
@@ -97,6 +142,15 @@ impl Loader<'_> {
                 "tensor {name} has type {qtype}, which has no matmul kernels yet"
             )));
         }
+        if !self.device.is_cpu() {
+            // Straight from the memory map to the device: no host copy.
+            let bytes = self.g.data_of(info);
+            return Ok(if matmul_only {
+                QWeight::for_matmul_on(self.exec, self.device, qtype, rows, cols, bytes)?
+            } else {
+                QWeight::from_bytes_in(self.exec, qtype, rows, cols, bytes.to_vec())?.to_device(self.device)?
+            });
+        }
         // The copy is what the model keeps: `copy_out` lets the map's pages
         // go as it copies, so that loading peaks near one copy of the weights
         // rather than two.
@@ -119,7 +173,9 @@ impl Loader<'_> {
             });
         }
         let values = self.f32_values(info)?;
-        Ok(Tensor::from_vec(values, [n])?.with_executor(self.exec)?)
+        Ok(Tensor::from_vec(values, [n])?
+            .with_executor(self.exec)?
+            .to_device(self.device)?)
     }
 
     fn f32_values(&self, info: &TensorInfo) -> Result<Vec<f32>> {
@@ -138,21 +194,41 @@ impl Loader<'_> {
 }
 
 impl Weights {
+    /// The weights of `g`, each part on its device of `place`.
     pub fn load(
         g: &Gguf,
         cfg: &ModelConfig,
         exec: &Arc<Executor>,
+        place: &Placement,
         mut progress: impl FnMut(usize, usize),
     ) -> Result<Weights> {
-        let l = Loader { g, exec };
+        if place.layers.len() != cfg.n_layer {
+            return Err(LlmError::InvalidArgument(format!(
+                "the placement names {} layers; the model has {}",
+                place.layers.len(),
+                cfg.n_layer
+            )));
+        }
+        let host = Loader {
+            g,
+            exec,
+            device: Device::Cpu,
+        };
+        let at = |device: Device| Loader { g, exec, device };
+        let l = &host;
         let e = cfg.n_embd;
         let q_dim = cfg.n_head * cfg.head_dim_k;
         let k_dim = cfg.n_head_kv * cfg.head_dim_k;
         let v_dim = cfg.n_head_kv * cfg.head_dim_v;
         let tok_embd = l.matrix("token_embd.weight", cfg.n_vocab, e)?;
-        let output_norm = l.vector("output_norm.weight", e)?;
+        let out = at(place.output);
+        let output_norm = out.vector("output_norm.weight", e)?;
         let output = if l.has("output.weight") {
-            l.matmul_matrix("output.weight", cfg.n_vocab, e)?
+            out.matmul_matrix("output.weight", cfg.n_vocab, e)?
+        } else if !place.output.is_cpu() {
+            // Tied: the output device gets its own copy for its products
+            // (llama.cpp duplicates the tensor the same way).
+            out.matmul_matrix("token_embd.weight", cfg.n_vocab, e)?
         } else {
             tok_embd.clone()
         };
@@ -173,6 +249,7 @@ impl Weights {
         let mut layers = Vec::with_capacity(cfg.n_layer);
         for il in 0..cfg.n_layer {
             progress(il, cfg.n_layer);
+            let l = &at(place.layers[il]);
             let n = |s: &str| format!("blk.{il}.{s}.weight");
             if l.has(&n("attn_qkv")) {
                 return Err(LlmError::Unsupported(format!(
