@@ -88,6 +88,8 @@ pub struct Target {
     /// Summary lines the suites leave for the report (coverage of the random suite).
     notes: Mutex<Vec<String>>,
     fixture_checks: std::sync::atomic::AtomicUsize,
+    /// Ops the backend's `supports` declined since `clear_declined`.
+    declined: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Target {
@@ -101,9 +103,14 @@ impl Target {
             min_offload_elems: 0,
             ..ExecutorConfig::default()
         };
+        let declined = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let watched = Arc::new(crate::watch::Watched {
+            inner: backend.clone(),
+            declined: declined.clone(),
+        });
         let exec = Arc::new(Executor::from_backends(
             config,
-            vec![backend.clone(), Arc::new(CpuBackend::new())],
+            vec![watched, Arc::new(CpuBackend::new())],
         ));
         assert_eq!(
             exec.devices().first(),
@@ -125,6 +132,7 @@ impl Target {
             cpu,
             tol,
             notes: Mutex::new(Vec::new()),
+            declined,
             fixture_checks: std::sync::atomic::AtomicUsize::new(0),
         }
     }
@@ -244,6 +252,14 @@ impl Target {
     }
 
     /// Leaves a line for the end of the test's output (coverage summaries).
+    /// How many times the backend declined an op since the last `clear_declined`.
+    pub fn declined(&self) -> usize {
+        self.declined.load(std::sync::atomic::Ordering::SeqCst)
+    }
+    pub fn clear_declined(&self) {
+        self.declined.store(0, std::sync::atomic::Ordering::SeqCst);
+    }
+
     pub fn note(&self, line: String) {
         self.notes.lock().unwrap_or_else(|e| e.into_inner()).push(line);
     }

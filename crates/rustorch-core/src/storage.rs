@@ -214,9 +214,51 @@ impl CpuStorage {
         with_cpu_storage!(self, v, T => StorageElement::host(&v[..]))
     }
 
+    /// `len` elements of `dtype` from their bytes in memory order (what a
+    /// device download returns); bool bytes other than 0 read as true.
+    pub fn from_bytes(dtype: DType, bytes: &[u8]) -> Result<CpuStorage, String> {
+        let size = dtype.size_in_bytes();
+        if !bytes.len().is_multiple_of(size) {
+            return Err(format!(
+                "{} bytes are not a whole number of {dtype} elements",
+                bytes.len()
+            ));
+        }
+        let n = bytes.len() / size;
+        if dtype == DType::Bool {
+            return Ok(CpuStorage::Bool(bytes.iter().map(|&b| b != 0).collect()));
+        }
+        let mut out = CpuStorage::zeros(dtype, n);
+        let dst: &mut [u8] = with_cpu_storage_mut_bytes(&mut out);
+        dst.copy_from_slice(bytes);
+        Ok(out)
+    }
+
     /// Elements as f64 (complex: real part), for tests and printing.
     pub fn to_f64_vec(&self) -> Vec<f64> {
         with_cpu_storage!(self, v, T => v.iter().map(|x| WithDType::to_f64(*x)).collect())
+    }
+}
+
+/// The bytes of a storage of plain numbers (not bool: a byte written
+/// there could be neither 0 nor 1), to overwrite.
+fn with_cpu_storage_mut_bytes(s: &mut CpuStorage) -> &mut [u8] {
+    fn bytes<T>(v: &mut [T]) -> &mut [u8] {
+        // SAFETY: callers pass numbers without padding (u8, i32, i64, f16,
+        // bf16, f32, f64, C64 = two f32), for which every bit pattern is a
+        // valid value; the borrow keeps the lifetime.
+        unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+    }
+    match s {
+        CpuStorage::Bool(_) => &mut [],
+        CpuStorage::U8(v) => bytes(v),
+        CpuStorage::I32(v) => bytes(v),
+        CpuStorage::I64(v) => bytes(v),
+        CpuStorage::F16(v) => bytes(v),
+        CpuStorage::BF16(v) => bytes(v),
+        CpuStorage::F32(v) => bytes(v),
+        CpuStorage::F64(v) => bytes(v),
+        CpuStorage::C64(v) => bytes(v),
     }
 }
 

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Runs the CUDA backend's tests on the device host (no Rust there): the
+# kernel compile check and the conformance suite in strict mode, from the
+# stripped, xz-compressed test binaries that tools/device_bundle_cuda.sh
+# puts in .device-cuda/ (carry [".device-cuda"]).
+#
+# The test binaries read fixtures from the path they were built at; a link
+# from there to this checkout makes them find them.
+set -uo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+bin=/tmp/rustorch-cuda-bin
+mkdir -p "$bin"
+for f in "$root"/.device-cuda/*.xz; do
+    xz -dc "$f" > "$bin/$(basename "$f" .xz)" && chmod +x "$bin/$(basename "$f" .xz)"
+done
+built_at=$(cat "$root/.device-cuda/BUILT_AT")
+if [ "$built_at" != "$root" ] && [ ! -e "$built_at" ]; then
+    mkdir -p "$(dirname "$built_at")" && ln -s "$root" "$built_at"
+fi
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+    [ -d "$d" ] && export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"
+done
+export RUSTORCH_CUDA_CACHE=/tmp/rustorch-cuda-cache RUSTORCH_REQUIRE_NVRTC=1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+rc=0
+"$bin/kernels_compile" --nocapture 2>&1 | tail -5 || rc=1
+"$bin/conformance" --nocapture --test-threads 1 2>&1 | grep -v "^$" | tail -60 || rc=1
+exit $rc

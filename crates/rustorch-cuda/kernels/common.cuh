@@ -1,0 +1,77 @@
+// Shared by every RusTorch CUDA kernel: strided indexing and the element
+// types. Header-free on purpose (no cuda_fp16.h): NVRTC then needs no CUDA
+// include directory, so the same source compiles from the PyPI NVRTC wheel
+// in CI and on any driver.
+#pragma once
+
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef long long i64;
+typedef unsigned long long u64;
+
+#define RT_MAX_DIMS 8
+
+// A tensor's layout: element i (row-major over `shape`) is at
+// offset + sum(index_d * stride_d), in elements. Mirrors `Strided` in
+// src/launch.rs (same field order and sizes).
+struct Strided {
+    i64 shape[RT_MAX_DIMS];
+    i64 stride[RT_MAX_DIMS];
+    i64 offset;
+    int ndim;
+    int pad;
+};
+
+__device__ __forceinline__ i64 strided_at(const Strided& s, i64 i) {
+    i64 off = s.offset;
+    for (int d = s.ndim - 1; d >= 0; --d) {
+        i64 n = s.shape[d];
+        i64 q = i / n;
+        off += (i - q * n) * s.stride[d];
+        i = q;
+    }
+    return off;
+}
+
+// f16 and bf16 travel as their bits (u16).
+__device__ __forceinline__ float f16_to_f32(u16 h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+__device__ __forceinline__ u16 f32_to_f16(float f) {
+    u16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+__device__ __forceinline__ float bf16_to_f32(u16 h) {
+    return __uint_as_float(((u32)h) << 16);
+}
+// Round to nearest even, as `half::bf16::from_f32` (NaN stays a quiet NaN).
+__device__ __forceinline__ u16 f32_to_bf16(float f) {
+    u32 x = __float_as_uint(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) {
+        return (u16)((x >> 16) | 0x40u);
+    }
+    return (u16)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+// Element access in the type arithmetic runs in: f32 for f32/f16/bf16
+// (as the CPU backend computes half types), f64 for f64.
+struct F32T  { typedef float  store; typedef float  acc; };
+struct F16T  { typedef u16    store; typedef float  acc; };
+struct BF16T { typedef u16    store; typedef float  acc; };
+struct F64T  { typedef double store; typedef double acc; };
+
+__device__ __forceinline__ float  load(F32T,  float x)  { return x; }
+__device__ __forceinline__ float  load(F16T,  u16 x)    { return f16_to_f32(x); }
+__device__ __forceinline__ float  load(BF16T, u16 x)    { return bf16_to_f32(x); }
+__device__ __forceinline__ double load(F64T,  double x) { return x; }
+__device__ __forceinline__ float  store(F32T,  float x)  { return x; }
+__device__ __forceinline__ u16    store(F16T,  float x)  { return f32_to_f16(x); }
+__device__ __forceinline__ u16    store(BF16T, float x)  { return f32_to_bf16(x); }
+__device__ __forceinline__ double store(F64T,  double x) { return x; }
+
+#define RT_GRID_STRIDE(i, n) \
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)

@@ -1,0 +1,157 @@
+// Elementwise ops on strided inputs, contiguous outputs: unary, binary (the
+// inputs' layouts already broadcast to the output's shape, zero strides
+// where an input repeats), comparisons, where, clamp. Float types compute
+// in f32 (f64 in f64), as the CPU backend does, and round once on store.
+#include "common.cuh"
+
+// ---- unary ---------------------------------------------------------------
+template <typename A> __device__ __forceinline__ A op_neg(A x) { return -x; }
+template <typename A> __device__ __forceinline__ A op_abs(A x) { return x < (A)0 ? -x : x; }
+__device__ __forceinline__ float  op_exp(float x)  { return expf(x); }
+__device__ __forceinline__ double op_exp(double x) { return exp(x); }
+__device__ __forceinline__ float  op_log(float x)  { return logf(x); }
+__device__ __forceinline__ double op_log(double x) { return log(x); }
+__device__ __forceinline__ float  op_sqrt(float x)  { return sqrtf(x); }
+__device__ __forceinline__ double op_sqrt(double x) { return sqrt(x); }
+__device__ __forceinline__ float  op_rsqrt(float x)  { return 1.0f / sqrtf(x); }
+__device__ __forceinline__ double op_rsqrt(double x) { return 1.0 / sqrt(x); }
+__device__ __forceinline__ float  op_sin(float x)  { return sinf(x); }
+__device__ __forceinline__ double op_sin(double x) { return sin(x); }
+__device__ __forceinline__ float  op_cos(float x)  { return cosf(x); }
+__device__ __forceinline__ double op_cos(double x) { return cos(x); }
+__device__ __forceinline__ float  op_tanh(float x)  { return tanhf(x); }
+__device__ __forceinline__ double op_tanh(double x) { return tanh(x); }
+__device__ __forceinline__ float  op_sigmoid(float x)  { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ double op_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+// `x < 0` is false for NaN, so NaN passes through, as in PyTorch.
+template <typename A> __device__ __forceinline__ A op_relu(A x) { return x < (A)0 ? (A)0 : x; }
+__device__ __forceinline__ float  op_gelu(float x)  { return 0.5f * x * erfcf(-x * 0.70710678118654752f); }
+__device__ __forceinline__ double op_gelu(double x) { return 0.5 * x * erfc(-x * 0.70710678118654752); }
+__device__ __forceinline__ float op_gelu_tanh(float x) {
+    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+__device__ __forceinline__ double op_gelu_tanh(double x) {
+    return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+__device__ __forceinline__ float  op_silu(float x)  { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ double op_silu(double x) { return x / (1.0 + exp(-x)); }
+// PyTorch's softplus (beta 1, threshold 20).
+__device__ __forceinline__ float  op_softplus(float x)  { return x > 20.0f ? x : log1pf(expf(x)); }
+__device__ __forceinline__ double op_softplus(double x) { return x > 20.0 ? x : log1p(exp(x)); }
+
+#define UNARY_FLOAT(NAME, TY, FN)                                                            \
+    extern "C" __global__ void unary_##NAME##_##TY(const TY##T::store* x, Strided lx,       \
+                                                    TY##T::store* y, i64 n) {               \
+        RT_GRID_STRIDE(i, n) { y[i] = store(TY##T(), FN(load(TY##T(), x[strided_at(lx, i)]))); } \
+    }
+#define UNARY_ALL_FLOATS(NAME, FN) \
+    UNARY_FLOAT(NAME, F32, FN) UNARY_FLOAT(NAME, F16, FN) UNARY_FLOAT(NAME, BF16, FN) UNARY_FLOAT(NAME, F64, FN)
+
+UNARY_ALL_FLOATS(neg, op_neg)
+UNARY_ALL_FLOATS(abs, op_abs)
+UNARY_ALL_FLOATS(exp, op_exp)
+UNARY_ALL_FLOATS(log, op_log)
+UNARY_ALL_FLOATS(sqrt, op_sqrt)
+UNARY_ALL_FLOATS(rsqrt, op_rsqrt)
+UNARY_ALL_FLOATS(sin, op_sin)
+UNARY_ALL_FLOATS(cos, op_cos)
+UNARY_ALL_FLOATS(tanh, op_tanh)
+UNARY_ALL_FLOATS(sigmoid, op_sigmoid)
+UNARY_ALL_FLOATS(relu, op_relu)
+UNARY_ALL_FLOATS(gelu, op_gelu)
+UNARY_ALL_FLOATS(gelu_tanh, op_gelu_tanh)
+UNARY_ALL_FLOATS(silu, op_silu)
+UNARY_ALL_FLOATS(softplus, op_softplus)
+
+// ---- binary --------------------------------------------------------------
+template <typename A> __device__ __forceinline__ A op_add(A a, A b) { return a + b; }
+template <typename A> __device__ __forceinline__ A op_sub(A a, A b) { return a - b; }
+template <typename A> __device__ __forceinline__ A op_mul(A a, A b) { return a * b; }
+template <typename A> __device__ __forceinline__ A op_div(A a, A b) { return a / b; }
+__device__ __forceinline__ float  op_pow(float a, float b)   { return powf(a, b); }
+__device__ __forceinline__ double op_pow(double a, double b) { return pow(a, b); }
+// Ties keep the first operand (PyTorch's sign of zero); a NaN in either
+// operand gives NaN (the CPU backend's rule).
+template <typename A> __device__ __forceinline__ A op_maximum(A a, A b) {
+    A m = a < b ? b : a;
+    return b != b ? b : m;
+}
+template <typename A> __device__ __forceinline__ A op_minimum(A a, A b) {
+    A m = b < a ? b : a;
+    return b != b ? b : m;
+}
+
+#define BINARY_FLOAT(NAME, TY, FN)                                                           \
+    extern "C" __global__ void binary_##NAME##_##TY(const TY##T::store* a, Strided la,      \
+                                                     const TY##T::store* b, Strided lb,     \
+                                                     TY##T::store* y, i64 n) {              \
+        RT_GRID_STRIDE(i, n) {                                                               \
+            y[i] = store(TY##T(), FN(load(TY##T(), a[strided_at(la, i)]),                    \
+                                     load(TY##T(), b[strided_at(lb, i)])));                  \
+        }                                                                                    \
+    }
+#define BINARY_ALL_FLOATS(NAME, FN) \
+    BINARY_FLOAT(NAME, F32, FN) BINARY_FLOAT(NAME, F16, FN) BINARY_FLOAT(NAME, BF16, FN) BINARY_FLOAT(NAME, F64, FN)
+
+BINARY_ALL_FLOATS(add, op_add)
+BINARY_ALL_FLOATS(sub, op_sub)
+BINARY_ALL_FLOATS(mul, op_mul)
+BINARY_ALL_FLOATS(div, op_div)
+BINARY_ALL_FLOATS(pow, op_pow)
+BINARY_ALL_FLOATS(maximum, op_maximum)
+BINARY_ALL_FLOATS(minimum, op_minimum)
+
+// ---- comparisons (bool output, one byte 0/1) -----------------------------
+#define CMP_FLOAT(NAME, TY, EXPR)                                                            \
+    extern "C" __global__ void cmp_##NAME##_##TY(const TY##T::store* a, Strided la,         \
+                                                  const TY##T::store* b, Strided lb,        \
+                                                  u8* y, i64 n) {                           \
+        RT_GRID_STRIDE(i, n) {                                                               \
+            TY##T::acc x = load(TY##T(), a[strided_at(la, i)]);                              \
+            TY##T::acc z = load(TY##T(), b[strided_at(lb, i)]);                              \
+            y[i] = (EXPR) ? 1 : 0;                                                           \
+        }                                                                                    \
+    }
+#define CMP_ALL_FLOATS(NAME, EXPR) \
+    CMP_FLOAT(NAME, F32, EXPR) CMP_FLOAT(NAME, F16, EXPR) CMP_FLOAT(NAME, BF16, EXPR) CMP_FLOAT(NAME, F64, EXPR)
+
+CMP_ALL_FLOATS(eq, x == z)
+CMP_ALL_FLOATS(ne, x != z)
+CMP_ALL_FLOATS(lt, x < z)
+CMP_ALL_FLOATS(le, x <= z)
+CMP_ALL_FLOATS(gt, x > z)
+CMP_ALL_FLOATS(ge, x >= z)
+
+// ---- clamp: bounds given in the compute type; a missing bound is NaN -----
+#define CLAMP_FLOAT(TY)                                                                      \
+    extern "C" __global__ void clamp_##TY(const TY##T::store* x, Strided lx, TY##T::store* y, \
+                                          i64 n, double lo, double hi) {                    \
+        RT_GRID_STRIDE(i, n) {                                                               \
+            TY##T::acc v = load(TY##T(), x[strided_at(lx, i)]);                              \
+            TY##T::acc l = (TY##T::acc)lo, h = (TY##T::acc)hi;                               \
+            if (lo == lo && v < l) v = l;                                                    \
+            if (hi == hi && v > h) v = h;                                                    \
+            y[i] = store(TY##T(), v);                                                        \
+        }                                                                                    \
+    }
+CLAMP_FLOAT(F32) CLAMP_FLOAT(F16) CLAMP_FLOAT(BF16) CLAMP_FLOAT(F64)
+
+// ---- where and copy: any dtype, moved by element size --------------------
+#define BY_SIZE(BYTES, T)                                                                    \
+    extern "C" __global__ void copy_b##BYTES(const T* x, Strided lx, T* y, i64 n) {          \
+        RT_GRID_STRIDE(i, n) { y[i] = x[strided_at(lx, i)]; }                                \
+    }                                                                                        \
+    extern "C" __global__ void copy_into_b##BYTES(const T* x, Strided lx, T* y, Strided ly, \
+                                                  i64 n) {                                  \
+        RT_GRID_STRIDE(i, n) { y[strided_at(ly, i)] = x[strided_at(lx, i)]; }                \
+    }                                                                                        \
+    extern "C" __global__ void where_b##BYTES(const u8* c, Strided lc, const T* a, Strided la, \
+                                              const T* b, Strided lb, T* y, i64 n) {        \
+        RT_GRID_STRIDE(i, n) {                                                               \
+            y[i] = c[strided_at(lc, i)] ? a[strided_at(la, i)] : b[strided_at(lb, i)];       \
+        }                                                                                    \
+    }
+BY_SIZE(1, u8)
+BY_SIZE(2, u16)
+BY_SIZE(4, u32)
+BY_SIZE(8, u64)

@@ -1,0 +1,336 @@
+//! `CudaBackend`: one GPU, one stream, its compiled kernels and cuBLAS.
+
+use crate::buffer::{CudaBuffer, MemoryUse};
+use crate::error;
+use cudarc::cublas::CudaBlas;
+use cudarc::driver::sys::CUdevice_attribute;
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
+use rustorch_core::backend::{Backend, Buffer, DeviceBuffer, OpTimer, TensorRef};
+use rustorch_core::device::DeviceCapability;
+use rustorch_core::{BackendError, CpuStorage, DType, Device, HostSlice, Op, OpClass, TensorMeta};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+pub struct CudaBackend {
+    pub(crate) device: Device,
+    pub(crate) ctx: Arc<CudaContext>,
+    pub(crate) stream: Arc<CudaStream>,
+    pub(crate) blas: CudaBlas,
+    /// `compute_XY`, what kernels are compiled for.
+    pub(crate) arch: String,
+    pub(crate) sm_count: u32,
+    modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
+    functions: Mutex<HashMap<String, CudaFunction>>,
+    usage: Arc<MemoryUse>,
+    /// `RUSTORCH_CUDA_MEM_LIMIT`: bytes this backend may hold (tests of the
+    /// out-of-memory path); `None`: whatever the GPU has.
+    mem_limit: Option<usize>,
+}
+
+// SAFETY: cuBLAS handles are used from any thread with the context bound
+// (cudarc binds it per call); every launch goes to one stream.
+unsafe impl Send for CudaBackend {}
+unsafe impl Sync for CudaBackend {}
+
+impl CudaBackend {
+    /// Devices the driver sees.
+    pub fn device_count() -> Result<usize, String> {
+        CudaContext::device_count()
+            .map(|n| n.max(0) as usize)
+            .map_err(|e| format!("{e:?}"))
+    }
+
+    /// A backend for GPU `ordinal`.
+    pub fn new(ordinal: usize) -> Result<CudaBackend, String> {
+        let ctx = CudaContext::new(ordinal).map_err(|e| format!("{e:?}"))?;
+        // One stream per device: no cross-stream events needed per buffer.
+        // SAFETY: every buffer and launch of this backend uses `stream`.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.new_stream().map_err(|e| format!("{e:?}"))?;
+        let blas = CudaBlas::new(stream.clone()).map_err(|e| format!("cuBLAS: {e:?}"))?;
+        let (major, minor) = ctx.compute_capability().map_err(|e| format!("{e:?}"))?;
+        let sm_count = ctx
+            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .unwrap_or(1) as u32;
+        let mem_limit = match std::env::var("RUSTORCH_CUDA_MEM_LIMIT") {
+            Ok(v) => Some(
+                v.trim()
+                    .parse::<usize>()
+                    .map_err(|_| format!("RUSTORCH_CUDA_MEM_LIMIT={v}: expected a number of bytes"))?,
+            ),
+            Err(_) => None,
+        };
+        Ok(CudaBackend {
+            device: Device::Cuda(ordinal),
+            ctx,
+            stream,
+            blas,
+            arch: format!("compute_{major}{minor}"),
+            sm_count,
+            modules: Mutex::new(HashMap::new()),
+            functions: Mutex::new(HashMap::new()),
+            usage: Arc::new(MemoryUse::default()),
+            mem_limit,
+        })
+    }
+
+    fn err(&self, what: &str, e: cudarc::driver::DriverError, bytes: usize) -> BackendError {
+        error::driver(self.device, what, e, bytes)
+    }
+
+    /// The kernel `name` of module `module`, compiled on first use.
+    pub(crate) fn function(&self, module: &'static str, name: &str) -> Result<CudaFunction, BackendError> {
+        if let Some(f) = self.functions.lock().map_err(|_| self.poisoned())?.get(name) {
+            return Ok(f.clone());
+        }
+        let m = {
+            let mut modules = self.modules.lock().map_err(|_| self.poisoned())?;
+            match modules.get(module) {
+                Some(m) => m.clone(),
+                None => {
+                    let src = crate::KERNEL_SOURCES
+                        .iter()
+                        .find(|(n, _)| *n == module)
+                        .map(|(_, s)| *s)
+                        .ok_or_else(|| BackendError::unsupported(self.device, name, "no such kernel module"))?;
+                    let ptx =
+                        crate::compile::compile(module, src, &self.arch).map_err(|message| BackendError::Device {
+                            device: self.device,
+                            message,
+                        })?;
+                    let m = self
+                        .ctx
+                        .load_module(ptx)
+                        .map_err(|e| self.err("loading kernels", e, 0))?;
+                    modules.insert(module, m.clone());
+                    m
+                }
+            }
+        };
+        let f = m
+            .load_function(name)
+            .map_err(|_| BackendError::unsupported(self.device, name, "no kernel for this dtype"))?;
+        self.functions
+            .lock()
+            .map_err(|_| self.poisoned())?
+            .insert(name.to_string(), f.clone());
+        Ok(f)
+    }
+
+    fn poisoned(&self) -> BackendError {
+        BackendError::Device {
+            device: self.device,
+            message: "a thread panicked while holding the kernel cache".into(),
+        }
+    }
+
+    /// `len` elements of `dtype`, uninitialized (every kernel writes all of
+    /// its output). Counts against `RUSTORCH_CUDA_MEM_LIMIT`.
+    pub(crate) fn alloc(&self, dtype: DType, len: usize) -> Result<CudaBuffer, BackendError> {
+        let bytes = len * dtype.size_in_bytes();
+        let before = self.usage.bytes.fetch_add(bytes, Ordering::Relaxed);
+        if self.mem_limit.is_some_and(|cap| before + bytes > cap) {
+            self.usage.bytes.fetch_sub(bytes, Ordering::Relaxed);
+            return Err(BackendError::OutOfMemory {
+                device: self.device,
+                requested_bytes: bytes,
+            });
+        }
+        // SAFETY: u8 has no invalid bit patterns; callers write before reading.
+        match unsafe { self.stream.alloc::<u8>(bytes.max(1)) } {
+            Ok(data) => Ok(CudaBuffer {
+                device: self.device,
+                dtype,
+                len,
+                data,
+                usage: self.usage.clone(),
+            }),
+            Err(e) => {
+                self.usage.bytes.fetch_sub(bytes, Ordering::Relaxed);
+                Err(self.err("alloc", e, bytes))
+            }
+        }
+    }
+
+    /// This backend's buffer, or an error naming where `b` lives instead.
+    pub(crate) fn own<'a>(&self, op: &str, b: &'a dyn DeviceBuffer) -> Result<&'a CudaBuffer, BackendError> {
+        match b.as_any().downcast_ref::<CudaBuffer>() {
+            Some(c) if c.device == self.device => Ok(c),
+            _ => Err(BackendError::invalid(
+                op,
+                format!("an input lives on {}, not on {}", b.device(), self.device),
+            )),
+        }
+    }
+
+    pub(crate) fn launch_err(&self, name: &str, e: cudarc::driver::DriverError) -> BackendError {
+        self.err(&format!("launching {name}"), e, 0)
+    }
+
+    /// Bytes this backend holds now.
+    pub fn bytes_in_use(&self) -> usize {
+        self.usage.bytes.load(Ordering::Relaxed)
+    }
+}
+
+impl Backend for CudaBackend {
+    fn device(&self) -> Device {
+        self.device
+    }
+
+    fn capability(&self) -> DeviceCapability {
+        let name = self.ctx.name().unwrap_or_else(|_| "NVIDIA GPU".into());
+        let (free, total) = match self.ctx.mem_get_info() {
+            Ok((f, t)) => (Some(f as u64), Some(t as u64)),
+            Err(_) => (None, None),
+        };
+        let (major, minor) = self.ctx.compute_capability().unwrap_or((0, 0));
+        let mut v = 0;
+        // SAFETY: one out-parameter; the driver is loaded (this backend exists).
+        let driver = if unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut v) }
+            == cudarc::driver::sys::CUresult::CUDA_SUCCESS
+        {
+            format!("{}.{}", v / 1000, (v % 1000) / 10)
+        } else {
+            "?".into()
+        };
+        let nvrtc = crate::compile::nvrtc_version()
+            .map(|(a, b)| format!("{a}.{b}"))
+            .unwrap_or_else(|e| e);
+        let cache = crate::compile::cache_dir()
+            .map(|d| d.display().to_string())
+            .unwrap_or_else(|| "none".into());
+        DeviceCapability {
+            name,
+            dtypes: vec![DType::F32, DType::F16, DType::BF16, DType::F64],
+            op_classes: vec![
+                OpClass::Elementwise,
+                OpClass::Activation,
+                OpClass::DataMovement,
+                OpClass::LinearAlgebra,
+            ],
+            total_memory: total,
+            free_memory: free,
+            api: Some("CUDA".into()),
+            features: vec![
+                format!("compute capability {major}.{minor}, {} SMs", self.sm_count),
+                format!("driver CUDA {driver}, NVRTC {nvrtc}"),
+                format!("kernel cache {cache}"),
+            ],
+        }
+    }
+
+    fn supports(&self, op: &Op, inputs: &[TensorMeta]) -> bool {
+        crate::ops::supports(op, inputs)
+    }
+
+    fn upload(&self, host: HostSlice<'_>) -> Result<Buffer, BackendError> {
+        let bytes = host.as_bytes();
+        let mut buf = self.alloc(host.dtype(), host.len())?;
+        if !bytes.is_empty() {
+            self.stream
+                .memcpy_htod(bytes, &mut buf.data)
+                .map_err(|e| self.err("upload", e, bytes.len()))?;
+        }
+        Ok(Arc::new(buf))
+    }
+
+    fn alloc_zeroed(&self, dtype: DType, len: usize) -> Result<Buffer, BackendError> {
+        let mut buf = self.alloc(dtype, len)?;
+        self.stream
+            .memset_zeros(&mut buf.data)
+            .map_err(|e| self.err("alloc_zeroed", e, 0))?;
+        Ok(Arc::new(buf))
+    }
+
+    fn download(&self, buffer: &dyn DeviceBuffer) -> Result<CpuStorage, BackendError> {
+        let b = self.own("download", buffer)?;
+        let n = b.len * b.dtype.size_in_bytes();
+        let mut host = vec![0u8; n];
+        if n > 0 {
+            let view = b.data.slice(..n);
+            self.stream
+                .memcpy_dtoh(&view, &mut host)
+                .map_err(|e| self.err("download", e, n))?;
+            self.stream.synchronize().map_err(|e| self.err("download", e, n))?;
+        }
+        CpuStorage::from_bytes(b.dtype, &host).map_err(|message| BackendError::Device {
+            device: self.device,
+            message,
+        })
+    }
+
+    fn execute(&self, op: &Op, inputs: &[TensorRef<'_>], outputs: &[TensorMeta]) -> Result<Vec<Buffer>, BackendError> {
+        crate::ops::execute(self, op, inputs, outputs)
+    }
+
+    fn write_into(
+        &self,
+        dst: &mut dyn rustorch_core::backend::DeviceBuffer,
+        region: &rustorch_core::Layout,
+        src: TensorRef<'_>,
+    ) -> Result<(), BackendError> {
+        crate::ops::write_into(self, dst, region, src)
+    }
+
+    fn synchronize(&self) -> Result<(), BackendError> {
+        self.stream.synchronize().map_err(|e| self.err("synchronize", e, 0))
+    }
+
+    fn timer(&self) -> Box<dyn OpTimer> {
+        Box::new(EventTimer::start(self))
+    }
+}
+
+/// Times queued work with two CUDA events (reading waits for the second).
+struct EventTimer {
+    device: Device,
+    stream: Arc<CudaStream>,
+    start: Option<cudarc::driver::CudaEvent>,
+    host: std::time::Instant,
+}
+
+// SAFETY: events are used with their context bound by cudarc.
+unsafe impl Send for EventTimer {}
+
+impl EventTimer {
+    fn start(b: &CudaBackend) -> EventTimer {
+        let start = b
+            .ctx
+            .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .ok()
+            .filter(|e| e.record(&b.stream).is_ok());
+        EventTimer {
+            device: b.device,
+            stream: b.stream.clone(),
+            start,
+            host: std::time::Instant::now(),
+        }
+    }
+}
+
+impl OpTimer for EventTimer {
+    fn elapsed(self: Box<Self>) -> Result<std::time::Duration, BackendError> {
+        let Some(start) = self.start else {
+            // No event could be made: the host's time, after the work ends.
+            self.stream
+                .synchronize()
+                .map_err(|e| error::driver(self.device, "timing", e, 0))?;
+            return Ok(self.host.elapsed());
+        };
+        let end = self
+            .stream
+            .context()
+            .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(|e| error::driver(self.device, "timing", e, 0))?;
+        end.record(&self.stream)
+            .map_err(|e| error::driver(self.device, "timing", e, 0))?;
+        end.synchronize()
+            .map_err(|e| error::driver(self.device, "timing", e, 0))?;
+        let ms = start
+            .elapsed_ms(&end)
+            .map_err(|e| error::driver(self.device, "timing", e, 0))?;
+        Ok(std::time::Duration::from_secs_f64(ms as f64 / 1000.0))
+    }
+}

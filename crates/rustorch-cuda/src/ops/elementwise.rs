@@ -1,0 +1,74 @@
+//! Launchers for kernels/elementwise.cu and kernels/cast.cu: one thread per
+//! output element (grid-stride), inputs read through their layouts.
+
+use super::{cast_suffix, float_suffix};
+use crate::backend::CudaBackend;
+use crate::buffer::CudaBuffer;
+use crate::launch::{grid, Strided};
+use cudarc::driver::{LaunchArgs, PushKernelArg};
+use rustorch_core::backend::TensorRef;
+use rustorch_core::{BackendError, Op, TensorMeta};
+
+pub(super) fn run(
+    b: &CudaBackend,
+    op: &Op,
+    inputs: &[TensorRef<'_>],
+    out: &TensorMeta,
+) -> Result<CudaBuffer, BackendError> {
+    let name = op.name();
+    let n = out.shape.numel();
+    let y = b.alloc(out.dtype, n)?;
+    if n == 0 {
+        return Ok(y);
+    }
+    let layout = |i: usize| -> Result<Strided, BackendError> {
+        Strided::broadcast(inputs[i].layout, &out.shape)
+            .ok_or_else(|| BackendError::unsupported(b.device, name.clone(), "more dims than the kernels take"))
+    };
+    let ptr = |i: usize| -> Result<u64, BackendError> { Ok(b.own(&name, inputs[i].buffer)?.ptr()) };
+    let x_dtype = inputs[0].dtype();
+    let kernel = match op {
+        Op::Copy => ("elementwise", format!("copy_b{}", x_dtype.size_in_bytes())),
+        Op::Cast { to } => (
+            "cast",
+            format!(
+                "cast_{}_{}",
+                cast_suffix(x_dtype).unwrap_or("?"),
+                cast_suffix(*to).unwrap_or("?")
+            ),
+        ),
+        Op::Unary(u) => ("elementwise", format!("unary_{}_{}", u.name(), suffix(x_dtype))),
+        Op::Clamp { .. } => ("elementwise", format!("clamp_{}", suffix(x_dtype))),
+        Op::Binary(o) => ("elementwise", format!("binary_{}_{}", o.name(), suffix(x_dtype))),
+        Op::Compare(c) => ("elementwise", format!("cmp_{}_{}", c.name(), suffix(x_dtype))),
+        Op::Where => ("elementwise", format!("where_b{}", inputs[1].dtype().size_in_bytes())),
+        _ => return Err(BackendError::unsupported(b.device, name, "not an elementwise op")),
+    };
+    let f = b.function(kernel.0, &kernel.1)?;
+    let n64 = n as i64;
+    let y_ptr = y.ptr();
+    let layouts = (0..inputs.len()).map(layout).collect::<Result<Vec<_>, _>>()?;
+    let ptrs = (0..inputs.len()).map(ptr).collect::<Result<Vec<_>, _>>()?;
+    let (lo, hi) = match op {
+        Op::Clamp { min, max } => (min.unwrap_or(f64::NAN), max.unwrap_or(f64::NAN)),
+        _ => (0.0, 0.0),
+    };
+    let mut args: LaunchArgs<'_> = b.stream.launch_builder(&f);
+    for (p, l) in ptrs.iter().zip(&layouts) {
+        args.arg(p).arg(l);
+    }
+    args.arg(&y_ptr).arg(&n64);
+    if matches!(op, Op::Clamp { .. }) {
+        args.arg(&lo).arg(&hi);
+    }
+    // SAFETY: the argument list matches the kernel's signature (pointers
+    // and layouts of every input, then the output and its length, then a
+    // clamp's bounds), every layout stays inside its buffer (validated by
+    // the executor) and the output holds `n` elements.
+    unsafe { args.launch(grid(n, b.sm_count)) }.map_err(|e| b.launch_err(&kernel.1, e))?;
+    Ok(y)
+}
+
+fn suffix(d: rustorch_core::DType) -> &'static str {
+    float_suffix(d).unwrap_or("?")
+}

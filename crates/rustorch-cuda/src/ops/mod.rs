@@ -1,0 +1,124 @@
+//! Which ops the CUDA backend runs, and the dispatch to their launchers.
+//! Everything not listed in `supports` is declined, so the executor runs
+//! it on the next device and the trace says so.
+
+mod elementwise;
+mod matmul;
+
+use crate::backend::CudaBackend;
+use crate::launch::MAX_DIMS;
+use rustorch_core::backend::{Buffer, TensorRef};
+use rustorch_core::{BackendError, DType, Op, TensorMeta};
+
+/// The kernels' name for a float dtype, for the ops that compute.
+pub(crate) fn float_suffix(d: DType) -> Option<&'static str> {
+    match d {
+        DType::F32 => Some("F32"),
+        DType::F16 => Some("F16"),
+        DType::BF16 => Some("BF16"),
+        DType::F64 => Some("F64"),
+        _ => None,
+    }
+}
+
+/// The kernels' name for any dtype a cast takes (complex: none).
+pub(crate) fn cast_suffix(d: DType) -> Option<&'static str> {
+    match d {
+        DType::Bool => Some("BOOL"),
+        DType::U8 => Some("U8"),
+        DType::I32 => Some("I32"),
+        DType::I64 => Some("I64"),
+        d => float_suffix(d),
+    }
+}
+
+pub(crate) fn supports(op: &Op, inputs: &[TensorMeta]) -> bool {
+    if inputs.iter().any(|m| m.shape.rank() > MAX_DIMS) {
+        return false;
+    }
+    let first = inputs.first().map(|m| m.dtype);
+    let float = first.and_then(float_suffix).is_some();
+    match op {
+        Op::Copy => first.is_some_and(|d| d != DType::C64),
+        Op::Cast { to } => first.and_then(cast_suffix).is_some() && cast_suffix(*to).is_some(),
+        Op::Unary(_) | Op::Clamp { .. } | Op::Binary(_) | Op::Compare(_) => float,
+        Op::Where => inputs.get(1).is_some_and(|m| m.dtype != DType::C64),
+        Op::MatMul => matches!(first, Some(DType::F32 | DType::F16 | DType::BF16 | DType::F64)),
+        _ => false,
+    }
+}
+
+pub(crate) fn execute(
+    b: &CudaBackend,
+    op: &Op,
+    inputs: &[TensorRef<'_>],
+    outputs: &[TensorMeta],
+) -> Result<Vec<Buffer>, BackendError> {
+    let metas: Vec<TensorMeta> = inputs.iter().map(|t| t.meta()).collect();
+    if !supports(op, &metas) {
+        return Err(BackendError::unsupported(
+            b.device,
+            op.name(),
+            "no CUDA kernel for it yet",
+        ));
+    }
+    let out = &outputs[0];
+    let buf = match op {
+        Op::MatMul => matmul::matmul(b, inputs, out)?,
+        _ => elementwise::run(b, op, inputs, out)?,
+    };
+    Ok(vec![std::sync::Arc::new(buf)])
+}
+
+/// `Backend::write_into`: `src` (converted to the destination's dtype as
+/// `Op::Cast` converts) into the elements of `dst` that `region` selects.
+pub(crate) fn write_into(
+    b: &CudaBackend,
+    dst: &mut dyn rustorch_core::backend::DeviceBuffer,
+    region: &rustorch_core::Layout,
+    src: TensorRef<'_>,
+) -> Result<(), BackendError> {
+    use crate::launch::{grid, Strided};
+    use cudarc::driver::PushKernelArg;
+    let dst_dtype = dst.dtype();
+    let dst = dst
+        .as_any()
+        .downcast_ref::<crate::CudaBuffer>()
+        .filter(|d| d.device == b.device)
+        .ok_or_else(|| BackendError::invalid("write_into", format!("the destination is not on {}", b.device)))?;
+    let x = b.own("write_into", src.buffer)?;
+    let n = region.shape().numel();
+    if n == 0 {
+        return Ok(());
+    }
+    let too_deep = || BackendError::unsupported(b.device, "write_into", "more dims than the kernels take");
+    let lx = Strided::broadcast(src.layout, region.shape()).ok_or_else(too_deep)?;
+    let ly = Strided::broadcast(region, region.shape()).ok_or_else(too_deep)?;
+    let name = if src.dtype() == dst_dtype {
+        format!("copy_into_b{}", dst_dtype.size_in_bytes())
+    } else {
+        match (cast_suffix(src.dtype()), cast_suffix(dst_dtype)) {
+            (Some(a), Some(z)) => format!("cast_into_{a}_{z}"),
+            _ => {
+                return Err(BackendError::unsupported(
+                    b.device,
+                    "write_into",
+                    "no conversion between these dtypes",
+                ))
+            }
+        }
+    };
+    let module = if name.starts_with("copy") {
+        "elementwise"
+    } else {
+        "cast"
+    };
+    let f = b.function(module, &name)?;
+    let (xp, yp, n64) = (x.ptr(), dst.ptr(), n as i64);
+    let mut args = b.stream.launch_builder(&f);
+    args.arg(&xp).arg(&lx).arg(&yp).arg(&ly).arg(&n64);
+    // SAFETY: (src, its layout, dst, the region's layout, n); the executor
+    // checked both layouts against their buffers, and holds `dst` alone.
+    unsafe { args.launch(grid(n, b.sm_count)) }.map_err(|e| b.launch_err(&name, e))?;
+    Ok(())
+}

@@ -1,0 +1,51 @@
+//! The CUDA backend against the conformance suite, in strict mode (no
+//! fallback; the trace must show the GPU): one macro call. Without a GPU
+//! (CI) each test passes after one line saying why it did not run.
+
+use rustorch_conformance::Tol;
+use rustorch_core::{Backend, DType};
+use std::sync::Arc;
+
+fn cuda() -> Result<Arc<dyn Backend>, String> {
+    if !rustorch_cuda::driver_present() {
+        return Err("no CUDA driver here (libcuda.so.1 not found)".into());
+    }
+    match rustorch_cuda::CudaBackend::device_count()? {
+        0 => Err("the CUDA driver finds no device".into()),
+        _ => Ok(Arc::new(rustorch_cuda::CudaBackend::new(0)?)),
+    }
+}
+
+/// How far the GPU may be from the CPU. IEEE-exact operations (add, sub,
+/// mul, div, sqrt, comparisons, copies, casts, min/max) must agree to the
+/// bit; the library functions (exp, log, tanh, erf, pow, ...) are within a
+/// few ulp of the CPU's; products sum in another order (cuBLAS tiles),
+/// whose rounding grows with the inner dimension.
+fn tolerance(op: &str, dtype: DType) -> Tol {
+    let exact_ops = [
+        "copy", "add", "sub", "mul", "div", "sqrt", "neg", "abs", "relu", "maximum", "minimum", "clamp", "eq", "ne",
+        "lt", "le", "gt", "ge", "where",
+    ];
+    if exact_ops.contains(&op) || op.starts_with("cast_to_") {
+        return Tol::EXACT;
+    }
+    let product = op == "matmul";
+    match dtype {
+        DType::F64 => Tol {
+            atol: 1e-12,
+            rtol: 1e-12,
+        },
+        DType::F32 if product => Tol { atol: 1e-4, rtol: 1e-4 },
+        DType::F32 => Tol { atol: 1e-6, rtol: 4e-6 },
+        // One unit in the last place of the half types, plus the f32 work
+        // before the rounding.
+        DType::F16 => Tol { atol: 1e-3, rtol: 2e-3 },
+        DType::BF16 => Tol {
+            atol: 8e-3,
+            rtol: 1.6e-2,
+        },
+        _ => Tol::EXACT,
+    }
+}
+
+rustorch_conformance::backend_tests!(@optional cuda, cuda, tolerance);
