@@ -1,11 +1,14 @@
 //! Reductions over an outer dimension of `[outer, len, inner]`: whole
 //! rows of `inner` columns combine into a row of accumulators (vectorized
-//! across columns). Sums add pairwise over row ranges for accuracy.
+//! across columns). Sums and products combine pairwise over row ranges
+//! (for accuracy), along a tree that depends on `len` only.
 //!
 //! With many outer blocks, threads take ranges of blocks and write their
-//! results in place. With few, the work splits into column ranges and,
-//! when those are still too few, row ranges whose partial results merge
-//! at the end.
+//! results in place. With few, the work splits into column ranges and
+//! each runs its tree with the halves of large nodes on other threads.
+//! Either way every result comes from the same tree of operations, so
+//! results are bit-identical whatever the thread count or scheduling
+//! (columns are independent: splitting them changes nothing).
 
 use super::acc::{Acc, Elem};
 use super::basic::{Kind, Part};
@@ -27,6 +30,8 @@ pub(super) fn outer_pass<T: Elem>(kind: Kind, data: &[T], g: Geom, means: &[T::A
     let n_out = g.outer * g.inner;
     let mut vals = vec![T::A::ZERO; n_out];
     let mut idx = vec![0usize; n_out];
+    // The thread count only picks how the work is spread: both paths run
+    // the same tree of operations for every result.
     if !parallel || g.outer >= 2 * threads {
         let per = if parallel {
             chunk_size(g.outer, (PAR_REDUCE / 8 / (g.len * g.inner)).max(1))
@@ -83,15 +88,8 @@ fn block_means<'a, A>(kind: Kind, means: &'a [A], g: Geom, b: usize, cols: &Rang
     }
 }
 
-/// One task of a split outer reduction: block `b`, columns `cols`, rows `rows`.
-struct Task {
-    b: usize,
-    cols: Range<usize>,
-    rows: Range<usize>,
-}
-
-/// Few blocks: tasks over column ranges and, if needed for the threads,
-/// row ranges; each task streams through its rows' contiguous columns.
+/// Few blocks: tasks over the column ranges of each block; each runs the
+/// rows' tree with its large nodes' halves in parallel.
 fn split_pass<T: Elem>(
     kind: Kind,
     data: &[T],
@@ -100,58 +98,67 @@ fn split_pass<T: Elem>(
     mut vals: Vec<T::A>,
     mut idx: Vec<usize>,
 ) -> Part<T::A> {
-    let threads = rayon::current_num_threads();
     let col_chunk = g.inner.min(OUTER_COLS);
-    let col_tasks = g.outer * g.inner.div_ceil(col_chunk);
-    let splits = (2 * threads).div_ceil(col_tasks);
-    let row_chunk = g.len.div_ceil(splits).max(OUTER_BLOCK).min(g.len);
-    let mut tasks = Vec::new();
-    for b in 0..g.outer {
-        for c0 in (0..g.inner).step_by(col_chunk) {
-            for r0 in (0..g.len).step_by(row_chunk) {
-                let cols = c0..(c0 + col_chunk).min(g.inner);
-                let rows = r0..(r0 + row_chunk).min(g.len);
-                tasks.push(Task { b, cols, rows });
-            }
-        }
-    }
-    let parts: Vec<Part<T::A>> = tasks
-        .par_iter()
-        .map_init(Vec::new, |buf, t| {
-            let slab = &data[t.b * g.len * g.inner..(t.b + 1) * g.len * g.inner];
-            let m = block_means(kind, means, g, t.b, &t.cols);
-            let mut p = Part {
-                vals: vec![T::A::ZERO; t.cols.len()],
-                idx: vec![0; t.cols.len()],
-            };
-            outer_part::<T>(
-                kind,
-                slab,
-                g.inner,
-                t.cols.clone(),
-                t.rows.clone(),
-                m,
-                buf,
-                &mut p.vals,
-                &mut p.idx,
-            );
-            p
-        })
-        .collect();
-    // Merge the row ranges of each (block, columns) in order, then place.
-    let mut i = 0;
-    while i < tasks.len() {
-        let (b, cols) = (tasks[i].b, tasks[i].cols.clone());
-        let at = b * g.inner + cols.start..b * g.inner + cols.end;
-        vals[at.clone()].copy_from_slice(&parts[i].vals);
-        idx[at.clone()].copy_from_slice(&parts[i].idx);
-        i += 1;
-        while i < tasks.len() && tasks[i].b == b && tasks[i].cols == cols {
-            merge(kind, &mut vals[at.clone()], &mut idx[at.clone()], &parts[i]);
-            i += 1;
-        }
-    }
+    vals.par_chunks_mut(g.inner)
+        .zip(idx.par_chunks_mut(g.inner))
+        .enumerate()
+        .for_each(|(b, (v, k))| {
+            let slab = &data[b * g.len * g.inner..(b + 1) * g.len * g.inner];
+            v.par_chunks_mut(col_chunk)
+                .zip(k.par_chunks_mut(col_chunk))
+                .enumerate()
+                .for_each(|(c, (v, k))| {
+                    let cols = c * col_chunk..c * col_chunk + v.len();
+                    let m = block_means(kind, means, g, b, &cols);
+                    outer_tree::<T>(kind, slab, g.inner, cols, 0..g.len, m, v, k);
+                });
+        });
     Part { vals, idx }
+}
+
+/// Work (elements) below which a node of the rows' tree runs on one thread.
+const PAR_NODE: usize = PAR_REDUCE / 8;
+
+/// `outer_part` with the two halves of every node over `PAR_NODE` elements
+/// run in parallel. Sums and products split exactly where `outer_part`
+/// does, so the result is the same; maxima, minima and their indices are
+/// exact under any grouping (ties and NaN keep the first row, as one pass
+/// in order does), so they split at the same points only to run in
+/// parallel.
+#[allow(clippy::too_many_arguments)]
+fn outer_tree<T: Elem>(
+    kind: Kind,
+    slab: &[T],
+    width: usize,
+    cols: Range<usize>,
+    rows: Range<usize>,
+    means: &[T::A],
+    vals: &mut [T::A],
+    idx: &mut [usize],
+) {
+    if rows.len() <= OUTER_BLOCK || rows.len() * cols.len() < PAR_NODE {
+        return outer_part::<T>(kind, slab, width, cols, rows, means, &mut Vec::new(), vals, idx);
+    }
+    let mid = split_point(&rows);
+    let mut right = Part {
+        vals: vec![T::A::ZERO; vals.len()],
+        idx: vec![0; vals.len()],
+    };
+    rayon::join(
+        || outer_tree::<T>(kind, slab, width, cols.clone(), rows.start..mid, means, vals, idx),
+        || {
+            let (v, k) = (&mut right.vals, &mut right.idx);
+            outer_tree::<T>(kind, slab, width, cols.clone(), mid..rows.end, means, v, k)
+        },
+    );
+    merge(kind, vals, idx, &right);
+}
+
+/// Where the rows of a pairwise node split: at a multiple of `OUTER_BLOCK`
+/// rows near the middle (both halves non-empty for more than `OUTER_BLOCK`
+/// rows).
+fn split_point(rows: &Range<usize>) -> usize {
+    rows.start + (rows.len() / 2).div_ceil(OUTER_BLOCK) * OUTER_BLOCK
 }
 
 /// Reduces rows `rows` of one `[len, width]` slab over columns `cols` into
@@ -169,13 +176,19 @@ fn outer_part<T: Elem>(
     idx: &mut [usize],
 ) {
     let row = |i: usize| &slab[i * width + cols.start..i * width + cols.end];
-    // Sums add pairwise over halves of the row range, for accuracy.
-    if matches!(kind, Kind::Sum | Kind::SqDev) && rows.len() > OUTER_BLOCK {
-        let mid = rows.start + (rows.len() / 2).div_ceil(OUTER_BLOCK) * OUTER_BLOCK;
+    // Sums and products combine pairwise over halves of the row range, for
+    // accuracy; the tree depends on the row range only (`outer_tree` runs
+    // the same one in parallel).
+    if matches!(kind, Kind::Sum | Kind::SqDev | Kind::Prod) && rows.len() > OUTER_BLOCK {
+        let mid = split_point(&rows);
         outer_part::<T>(kind, slab, width, cols.clone(), rows.start..mid, means, buf, vals, idx);
         let mut right = vec![T::A::ZERO; vals.len()];
         outer_part::<T>(kind, slab, width, cols, mid..rows.end, means, buf, &mut right, idx);
-        T::A::add_rows(vals, &right);
+        if kind == Kind::Prod {
+            T::A::mul_rows(vals, &right);
+        } else {
+            T::A::add_rows(vals, &right);
+        }
         return;
     }
     let start = match kind {

@@ -2,10 +2,14 @@
 //! lane accumulators, combined pairwise, so f32 sums stay within a few ulp
 //! of PyTorch's cascade sums even for long rows. Many rows run in
 //! parallel; a few long rows are each split over the threads.
+//!
+//! The pairwise tree of a row is a function of its length only, and a row
+//! split over threads runs that same tree (its halves on other threads), so
+//! results are bit-identical whatever the thread count or scheduling.
 
 use super::acc::{Acc, Elem};
 use super::basic::{Kind, Part};
-use super::{chunk_size, PAR_REDUCE};
+use super::PAR_REDUCE;
 use rayon::prelude::*;
 
 /// Elements reduced by one lane-accumulator kernel call; longer rows are
@@ -18,10 +22,12 @@ const PAR_ROW: usize = PAR_REDUCE;
 pub(super) fn rows_pass<T: Elem>(kind: Kind, data: &[T], len: usize, means: &[T::A]) -> Part<T::A> {
     let rows = data.len() / len;
     let mean = |r: usize| means.get(r).copied().unwrap_or(T::A::ZERO);
+    // The thread count only picks how the work is spread: every path runs
+    // `row_reduce`'s tree for each row, so the results are the same.
     let results: Vec<(T::A, usize)> = if len >= PAR_ROW && rows < 2 * rayon::current_num_threads() {
         data.chunks(len)
             .enumerate()
-            .map(|(r, row)| row_par::<T>(kind, row, mean(r)))
+            .map(|(r, row)| row_par::<T>(kind, row, 0, mean(r)))
             .collect()
     } else if data.len() >= PAR_REDUCE {
         data.par_chunks(len)
@@ -40,26 +46,30 @@ pub(super) fn rows_pass<T: Elem>(kind: Kind, data: &[T], len: usize, means: &[T:
     Part { vals, idx }
 }
 
-/// A long row split over threads; partial results combine pairwise, in order.
-fn row_par<T: Elem>(kind: Kind, row: &[T], mean: T::A) -> (T::A, usize) {
-    let chunk = chunk_size(row.len(), BLOCK).div_ceil(BLOCK) * BLOCK;
-    let parts: Vec<(T::A, usize)> = row
-        .par_chunks(chunk)
-        .enumerate()
-        .map_init(Vec::new, |buf, (i, c)| row_reduce::<T>(kind, c, i * chunk, mean, buf))
-        .collect();
-    fold_pairwise(kind, &parts)
+/// A long row split over threads: `row_reduce`'s tree, with the two halves
+/// of each node above `PAR_PIECE` elements run in parallel (rayon balances
+/// them over however many threads there are; the split points, and so the
+/// result, do not depend on that).
+fn row_par<T: Elem>(kind: Kind, row: &[T], base: usize, mean: T::A) -> (T::A, usize) {
+    if row.len() <= PAR_PIECE {
+        return row_reduce::<T>(kind, row, base, mean, &mut Vec::new());
+    }
+    let half = split_point(row.len());
+    let (l, r) = rayon::join(
+        || row_par::<T>(kind, &row[..half], base, mean),
+        || row_par::<T>(kind, &row[half..], base + half, mean),
+    );
+    combine(kind, l, r)
 }
 
-fn fold_pairwise<A: Acc>(kind: Kind, parts: &[(A, usize)]) -> (A, usize) {
-    match parts {
-        [] => (A::ZERO, 0),
-        [p] => *p,
-        _ => {
-            let (l, r) = parts.split_at(parts.len() / 2);
-            combine(kind, fold_pairwise(kind, l), fold_pairwise(kind, r))
-        }
-    }
+/// Elements below which a piece of a long row is not split further over
+/// threads: enough work (tens of microseconds) to amortize a task.
+const PAR_PIECE: usize = PAR_REDUCE / 8;
+
+/// Where a row of `len > BLOCK` elements splits: at a block boundary near
+/// the middle, so both halves are non-empty.
+fn split_point(len: usize) -> usize {
+    (len / 2).div_ceil(BLOCK) * BLOCK
 }
 
 /// Reduces one non-empty row whose first element has index `base`:
@@ -68,8 +78,7 @@ fn row_reduce<T: Elem>(kind: Kind, row: &[T], base: usize, mean: T::A, buf: &mut
     if row.len() <= BLOCK {
         return block(kind, T::load(row, buf), base, mean);
     }
-    // Split at a block boundary near the middle; both halves are non-empty.
-    let half = (row.len() / 2).div_ceil(BLOCK) * BLOCK;
+    let half = split_point(row.len());
     let l = row_reduce::<T>(kind, &row[..half], base, mean, buf);
     let r = row_reduce::<T>(kind, &row[half..], base + half, mean, buf);
     combine(kind, l, r)

@@ -23,22 +23,37 @@ const SCAN: usize = 16;
 
 /// Reduces a slice with `$lanes` independent accumulators: `$step(acc, x)`
 /// takes in one element, `$fold(a, b)` merges two accumulators (a halving
-/// tree at the end, which stays in vector registers). The vector loop
-/// starts at a 64-byte boundary, since unaligned 512-bit loads split cache
-/// lines and cost ~20% on streamed data; the unaligned head and the tail go
-/// into separate lanes rather than one serial chain.
+/// tree at the end, which stays in vector registers).
+///
+/// Element `k` always goes into lane `k % LANES`, in order, so the grouping
+/// of the operations (and so the rounding) depends on the slice's length
+/// only, never on its address: equal inputs give equal bits wherever they
+/// sit (a gathered copy of a strided input lands at a different alignment
+/// on every call). The vector loop still starts at a 64-byte boundary,
+/// since unaligned 512-bit loads split cache lines and cost ~20% on
+/// streamed data: it runs on accumulators rotated by the length of the
+/// unaligned head, which are rotated back before the fold.
 macro_rules! lanes {
     ($xs:expr, $lanes:expr, $init:expr, |$a:ident, $x:ident| $step:expr, |$fa:ident, $fb:ident| $fold:expr) => {{
         const LANES: usize = $lanes;
         let xs = $xs;
+        // Elements before the first 64-byte boundary: fewer than LANES for
+        // every element type here (none when the pointer cannot be aligned).
+        let h = match xs.as_ptr().align_offset(64) {
+            h if h < LANES => h.min(xs.len()),
+            _ => 0,
+        };
+        let (head, body) = xs.split_at(h);
+        // `acc[i]` holds lane `(h + i) % LANES`: body element `j` (element
+        // `h + j` of `xs`) goes into `acc[j % LANES]`, and head element
+        // `k < h` (lane `k`) into `acc[LANES - h + k]`.
         let mut acc = [$init; LANES];
-        let (head, body) = xs.split_at(xs.as_ptr().align_offset(64).min(xs.len()));
-        let chunks = body.chunks_exact(LANES);
-        let rest = chunks.remainder();
-        for (slot, &$x) in acc.iter_mut().zip(head) {
+        for (slot, &$x) in acc[LANES - h..].iter_mut().zip(head) {
             let $a = *slot;
             *slot = $step;
         }
+        let chunks = body.chunks_exact(LANES);
+        let rest = chunks.remainder();
         for c in chunks {
             for i in 0..LANES {
                 let ($a, $x) = (acc[i], c[i]);
@@ -48,6 +63,10 @@ macro_rules! lanes {
         for (slot, &$x) in acc.iter_mut().zip(rest) {
             let $a = *slot;
             *slot = $step;
+        }
+        // Back to lane order: `acc[i]` moves to `acc[(i + h) % LANES]`.
+        if h > 0 {
+            acc.rotate_right(h);
         }
         let mut w = LANES / 2;
         while w > 0 {
@@ -438,6 +457,37 @@ mod tests {
                         assert_eq!(position_f32(&w, f32::NAN), at);
                     }
                 }
+            }
+        }
+    }
+
+    /// The same values at every alignment give the same bits, those of
+    /// lanes filled in index order (element `k` into lane `k % 64`).
+    #[test]
+    fn lane_grouping_ignores_alignment() {
+        let v: Vec<f32> = (0..700).map(|i| 1.0 + ((i * 7919) % 1009) as f32 / 3001.0).collect();
+        for len in [0, 1, 15, 16, 17, 63, 64, 65, 200, 700] {
+            let xs = &v[..len];
+            let mut lanes = [0f32; 64];
+            for (k, &x) in xs.iter().enumerate() {
+                lanes[k % 64] += x;
+            }
+            let mut w = 32;
+            while w > 0 {
+                for i in 0..w {
+                    lanes[i] += lanes[i + w];
+                }
+                w /= 2;
+            }
+            let wide: Vec<f64> = xs.iter().map(|&x| x as f64).collect();
+            for pad in 0..17 {
+                let mut buf = vec![0f32; pad];
+                buf.extend_from_slice(xs);
+                assert_eq!(sum_f32(&buf[pad..]).to_bits(), lanes[0].to_bits(), "{len} {pad}");
+                let mut buf = vec![0f64; pad];
+                buf.extend_from_slice(&wide);
+                let want = sum_f64(&wide);
+                assert_eq!(sum_f64(&buf[pad..]).to_bits(), want.to_bits(), "{len} {pad}");
             }
         }
     }
