@@ -32,7 +32,7 @@ pub struct ModelArgs {
     #[arg(short = 'm', long, value_name = "MODEL")]
     pub model: Option<PathBuf>,
 
-    /// Device: cpu or auto (GPU backends are not compiled in yet)
+    /// Device: cpu or auto (models run on the CPU in this build; GPU models come with the CUDA backend's model ops)
     #[arg(short = 'b', long, value_name = "BACKEND", default_value = "auto")]
     pub backend: String,
 

@@ -28,7 +28,7 @@ fn generation_errors_are_one_line() {
     let o = cli(["-m", not_gguf.to_str().unwrap(), "-p", "hello", "-b", "cuda"]);
     assert_one_line_error(
         &o,
-        "backend 'cuda' is not compiled into this build of rustorch-cli (compiled in: cpu)",
+        "backend 'cuda' cannot run models in this build of rustorch-cli (models run on: cpu; `rustorch-cli devices` lists the devices found)",
     );
     let o = cli(["-m", not_gguf.to_str().unwrap(), "-p", "hello", "-b", "tpu"]);
     assert_one_line_error(

@@ -8,3 +8,6 @@ pub use rustorch_core::*;
 /// The CPU backend, and its kernels' knobs (llama.cpp's arithmetic orders,
 /// threads, memory bandwidth).
 pub use rustorch_cpu as cpu;
+/// The CUDA backend (feature `cuda`): its devices register themselves.
+#[cfg(feature = "cuda")]
+pub use rustorch_cuda as cuda;
