@@ -53,6 +53,37 @@ impl Strided {
     }
 }
 
+impl Strided {
+    /// Dims `dims` of a layout with `strides` (in elements) from `offset`,
+    /// or `None` past `MAX_DIMS` dims.
+    pub(crate) fn from_parts(dims: &[usize], strides: &[usize], offset: usize) -> Option<Strided> {
+        if dims.len() > MAX_DIMS {
+            return None;
+        }
+        let mut s = Strided {
+            shape: [1; MAX_DIMS],
+            stride: [0; MAX_DIMS],
+            offset: offset as i64,
+            ndim: dims.len().max(1) as i32,
+            pad: 0,
+        };
+        for (d, (&n, &st)) in dims.iter().zip(strides).enumerate() {
+            s.shape[d] = n as i64;
+            s.stride[d] = st as i64;
+        }
+        Some(s)
+    }
+}
+
+/// One block of 256 threads per row, `rows` rows.
+pub(crate) fn per_row(rows: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (rows as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
 /// A grid-stride launch over `n` elements.
 pub(crate) fn grid(n: usize, sm_count: u32) -> LaunchConfig {
     const BLOCK: u32 = 256;

@@ -4,6 +4,7 @@
 
 mod elementwise;
 mod matmul;
+mod reduce;
 
 use crate::backend::CudaBackend;
 use crate::launch::MAX_DIMS;
@@ -44,6 +45,8 @@ pub(crate) fn supports(op: &Op, inputs: &[TensorMeta]) -> bool {
         Op::Unary(_) | Op::Clamp { .. } | Op::Binary(_) | Op::Compare(_) => float,
         Op::Where => inputs.get(1).is_some_and(|m| m.dtype != DType::C64),
         Op::MatMul => matches!(first, Some(DType::F32 | DType::F16 | DType::BF16 | DType::F64)),
+        Op::Reduce { .. } | Op::Softmax { .. } | Op::LogSoftmax { .. } => float,
+        Op::RmsNorm { .. } => float && inputs.iter().all(|m| m.dtype == inputs[0].dtype),
         _ => false,
     }
 }
@@ -65,6 +68,10 @@ pub(crate) fn execute(
     let out = &outputs[0];
     let buf = match op {
         Op::MatMul => matmul::matmul(b, inputs, out)?,
+        Op::Reduce { op: r, dims, .. } => reduce::reduce(b, *r, dims, &inputs[0], out)?,
+        Op::Softmax { dim } => reduce::softmax(b, *dim, false, &inputs[0], out)?,
+        Op::LogSoftmax { dim } => reduce::softmax(b, *dim, true, &inputs[0], out)?,
+        Op::RmsNorm { eps, .. } => reduce::rms_norm(b, op, *eps, inputs, out)?,
         _ => elementwise::run(b, op, inputs, out)?,
     };
     Ok(vec![std::sync::Arc::new(buf)])

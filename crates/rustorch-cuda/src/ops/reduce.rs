@@ -1,0 +1,136 @@
+//! Launchers for kernels/reduce.cu: reductions over any dims, softmax and
+//! log-softmax over one, RMS norm over the last; one block per output row.
+
+use super::float_suffix;
+use crate::backend::CudaBackend;
+use crate::buffer::CudaBuffer;
+use crate::launch::{per_row, Strided};
+use cudarc::driver::PushKernelArg;
+use rustorch_core::backend::TensorRef;
+use rustorch_core::op::ReduceOp;
+use rustorch_core::{BackendError, Layout, Op, TensorMeta};
+
+/// The input's kept dims (`outer`) and the `reduced` ones, as layouts.
+fn split(b: &CudaBackend, l: &Layout, reduced: &[usize]) -> Result<(Strided, Strided, usize, usize), BackendError> {
+    let (dims, strides) = (l.dims(), l.strides());
+    let keep: Vec<usize> = (0..dims.len()).filter(|d| !reduced.contains(d)).collect();
+    let pick = |which: &[usize]| -> (Vec<usize>, Vec<usize>) {
+        (which.iter().map(|&d| dims[d]).collect(), which.iter().map(|&d| strides[d]).collect())
+    };
+    let (od, os) = pick(&keep);
+    let (id, is) = pick(reduced);
+    let deep = || BackendError::unsupported(b.device, "reduce", "more dims than the kernels take");
+    let lo = Strided::from_parts(&od, &os, l.offset()).ok_or_else(deep)?;
+    let li = Strided::from_parts(&id, &is, 0).ok_or_else(deep)?;
+    Ok((lo, li, od.iter().product(), id.iter().product()))
+}
+
+fn too_many_rows(b: &CudaBackend, rows: usize) -> Result<(), BackendError> {
+    if rows > i32::MAX as usize {
+        return Err(BackendError::unsupported(b.device, "reduce", "more than 2^31 rows"));
+    }
+    Ok(())
+}
+
+pub(super) fn reduce(
+    b: &CudaBackend,
+    r: ReduceOp,
+    dims: &[usize],
+    x: &TensorRef<'_>,
+    out: &TensorMeta,
+) -> Result<CudaBuffer, BackendError> {
+    let ty = float_suffix(x.dtype()).ok_or_else(|| BackendError::unsupported(b.device, r.name(), "float dtypes only"))?;
+    let (lo, li, rows, n_inner) = split(b, x.layout, dims)?;
+    too_many_rows(b, rows)?;
+    let y = b.alloc(out.dtype, out.shape.numel())?;
+    if rows == 0 {
+        return Ok(y);
+    }
+    let xp = b.own(r.name(), x.buffer)?.ptr();
+    let yp = y.ptr();
+    let n64 = n_inner as i64;
+    let best = matches!(r, ReduceOp::Max | ReduceOp::Min | ReduceOp::ArgMax | ReduceOp::ArgMin);
+    if best && n_inner == 0 {
+        return Err(BackendError::invalid(r.name(), "cannot reduce an empty dimension"));
+    }
+    let name = if best { format!("reduce_best_{ty}") } else { format!("reduce_moments_{ty}") };
+    let f = b.function("reduce", &name)?;
+    let mut args = b.stream.launch_builder(&f);
+    let (kind, correction): (i32, i32) = match r {
+        ReduceOp::Sum => (0, 0),
+        ReduceOp::Mean => (1, 0),
+        ReduceOp::Prod => (2, 0),
+        ReduceOp::Var { correction } => (3, correction.min(i32::MAX as u32) as i32),
+        ReduceOp::Std { correction } => (4, correction.min(i32::MAX as u32) as i32),
+        _ => (0, 0),
+    };
+    let is_max: i32 = matches!(r, ReduceOp::Max | ReduceOp::ArgMax) as i32;
+    let (vals, idx): (u64, u64) = if matches!(r, ReduceOp::ArgMax | ReduceOp::ArgMin) { (0, yp) } else { (yp, 0) };
+    args.arg(&xp).arg(&lo).arg(&li);
+    if best {
+        args.arg(&vals).arg(&idx).arg(&n64).arg(&is_max);
+    } else {
+        args.arg(&yp).arg(&n64).arg(&kind).arg(&correction);
+    }
+    // SAFETY: the argument lists match reduce_best_* / reduce_moments_*;
+    // `lo` and `li` address elements of `x` only (the executor checked its
+    // layout); `y` holds one element per row.
+    unsafe { args.launch(per_row(rows)) }.map_err(|e| b.launch_err(&name, e))?;
+    Ok(y)
+}
+
+pub(super) fn softmax(b: &CudaBackend, dim: usize, log: bool, x: &TensorRef<'_>, out: &TensorMeta) -> Result<CudaBuffer, BackendError> {
+    let name = if log { "log_softmax" } else { "softmax" };
+    let ty = float_suffix(x.dtype()).ok_or_else(|| BackendError::unsupported(b.device, name, "float dtypes only"))?;
+    let (lo, li, rows, n_inner) = split(b, x.layout, &[dim])?;
+    too_many_rows(b, rows)?;
+    let y = b.alloc(out.dtype, out.shape.numel())?;
+    if rows == 0 || n_inner == 0 {
+        return Ok(y);
+    }
+    let contiguous = Layout::contiguous(out.shape.clone());
+    let (yo, yi, _, _) = split(b, &contiguous, &[dim])?;
+    let kernel = format!("softmax_{ty}");
+    let f = b.function("reduce", &kernel)?;
+    let (xp, yp, n64, log_out) = (b.own(name, x.buffer)?.ptr(), y.ptr(), n_inner as i64, log as i32);
+    let mut args = b.stream.launch_builder(&f);
+    args.arg(&xp).arg(&lo).arg(&li).arg(&yp).arg(&yo).arg(&yi).arg(&n64).arg(&log_out);
+    // SAFETY: softmax_*(x, lo, li, y, yo, yi, n, log): input split as in
+    // `reduce`, output split the same way over its contiguous layout.
+    unsafe { args.launch(per_row(rows)) }.map_err(|e| b.launch_err(&kernel, e))?;
+    Ok(y)
+}
+
+pub(super) fn rms_norm(b: &CudaBackend, op: &Op, eps: f64, inputs: &[TensorRef<'_>], out: &TensorMeta) -> Result<CudaBuffer, BackendError> {
+    let x = &inputs[0];
+    let ty = float_suffix(x.dtype()).ok_or_else(|| BackendError::unsupported(b.device, op.name(), "float dtypes only"))?;
+    let last = x.layout.rank().saturating_sub(1);
+    let (lo, li, rows, n_inner) = if x.layout.rank() == 0 {
+        let s = Strided::from_parts(&[], &[], x.layout.offset()).expect("no dims");
+        (s, Strided::from_parts(&[], &[], 0).expect("no dims"), 1, 1)
+    } else {
+        split(b, x.layout, &[last])?
+    };
+    too_many_rows(b, rows)?;
+    let y = b.alloc(out.dtype, out.shape.numel())?;
+    if rows == 0 || n_inner == 0 {
+        return Ok(y);
+    }
+    let (wp, lw) = match inputs.get(1) {
+        Some(w) => (
+            b.own(&op.name(), w.buffer)?.ptr(),
+            Strided::broadcast(w.layout, &rustorch_core::Shape::from([n_inner]))
+                .ok_or_else(|| BackendError::unsupported(b.device, op.name(), "weight layout"))?,
+        ),
+        None => (0u64, Strided::from_parts(&[n_inner], &[0], 0).expect("one dim")),
+    };
+    let kernel = format!("rms_norm_{ty}");
+    let f = b.function("reduce", &kernel)?;
+    let (xp, yp, n64) = (b.own(&op.name(), x.buffer)?.ptr(), y.ptr(), n_inner as i64);
+    let mut args = b.stream.launch_builder(&f);
+    args.arg(&xp).arg(&lo).arg(&li).arg(&wp).arg(&lw).arg(&yp).arg(&n64).arg(&eps);
+    // SAFETY: rms_norm_*(x, lo, li, w or null, lw, y, n, eps); the weight
+    // has `n` elements (infer checked it), `y` rows * n.
+    unsafe { args.launch(per_row(rows)) }.map_err(|e| b.launch_err(&kernel, e))?;
+    Ok(y)
+}
