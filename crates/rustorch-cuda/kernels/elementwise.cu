@@ -155,3 +155,63 @@ BY_SIZE(1, u8)
 BY_SIZE(2, u16)
 BY_SIZE(4, u32)
 BY_SIZE(8, u64)
+
+// ---- integers: Rust's wrapping arithmetic (through unsigned types, where
+// C's signed overflow would be undefined), as the CPU backend computes ------
+typedef unsigned int u32_t;
+template <typename T, typename U> __device__ __forceinline__ T wadd(T a, T b) { return (T)((U)a + (U)b); }
+template <typename T, typename U> __device__ __forceinline__ T wsub(T a, T b) { return (T)((U)a - (U)b); }
+template <typename T, typename U> __device__ __forceinline__ T wmul(T a, T b) { return (T)((U)a * (U)b); }
+template <typename T, typename U> __device__ __forceinline__ T wneg(T a) { return (T)((U)0 - (U)a); }
+template <typename T, typename U> __device__ __forceinline__ T wabs(T a) { return a < (T)0 ? wneg<T, U>(a) : a; }
+
+#define INT_BINARY(NAME, TY, T, U, EXPR)                                                     \
+    extern "C" __global__ void binary_##NAME##_##TY(const T* a, Strided la, const T* b,     \
+                                                     Strided lb, T* y, i64 n) {             \
+        RT_GRID_STRIDE(i, n) {                                                               \
+            T x = a[strided_at(la, i)], z = b[strided_at(lb, i)];                            \
+            y[i] = (EXPR);                                                                   \
+        }                                                                                    \
+    }
+#define INT_TYPE(TY, T, U)                                                                   \
+    INT_BINARY(add, TY, T, U, (wadd<T, U>(x, z)))                                            \
+    INT_BINARY(sub, TY, T, U, (wsub<T, U>(x, z)))                                            \
+    INT_BINARY(mul, TY, T, U, (wmul<T, U>(x, z)))                                            \
+    INT_BINARY(maximum, TY, T, U, (x < z ? z : x))                                           \
+    INT_BINARY(minimum, TY, T, U, (z < x ? z : x))                                           \
+    extern "C" __global__ void unary_neg_##TY(const T* x, Strided lx, T* y, i64 n) {        \
+        RT_GRID_STRIDE(i, n) { y[i] = wneg<T, U>(x[strided_at(lx, i)]); }                    \
+    }                                                                                        \
+    extern "C" __global__ void unary_abs_##TY(const T* x, Strided lx, T* y, i64 n) {        \
+        RT_GRID_STRIDE(i, n) { y[i] = wabs<T, U>(x[strided_at(lx, i)]); }                    \
+    }                                                                                        \
+    extern "C" __global__ void unary_relu_##TY(const T* x, Strided lx, T* y, i64 n) {       \
+        RT_GRID_STRIDE(i, n) { T v = x[strided_at(lx, i)]; y[i] = v < (T)0 ? (T)0 : v; }     \
+    }
+INT_TYPE(I32, int, u32_t)
+INT_TYPE(I64, i64, u64)
+INT_TYPE(U8, u8, u8)
+
+#define INT_CMP(NAME, TY, T, OP)                                                             \
+    extern "C" __global__ void cmp_##NAME##_##TY(const T* a, Strided la, const T* b,        \
+                                                  Strided lb, u8* y, i64 n) {               \
+        RT_GRID_STRIDE(i, n) { y[i] = (a[strided_at(la, i)] OP b[strided_at(lb, i)]) ? 1 : 0; } \
+    }
+#define INT_CMPS(TY, T)                                                                      \
+    INT_CMP(eq, TY, T, ==) INT_CMP(ne, TY, T, !=) INT_CMP(lt, TY, T, <)                      \
+    INT_CMP(le, TY, T, <=) INT_CMP(gt, TY, T, >) INT_CMP(ge, TY, T, >=)
+INT_CMPS(I32, int)
+INT_CMPS(I64, i64)
+INT_CMPS(U8, u8)
+INT_CMPS(BOOL, u8)
+
+// ---- gated activations (Op::SwiGlu, Op::GeGlu): f32, x and g of one shape -
+extern "C" __global__ void swiglu_F32(const float* x, Strided lx, const float* g, Strided lg, float* y, i64 n) {
+    RT_GRID_STRIDE(i, n) {
+        float v = x[strided_at(lx, i)];
+        y[i] = v / (1.0f + expf(-v)) * g[strided_at(lg, i)];
+    }
+}
+extern "C" __global__ void geglu_F32(const float* x, Strided lx, const float* g, Strided lg, float* y, i64 n) {
+    RT_GRID_STRIDE(i, n) { y[i] = op_gelu_tanh(x[strided_at(lx, i)]) * g[strided_at(lg, i)]; }
+}

@@ -16,7 +16,8 @@ fn cuda() -> Result<Arc<dyn Backend>, String> {
     }
 }
 
-/// How far the GPU may be from the CPU. IEEE-exact operations (add, sub,
+/// How far the GPU may be from the CPU (`op`: the op's name in the random
+/// suite, the check's name in the fixture suites). IEEE-exact operations (add, sub,
 /// mul, div, sqrt, comparisons, copies, casts, min/max) must agree to the
 /// bit; the library functions (exp, log, tanh, erf, pow, ...) are within a
 /// few ulp of the CPU's; products sum in another order (cuBLAS tiles),
@@ -24,10 +25,16 @@ fn cuda() -> Result<Arc<dyn Backend>, String> {
 fn tolerance(op: &str, dtype: DType) -> Tol {
     let exact_ops = [
         "copy", "add", "sub", "mul", "div", "sqrt", "neg", "abs", "relu", "maximum", "minimum", "clamp", "eq", "ne",
-        "lt", "le", "gt", "ge", "where",
+        "lt", "le", "gt", "ge", "where", "cat",
     ];
     if exact_ops.contains(&op) || op.starts_with("cast_to_") {
         return Tol::EXACT;
+    }
+    if op.contains("geglu") {
+        // The CPU reads GELU from llama.cpp's f16 table (the value at x
+        // rounded to f16, stored as f16); the GPU computes it in f32, as
+        // llama.cpp's CUDA build does.
+        return Tol { atol: 1e-3, rtol: 2e-3 };
     }
     let product = op == "matmul";
     match dtype {

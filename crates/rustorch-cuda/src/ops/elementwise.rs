@@ -42,6 +42,8 @@ pub(super) fn run(
         Op::Binary(o) => ("elementwise", format!("binary_{}_{}", o.name(), suffix(x_dtype))),
         Op::Compare(c) => ("elementwise", format!("cmp_{}_{}", c.name(), suffix(x_dtype))),
         Op::Where => ("elementwise", format!("where_b{}", inputs[1].dtype().size_in_bytes())),
+        Op::SwiGlu => ("elementwise", "swiglu_F32".to_string()),
+        Op::GeGlu => ("elementwise", "geglu_F32".to_string()),
         _ => return Err(BackendError::unsupported(b.device, name, "not an elementwise op")),
     };
     let f = b.function(kernel.0, &kernel.1)?;
@@ -69,6 +71,8 @@ pub(super) fn run(
     Ok(y)
 }
 
+/// The kernels' name for the dtype an op computes in (floats, and the
+/// integer kernels' I32/I64/U8/BOOL).
 fn suffix(d: rustorch_core::DType) -> &'static str {
-    float_suffix(d).unwrap_or("?")
+    float_suffix(d).or_else(|| cast_suffix(d)).unwrap_or("?")
 }

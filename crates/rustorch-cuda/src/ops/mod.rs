@@ -9,7 +9,12 @@ mod reduce;
 use crate::backend::CudaBackend;
 use crate::launch::MAX_DIMS;
 use rustorch_core::backend::{Buffer, TensorRef};
+use rustorch_core::op::{BinaryOp, UnaryOp};
 use rustorch_core::{BackendError, DType, Op, TensorMeta};
+
+fn is_int(d: Option<DType>) -> bool {
+    matches!(d, Some(DType::I32 | DType::I64 | DType::U8))
+}
 
 /// The kernels' name for a float dtype, for the ops that compute.
 pub(crate) fn float_suffix(d: DType) -> Option<&'static str> {
@@ -42,7 +47,21 @@ pub(crate) fn supports(op: &Op, inputs: &[TensorMeta]) -> bool {
     match op {
         Op::Copy => first.is_some_and(|d| d != DType::C64),
         Op::Cast { to } => first.and_then(cast_suffix).is_some() && cast_suffix(*to).is_some(),
-        Op::Unary(_) | Op::Clamp { .. } | Op::Binary(_) | Op::Compare(_) => float,
+        Op::Unary(_) | Op::Clamp { .. } | Op::Binary(_) | Op::Compare(_) if float => true,
+        // Integers: wrapping arithmetic as on the CPU; integer division and
+        // powers (whose zero divisors and negative exponents the CPU
+        // rejects) and bool arithmetic stay with the CPU.
+        Op::Unary(u) => is_int(first) && matches!(u, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu),
+        Op::Binary(o) => {
+            is_int(first)
+                && matches!(
+                    o,
+                    BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Maximum | BinaryOp::Minimum
+                )
+        }
+        Op::Compare(_) => is_int(first) || first == Some(DType::Bool),
+        Op::SwiGlu | Op::GeGlu => first == Some(DType::F32),
+        Op::Cat { .. } => first.is_some_and(|d| d != DType::C64),
         Op::Where => inputs.get(1).is_some_and(|m| m.dtype != DType::C64),
         Op::MatMul => matches!(first, Some(DType::F32 | DType::F16 | DType::BF16 | DType::F64)),
         Op::Reduce { .. } | Op::Softmax { .. } | Op::LogSoftmax { .. } => float,
@@ -68,6 +87,7 @@ pub(crate) fn execute(
     let out = &outputs[0];
     let buf = match op {
         Op::MatMul => matmul::matmul(b, inputs, out)?,
+        Op::Cat { dim } => cat(b, *dim, inputs, out)?,
         Op::Reduce { op: r, dims, .. } => reduce::reduce(b, *r, dims, &inputs[0], out)?,
         Op::Softmax { dim } => reduce::softmax(b, *dim, false, &inputs[0], out)?,
         Op::LogSoftmax { dim } => reduce::softmax(b, *dim, true, &inputs[0], out)?,
@@ -128,4 +148,40 @@ pub(crate) fn write_into(
     // checked both layouts against their buffers, and holds `dst` alone.
     unsafe { args.launch(grid(n, b.sm_count)) }.map_err(|e| b.launch_err(&name, e))?;
     Ok(())
+}
+
+/// `Op::Cat`: each input copied into its slice of the output along `dim`.
+fn cat(
+    b: &CudaBackend,
+    dim: usize,
+    inputs: &[TensorRef<'_>],
+    out: &TensorMeta,
+) -> Result<crate::CudaBuffer, BackendError> {
+    use crate::launch::{grid, Strided};
+    use cudarc::driver::PushKernelArg;
+    let y = b.alloc(out.dtype, out.shape.numel())?;
+    let whole = rustorch_core::Layout::contiguous(out.shape.clone());
+    let name = format!("copy_into_b{}", out.dtype.size_in_bytes());
+    let f = b.function("elementwise", &name)?;
+    let mut start = 0;
+    for t in inputs {
+        let len = t.layout.dims()[dim];
+        let n = t.layout.shape().numel();
+        if n > 0 {
+            let region = whole
+                .narrow("cat", dim as isize, start, len)
+                .map_err(|e| BackendError::invalid("cat", e.to_string()))?;
+            let deep = || BackendError::unsupported(b.device, "cat", "more dims than the kernels take");
+            let lx = Strided::broadcast(t.layout, region.shape()).ok_or_else(deep)?;
+            let ly = Strided::broadcast(&region, region.shape()).ok_or_else(deep)?;
+            let (xp, yp, n64) = (b.own("cat", t.buffer)?.ptr(), y.ptr(), n as i64);
+            let mut args = b.stream.launch_builder(&f);
+            args.arg(&xp).arg(&lx).arg(&yp).arg(&ly).arg(&n64);
+            // SAFETY: copy_into_bN(src, its layout, dst, the slice's layout, n): the slice lies
+            // inside the output, whose size infer computed from the inputs.
+            unsafe { args.launch(grid(n, b.sm_count)) }.map_err(|e| b.launch_err(&name, e))?;
+        }
+        start += len;
+    }
+    Ok(y)
 }

@@ -15,7 +15,10 @@ fn split(b: &CudaBackend, l: &Layout, reduced: &[usize]) -> Result<(Strided, Str
     let (dims, strides) = (l.dims(), l.strides());
     let keep: Vec<usize> = (0..dims.len()).filter(|d| !reduced.contains(d)).collect();
     let pick = |which: &[usize]| -> (Vec<usize>, Vec<usize>) {
-        (which.iter().map(|&d| dims[d]).collect(), which.iter().map(|&d| strides[d]).collect())
+        (
+            which.iter().map(|&d| dims[d]).collect(),
+            which.iter().map(|&d| strides[d]).collect(),
+        )
     };
     let (od, os) = pick(&keep);
     let (id, is) = pick(reduced);
@@ -39,7 +42,8 @@ pub(super) fn reduce(
     x: &TensorRef<'_>,
     out: &TensorMeta,
 ) -> Result<CudaBuffer, BackendError> {
-    let ty = float_suffix(x.dtype()).ok_or_else(|| BackendError::unsupported(b.device, r.name(), "float dtypes only"))?;
+    let ty =
+        float_suffix(x.dtype()).ok_or_else(|| BackendError::unsupported(b.device, r.name(), "float dtypes only"))?;
     let (lo, li, rows, n_inner) = split(b, x.layout, dims)?;
     too_many_rows(b, rows)?;
     let y = b.alloc(out.dtype, out.shape.numel())?;
@@ -53,7 +57,11 @@ pub(super) fn reduce(
     if best && n_inner == 0 {
         return Err(BackendError::invalid(r.name(), "cannot reduce an empty dimension"));
     }
-    let name = if best { format!("reduce_best_{ty}") } else { format!("reduce_moments_{ty}") };
+    let name = if best {
+        format!("reduce_best_{ty}")
+    } else {
+        format!("reduce_moments_{ty}")
+    };
     let f = b.function("reduce", &name)?;
     let mut args = b.stream.launch_builder(&f);
     let (kind, correction): (i32, i32) = match r {
@@ -65,7 +73,11 @@ pub(super) fn reduce(
         _ => (0, 0),
     };
     let is_max: i32 = matches!(r, ReduceOp::Max | ReduceOp::ArgMax) as i32;
-    let (vals, idx): (u64, u64) = if matches!(r, ReduceOp::ArgMax | ReduceOp::ArgMin) { (0, yp) } else { (yp, 0) };
+    let (vals, idx): (u64, u64) = if matches!(r, ReduceOp::ArgMax | ReduceOp::ArgMin) {
+        (0, yp)
+    } else {
+        (yp, 0)
+    };
     args.arg(&xp).arg(&lo).arg(&li);
     if best {
         args.arg(&vals).arg(&idx).arg(&n64).arg(&is_max);
@@ -79,7 +91,13 @@ pub(super) fn reduce(
     Ok(y)
 }
 
-pub(super) fn softmax(b: &CudaBackend, dim: usize, log: bool, x: &TensorRef<'_>, out: &TensorMeta) -> Result<CudaBuffer, BackendError> {
+pub(super) fn softmax(
+    b: &CudaBackend,
+    dim: usize,
+    log: bool,
+    x: &TensorRef<'_>,
+    out: &TensorMeta,
+) -> Result<CudaBuffer, BackendError> {
     let name = if log { "log_softmax" } else { "softmax" };
     let ty = float_suffix(x.dtype()).ok_or_else(|| BackendError::unsupported(b.device, name, "float dtypes only"))?;
     let (lo, li, rows, n_inner) = split(b, x.layout, &[dim])?;
@@ -94,16 +112,30 @@ pub(super) fn softmax(b: &CudaBackend, dim: usize, log: bool, x: &TensorRef<'_>,
     let f = b.function("reduce", &kernel)?;
     let (xp, yp, n64, log_out) = (b.own(name, x.buffer)?.ptr(), y.ptr(), n_inner as i64, log as i32);
     let mut args = b.stream.launch_builder(&f);
-    args.arg(&xp).arg(&lo).arg(&li).arg(&yp).arg(&yo).arg(&yi).arg(&n64).arg(&log_out);
+    args.arg(&xp)
+        .arg(&lo)
+        .arg(&li)
+        .arg(&yp)
+        .arg(&yo)
+        .arg(&yi)
+        .arg(&n64)
+        .arg(&log_out);
     // SAFETY: softmax_*(x, lo, li, y, yo, yi, n, log): input split as in
     // `reduce`, output split the same way over its contiguous layout.
     unsafe { args.launch(per_row(rows)) }.map_err(|e| b.launch_err(&kernel, e))?;
     Ok(y)
 }
 
-pub(super) fn rms_norm(b: &CudaBackend, op: &Op, eps: f64, inputs: &[TensorRef<'_>], out: &TensorMeta) -> Result<CudaBuffer, BackendError> {
+pub(super) fn rms_norm(
+    b: &CudaBackend,
+    op: &Op,
+    eps: f64,
+    inputs: &[TensorRef<'_>],
+    out: &TensorMeta,
+) -> Result<CudaBuffer, BackendError> {
     let x = &inputs[0];
-    let ty = float_suffix(x.dtype()).ok_or_else(|| BackendError::unsupported(b.device, op.name(), "float dtypes only"))?;
+    let ty =
+        float_suffix(x.dtype()).ok_or_else(|| BackendError::unsupported(b.device, op.name(), "float dtypes only"))?;
     let last = x.layout.rank().saturating_sub(1);
     let (lo, li, rows, n_inner) = if x.layout.rank() == 0 {
         let s = Strided::from_parts(&[], &[], x.layout.offset()).expect("no dims");
@@ -128,7 +160,14 @@ pub(super) fn rms_norm(b: &CudaBackend, op: &Op, eps: f64, inputs: &[TensorRef<'
     let f = b.function("reduce", &kernel)?;
     let (xp, yp, n64) = (b.own(&op.name(), x.buffer)?.ptr(), y.ptr(), n_inner as i64);
     let mut args = b.stream.launch_builder(&f);
-    args.arg(&xp).arg(&lo).arg(&li).arg(&wp).arg(&lw).arg(&yp).arg(&n64).arg(&eps);
+    args.arg(&xp)
+        .arg(&lo)
+        .arg(&li)
+        .arg(&wp)
+        .arg(&lw)
+        .arg(&yp)
+        .arg(&n64)
+        .arg(&eps);
     // SAFETY: rms_norm_*(x, lo, li, w or null, lw, y, n, eps); the weight
     // has `n` elements (infer checked it), `y` rows * n.
     unsafe { args.launch(per_row(rows)) }.map_err(|e| b.launch_err(&kernel, e))?;
