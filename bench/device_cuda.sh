@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the CUDA backend's tests on the device host (no Rust there): the
-# kernel compile check and the conformance suite in strict mode, from the
+# kernel compile check, the conformance suite in strict mode, and single-op
+# timings against PyTorch on the same GPU in the same run, from the
 # stripped, xz-compressed test binaries that tools/device_bundle_cuda.sh
 # puts in .device-cuda/ (carry [".device-cuda"]).
 #
@@ -29,4 +30,16 @@ rc=0
 "$bin/conformance" --nocapture --test-threads 1 > /tmp/rustorch-cuda-conformance.log 2>&1 || rc=1
 grep -E "random cases ran|fixture comparisons|checks need|checks failed|differ from the CPU|^test result|^failures|^    cuda::" \
     /tmp/rustorch-cuda-conformance.log | cut -c1-2000
+echo "== single ops, RusTorch vs PyTorch (median ms; ratio = PyTorch time / RusTorch time, >1 is faster)"
+"$bin/cuda_bench" 20 > /tmp/rt.txt 2>&1 || { cat /tmp/rt.txt; rc=1; }
+python3 "$root/bench/torch_cuda_ops.py" 20 > /tmp/pt.txt 2>&1 || { cat /tmp/pt.txt; rc=1; }
+python3 - <<'PY'
+rt = dict(l.split() for l in open("/tmp/rt.txt") if len(l.split()) == 2)
+pt = dict(l.split() for l in open("/tmp/pt.txt") if len(l.split()) == 2)
+print(f"{'case':<22}{'rustorch ms':>13}{'torch ms':>11}{'ratio':>8}")
+for k in rt:
+    if k in pt:
+        r, p = float(rt[k]), float(pt[k])
+        print(f"{k:<22}{r:>13.4f}{p:>11.4f}{p / r:>8.2f}")
+PY
 exit $rc

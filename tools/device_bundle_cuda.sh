@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fills .device-cuda/ (git-ignored) with what bench/device_cuda.sh runs on the device host (no
-# Rust there): the rustorch-cuda test binaries (kernel compile check, conformance suite), built
+# Rust there): the rustorch-cuda test binaries (kernel compile check, conformance suite) and
+# its cuda_bench example, built
 # here without a GPU, stripped and xz-compressed (about 3 MiB), and the path they were built at
 # (their fixtures are read from there). Then: carry [".device-cuda"], run bench/device_cuda.sh.
 set -euo pipefail
@@ -21,5 +22,8 @@ for line in sys.stdin:
     strip -o "$out/$name" "$exe"
     xz -T2 -6 -f "$out/$name"
 done
+cargo build --release -p rustorch-cuda --example cuda_bench 2>/dev/null
+strip -o "$out/cuda_bench" "$root/target/release/examples/cuda_bench"
+xz -T2 -6 -f "$out/cuda_bench"
 echo "$root" > "$out/BUILT_AT"
 ls -la "$out" >&2

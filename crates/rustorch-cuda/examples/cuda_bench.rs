@@ -1,0 +1,65 @@
+//! Times single ops on the first CUDA device through the executor (strict:
+//! nothing falls back), for bench/device_cuda.sh, which runs PyTorch's
+//! versions in the same run and prints the ratios. One line per case:
+//! `name milliseconds`, the median of `REPS` timed runs after warm-up, each
+//! ended by a synchronization.
+//!
+//! cargo run --release -p rustorch-cuda --example cuda_bench [REPS]
+
+use rustorch_core::{Backend, DType, Device, Executor, ExecutorConfig, Tensor};
+use std::sync::Arc;
+use std::time::Instant;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let reps: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(20);
+    let backend = Arc::new(rustorch_cuda::CudaBackend::new(0)?);
+    let device = Device::Cuda(0);
+    let exec = Arc::new(Executor::from_backends(
+        ExecutorConfig {
+            strict: true,
+            preferred_device: Some(device),
+            min_offload_elems: 0,
+            ..ExecutorConfig::default()
+        },
+        vec![backend.clone() as Arc<dyn Backend>, Arc::new(rustorch_cpu::CpuBackend::new())],
+    ));
+    let on_gpu = |shape: &[usize], dtype: DType, seed: u64| -> Result<Tensor, Box<dyn std::error::Error>> {
+        Ok(Tensor::randn(shape.to_vec(), DType::F32, seed)?
+            .to_dtype(dtype)?
+            .with_executor(&exec)?
+            .to_device(device)?)
+    };
+    let time = |name: &str, f: &dyn Fn() -> Result<Tensor, rustorch_core::Error>| -> Result<(), Box<dyn std::error::Error>> {
+        for _ in 0..3 {
+            f()?;
+        }
+        exec.synchronize()?;
+        let mut ms = Vec::with_capacity(reps);
+        for _ in 0..reps {
+            let t = Instant::now();
+            let out = f()?;
+            exec.synchronize()?;
+            ms.push(t.elapsed().as_secs_f64() * 1e3);
+            drop(out);
+        }
+        ms.sort_by(|a, b| a.total_cmp(b));
+        println!("{name} {:.4}", ms[ms.len() / 2]);
+        Ok(())
+    };
+    let n = 4096;
+    for dtype in [DType::F32, DType::BF16] {
+        let a = on_gpu(&[n, n], dtype, 1)?;
+        let b = on_gpu(&[n, n], dtype, 2)?;
+        time(&format!("matmul_4096_{dtype}"), &|| a.matmul(&b))?;
+    }
+    let big = 64 << 20;
+    let x = on_gpu(&[big], DType::F32, 3)?;
+    let y = on_gpu(&[big], DType::F32, 4)?;
+    time("add_64M_f32", &|| x.add(&y))?;
+    time("mul_64M_f32", &|| x.mul(&y))?;
+    time("sum_64M_f32", &|| x.sum_all())?;
+    let rows = x.reshape([big / 4096, 4096])?;
+    time("softmax_64M_f32", &|| rows.softmax(-1))?;
+    time("rms_norm_64M_f32", &|| rows.rms_norm(None, 1e-6))?;
+    Ok(())
+}
