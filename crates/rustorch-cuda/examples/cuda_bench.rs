@@ -21,7 +21,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             min_offload_elems: 0,
             ..ExecutorConfig::default()
         },
-        vec![backend.clone() as Arc<dyn Backend>, Arc::new(rustorch_cpu::CpuBackend::new())],
+        vec![
+            backend.clone() as Arc<dyn Backend>,
+            Arc::new(rustorch_cpu::CpuBackend::new()),
+        ],
     ));
     let on_gpu = |shape: &[usize], dtype: DType, seed: u64| -> Result<Tensor, Box<dyn std::error::Error>> {
         Ok(Tensor::randn(shape.to_vec(), DType::F32, seed)?
@@ -29,23 +32,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .with_executor(&exec)?
             .to_device(device)?)
     };
-    let time = |name: &str, f: &dyn Fn() -> Result<Tensor, rustorch_core::Error>| -> Result<(), Box<dyn std::error::Error>> {
-        for _ in 0..3 {
-            f()?;
-        }
-        exec.synchronize()?;
-        let mut ms = Vec::with_capacity(reps);
-        for _ in 0..reps {
-            let t = Instant::now();
-            let out = f()?;
+    let time =
+        |name: &str, f: &dyn Fn() -> Result<Tensor, rustorch_core::Error>| -> Result<(), Box<dyn std::error::Error>> {
+            for _ in 0..3 {
+                f()?;
+            }
             exec.synchronize()?;
-            ms.push(t.elapsed().as_secs_f64() * 1e3);
-            drop(out);
-        }
-        ms.sort_by(|a, b| a.total_cmp(b));
-        println!("{name} {:.4}", ms[ms.len() / 2]);
-        Ok(())
-    };
+            let mut ms = Vec::with_capacity(reps);
+            for _ in 0..reps {
+                let t = Instant::now();
+                let out = f()?;
+                exec.synchronize()?;
+                ms.push(t.elapsed().as_secs_f64() * 1e3);
+                drop(out);
+            }
+            ms.sort_by(|a, b| a.total_cmp(b));
+            println!("{name} {:.4}", ms[ms.len() / 2]);
+            Ok(())
+        };
     let n = 4096;
     for dtype in [DType::F32, DType::BF16] {
         let a = on_gpu(&[n, n], dtype, 1)?;

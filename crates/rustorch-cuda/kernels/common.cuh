@@ -24,6 +24,9 @@ struct Strided {
 };
 
 __device__ __forceinline__ i64 strided_at(const Strided& s, i64 i) {
+    // One dim (every contiguous operand, after the host merged its dims):
+    // no division.
+    if (s.ndim == 1) return s.offset + i * s.stride[0];
     i64 off = s.offset;
     for (int d = s.ndim - 1; d >= 0; --d) {
         i64 n = s.shape[d];

@@ -49,7 +49,47 @@ impl Strided {
                 };
             }
         }
-        Some(s)
+        Some(s.compressed())
+    }
+
+    /// The same addresses with fewer dims: size-1 dims dropped, and a dim
+    /// merged into the one after it where it steps over it exactly
+    /// (`stride[d] == stride[d+1] * shape[d+1]`). The element index splits
+    /// row-major either way, so each operand compresses on its own; a
+    /// contiguous one becomes one dim of stride 1, which the kernels
+    /// address without divisions.
+    fn compressed(self) -> Strided {
+        let n = self.ndim as usize;
+        let mut out = Strided {
+            shape: [1; MAX_DIMS],
+            stride: [0; MAX_DIMS],
+            offset: self.offset,
+            ndim: 0,
+            pad: 0,
+        };
+        let mut k = 0usize;
+        for d in 0..n {
+            let (size, stride) = (self.shape[d], self.stride[d]);
+            if size == 1 {
+                continue;
+            }
+            if k > 0 && out.stride[k - 1] == stride * size {
+                out.shape[k - 1] *= size;
+                out.stride[k - 1] = stride;
+            } else {
+                out.shape[k] = size;
+                out.stride[k] = stride;
+                k += 1;
+            }
+        }
+        if k == 0 {
+            // One element (or a shape of ones): index 0 only.
+            out.shape[0] = 1;
+            out.stride[0] = 1;
+            k = 1;
+        }
+        out.ndim = k as i32;
+        out
     }
 }
 
@@ -71,7 +111,7 @@ impl Strided {
             s.shape[d] = n as i64;
             s.stride[d] = st as i64;
         }
-        Some(s)
+        Some(s.compressed())
     }
 }
 
@@ -93,5 +133,57 @@ pub(crate) fn grid(n: usize, sm_count: u32) -> LaunchConfig {
         grid_dim: (blocks.min(cap) as u32, 1, 1),
         block_dim: (BLOCK, 1, 1),
         shared_mem_bytes: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Element offsets of a `Strided`, as the kernels compute them.
+    fn offsets(s: &Strided, n: usize) -> Vec<i64> {
+        (0..n as i64)
+            .map(|mut i| {
+                if s.ndim == 1 {
+                    return s.offset + i * s.stride[0];
+                }
+                let mut off = s.offset;
+                for d in (0..s.ndim as usize).rev() {
+                    let q = i / s.shape[d];
+                    off += (i - q * s.shape[d]) * s.stride[d];
+                    i = q;
+                }
+                off
+            })
+            .collect()
+    }
+
+    #[test]
+    fn compressing_keeps_every_address() {
+        let base = Layout::contiguous(Shape::from([2, 3, 4, 5]));
+        let views = [
+            base.clone(),
+            base.transpose("t", 1, 2).unwrap(),
+            base.narrow("n", 3, 1, 3).unwrap(),
+            base.narrow("n", 0, 1, 1).unwrap(),
+            Layout::contiguous(Shape::from([3, 1, 5]))
+                .broadcast_as("b", &Shape::from([2, 3, 4, 5]))
+                .unwrap(),
+        ];
+        for l in &views {
+            let raw = Strided::from_parts(l.dims(), l.strides(), l.offset()).unwrap();
+            let mut full = raw;
+            // The uncompressed addresses, straight from the layout.
+            full.ndim = l.rank() as i32;
+            for (d, (&n, &st)) in l.dims().iter().zip(l.strides()).enumerate() {
+                full.shape[d] = n as i64;
+                full.stride[d] = st as i64;
+            }
+            full.offset = l.offset() as i64;
+            let n = l.shape().numel();
+            assert_eq!(offsets(&raw, n), offsets(&full, n), "{l:?}");
+        }
+        let c = Strided::from_parts(&[2, 3, 4], &[12, 4, 1], 7).unwrap();
+        assert_eq!((c.ndim, c.shape[0], c.stride[0], c.offset), (1, 24, 1, 7));
     }
 }
