@@ -197,26 +197,42 @@ impl Backend for CudaBackend {
         };
         let nvrtc = crate::compile::nvrtc_version()
             .map(|(a, b)| format!("{a}.{b}"))
-            .unwrap_or_else(|e| e);
+            .unwrap_or_else(|_| "missing".into());
         let cache = crate::compile::cache_dir()
             .map(|d| d.display().to_string())
             .unwrap_or_else(|| "none".into());
         DeviceCapability {
             name,
-            dtypes: vec![DType::F32, DType::F16, DType::BF16, DType::F64],
+            // Dtypes and op classes with at least one kernel here; `supports`
+            // decides per op and dtype.
+            dtypes: vec![
+                DType::Bool,
+                DType::U8,
+                DType::I32,
+                DType::I64,
+                DType::F16,
+                DType::BF16,
+                DType::F32,
+                DType::F64,
+            ],
             op_classes: vec![
+                OpClass::DataMovement,
                 OpClass::Elementwise,
                 OpClass::Activation,
-                OpClass::DataMovement,
+                OpClass::Reduction,
                 OpClass::LinearAlgebra,
+                OpClass::Normalization,
             ],
             total_memory: total,
             free_memory: free,
             api: Some("CUDA".into()),
+            // One item each, without spaces: listings join features with spaces.
             features: vec![
-                format!("compute capability {major}.{minor}, {} SMs", self.sm_count),
-                format!("driver CUDA {driver}, NVRTC {nvrtc}"),
-                format!("kernel cache {cache}"),
+                format!("sm_{major}{minor}"),
+                format!("sms={}", self.sm_count),
+                format!("driver=cuda-{driver}"),
+                format!("nvrtc={nvrtc}"),
+                format!("kernel-cache={}", cache.replace(' ', "_")),
             ],
         }
     }
