@@ -42,6 +42,9 @@ pub struct Executor {
     config: ExecutorConfig,
     /// Devices a `BackendError::DeviceLost` took out of routing, with why.
     lost: Mutex<Vec<(Device, String)>>,
+    /// Whether `lost` holds anything: routing reads this per op instead of
+    /// taking the lock.
+    any_lost: std::sync::atomic::AtomicBool,
     events: Mutex<Vec<TraceEvent>>,
     seq: AtomicU64,
     profiler: profile::Profiler,
@@ -79,6 +82,7 @@ impl Executor {
             backends: Vec::new(),
             disabled: Vec::new(),
             lost: Mutex::new(Vec::new()),
+            any_lost: std::sync::atomic::AtomicBool::new(false),
             config,
             events: Mutex::new(Vec::new()),
             seq: AtomicU64::new(0),
@@ -224,7 +228,7 @@ impl Executor {
     }
 
     fn is_lost(&self, device: Device) -> bool {
-        self.lost.lock().is_ok_and(|l| l.iter().any(|(d, _)| *d == device))
+        self.any_lost.load(Ordering::Acquire) && self.lost.lock().is_ok_and(|l| l.iter().any(|(d, _)| *d == device))
     }
 
     /// Takes the device of a `DeviceLost` error out of routing (the first
@@ -234,6 +238,7 @@ impl Executor {
             if let Ok(mut lost) = self.lost.lock() {
                 if !lost.iter().any(|(d, _)| *d == device) {
                     lost.push((device, e.to_string()));
+                    self.any_lost.store(true, Ordering::Release);
                 }
             }
         }
@@ -528,10 +533,8 @@ impl Executor {
                 reason: "this executor has no backend: the program links no backend crate (depend on `rustorch`, or on `rustorch-cpu` and use it)".into(),
             });
         }
-        if let Some(parts) = op.decompose() {
-            if self.runs_as_parts(op, &metas, inputs, &parts) {
-                return self.execute_parts(&parts, inputs);
-            }
+        if let Some(parts) = self.parts_to_run(op, &metas, inputs) {
+            return self.execute_parts(&parts, inputs);
         }
         let mut candidates = self.candidates(op, &metas, inputs, &outputs);
         if self.config.strict {
@@ -637,27 +640,13 @@ impl Executor {
         })
     }
 
-    /// Whether a fused op should run as its parts (`Op::decompose`): when
+    /// A fused op's parts (`Op::decompose`), when it should run as them:
     /// the device it would go to first (the preferred one, else the one
     /// holding its inputs) lacks the fused op but runs every part, so the
-    /// op stays where its data is.
-    fn runs_as_parts(
-        &self,
-        op: &Op,
-        metas: &[TensorMeta],
-        inputs: &[Operand],
-        parts: &crate::op::Decomposition,
-    ) -> bool {
-        self.parts_device(op, metas, inputs, parts).is_some()
-    }
-
-    fn parts_device(
-        &self,
-        op: &Op,
-        metas: &[TensorMeta],
-        inputs: &[Operand],
-        parts: &crate::op::Decomposition,
-    ) -> Option<Device> {
+    /// op stays where its data is. The decomposition is built only then:
+    /// with host data and no preferred device (every CPU-only run) this
+    /// returns before any allocation.
+    fn parts_to_run(&self, op: &Op, metas: &[TensorMeta], inputs: &[Operand]) -> Option<crate::op::Decomposition> {
         let first = self
             .config
             .preferred_device
@@ -667,6 +656,7 @@ impl Executor {
         if backend.supports(op, metas) {
             return None;
         }
+        let parts = op.decompose()?;
         let mut step_metas: Vec<Vec<TensorMeta>> = Vec::with_capacity(parts.steps.len());
         for step in &parts.steps {
             let ins: Vec<TensorMeta> = step
@@ -679,11 +669,11 @@ impl Executor {
             }
             step_metas.push(infer_outputs(&step.op, &ins).ok()?);
         }
-        Some(first)
+        Some(parts)
     }
 
     /// Runs a fused op's parts one by one (each routed as any op is, so
-    /// each goes to `device`, where the data is).
+    /// each goes where the data is).
     fn execute_parts(&self, parts: &crate::op::Decomposition, inputs: &[Operand]) -> Result<Vec<(Buffer, TensorMeta)>> {
         let mut done: Vec<Vec<(Buffer, TensorMeta)>> = Vec::with_capacity(parts.steps.len());
         let operand = |v: &crate::op::StepValue, done: &[Vec<(Buffer, TensorMeta)>]| -> Result<Operand> {

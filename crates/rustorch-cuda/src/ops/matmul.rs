@@ -4,31 +4,21 @@
 
 use crate::backend::CudaBackend;
 use crate::buffer::CudaBuffer;
-use crate::launch::{grid, Strided};
 use cudarc::cublas::sys::{
     cublasComputeType_t, cublasGemmAlgo_t, cublasGemmStridedBatchedEx, cublasOperation_t, cublasStatus_t, cudaDataType,
 };
-use cudarc::driver::PushKernelArg;
 use rustorch_core::backend::TensorRef;
 use rustorch_core::{BackendError, DType, Shape, TensorMeta};
 
-/// `t` as a contiguous tensor of `shape` (its batch dims broadcast).
+/// `t` as a contiguous tensor of `shape` (its batch dims broadcast): the
+/// copy op, which reads its input broadcast to the output's shape.
 fn contiguous(b: &CudaBackend, t: &TensorRef<'_>, shape: &Shape) -> Result<CudaBuffer, BackendError> {
-    let n = shape.numel();
-    let y = b.alloc(t.dtype(), n)?;
-    if n == 0 {
-        return Ok(y);
-    }
-    let l = Strided::broadcast(t.layout, shape)
-        .ok_or_else(|| BackendError::unsupported(b.device, "matmul", "more dims than the kernels take"))?;
-    let name = format!("copy_b{}", t.dtype().size_in_bytes());
-    let f = b.function("elementwise", &name)?;
-    let (x, yp, n64) = (b.own("matmul", t.buffer)?.ptr(), y.ptr(), n as i64);
-    let mut args = b.stream.launch_builder(&f);
-    args.arg(&x).arg(&l).arg(&yp).arg(&n64);
-    // SAFETY: copy_bN(src, layout, dst, n) with a layout inside `src`.
-    unsafe { args.launch(grid(n, b.sm_count)) }.map_err(|e| b.launch_err(&name, e))?;
-    Ok(y)
+    super::elementwise::run(
+        b,
+        &rustorch_core::Op::Copy,
+        std::slice::from_ref(t),
+        &TensorMeta::new(shape.clone(), t.dtype()),
+    )
 }
 
 pub(super) fn matmul(b: &CudaBackend, inputs: &[TensorRef<'_>], out: &TensorMeta) -> Result<CudaBuffer, BackendError> {

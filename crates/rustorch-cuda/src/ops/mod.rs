@@ -105,8 +105,7 @@ pub(crate) fn write_into(
     region: &rustorch_core::Layout,
     src: TensorRef<'_>,
 ) -> Result<(), BackendError> {
-    use crate::launch::{grid, Strided};
-    use cudarc::driver::PushKernelArg;
+    use crate::launch::Strided;
     let dst_dtype = dst.dtype();
     let dst = dst
         .as_any()
@@ -140,13 +139,30 @@ pub(crate) fn write_into(
     } else {
         "cast"
     };
-    let f = b.function(module, &name)?;
-    let (xp, yp, n64) = (x.ptr(), dst.ptr(), n as i64);
+    // The executor checked both layouts against their buffers, and holds
+    // `dst` alone.
+    launch_into(b, module, &name, (x.ptr(), lx), (dst.ptr(), ly), n)
+}
+
+/// Launches a kernel that writes `n` source elements where `dst`'s layout
+/// points (`copy_into_bN`, `cast_into_A_B`: arguments src, its layout, dst,
+/// its layout, n). Callers keep both layouts inside their buffers.
+fn launch_into(
+    b: &CudaBackend,
+    module: &'static str,
+    name: &str,
+    src: (u64, crate::launch::Strided),
+    dst: (u64, crate::launch::Strided),
+    n: usize,
+) -> Result<(), BackendError> {
+    use cudarc::driver::PushKernelArg;
+    let f = b.function(module, name)?;
+    let n64 = n as i64;
     let mut args = b.stream.launch_builder(&f);
-    args.arg(&xp).arg(&lx).arg(&yp).arg(&ly).arg(&n64);
-    // SAFETY: (src, its layout, dst, the region's layout, n); the executor
-    // checked both layouts against their buffers, and holds `dst` alone.
-    unsafe { args.launch(grid(n, b.sm_count)) }.map_err(|e| b.launch_err(&name, e))?;
+    args.arg(&src.0).arg(&src.1).arg(&dst.0).arg(&dst.1).arg(&n64);
+    // SAFETY: the argument list of every *_into kernel; the callers' layouts
+    // stay inside their buffers.
+    unsafe { args.launch(crate::launch::grid(n, b.sm_count)) }.map_err(|e| b.launch_err(name, e))?;
     Ok(())
 }
 
@@ -157,12 +173,10 @@ fn cat(
     inputs: &[TensorRef<'_>],
     out: &TensorMeta,
 ) -> Result<crate::CudaBuffer, BackendError> {
-    use crate::launch::{grid, Strided};
-    use cudarc::driver::PushKernelArg;
+    use crate::launch::Strided;
     let y = b.alloc(out.dtype, out.shape.numel())?;
     let whole = rustorch_core::Layout::contiguous(out.shape.clone());
     let name = format!("copy_into_b{}", out.dtype.size_in_bytes());
-    let f = b.function("elementwise", &name)?;
     let mut start = 0;
     for t in inputs {
         let len = t.layout.dims()[dim];
@@ -174,12 +188,15 @@ fn cat(
             let deep = || BackendError::unsupported(b.device, "cat", "more dims than the kernels take");
             let lx = Strided::broadcast(t.layout, region.shape()).ok_or_else(deep)?;
             let ly = Strided::broadcast(&region, region.shape()).ok_or_else(deep)?;
-            let (xp, yp, n64) = (b.own("cat", t.buffer)?.ptr(), y.ptr(), n as i64);
-            let mut args = b.stream.launch_builder(&f);
-            args.arg(&xp).arg(&lx).arg(&yp).arg(&ly).arg(&n64);
-            // SAFETY: copy_into_bN(src, its layout, dst, the slice's layout, n): the slice lies
-            // inside the output, whose size infer computed from the inputs.
-            unsafe { args.launch(grid(n, b.sm_count)) }.map_err(|e| b.launch_err(&name, e))?;
+            // The slice lies inside the output, whose size infer computed from the inputs.
+            launch_into(
+                b,
+                "elementwise",
+                &name,
+                (b.own("cat", t.buffer)?.ptr(), lx),
+                (y.ptr(), ly),
+                n,
+            )?;
         }
         start += len;
     }
