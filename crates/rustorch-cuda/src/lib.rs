@@ -34,6 +34,7 @@ pub const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("elementwise", include_str!("../kernels/elementwise.cu")),
     ("cast", include_str!("../kernels/cast.cu")),
     ("reduce", include_str!("../kernels/reduce.cu")),
+    ("index", include_str!("../kernels/index.cu")),
 ];
 pub(crate) const COMMON_HEADER: &str = include_str!("../kernels/common.cuh");
 

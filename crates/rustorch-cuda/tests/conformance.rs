@@ -24,8 +24,29 @@ fn cuda() -> Result<Arc<dyn Backend>, String> {
 /// whose rounding grows with the inner dimension.
 fn tolerance(op: &str, dtype: DType) -> Tol {
     let exact_ops = [
-        "copy", "add", "sub", "mul", "div", "sqrt", "neg", "abs", "relu", "maximum", "minimum", "clamp", "eq", "ne",
-        "lt", "le", "gt", "ge", "where", "cat",
+        "copy",
+        "add",
+        "sub",
+        "mul",
+        "div",
+        "sqrt",
+        "neg",
+        "abs",
+        "relu",
+        "maximum",
+        "minimum",
+        "clamp",
+        "eq",
+        "ne",
+        "lt",
+        "le",
+        "gt",
+        "ge",
+        "where",
+        "cat",
+        "index_select",
+        "gather",
+        "embedding",
     ];
     if exact_ops.contains(&op) || op.starts_with("cast_to_") {
         return Tol::EXACT;

@@ -3,6 +3,7 @@
 //! it on the next device and the trace says so.
 
 mod elementwise;
+mod index;
 mod matmul;
 mod reduce;
 
@@ -66,6 +67,15 @@ pub(crate) fn supports(op: &Op, inputs: &[TensorMeta]) -> bool {
         Op::MatMul => matches!(first, Some(DType::F32 | DType::F16 | DType::BF16 | DType::F64)),
         Op::Reduce { .. } | Op::Softmax { .. } | Op::LogSoftmax { .. } => float,
         Op::RmsNorm { .. } => float && inputs.iter().all(|m| m.dtype == inputs[0].dtype),
+        // Any element type moved by size, any index type infer accepts
+        // (i32, i64, u8). An embedding's output has one dim more than its ids.
+        Op::IndexSelect { .. } | Op::Gather { .. } | Op::Embedding => {
+            first.is_some_and(|d| d != DType::C64)
+                && inputs.get(1).is_some_and(|m| {
+                    index::index_suffix(m.dtype).is_some()
+                        && (!matches!(op, Op::Embedding) || m.shape.rank() < MAX_DIMS)
+                })
+        }
         _ => false,
     }
 }
@@ -92,6 +102,7 @@ pub(crate) fn execute(
         Op::Softmax { dim } => reduce::softmax(b, *dim, false, &inputs[0], out)?,
         Op::LogSoftmax { dim } => reduce::softmax(b, *dim, true, &inputs[0], out)?,
         Op::RmsNorm { eps, .. } => reduce::rms_norm(b, op, *eps, inputs, out)?,
+        Op::IndexSelect { .. } | Op::Gather { .. } | Op::Embedding => index::run(b, op, inputs, out)?,
         _ => elementwise::run(b, op, inputs, out)?,
     };
     Ok(vec![std::sync::Arc::new(buf)])

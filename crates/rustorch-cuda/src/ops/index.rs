@@ -1,0 +1,192 @@
+//! Launchers for kernels/index.cu: index_select, embedding and gather, one
+//! thread per output element, for every non-complex dtype (moved by element
+//! size) with i32, i64 or u8 indices.
+//!
+//! Index checks: the CPU backend rejects an index outside the indexed
+//! dimension with `InvalidInput`. The kernel never reads through such an
+//! index; it sets a 4-byte flag instead, which the launcher downloads
+//! before returning. That download waits for the stream (one small
+//! synchronous copy per op): checking on the host first would download the
+//! whole index tensor, and returning without waiting would let a bad index
+//! pass silently. Only when the flag is set is the index tensor itself
+//! downloaded, to name the first bad index exactly as the CPU's message
+//! does.
+
+use crate::backend::CudaBackend;
+use crate::buffer::CudaBuffer;
+use crate::launch::{grid, Strided};
+use cudarc::driver::PushKernelArg;
+use rustorch_core::backend::{Backend, TensorRef};
+use rustorch_core::{BackendError, DType, Op, TensorMeta};
+
+/// The kernels' name for an index dtype this backend takes.
+pub(super) fn index_suffix(d: DType) -> Option<&'static str> {
+    match d {
+        DType::I32 => Some("I32"),
+        DType::I64 => Some("I64"),
+        DType::U8 => Some("U8"),
+        _ => None,
+    }
+}
+
+/// What the kernel needs besides the pointers: the source over the output's
+/// dims (indexed dim's stride 0), the indexed dim's stride and size, and
+/// where each output element's index sits.
+struct Plan {
+    xs: Strided,
+    sd: i64,
+    size: usize,
+    li: Strided,
+    /// The dim the CPU's error message names.
+    dim: usize,
+}
+
+pub(super) fn run(
+    b: &CudaBackend,
+    op: &Op,
+    inputs: &[TensorRef<'_>],
+    out: &TensorMeta,
+) -> Result<CudaBuffer, BackendError> {
+    let name = op.name();
+    let (src, idx) = (&inputs[0], &inputs[1]);
+    let deep = || BackendError::unsupported(b.device, name.clone(), "more dims than the kernels take");
+    let out_dims = out.shape.dims();
+    let (sl, il) = (src.layout, idx.layout);
+    let plan = match *op {
+        Op::IndexSelect { dim } => {
+            let mut xs = sl.strides().to_vec();
+            xs[dim] = 0;
+            let mut is = vec![0; out_dims.len()];
+            is[dim] = il.strides()[0];
+            Plan {
+                xs: Strided::from_parts(out_dims, &xs, sl.offset()).ok_or_else(deep)?,
+                sd: sl.strides()[dim] as i64,
+                size: sl.dims()[dim],
+                li: Strided::from_parts(out_dims, &is, il.offset()).ok_or_else(deep)?,
+                dim,
+            }
+        }
+        Op::Embedding => {
+            // Output [ids.., D]: the ids' dims index rows of the table, the
+            // last dim walks a row.
+            let k = il.rank();
+            let mut xs = vec![0; k];
+            xs.push(sl.strides()[1]);
+            let mut is = il.strides().to_vec();
+            is.push(0);
+            Plan {
+                xs: Strided::from_parts(out_dims, &xs, sl.offset()).ok_or_else(deep)?,
+                sd: sl.strides()[0] as i64,
+                size: sl.dims()[0],
+                li: Strided::from_parts(out_dims, &is, il.offset()).ok_or_else(deep)?,
+                dim: 0,
+            }
+        }
+        Op::Gather { dim } => {
+            // The output has the index's shape; outside `dim` its
+            // coordinates address the source directly (infer checked that
+            // they fit).
+            let mut xs = sl.strides().to_vec();
+            xs[dim] = 0;
+            Plan {
+                xs: Strided::from_parts(out_dims, &xs, sl.offset()).ok_or_else(deep)?,
+                sd: sl.strides()[dim] as i64,
+                size: sl.dims()[dim],
+                li: Strided::from_parts(il.dims(), il.strides(), il.offset()).ok_or_else(deep)?,
+                dim,
+            }
+        }
+        _ => return Err(BackendError::unsupported(b.device, name, "not an indexing op")),
+    };
+    let ity = index_suffix(idx.dtype())
+        .ok_or_else(|| BackendError::unsupported(b.device, name.clone(), "indices must be i32, i64 or u8"))?;
+    let n = out.shape.numel();
+    let y = b.alloc(out.dtype, n)?;
+    if n == 0 {
+        // No element reads an index, but the CPU still checks every one
+        // (an empty source dim, say, with a non-empty index).
+        if il.shape().numel() > 0 {
+            if let Some(msg) = first_bad(b, idx, plan.size, plan.dim)? {
+                return Err(BackendError::invalid(name, msg));
+            }
+        }
+        return Ok(y);
+    }
+    let mut bad = b.alloc(DType::I32, 1)?;
+    b.stream
+        .memset_zeros(&mut bad.data)
+        .map_err(|e| b.launch_err("index flag", e))?;
+    let kernel = format!("index_gather_b{}_{ity}", out.dtype.size_in_bytes());
+    let f = b.function("index", &kernel)?;
+    let (xp, ip, yp, bp) = (
+        b.own(&name, src.buffer)?.ptr(),
+        b.own(&name, idx.buffer)?.ptr(),
+        y.ptr(),
+        bad.ptr(),
+    );
+    let (n64, size64) = (n as i64, plan.size as i64);
+    let mut args = b.stream.launch_builder(&f);
+    args.arg(&xp)
+        .arg(&plan.xs)
+        .arg(&plan.sd)
+        .arg(&size64)
+        .arg(&ip)
+        .arg(&plan.li)
+        .arg(&yp)
+        .arg(&n64)
+        .arg(&bp);
+    // SAFETY: index_gather_bN_I(x, xs, sd, size, idx, li, y, n, bad): `xs`
+    // plus `v * sd` with 0 <= v < size stays inside the source (its layout
+    // was checked by the executor and the output's dims outside the
+    // indexed one fit the source's); `li` addresses index elements only;
+    // `y` holds `n` elements and `bad` one i32.
+    unsafe { args.launch(grid(n, b.sm_count)) }.map_err(|e| b.launch_err(&kernel, e))?;
+    let mut flag = [0u8; 4];
+    b.stream
+        .memcpy_dtoh(&bad.data.slice(..4), &mut flag)
+        .map_err(|e| b.launch_err("index flag", e))?;
+    b.stream.synchronize().map_err(|e| b.launch_err(&kernel, e))?;
+    if i32::from_ne_bytes(flag) != 0 {
+        let msg = first_bad(b, idx, plan.size, plan.dim)?.unwrap_or_else(|| {
+            format!(
+                "an index is out of range for dimension {} of size {}",
+                plan.dim, plan.size
+            )
+        });
+        return Err(BackendError::invalid(name, msg));
+    }
+    Ok(y)
+}
+
+/// The CPU backend's message for the first index (row-major) outside
+/// `0..size`, read from a download of the index tensor; `None` when all
+/// are in range. Only on the error path (or for empty outputs), so the
+/// download's cost does not matter.
+fn first_bad(b: &CudaBackend, idx: &TensorRef<'_>, size: usize, dim: usize) -> Result<Option<String>, BackendError> {
+    let host = b.download(idx.buffer)?;
+    let values: Vec<i64> = match idx.dtype() {
+        DType::I64 => {
+            let s = host.as_slice::<i64>().unwrap_or(&[]);
+            idx.layout.indices().filter_map(|k| s.get(k).copied()).collect()
+        }
+        DType::I32 => {
+            let s = host.as_slice::<i32>().unwrap_or(&[]);
+            idx.layout
+                .indices()
+                .filter_map(|k| s.get(k).map(|&v| v as i64))
+                .collect()
+        }
+        DType::U8 => {
+            let s = host.as_slice::<u8>().unwrap_or(&[]);
+            idx.layout
+                .indices()
+                .filter_map(|k| s.get(k).map(|&v| v as i64))
+                .collect()
+        }
+        _ => Vec::new(),
+    };
+    Ok(values
+        .into_iter()
+        .find(|&i| i < 0 || i as u64 >= size as u64)
+        .map(|i| format!("index {i} is out of range for dimension {dim} of size {size}")))
+}
