@@ -35,6 +35,7 @@ pub const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("cast", include_str!("../kernels/cast.cu")),
     ("reduce", include_str!("../kernels/reduce.cu")),
     ("index", include_str!("../kernels/index.cu")),
+    ("rope", include_str!("../kernels/rope.cu")),
 ];
 pub(crate) const COMMON_HEADER: &str = include_str!("../kernels/common.cuh");
 

@@ -6,6 +6,7 @@ mod elementwise;
 mod index;
 mod matmul;
 mod reduce;
+mod rope;
 
 use crate::backend::CudaBackend;
 use crate::launch::MAX_DIMS;
@@ -69,6 +70,7 @@ pub(crate) fn supports(op: &Op, inputs: &[TensorMeta]) -> bool {
         Op::RmsNorm { .. } => float && inputs.iter().all(|m| m.dtype == inputs[0].dtype),
         // Any element type moved by size, any index type infer accepts
         // (i32, i64, u8). An embedding's output has one dim more than its ids.
+        Op::Rope { .. } => float && inputs.iter().all(|m| m.dtype == inputs[0].dtype),
         Op::IndexSelect { .. } | Op::Gather { .. } | Op::Embedding => {
             first.is_some_and(|d| d != DType::C64)
                 && inputs.get(1).is_some_and(|m| {
@@ -103,6 +105,7 @@ pub(crate) fn execute(
         Op::LogSoftmax { dim } => reduce::softmax(b, *dim, true, &inputs[0], out)?,
         Op::RmsNorm { eps, .. } => reduce::rms_norm(b, op, *eps, inputs, out)?,
         Op::IndexSelect { .. } | Op::Gather { .. } | Op::Embedding => index::run(b, op, inputs, out)?,
+        Op::Rope { layout } => rope::rope(b, *layout, inputs, out)?,
         _ => elementwise::run(b, op, inputs, out)?,
     };
     Ok(vec![std::sync::Arc::new(buf)])
