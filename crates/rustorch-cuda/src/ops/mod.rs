@@ -70,6 +70,9 @@ pub(crate) fn supports(op: &Op, inputs: &[TensorMeta]) -> bool {
         Op::RmsNorm { .. } => float && inputs.iter().all(|m| m.dtype == inputs[0].dtype),
         // Any element type moved by size, any index type infer accepts
         // (i32, i64, u8). An embedding's output has one dim more than its ids.
+        Op::LayerNorm { .. } => float && inputs.iter().all(|m| m.dtype == inputs[0].dtype),
+        // Floats, integers and bools (i64 output); complex stays with the CPU.
+        Op::Cumsum { .. } => first.and_then(cast_suffix).is_some(),
         Op::Rope { .. } => float && inputs.iter().all(|m| m.dtype == inputs[0].dtype),
         Op::IndexSelect { .. } | Op::Gather { .. } | Op::Embedding => {
             first.is_some_and(|d| d != DType::C64)
@@ -105,6 +108,8 @@ pub(crate) fn execute(
         Op::LogSoftmax { dim } => reduce::softmax(b, *dim, true, &inputs[0], out)?,
         Op::RmsNorm { eps, .. } => reduce::rms_norm(b, op, *eps, inputs, out)?,
         Op::IndexSelect { .. } | Op::Gather { .. } | Op::Embedding => index::run(b, op, inputs, out)?,
+        Op::LayerNorm { .. } => reduce::layer_norm(b, op, inputs, out)?,
+        Op::Cumsum { dim } => reduce::cumsum(b, *dim, &inputs[0], out)?,
         Op::Rope { layout } => rope::rope(b, *layout, inputs, out)?,
         _ => elementwise::run(b, op, inputs, out)?,
     };
