@@ -1,6 +1,7 @@
-//! Launchers for kernels/index.cu: index_select, embedding and gather, one
-//! thread per output element, for every non-complex dtype (moved by element
-//! size) with i32, i64 or u8 indices.
+//! Launchers for kernels/index.cu: index_select, embedding and gather (one
+//! thread per output element, every non-complex dtype moved by element
+//! size) and scatter_add (floats, integers and bools), with i32, i64 or u8
+//! indices.
 //!
 //! Index checks: the CPU backend rejects an index outside the indexed
 //! dimension with `InvalidInput`. The kernel never reads through such an
@@ -189,4 +190,119 @@ fn first_bad(b: &CudaBackend, idx: &TensorRef<'_>, size: usize, dim: usize) -> R
         .into_iter()
         .find(|&i| i < 0 || i as u64 >= size as u64)
         .map(|i| format!("index {i} is out of range for dimension {dim} of size {size}")))
+}
+
+/// `Op::ScatterAdd`: the destination copied to the output, then one thread
+/// per element of the work shape (the index's dims, the scattered dim
+/// replaced by the destination's) summing its contributions in order; see
+/// kernels/index.cu for why there are no atomics.
+pub(super) fn scatter_add(
+    b: &CudaBackend,
+    dim: usize,
+    inputs: &[TensorRef<'_>],
+    out: &TensorMeta,
+) -> Result<CudaBuffer, BackendError> {
+    let name = "scatter_add";
+    let (dst, idx, src) = (&inputs[0], &inputs[1], &inputs[2]);
+    let deep = || BackendError::unsupported(b.device, name, "more dims than the kernels take");
+    let ty = super::cast_suffix(dst.dtype())
+        .ok_or_else(|| BackendError::unsupported(b.device, name, "no kernel for this dtype"))?;
+    let ity = index_suffix(idx.dtype())
+        .ok_or_else(|| BackendError::unsupported(b.device, name, "indices must be i32, i64 or u8"))?;
+    let (dd, id) = (dst.layout.dims(), idx.layout.dims());
+    if src.dtype() != dst.dtype()
+        || id.len() != dd.len()
+        || src.layout.rank() != id.len()
+        || dim >= dd.len()
+        || (0..id.len()).any(|d| (d != dim && id[d] > dd[d]) || id[d] > src.layout.dims()[d])
+    {
+        // infer rejects these; the kernel's addressing relies on it.
+        return Err(BackendError::invalid(name, "index, source and destination do not fit"));
+    }
+    let n_out = out.shape.numel();
+    let y = b.alloc(out.dtype, n_out)?;
+    let mut work = id.to_vec();
+    work[dim] = dd[dim];
+    let n: usize = work.iter().product();
+    let k = id[dim];
+    if n == 0 || k == 0 {
+        // No thread reads an index; the CPU still checks every one (all are
+        // out of range when the destination's dim is empty).
+        if idx.layout.shape().numel() > 0 {
+            if let Some(msg) = first_bad(b, idx, dd[dim], dim)? {
+                return Err(BackendError::invalid(name, msg));
+            }
+        }
+    }
+    if n_out > 0 {
+        let copy = format!("copy_b{}", out.dtype.size_in_bytes());
+        let f = b.function("elementwise", &copy)?;
+        let lx = Strided::broadcast(dst.layout, &out.shape).ok_or_else(deep)?;
+        let (xp, yp, n64) = (b.own(name, dst.buffer)?.ptr(), y.ptr(), n_out as i64);
+        let mut args = b.stream.launch_builder(&f);
+        args.arg(&xp).arg(&lx).arg(&yp).arg(&n64);
+        // SAFETY: copy_bN(x, lx, y, n): the destination's own layout, `y`
+        // holds `n` elements of the same size.
+        unsafe { args.launch(grid(n_out, b.sm_count)) }.map_err(|e| b.launch_err(&copy, e))?;
+    }
+    if n == 0 || k == 0 {
+        return Ok(y);
+    }
+    let contiguous = out.shape.contiguous_strides();
+    let zero_dim = |l: &rustorch_core::Layout| {
+        let mut s = l.strides().to_vec();
+        s[dim] = 0;
+        s
+    };
+    let yw = Strided::from_parts(&work, &contiguous, 0).ok_or_else(deep)?;
+    let iw = Strided::from_parts(&work, &zero_dim(idx.layout), idx.layout.offset()).ok_or_else(deep)?;
+    let sw = Strided::from_parts(&work, &zero_dim(src.layout), src.layout.offset()).ok_or_else(deep)?;
+    let (isd, ssd) = (idx.layout.strides()[dim] as i64, src.layout.strides()[dim] as i64);
+    let inner: usize = work[dim + 1..].iter().product();
+    let mut bad = b.alloc(DType::I32, 1)?;
+    b.stream
+        .memset_zeros(&mut bad.data)
+        .map_err(|e| b.launch_err("index flag", e))?;
+    let kernel = format!("scatter_add_{ty}_{ity}");
+    let f = b.function("index", &kernel)?;
+    let (yp, ip, sp, bp) = (
+        y.ptr(),
+        b.own(name, idx.buffer)?.ptr(),
+        b.own(name, src.buffer)?.ptr(),
+        bad.ptr(),
+    );
+    let (n64, inner64, dsize64, k64) = (n as i64, inner as i64, dd[dim] as i64, k as i64);
+    let mut args = b.stream.launch_builder(&f);
+    args.arg(&yp)
+        .arg(&yw)
+        .arg(&ip)
+        .arg(&iw)
+        .arg(&isd)
+        .arg(&sp)
+        .arg(&sw)
+        .arg(&ssd)
+        .arg(&n64)
+        .arg(&inner64)
+        .arg(&dsize64)
+        .arg(&k64)
+        .arg(&bp);
+    // SAFETY: scatter_add_T_I(y, yw, idx, iw, isd, src, sw, ssd, n, inner,
+    // dsize, k, bad): the work shape fits the output (index dims <= the
+    // destination's outside `dim`, checked above), the index's and
+    // source's layouts plus j * stride (j < k = the index's size along
+    // `dim`) stay inside their tensors (checked by the executor); each
+    // output element is written by one thread only.
+    unsafe { args.launch(grid(n, b.sm_count)) }.map_err(|e| b.launch_err(&kernel, e))?;
+    // One 4-byte synchronous download: see the module's comment.
+    let mut flag = [0u8; 4];
+    b.stream
+        .memcpy_dtoh(&bad.data.slice(..4), &mut flag)
+        .map_err(|e| b.launch_err("index flag", e))?;
+    b.stream.synchronize().map_err(|e| b.launch_err(&kernel, e))?;
+    if i32::from_ne_bytes(flag) != 0 {
+        let msg = first_bad(b, idx, dd[dim], dim)?
+            .unwrap_or_else(|| format!("an index is out of range for dimension {dim} of size {}", dd[dim]));
+        return Err(BackendError::invalid(name, msg));
+    }
+    Ok(y)
 }

@@ -73,6 +73,11 @@ pub(crate) fn supports(op: &Op, inputs: &[TensorMeta]) -> bool {
         Op::LayerNorm { .. } => float && inputs.iter().all(|m| m.dtype == inputs[0].dtype),
         // Floats, integers and bools (i64 output); complex stays with the CPU.
         Op::Cumsum { .. } => first.and_then(cast_suffix).is_some(),
+        // Deterministic (no atomics), so floats too; see kernels/index.cu.
+        Op::ScatterAdd { .. } => {
+            first.is_some_and(|d| d != DType::C64)
+                && inputs.get(1).is_some_and(|m| index::index_suffix(m.dtype).is_some())
+        }
         Op::Rope { .. } => float && inputs.iter().all(|m| m.dtype == inputs[0].dtype),
         Op::IndexSelect { .. } | Op::Gather { .. } | Op::Embedding => {
             first.is_some_and(|d| d != DType::C64)
@@ -110,6 +115,7 @@ pub(crate) fn execute(
         Op::IndexSelect { .. } | Op::Gather { .. } | Op::Embedding => index::run(b, op, inputs, out)?,
         Op::LayerNorm { .. } => reduce::layer_norm(b, op, inputs, out)?,
         Op::Cumsum { dim } => reduce::cumsum(b, *dim, &inputs[0], out)?,
+        Op::ScatterAdd { dim } => index::scatter_add(b, *dim, inputs, out)?,
         Op::Rope { layout } => rope::rope(b, *layout, inputs, out)?,
         _ => elementwise::run(b, op, inputs, out)?,
     };
