@@ -18,7 +18,7 @@ use crate::buffer::CudaBuffer;
 use crate::launch::{grid, Strided};
 use cudarc::driver::PushKernelArg;
 use rustorch_core::backend::{Backend, TensorRef};
-use rustorch_core::{BackendError, DType, Op, TensorMeta};
+use rustorch_core::{BackendError, DType, Layout, Op, TensorMeta};
 
 /// The kernels' name for an index dtype this backend takes.
 pub(super) fn index_suffix(d: DType) -> Option<&'static str> {
@@ -42,28 +42,21 @@ struct Plan {
     dim: usize,
 }
 
-pub(super) fn run(
-    b: &CudaBackend,
-    op: &Op,
-    inputs: &[TensorRef<'_>],
-    out: &TensorMeta,
-) -> Result<CudaBuffer, BackendError> {
-    let name = op.name();
-    let (src, idx) = (&inputs[0], &inputs[1]);
-    let deep = || BackendError::unsupported(b.device, name.clone(), "more dims than the kernels take");
-    let out_dims = out.shape.dims();
-    let (sl, il) = (src.layout, idx.layout);
-    let plan = match *op {
+/// The kernel's layouts for `op` (index_select, embedding or gather) with
+/// source layout `sl`, index layout `il` and output dims `out_dims`; `None`
+/// for another op or past `MAX_DIMS` dims.
+fn plan(op: &Op, sl: &Layout, il: &Layout, out_dims: &[usize]) -> Option<Plan> {
+    Some(match *op {
         Op::IndexSelect { dim } => {
             let mut xs = sl.strides().to_vec();
             xs[dim] = 0;
             let mut is = vec![0; out_dims.len()];
             is[dim] = il.strides()[0];
             Plan {
-                xs: Strided::from_parts(out_dims, &xs, sl.offset()).ok_or_else(deep)?,
+                xs: Strided::from_parts(out_dims, &xs, sl.offset())?,
                 sd: sl.strides()[dim] as i64,
                 size: sl.dims()[dim],
-                li: Strided::from_parts(out_dims, &is, il.offset()).ok_or_else(deep)?,
+                li: Strided::from_parts(out_dims, &is, il.offset())?,
                 dim,
             }
         }
@@ -76,10 +69,10 @@ pub(super) fn run(
             let mut is = il.strides().to_vec();
             is.push(0);
             Plan {
-                xs: Strided::from_parts(out_dims, &xs, sl.offset()).ok_or_else(deep)?,
+                xs: Strided::from_parts(out_dims, &xs, sl.offset())?,
                 sd: sl.strides()[0] as i64,
                 size: sl.dims()[0],
-                li: Strided::from_parts(out_dims, &is, il.offset()).ok_or_else(deep)?,
+                li: Strided::from_parts(out_dims, &is, il.offset())?,
                 dim: 0,
             }
         }
@@ -90,14 +83,32 @@ pub(super) fn run(
             let mut xs = sl.strides().to_vec();
             xs[dim] = 0;
             Plan {
-                xs: Strided::from_parts(out_dims, &xs, sl.offset()).ok_or_else(deep)?,
+                xs: Strided::from_parts(out_dims, &xs, sl.offset())?,
                 sd: sl.strides()[dim] as i64,
                 size: sl.dims()[dim],
-                li: Strided::from_parts(il.dims(), il.strides(), il.offset()).ok_or_else(deep)?,
+                li: Strided::from_parts(il.dims(), il.strides(), il.offset())?,
                 dim,
             }
         }
-        _ => return Err(BackendError::unsupported(b.device, name, "not an indexing op")),
+        _ => return None,
+    })
+}
+
+pub(super) fn run(
+    b: &CudaBackend,
+    op: &Op,
+    inputs: &[TensorRef<'_>],
+    out: &TensorMeta,
+) -> Result<CudaBuffer, BackendError> {
+    let name = op.name();
+    let (src, idx) = (&inputs[0], &inputs[1]);
+    let deep = || BackendError::unsupported(b.device, name.clone(), "more dims than the kernels take");
+    let out_dims = out.shape.dims();
+    let il = idx.layout;
+    let plan = match plan(op, src.layout, idx.layout, out_dims) {
+        Some(p) => p,
+        None if matches!(op, Op::IndexSelect { .. } | Op::Gather { .. } | Op::Embedding) => return Err(deep()),
+        None => return Err(BackendError::unsupported(b.device, name, "not an indexing op")),
     };
     let ity = index_suffix(idx.dtype())
         .ok_or_else(|| BackendError::unsupported(b.device, name.clone(), "indices must be i32, i64 or u8"))?;
@@ -192,6 +203,35 @@ fn first_bad(b: &CudaBackend, idx: &TensorRef<'_>, size: usize, dim: usize) -> R
         .map(|i| format!("index {i} is out of range for dimension {dim} of size {size}")))
 }
 
+/// scatter_add's layouts over the work shape `work` (contiguous output).
+struct ScatterPlan {
+    yw: Strided,
+    iw: Strided,
+    isd: i64,
+    sw: Strided,
+    ssd: i64,
+    inner: usize,
+}
+
+/// `out_dims`: the destination's (the output's, contiguous) dims; `work`
+/// differs from them only where the index is smaller.
+fn scatter_plan(dim: usize, out_dims: &[usize], work: &[usize], il: &Layout, sl: &Layout) -> Option<ScatterPlan> {
+    let contiguous = rustorch_core::Shape::from(out_dims).contiguous_strides();
+    let zero_dim = |l: &Layout| {
+        let mut s = l.strides().to_vec();
+        s[dim] = 0;
+        s
+    };
+    Some(ScatterPlan {
+        yw: Strided::from_parts(work, &contiguous, 0)?,
+        iw: Strided::from_parts(work, &zero_dim(il), il.offset())?,
+        isd: il.strides()[dim] as i64,
+        sw: Strided::from_parts(work, &zero_dim(sl), sl.offset())?,
+        ssd: sl.strides()[dim] as i64,
+        inner: work[dim + 1..].iter().product(),
+    })
+}
+
 /// `Op::ScatterAdd`: the destination copied to the output, then one thread
 /// per element of the work shape (the index's dims, the scattered dim
 /// replaced by the destination's) summing its contributions in order; see
@@ -248,17 +288,14 @@ pub(super) fn scatter_add(
     if n == 0 || k == 0 {
         return Ok(y);
     }
-    let contiguous = out.shape.contiguous_strides();
-    let zero_dim = |l: &rustorch_core::Layout| {
-        let mut s = l.strides().to_vec();
-        s[dim] = 0;
-        s
-    };
-    let yw = Strided::from_parts(&work, &contiguous, 0).ok_or_else(deep)?;
-    let iw = Strided::from_parts(&work, &zero_dim(idx.layout), idx.layout.offset()).ok_or_else(deep)?;
-    let sw = Strided::from_parts(&work, &zero_dim(src.layout), src.layout.offset()).ok_or_else(deep)?;
-    let (isd, ssd) = (idx.layout.strides()[dim] as i64, src.layout.strides()[dim] as i64);
-    let inner: usize = work[dim + 1..].iter().product();
+    let ScatterPlan {
+        yw,
+        iw,
+        isd,
+        sw,
+        ssd,
+        inner,
+    } = scatter_plan(dim, out.shape.dims(), &work, idx.layout, src.layout).ok_or_else(deep)?;
     let mut bad = b.alloc(DType::I32, 1)?;
     b.stream
         .memset_zeros(&mut bad.data)
@@ -305,4 +342,145 @@ pub(super) fn scatter_add(
         return Err(BackendError::invalid(name, msg));
     }
     Ok(y)
+}
+
+#[cfg(test)]
+mod tests {
+    //! The launchers' layouts, checked on the host: the kernels' address
+    //! arithmetic (`Strided::at` is `strided_at`) against the ops'
+    //! definitions, over strided views of every input.
+    use super::*;
+    use rustorch_core::Shape;
+
+    fn lay(dims: &[usize]) -> Layout {
+        Layout::contiguous(Shape::from(dims))
+    }
+
+    /// Row-major coordinates of element `i` of `dims`.
+    fn coords(mut i: usize, dims: &[usize]) -> Vec<usize> {
+        let mut c = vec![0; dims.len()];
+        for d in (0..dims.len()).rev() {
+            c[d] = i % dims[d];
+            i /= dims[d];
+        }
+        c
+    }
+
+    /// Storage offset of coordinates `c` in layout `l`.
+    fn at(l: &Layout, c: &[usize]) -> usize {
+        l.offset() + c.iter().zip(l.strides()).map(|(a, s)| a * s).sum::<usize>()
+    }
+
+    /// Storage offsets the index kernel reads, given the index values
+    /// stored at `ibuf` (storage order).
+    fn kernel_reads(p: &Plan, ibuf: &[i64], n: usize) -> Vec<usize> {
+        (0..n as i64)
+            .map(|i| {
+                let v = ibuf[p.li.at(i) as usize];
+                assert!(v >= 0 && (v as usize) < p.size);
+                (p.xs.at(i) + v * p.sd) as usize
+            })
+            .collect()
+    }
+
+    #[test]
+    fn index_select_reads_the_selected_slices() {
+        // Source [3, 5, 4] (a transposed view), index of stride 2 from offset 1.
+        let sl = lay(&[3, 4, 5]).transpose("t", 1, 2).unwrap();
+        let il = Layout::from_parts(Shape::from([3]), vec![2], 1).unwrap();
+        let ibuf = [9, 4, 9, 0, 9, 2, 9];
+        for dim in 0..3 {
+            let ibuf: Vec<i64> = ibuf.iter().map(|&v| v.min(sl.dims()[dim] as i64 - 1)).collect();
+            let mut out = sl.dims().to_vec();
+            out[dim] = 3;
+            let p = plan(&Op::IndexSelect { dim }, &sl, &il, &out).unwrap();
+            let n: usize = out.iter().product();
+            let want: Vec<usize> = (0..n)
+                .map(|i| {
+                    let mut c = coords(i, &out);
+                    c[dim] = ibuf[at(&il, &[c[dim]])] as usize;
+                    at(&sl, &c)
+                })
+                .collect();
+            assert_eq!(kernel_reads(&p, &ibuf, n), want, "dim {dim}");
+        }
+    }
+
+    #[test]
+    fn embedding_reads_rows_of_a_narrowed_table() {
+        // Table [10, 4]: columns 1..5 of [10, 6]; ids [3, 2] transposed.
+        let sl = lay(&[10, 6]).narrow("n", 1, 1, 4).unwrap();
+        let il = lay(&[2, 3]).transpose("t", 0, 1).unwrap();
+        let ibuf = [7, 0, 3, 9, 1, 5];
+        let out = [3, 2, 4];
+        let p = plan(&Op::Embedding, &sl, &il, &out).unwrap();
+        let want: Vec<usize> = (0..24)
+            .map(|i| {
+                let c = coords(i, &out);
+                at(&sl, &[ibuf[at(&il, &c[..2])] as usize, c[2]])
+            })
+            .collect();
+        assert_eq!(kernel_reads(&p, &ibuf, 24), want);
+    }
+
+    #[test]
+    fn gather_reads_through_the_index() {
+        // Source [4, 5, 6] (permuted view), index [3, 2, 6] smaller outside dim.
+        let sl = lay(&[6, 4, 5]).permute("p", &[1, 2, 0]).unwrap();
+        for dim in 0..3 {
+            let mut id = vec![3, 2, 6];
+            id[dim] = 2;
+            let il = lay(&[id[2], id[0], id[1]]).permute("p", &[1, 2, 0]).unwrap();
+            let n: usize = id.iter().product();
+            let ibuf: Vec<i64> = (0..n as i64).map(|v| (v * 7) % sl.dims()[dim] as i64).collect();
+            let p = plan(&Op::Gather { dim }, &sl, &il, &id).unwrap();
+            let want: Vec<usize> = (0..n)
+                .map(|i| {
+                    let mut c = coords(i, &id);
+                    c[dim] = ibuf[at(&il, &c)] as usize;
+                    at(&sl, &c)
+                })
+                .collect();
+            assert_eq!(kernel_reads(&p, &ibuf, n), want, "dim {dim}");
+        }
+    }
+
+    #[test]
+    fn scatter_add_sums_what_the_cpu_sums() {
+        // Destination [3, 6] (contiguous output), index [2, 4], source [2, 5]
+        // transposed from [5, 2]; both dims scattered in turn.
+        let dd = [3usize, 6];
+        let id = [2usize, 4];
+        let sl = lay(&[5, 2]).transpose("t", 0, 1).unwrap();
+        let il = lay(&[4, 2]).transpose("t", 0, 1).unwrap();
+        let sbuf: Vec<i64> = (0..10).map(|v| 1 << v).collect();
+        for dim in 0..2 {
+            let ibuf: Vec<i64> = (0..8).map(|v| (v * 5 + 1) % dd[dim] as i64).collect();
+            let dst: Vec<i64> = (0..18).map(|v| v * 1000).collect();
+            // The CPU's loop: every index element, row-major.
+            let mut want = dst.clone();
+            for q in 0..8 {
+                let c = coords(q, &id);
+                let mut t = c.clone();
+                t[dim] = ibuf[at(&il, &c)] as usize;
+                want[t[0] * dd[1] + t[1]] += sbuf[at(&sl, &c)];
+            }
+            // The kernel's threads.
+            let mut work = id.to_vec();
+            work[dim] = dd[dim];
+            let sp = scatter_plan(dim, &dd, &work, &il, &sl).unwrap();
+            let mut got = dst.clone();
+            let n: i64 = work.iter().product::<usize>() as i64;
+            for i in 0..n {
+                let t = (i / sp.inner as i64) % dd[dim] as i64;
+                let (yo, io, so) = (sp.yw.at(i) as usize, sp.iw.at(i), sp.sw.at(i));
+                for j in 0..id[dim] as i64 {
+                    if ibuf[(io + j * sp.isd) as usize] == t {
+                        got[yo] += sbuf[(so + j * sp.ssd) as usize];
+                    }
+                }
+            }
+            assert_eq!(got, want, "dim {dim}");
+        }
+    }
 }
