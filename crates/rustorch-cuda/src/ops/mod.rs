@@ -68,8 +68,6 @@ pub(crate) fn supports(op: &Op, inputs: &[TensorMeta]) -> bool {
         Op::MatMul => matches!(first, Some(DType::F32 | DType::F16 | DType::BF16 | DType::F64)),
         Op::Reduce { .. } | Op::Softmax { .. } | Op::LogSoftmax { .. } => float,
         Op::RmsNorm { .. } => float && inputs.iter().all(|m| m.dtype == inputs[0].dtype),
-        // Any element type moved by size, any index type infer accepts
-        // (i32, i64, u8). An embedding's output has one dim more than its ids.
         Op::LayerNorm { .. } => float && inputs.iter().all(|m| m.dtype == inputs[0].dtype),
         // Floats, integers and bools (i64 output); complex stays with the CPU.
         Op::Cumsum { .. } => first.and_then(cast_suffix).is_some(),
@@ -77,8 +75,11 @@ pub(crate) fn supports(op: &Op, inputs: &[TensorMeta]) -> bool {
         Op::ScatterAdd { .. } => {
             first.is_some_and(|d| d != DType::C64)
                 && inputs.get(1).is_some_and(|m| index::index_suffix(m.dtype).is_some())
+                && inputs.get(2).is_some_and(|m| Some(m.dtype) == first)
         }
         Op::Rope { .. } => float && inputs.iter().all(|m| m.dtype == inputs[0].dtype),
+        // Any element type moved by size, any index type infer accepts
+        // (i32, i64, u8). An embedding's output has one dim more than its ids.
         Op::IndexSelect { .. } | Op::Gather { .. } | Op::Embedding => {
             first.is_some_and(|d| d != DType::C64)
                 && inputs.get(1).is_some_and(|m| {
