@@ -173,8 +173,78 @@ template <bool MAX> __device__ Best block_best(Best b, double* sv, i64* si) {
         }                                                                                    \
     }
 
+// Layer norm over the trailing dims (the row; output rows contiguous),
+// with optional weight `w` and bias `bb` (null when absent), each addressed
+// through its own layout by the row-major position in the row. As on the
+// CPU, the statistics are taken relative to the row's first element
+// (`shift`), so a large common offset costs no precision, and the variance
+// is a second pass over squared deviations; here both sums run in f64 and
+// the affine step too, rounding once into the output type.
+#define LAYER_NORM(TY)                                                                       \
+    extern "C" __global__ void layer_norm_##TY(const TY##T::store* x, Strided lo, Strided li, \
+                                               const TY##T::store* w, Strided lw,           \
+                                               const TY##T::store* bb, Strided lb,          \
+                                               TY##T::store* y, i64 n_inner, double eps) {  \
+        __shared__ double smem[32];                                                          \
+        i64 o = blockIdx.x;                                                                  \
+        double shift = (double)load(TY##T(), AT(x, lo, li, o, 0));                           \
+        double s = 0.0;                                                                      \
+        for (i64 r = threadIdx.x; r < n_inner; r += blockDim.x)                              \
+            s += (double)load(TY##T(), AT(x, lo, li, o, r)) - shift;                         \
+        double dev = block_sum(s, smem) / (double)n_inner;                                   \
+        double q = 0.0;                                                                      \
+        for (i64 r = threadIdx.x; r < n_inner; r += blockDim.x) {                            \
+            double d = ((double)load(TY##T(), AT(x, lo, li, o, r)) - shift) - dev;           \
+            q += d * d;                                                                      \
+        }                                                                                    \
+        q = block_sum(q, smem);                                                              \
+        double rstd = 1.0 / sqrt(q / (double)n_inner + eps);                                 \
+        for (i64 r = threadIdx.x; r < n_inner; r += blockDim.x) {                            \
+            double v = (((double)load(TY##T(), AT(x, lo, li, o, r)) - shift) - dev) * rstd;  \
+            if (w) v = v * (double)load(TY##T(), w[strided_at(lw, r)]);                      \
+            if (bb) v = v + (double)load(TY##T(), bb[strided_at(lb, r)]);                    \
+            y[o * n_inner + r] = store(TY##T(), (TY##T::acc)v);                              \
+        }                                                                                    \
+    }
+
+// Running sums along one dim: one thread per row, in order. A first
+// version, correct before fast (a long row is one thread's serial loop; a
+// block-wide scan would be the next step). Sequential order and the CPU's
+// accumulator types (f64 for f32/f64, f32 for f16/bf16, as PyTorch's
+// acc_type) make the result match the CPU's exactly. Rows are addressed as
+// in softmax: input through lo/li, output through yo/yi.
+#define CUMSUM(TY, ACC)                                                                      \
+    extern "C" __global__ void cumsum_##TY(const TY##T::store* x, Strided lo, Strided li,   \
+                                           TY##T::store* y, Strided yo, Strided yi,         \
+                                           i64 rows, i64 len) {                             \
+        RT_GRID_STRIDE(o, rows) {                                                            \
+            ACC a = 0;                                                                       \
+            for (i64 r = 0; r < len; ++r) {                                                  \
+                a += (ACC)load(TY##T(), AT(x, lo, li, o, r));                                \
+                AT(y, yo, yi, o, r) = store(TY##T(), (TY##T::acc)a);                         \
+            }                                                                                \
+        }                                                                                    \
+    }
+CUMSUM(F32, double) CUMSUM(F16, float) CUMSUM(BF16, float) CUMSUM(F64, double)
+
+// Integers and bools: i64 output, wrapping sums (through u64, where C's
+// signed overflow would be undefined), as the CPU computes them.
+#define CUMSUM_INT(NAME, T)                                                                  \
+    extern "C" __global__ void cumsum_##NAME(const T* x, Strided lo, Strided li, i64* y,    \
+                                             Strided yo, Strided yi, i64 rows, i64 len) {   \
+        RT_GRID_STRIDE(o, rows) {                                                            \
+            u64 a = 0;                                                                       \
+            for (i64 r = 0; r < len; ++r) {                                                  \
+                a += (u64)(i64)AT(x, lo, li, o, r);                                          \
+                AT(y, yo, yi, o, r) = (i64)a;                                                \
+            }                                                                                \
+        }                                                                                    \
+    }
+CUMSUM_INT(I32, int) CUMSUM_INT(I64, i64) CUMSUM_INT(U8, u8) CUMSUM_INT(BOOL, u8)
+
 #define ALL_FLOATS(M) M(F32) M(F16) M(BF16) M(F64)
 ALL_FLOATS(REDUCE_MOMENTS)
 ALL_FLOATS(REDUCE_BEST)
 ALL_FLOATS(SOFTMAX)
 ALL_FLOATS(RMS_NORM)
+ALL_FLOATS(LAYER_NORM)

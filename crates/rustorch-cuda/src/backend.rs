@@ -222,6 +222,8 @@ impl Backend for CudaBackend {
                 OpClass::Reduction,
                 OpClass::LinearAlgebra,
                 OpClass::Normalization,
+                OpClass::Indexing,
+                OpClass::Attention,
             ],
             total_memory: total,
             free_memory: free,

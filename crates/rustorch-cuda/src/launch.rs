@@ -115,6 +115,24 @@ impl Strided {
     }
 }
 
+#[cfg(test)]
+impl Strided {
+    /// `strided_at` (kernels/common.cuh) on the host, for tests of the
+    /// launchers' layouts.
+    pub(crate) fn at(&self, mut i: i64) -> i64 {
+        if self.ndim == 1 {
+            return self.offset + i * self.stride[0];
+        }
+        let mut off = self.offset;
+        for d in (0..self.ndim as usize).rev() {
+            let q = i / self.shape[d];
+            off += (i - q * self.shape[d]) * self.stride[d];
+            i = q;
+        }
+        off
+    }
+}
+
 /// One block of 256 threads per row, `rows` rows.
 pub(crate) fn per_row(rows: usize) -> LaunchConfig {
     LaunchConfig {

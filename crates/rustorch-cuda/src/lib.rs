@@ -9,7 +9,8 @@
 //! Kernels are CUDA C sources in `kernels/`, compiled by NVRTC for the
 //! device's architecture on first use and cached on disk (`compile`); dense
 //! products go to cuBLAS. Work is queued on one stream per device: only
-//! downloads, `synchronize` and the tracing timer wait for it, and a fault
+//! downloads, `synchronize`, the tracing timer and the indexing ops (which
+//! read back a flag for out-of-range indices) wait for it, and a fault
 //! in queued work surfaces as `BackendError::DeviceLost` from whichever call
 //! finds it. Ops it cannot run yet it declines in `supports`, and the
 //! executor runs them elsewhere (the trace shows where).
@@ -34,6 +35,8 @@ pub const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("elementwise", include_str!("../kernels/elementwise.cu")),
     ("cast", include_str!("../kernels/cast.cu")),
     ("reduce", include_str!("../kernels/reduce.cu")),
+    ("index", include_str!("../kernels/index.cu")),
+    ("rope", include_str!("../kernels/rope.cu")),
 ];
 pub(crate) const COMMON_HEADER: &str = include_str!("../kernels/common.cuh");
 

@@ -27,7 +27,10 @@ fn tolerance(op: &str, dtype: DType) -> Tol {
         "copy", "add", "sub", "mul", "div", "sqrt", "neg", "abs", "relu", "maximum", "minimum", "clamp", "eq", "ne",
         "lt", "le", "gt", "ge", "where", "cat",
     ];
-    if exact_ops.contains(&op) || op.starts_with("cast_to_") {
+    // Indexing moves elements unchanged; scatter_add sums each output in
+    // the CPU's order and accumulator type (no atomics), so it is exact too.
+    let index_ops = ["index_select", "gather", "embedding", "scatter_add"];
+    if exact_ops.contains(&op) || index_ops.contains(&op) || op.starts_with("cast_to_") {
         return Tol::EXACT;
     }
     if op.contains("geglu") {

@@ -3,8 +3,10 @@
 //! it on the next device and the trace says so.
 
 mod elementwise;
+mod index;
 mod matmul;
 mod reduce;
+mod rope;
 
 use crate::backend::CudaBackend;
 use crate::launch::MAX_DIMS;
@@ -66,6 +68,25 @@ pub(crate) fn supports(op: &Op, inputs: &[TensorMeta]) -> bool {
         Op::MatMul => matches!(first, Some(DType::F32 | DType::F16 | DType::BF16 | DType::F64)),
         Op::Reduce { .. } | Op::Softmax { .. } | Op::LogSoftmax { .. } => float,
         Op::RmsNorm { .. } => float && inputs.iter().all(|m| m.dtype == inputs[0].dtype),
+        Op::LayerNorm { .. } => float && inputs.iter().all(|m| m.dtype == inputs[0].dtype),
+        // Floats, integers and bools (i64 output); complex stays with the CPU.
+        Op::Cumsum { .. } => first.and_then(cast_suffix).is_some(),
+        // Deterministic (no atomics), so floats too; see kernels/index.cu.
+        Op::ScatterAdd { .. } => {
+            first.is_some_and(|d| d != DType::C64)
+                && inputs.get(1).is_some_and(|m| index::index_suffix(m.dtype).is_some())
+                && inputs.get(2).is_some_and(|m| Some(m.dtype) == first)
+        }
+        Op::Rope { .. } => float && inputs.iter().all(|m| m.dtype == inputs[0].dtype),
+        // Any element type moved by size, any index type infer accepts
+        // (i32, i64, u8). An embedding's output has one dim more than its ids.
+        Op::IndexSelect { .. } | Op::Gather { .. } | Op::Embedding => {
+            first.is_some_and(|d| d != DType::C64)
+                && inputs.get(1).is_some_and(|m| {
+                    index::index_suffix(m.dtype).is_some()
+                        && (!matches!(op, Op::Embedding) || m.shape.rank() < MAX_DIMS)
+                })
+        }
         _ => false,
     }
 }
@@ -92,6 +113,11 @@ pub(crate) fn execute(
         Op::Softmax { dim } => reduce::softmax(b, *dim, false, &inputs[0], out)?,
         Op::LogSoftmax { dim } => reduce::softmax(b, *dim, true, &inputs[0], out)?,
         Op::RmsNorm { eps, .. } => reduce::rms_norm(b, op, *eps, inputs, out)?,
+        Op::IndexSelect { .. } | Op::Gather { .. } | Op::Embedding => index::run(b, op, inputs, out)?,
+        Op::LayerNorm { .. } => reduce::layer_norm(b, op, inputs, out)?,
+        Op::Cumsum { dim } => reduce::cumsum(b, *dim, &inputs[0], out)?,
+        Op::ScatterAdd { dim } => index::scatter_add(b, *dim, inputs, out)?,
+        Op::Rope { layout } => rope::rope(b, *layout, inputs, out)?,
         _ => elementwise::run(b, op, inputs, out)?,
     };
     Ok(vec![std::sync::Arc::new(buf)])

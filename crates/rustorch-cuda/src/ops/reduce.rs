@@ -1,10 +1,11 @@
 //! Launchers for kernels/reduce.cu: reductions over any dims, softmax and
-//! log-softmax over one, RMS norm over the last; one block per output row.
+//! log-softmax over one, RMS and layer norm over the last dims (one block
+//! per output row), and cumsum (one thread per row).
 
 use super::float_suffix;
 use crate::backend::CudaBackend;
 use crate::buffer::CudaBuffer;
-use crate::launch::{per_row, Strided};
+use crate::launch::{grid, per_row, Strided};
 use cudarc::driver::PushKernelArg;
 use rustorch_core::backend::TensorRef;
 use rustorch_core::op::ReduceOp;
@@ -171,5 +172,115 @@ pub(super) fn rms_norm(
     // SAFETY: rms_norm_*(x, lo, li, w or null, lw, y, n, eps); the weight
     // has `n` elements (infer checked it), `y` rows * n.
     unsafe { args.launch(per_row(rows)) }.map_err(|e| b.launch_err(&kernel, e))?;
+    Ok(y)
+}
+
+/// `Op::LayerNorm` over the last `normalized_dims` dims; inputs x, then
+/// weight and bias when present (each of the normalized shape, read
+/// through its own layout).
+pub(super) fn layer_norm(
+    b: &CudaBackend,
+    op: &Op,
+    inputs: &[TensorRef<'_>],
+    out: &TensorMeta,
+) -> Result<CudaBuffer, BackendError> {
+    let Op::LayerNorm {
+        eps,
+        normalized_dims,
+        has_weight,
+        has_bias,
+    } = *op
+    else {
+        return Err(BackendError::invalid(op.name(), "not a layer norm"));
+    };
+    let x = &inputs[0];
+    let ty =
+        float_suffix(x.dtype()).ok_or_else(|| BackendError::unsupported(b.device, op.name(), "float dtypes only"))?;
+    let rank = x.layout.rank();
+    let k = normalized_dims.min(rank);
+    let reduced: Vec<usize> = (rank - k..rank).collect();
+    let (lo, li, rows, n_inner) = split(b, x.layout, &reduced)?;
+    too_many_rows(b, rows)?;
+    let y = b.alloc(out.dtype, out.shape.numel())?;
+    if rows == 0 || n_inner == 0 {
+        return Ok(y);
+    }
+    let param = |present: bool, i: usize| -> Result<(u64, Strided), BackendError> {
+        if !present {
+            return Ok((0, Strided::from_parts(&[n_inner], &[0], 0).expect("one dim")));
+        }
+        let p = &inputs[i];
+        if p.layout.shape().numel() != n_inner {
+            return Err(BackendError::invalid(
+                op.name(),
+                "weight and bias must have the normalized shape",
+            ));
+        }
+        let l = Strided::from_parts(p.layout.dims(), p.layout.strides(), p.layout.offset())
+            .ok_or_else(|| BackendError::unsupported(b.device, op.name(), "more dims than the kernels take"))?;
+        Ok((b.own(&op.name(), p.buffer)?.ptr(), l))
+    };
+    let (wp, lw) = param(has_weight, 1)?;
+    let (bp, lb) = param(has_bias, 1 + has_weight as usize)?;
+    let kernel = format!("layer_norm_{ty}");
+    let f = b.function("reduce", &kernel)?;
+    let (xp, yp, n64) = (b.own(&op.name(), x.buffer)?.ptr(), y.ptr(), n_inner as i64);
+    let mut args = b.stream.launch_builder(&f);
+    args.arg(&xp)
+        .arg(&lo)
+        .arg(&li)
+        .arg(&wp)
+        .arg(&lw)
+        .arg(&bp)
+        .arg(&lb)
+        .arg(&yp)
+        .arg(&n64)
+        .arg(&eps);
+    // SAFETY: layer_norm_*(x, lo, li, w or null, lw, b or null, lb, y, n,
+    // eps); weight and bias hold `n` elements each (checked above), `y`
+    // rows * n.
+    unsafe { args.launch(per_row(rows)) }.map_err(|e| b.launch_err(&kernel, e))?;
+    Ok(y)
+}
+
+/// `Op::Cumsum` along `dim`: floats keep their dtype, integers and bools
+/// give i64 (infer's output dtype).
+pub(super) fn cumsum(
+    b: &CudaBackend,
+    dim: usize,
+    x: &TensorRef<'_>,
+    out: &TensorMeta,
+) -> Result<CudaBuffer, BackendError> {
+    let ty = super::cast_suffix(x.dtype())
+        .ok_or_else(|| BackendError::unsupported(b.device, "cumsum", "no kernel for this dtype"))?;
+    if dim >= x.layout.rank() {
+        return Err(BackendError::invalid(
+            "cumsum",
+            format!("no dim {dim} in a rank {} tensor", x.layout.rank()),
+        ));
+    }
+    let (lo, li, rows, len) = split(b, x.layout, &[dim])?;
+    let y = b.alloc(out.dtype, out.shape.numel())?;
+    if rows == 0 || len == 0 {
+        return Ok(y);
+    }
+    let contiguous = Layout::contiguous(out.shape.clone());
+    let (yo, yi, _, _) = split(b, &contiguous, &[dim])?;
+    let kernel = format!("cumsum_{ty}");
+    let f = b.function("reduce", &kernel)?;
+    let (xp, yp, rows64, len64) = (b.own("cumsum", x.buffer)?.ptr(), y.ptr(), rows as i64, len as i64);
+    let mut args = b.stream.launch_builder(&f);
+    args.arg(&xp)
+        .arg(&lo)
+        .arg(&li)
+        .arg(&yp)
+        .arg(&yo)
+        .arg(&yi)
+        .arg(&rows64)
+        .arg(&len64);
+    // SAFETY: cumsum_*(x, lo, li, y, yo, yi, rows, len): input split as in
+    // `reduce`, output the same split of its contiguous layout; one thread
+    // per row (grid-stride), `len` elements each.
+    unsafe { args.launch(grid(rows, b.sm_count)) }.map_err(|e| b.launch_err(&kernel, e))?;
     Ok(y)
 }
