@@ -42,4 +42,19 @@ for k in rt:
         r, p = float(rt[k]), float(pt[k])
         print(f"{k:<22}{r:>13.4f}{p:>11.4f}{p / r:>8.2f}")
 PY
+echo "== transfers from/to pageable host memory (GB/s, median): the driver's pageable copy, pinned staging,"
+echo "   mapped memory read by a kernel, and auto (what upload/download pick for the size)"
+"$bin/cuda_transfers" > /tmp/tr.txt 2>&1 || { cat /tmp/tr.txt; rc=1; }
+python3 - <<'PY'
+rows = {}
+for l in open("/tmp/tr.txt"):
+    p = l.split()
+    if len(p) == 5 and p[0] == "transfer":
+        rows.setdefault((p[1], int(p[2])), {})[p[3]] = float(p[4])
+methods = ["pageable", "pinned", "mapped", "auto"]
+print(f"{'direction':<10}{'size':>12}" + "".join(f"{m:>10}" for m in methods))
+for (d, size), r in sorted(rows.items(), key=lambda kv: (kv[0][0] != "up", kv[0][1])):
+    label = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
+    print(f"{d:<10}{label:>12}" + "".join(f"{r.get(m, float('nan')):>10.2f}" for m in methods))
+PY
 exit $rc

@@ -78,3 +78,18 @@ __device__ __forceinline__ double store(F64T,  double x) { return x; }
 
 #define RT_GRID_STRIDE(i, n) \
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)
+
+// 16 bytes of elements, for contiguous operands whose first element the
+// host found 16-byte aligned: one 128-bit load or store per thread moves
+// 4 f32, 8 halves, 2 f64 or 16 bytes (the `_v` kernels).
+template <typename T> struct __align__(16) Pack { T v[16 / sizeof(T)]; };
+
+// The `_v` kernels' loop: `BODY` maps packs `j` (each of `V` elements at
+// element index `base = j * V`) of contiguous operands; `TAIL(i)` handles
+// the last `n % V` elements one by one.
+#define RT_VEC_LOOP(V, n, BODY, TAIL)                                                        \
+    {                                                                                        \
+        const i64 nv_ = (n) / (V);                                                           \
+        RT_GRID_STRIDE(j, nv_) { BODY }                                                      \
+        RT_GRID_STRIDE(t_, (n) - nv_ * (V)) { const i64 i = nv_ * (V) + t_; TAIL }           \
+    }

@@ -43,6 +43,18 @@ __device__ __forceinline__ double op_softplus(double x) { return x > 20.0 ? x : 
     extern "C" __global__ void unary_##NAME##_##TY(const TY##T::store* x, Strided lx,       \
                                                     TY##T::store* y, i64 n) {               \
         RT_GRID_STRIDE(i, n) { y[i] = store(TY##T(), FN(load(TY##T(), x[strided_at(lx, i)]))); } \
+    }                                                                                        \
+    extern "C" __global__ void unary_##NAME##_##TY##_v(const TY##T::store* x, Strided lx,   \
+                                                        TY##T::store* y, i64 n) {           \
+        typedef TY##T::store S;                                                              \
+        const int V = 16 / sizeof(S);                                                        \
+        const S* xs = x + lx.offset;                                                         \
+        RT_VEC_LOOP(V, n, {                                                                  \
+            Pack<S> a = reinterpret_cast<const Pack<S>*>(xs)[j]; Pack<S> r;                 \
+            _Pragma("unroll") for (int k = 0; k < V; ++k)                                    \
+                r.v[k] = store(TY##T(), FN(load(TY##T(), a.v[k])));                          \
+            reinterpret_cast<Pack<S>*>(y)[j] = r;                                            \
+        }, { y[i] = store(TY##T(), FN(load(TY##T(), xs[i]))); })                             \
     }
 #define UNARY_ALL_FLOATS(NAME, FN) \
     UNARY_FLOAT(NAME, F32, FN) UNARY_FLOAT(NAME, F16, FN) UNARY_FLOAT(NAME, BF16, FN) UNARY_FLOAT(NAME, F64, FN)
@@ -89,6 +101,21 @@ template <typename A> __device__ __forceinline__ A op_minimum(A a, A b) {
             y[i] = store(TY##T(), FN(load(TY##T(), a[strided_at(la, i)]),                    \
                                      load(TY##T(), b[strided_at(lb, i)])));                  \
         }                                                                                    \
+    }                                                                                        \
+    extern "C" __global__ void binary_##NAME##_##TY##_v(const TY##T::store* a, Strided la,  \
+                                                         const TY##T::store* b, Strided lb, \
+                                                         TY##T::store* y, i64 n) {          \
+        typedef TY##T::store S;                                                              \
+        const int V = 16 / sizeof(S);                                                        \
+        const S* as = a + la.offset;                                                         \
+        const S* bs = b + lb.offset;                                                         \
+        RT_VEC_LOOP(V, n, {                                                                  \
+            Pack<S> p = reinterpret_cast<const Pack<S>*>(as)[j];                             \
+            Pack<S> q = reinterpret_cast<const Pack<S>*>(bs)[j]; Pack<S> r;                 \
+            _Pragma("unroll") for (int k = 0; k < V; ++k)                                    \
+                r.v[k] = store(TY##T(), FN(load(TY##T(), p.v[k]), load(TY##T(), q.v[k])));   \
+            reinterpret_cast<Pack<S>*>(y)[j] = r;                                            \
+        }, { y[i] = store(TY##T(), FN(load(TY##T(), as[i]), load(TY##T(), bs[i]))); })      \
     }
 #define BINARY_ALL_FLOATS(NAME, FN) \
     BINARY_FLOAT(NAME, F32, FN) BINARY_FLOAT(NAME, F16, FN) BINARY_FLOAT(NAME, BF16, FN) BINARY_FLOAT(NAME, F64, FN)
@@ -140,6 +167,13 @@ CLAMP_FLOAT(F32) CLAMP_FLOAT(F16) CLAMP_FLOAT(BF16) CLAMP_FLOAT(F64)
 #define BY_SIZE(BYTES, T)                                                                    \
     extern "C" __global__ void copy_b##BYTES(const T* x, Strided lx, T* y, i64 n) {          \
         RT_GRID_STRIDE(i, n) { y[i] = x[strided_at(lx, i)]; }                                \
+    }                                                                                        \
+    extern "C" __global__ void copy_b##BYTES##_v(const T* x, Strided lx, T* y, i64 n) {      \
+        const int V = 16 / sizeof(T);                                                        \
+        const T* xs = x + lx.offset;                                                         \
+        RT_VEC_LOOP(V, n, {                                                                  \
+            reinterpret_cast<Pack<T>*>(y)[j] = reinterpret_cast<const Pack<T>*>(xs)[j];      \
+        }, { y[i] = xs[i]; })                                                                \
     }                                                                                        \
     extern "C" __global__ void copy_into_b##BYTES(const T* x, Strided lx, T* y, Strided ly, \
                                                   i64 n) {                                  \

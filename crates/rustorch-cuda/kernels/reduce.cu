@@ -248,3 +248,232 @@ ALL_FLOATS(REDUCE_BEST)
 ALL_FLOATS(SOFTMAX)
 ALL_FLOATS(RMS_NORM)
 ALL_FLOATS(LAYER_NORM)
+
+// ---- rows held in registers ----------------------------------------------
+// Softmax and RMS norm of rows that are contiguous in the input and the
+// output, at most ROW_PER values per thread: the row is read from memory
+// once, kept in registers, and written once (the kernels above read it
+// two or three times). One warp per row for rows up to 32 * ROW_PER
+// elements (`_warp`, 8 rows per block of 256), one block of 256 per row up
+// to 256 * ROW_PER (`_block`). Sums still accumulate in f64; exponentials
+// are f32 (`expf`, within 2 ulp) for f32 and the half types, whose values
+// never needed more.
+#define ROW_PER 32
+#define RT_NEG_INF __int_as_float(0xff800000)
+
+// The sum / NaN-propagating max of one value per thread over the threads
+// of a row: the warp (WARP) or the whole block (all threads get it, in one
+// fixed order, so every run gives the same bits).
+template <bool WARP> __device__ __forceinline__ double row_sum(double v, double* smem) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (WARP) return v;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    if (lane == 0) smem[warp] = v;
+    __syncthreads();
+    v = smem[0];
+    for (int w = 1; w < warps; ++w) v += smem[w];
+    __syncthreads();
+    return v;
+}
+__device__ __forceinline__ float max_nan(float a, float b) { return (b != b || b > a) ? b : a; }
+template <bool WARP> __device__ __forceinline__ float row_max(float v, float* smem) {
+    for (int o = 16; o > 0; o >>= 1) v = max_nan(v, __shfl_xor_sync(0xffffffffu, v, o));
+    if (WARP) return v;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    if (lane == 0) smem[warp] = v;
+    __syncthreads();
+    v = smem[0];
+    for (int w = 1; w < warps; ++w) v = max_nan(v, smem[w]);
+    __syncthreads();
+    return v;
+}
+
+// Which row this thread works on, its index in the row and the row's
+// thread count; `false` for the warps of the last block past `rows`.
+template <bool WARP> __device__ __forceinline__ bool row_of(i64 rows, i64& o, int& t, int& nt) {
+    if (WARP) {
+        o = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+        t = threadIdx.x & 31;
+        nt = 32;
+    } else {
+        o = blockIdx.x;
+        t = threadIdx.x;
+        nt = blockDim.x;
+    }
+    return o < rows;
+}
+
+template <typename TY, bool WARP>
+__device__ void softmax_rows(const typename TY::store* x, const Strided& lo, typename TY::store* y,
+                             const Strided& yo, i64 n, int log_out, i64 rows) {
+    __shared__ double ssum[32];
+    __shared__ float smax[32];
+    i64 o; int t, nt;
+    // Warps past the last row still reach the block-wide barriers (none in
+    // warp mode, so they may simply leave).
+    if (!row_of<WARP>(rows, o, t, nt)) return;
+    const typename TY::store* xr = x + strided_at(lo, o);
+    typename TY::store* yr = y + strided_at(yo, o);
+    float v[ROW_PER];
+    float m = RT_NEG_INF;
+#pragma unroll
+    for (int k = 0; k < ROW_PER; ++k) {
+        i64 r = t + (i64)k * nt;
+        v[k] = r < n ? (float)load(TY(), xr[r]) : RT_NEG_INF;
+        m = max_nan(m, v[k]);
+    }
+    m = row_max<WARP>(m, smax);
+    double s = 0.0;
+#pragma unroll
+    for (int k = 0; k < ROW_PER; ++k) {
+        i64 r = t + (i64)k * nt;
+        if (r < n) {
+            v[k] = v[k] - m;
+            float e = expf(v[k]);
+            s += (double)e;
+            if (!log_out) v[k] = e;
+        }
+    }
+    s = row_sum<WARP>(s, ssum);
+    float ls = (float)log(s);
+    float inv = (float)(1.0 / s);
+#pragma unroll
+    for (int k = 0; k < ROW_PER; ++k) {
+        i64 r = t + (i64)k * nt;
+        if (r < n) yr[r] = store(TY(), log_out ? v[k] - ls : v[k] * inv);
+    }
+}
+
+template <typename TY, bool WARP>
+__device__ void rms_norm_rows(const typename TY::store* x, const Strided& lo, const typename TY::store* w,
+                              const Strided& lw, typename TY::store* y, i64 n, double eps, i64 rows) {
+    __shared__ double ssum[32];
+    i64 o; int t, nt;
+    if (!row_of<WARP>(rows, o, t, nt)) return;
+    const typename TY::store* xr = x + strided_at(lo, o);
+    float v[ROW_PER];
+    double q = 0.0;
+#pragma unroll
+    for (int k = 0; k < ROW_PER; ++k) {
+        i64 r = t + (i64)k * nt;
+        v[k] = r < n ? (float)load(TY(), xr[r]) : 0.0f;
+        q += (double)v[k] * (double)v[k];
+    }
+    q = row_sum<WARP>(q, ssum);
+    float scale = (float)(1.0 / sqrt(q / (double)n + eps));
+#pragma unroll
+    for (int k = 0; k < ROW_PER; ++k) {
+        i64 r = t + (i64)k * nt;
+        if (r < n) {
+            float z = v[k] * scale;
+            if (w) z = z * load(TY(), w[strided_at(lw, r)]);
+            y[o * n + r] = store(TY(), z);
+        }
+    }
+}
+
+#define ROWS_IN_REGISTERS(TY)                                                                \
+    extern "C" __global__ void softmax_warp_##TY(const TY##T::store* x, Strided lo, TY##T::store* y, \
+                                                 Strided yo, i64 n, int log_out, i64 rows) { \
+        softmax_rows<TY##T, true>(x, lo, y, yo, n, log_out, rows);                          \
+    }                                                                                        \
+    extern "C" __global__ void softmax_block_##TY(const TY##T::store* x, Strided lo, TY##T::store* y, \
+                                                  Strided yo, i64 n, int log_out, i64 rows) { \
+        softmax_rows<TY##T, false>(x, lo, y, yo, n, log_out, rows);                         \
+    }                                                                                        \
+    extern "C" __global__ void rms_norm_warp_##TY(const TY##T::store* x, Strided lo,        \
+                                                  const TY##T::store* w, Strided lw,        \
+                                                  TY##T::store* y, i64 n, double eps, i64 rows) { \
+        rms_norm_rows<TY##T, true>(x, lo, w, lw, y, n, eps, rows);                          \
+    }                                                                                        \
+    extern "C" __global__ void rms_norm_block_##TY(const TY##T::store* x, Strided lo,       \
+                                                   const TY##T::store* w, Strided lw,       \
+                                                   TY##T::store* y, i64 n, double eps, i64 rows) { \
+        rms_norm_rows<TY##T, false>(x, lo, w, lw, y, n, eps, rows);                         \
+    }
+ROWS_IN_REGISTERS(F32) ROWS_IN_REGISTERS(F16) ROWS_IN_REGISTERS(BF16)
+
+// ---- rows split over several blocks --------------------------------------
+// Few long rows (a sum over a whole tensor) would leave all but a few SMs
+// idle with one block per row: such rows are cut into `chunks` pieces of
+// `chunk` elements, one block each (grid chunks x rows), whose partial
+// results a second kernel joins in chunk order (one thread per row), so the
+// result does not depend on scheduling. Moments keep (count, sum, squared
+// deviations from the piece's own mean), joined with Chan et al.'s formula
+// in f64; max/min keep the piece's best value and its index.
+#define REDUCE_SPLIT(TY)                                                                     \
+    extern "C" __global__ void reduce_moments_part_##TY(const TY##T::store* x, Strided lo,  \
+                                                        Strided li, double* part, i64 n_inner, \
+                                                        i64 chunk, int need_m2) {            \
+        __shared__ double smem[32];                                                          \
+        i64 o = blockIdx.y, c = blockIdx.x;                                                  \
+        i64 lo_r = c * chunk, hi_r = lo_r + chunk < n_inner ? lo_r + chunk : n_inner;        \
+        double s = 0.0;                                                                      \
+        for (i64 r = lo_r + threadIdx.x; r < hi_r; r += blockDim.x) s += (double)load(TY##T(), AT(x, lo, li, o, r)); \
+        s = block_sum(s, smem);                                                              \
+        double cnt = (double)(hi_r - lo_r), q = 0.0;                                         \
+        if (need_m2) {                                                                       \
+            double mean = s / cnt;                                                           \
+            for (i64 r = lo_r + threadIdx.x; r < hi_r; r += blockDim.x) {                    \
+                double d = (double)load(TY##T(), AT(x, lo, li, o, r)) - mean;                \
+                q += d * d;                                                                  \
+            }                                                                                \
+            q = block_sum(q, smem);                                                          \
+        }                                                                                    \
+        if (threadIdx.x == 0) {                                                              \
+            double* p = part + (o * gridDim.x + c) * 3;                                      \
+            p[0] = cnt; p[1] = s; p[2] = q;                                                  \
+        }                                                                                    \
+    }                                                                                        \
+    extern "C" __global__ void reduce_moments_join_##TY(const double* part, TY##T::store* y, \
+                                                        i64 rows, i64 chunks, int kind,     \
+                                                        int correction) {                   \
+        i64 o = (i64)blockIdx.x * blockDim.x + threadIdx.x;                                  \
+        if (o >= rows) return;                                                               \
+        const double* p = part + o * chunks * 3;                                             \
+        double n = p[0], s = p[1], m2 = p[2];                                                \
+        for (i64 c = 1; c < chunks; ++c) {                                                   \
+            double nb = p[c * 3], sb = p[c * 3 + 1], m2b = p[c * 3 + 2];                     \
+            double delta = sb / nb - s / n;                                                  \
+            m2 += m2b + delta * delta * (n * nb / (n + nb));                                 \
+            n += nb; s += sb;                                                                \
+        }                                                                                    \
+        double out;                                                                          \
+        if (kind == 0) out = s;                                                              \
+        else if (kind == 1) out = s / n;                                                     \
+        else {                                                                               \
+            double div = n - (double)correction;                                             \
+            out = m2 / (div > 0.0 ? div : 0.0);                                              \
+            if (kind == 4) out = sqrt(out);                                                  \
+        }                                                                                    \
+        y[o] = store(TY##T(), (TY##T::acc)out);                                              \
+    }                                                                                        \
+    extern "C" __global__ void reduce_best_part_##TY(const TY##T::store* x, Strided lo,     \
+                                                     Strided li, double* pv, i64* pi,       \
+                                                     i64 n_inner, i64 chunk, int is_max) {  \
+        __shared__ double sv[32];                                                            \
+        __shared__ i64 si[32];                                                               \
+        i64 o = blockIdx.y, c = blockIdx.x;                                                  \
+        i64 lo_r = c * chunk, hi_r = lo_r + chunk < n_inner ? lo_r + chunk : n_inner;        \
+        Best b; b.v = 0.0; b.i = -1;                                                         \
+        for (i64 r = lo_r + threadIdx.x; r < hi_r; r += blockDim.x) {                        \
+            double v = (double)load(TY##T(), AT(x, lo, li, o, r));                           \
+            if (b.i < 0 || (is_max ? better_max(v, r, b) : better_min(v, r, b))) { b.v = v; b.i = r; } \
+        }                                                                                    \
+        b = is_max ? block_best<true>(b, sv, si) : block_best<false>(b, sv, si);            \
+        if (threadIdx.x == 0) { pv[o * gridDim.x + c] = b.v; pi[o * gridDim.x + c] = b.i; }  \
+    }                                                                                        \
+    extern "C" __global__ void reduce_best_join_##TY(const double* pv, const i64* pi,       \
+                                                     TY##T::store* y, i64* yi, i64 rows,    \
+                                                     i64 chunks, int is_max) {              \
+        i64 o = (i64)blockIdx.x * blockDim.x + threadIdx.x;                                  \
+        if (o >= rows) return;                                                               \
+        Best b; b.v = pv[o * chunks]; b.i = pi[o * chunks];                                  \
+        for (i64 c = 1; c < chunks; ++c) {                                                   \
+            double v = pv[o * chunks + c]; i64 i = pi[o * chunks + c];                       \
+            if (is_max ? better_max(v, i, b) : better_min(v, i, b)) { b.v = v; b.i = i; }    \
+        }                                                                                    \
+        if (y) y[o] = store(TY##T(), (TY##T::acc)b.v);                                       \
+        if (yi) yi[o] = b.i;                                                                 \
+    }
+ALL_FLOATS(REDUCE_SPLIT)

@@ -2,6 +2,7 @@
 
 use crate::buffer::{CudaBuffer, MemoryUse};
 use crate::error;
+use crate::transfer::{Direction, Method};
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
@@ -26,6 +27,55 @@ pub struct CudaBackend {
     /// `RUSTORCH_CUDA_MEM_LIMIT`: bytes this backend may hold (tests of the
     /// out-of-memory path); `None`: whatever the GPU has.
     mem_limit: Option<usize>,
+    /// The device's default memory pool, which stream-ordered allocations
+    /// (`cuMemAllocAsync`) come from; `None` where the driver has none
+    /// (then allocations are synchronous `cuMemAlloc`s).
+    pool: Option<Pool>,
+    /// Pinned buffers for large host copies (`transfer`).
+    pub(crate) staging: crate::transfer::Staging,
+    /// `RUSTORCH_CUDA_TRANSFER`: one copy method for every size.
+    transfer_forced: Option<crate::transfer::Method>,
+}
+
+/// The driver's default memory pool of one device, kept as a cache: freed
+/// buffers stay mapped for the next allocation instead of going back to
+/// the driver at each synchronization (the pool's default), and are given
+/// back only when an allocation runs out of memory.
+struct Pool(cudarc::driver::sys::CUmemoryPool);
+
+impl Pool {
+    /// The default pool of `ctx`'s device, set to keep what it holds.
+    fn caching(ctx: &CudaContext) -> Option<Pool> {
+        use cudarc::driver::sys;
+        if !ctx.has_async_alloc() {
+            return None;
+        }
+        let mut pool = std::ptr::null_mut();
+        // SAFETY: plain driver calls on a live device; `keep` outlives the
+        // call that reads it.
+        unsafe {
+            sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device())
+                .result()
+                .ok()?;
+            let mut keep: u64 = u64::MAX;
+            sys::cuMemPoolSetAttribute(
+                pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                (&mut keep as *mut u64).cast(),
+            )
+            .result()
+            .ok()?;
+        }
+        Some(Pool(pool))
+    }
+
+    /// Gives every unused byte back to the driver.
+    fn trim(&self) {
+        // SAFETY: the pool belongs to a device whose context is alive.
+        unsafe {
+            let _ = cudarc::driver::sys::cuMemPoolTrimTo(self.0, 0);
+        }
+    }
 }
 
 // SAFETY: cuBLAS handles are used from any thread with the context bound
@@ -61,6 +111,8 @@ impl CudaBackend {
             ),
             Err(_) => None,
         };
+        let pool = Pool::caching(&ctx);
+        let transfer_forced = crate::transfer::Method::forced()?;
         Ok(CudaBackend {
             device: Device::Cuda(ordinal),
             ctx,
@@ -72,10 +124,13 @@ impl CudaBackend {
             functions: Mutex::new(HashMap::new()),
             usage: Arc::new(MemoryUse::default()),
             mem_limit,
+            pool,
+            staging: Default::default(),
+            transfer_forced,
         })
     }
 
-    fn err(&self, what: &str, e: cudarc::driver::DriverError, bytes: usize) -> BackendError {
+    pub(crate) fn err(&self, what: &str, e: cudarc::driver::DriverError, bytes: usize) -> BackendError {
         error::driver(self.device, what, e, bytes)
     }
 
@@ -118,7 +173,7 @@ impl CudaBackend {
         Ok(f)
     }
 
-    fn poisoned(&self) -> BackendError {
+    pub(crate) fn poisoned(&self) -> BackendError {
         BackendError::Device {
             device: self.device,
             message: "a thread panicked while holding the kernel cache".into(),
@@ -138,7 +193,18 @@ impl CudaBackend {
             });
         }
         // SAFETY: u8 has no invalid bit patterns; callers write before reading.
-        match unsafe { self.stream.alloc::<u8>(bytes.max(1)) } {
+        let mut result = unsafe { self.stream.alloc::<u8>(bytes.max(1)) };
+        if let (Err(e), Some(pool)) = (&result, &self.pool) {
+            if e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+                // The pool's cache may hold the memory: wait for the frees
+                // queued on the stream, give it all back, and retry once.
+                self.stream.synchronize().map_err(|e| self.err("alloc", e, bytes))?;
+                pool.trim();
+                // SAFETY: as above.
+                result = unsafe { self.stream.alloc::<u8>(bytes.max(1)) };
+            }
+        }
+        match result {
             Ok(data) => Ok(CudaBuffer {
                 device: self.device,
                 dtype,
@@ -166,6 +232,12 @@ impl CudaBackend {
 
     pub(crate) fn launch_err(&self, name: &str, e: cudarc::driver::DriverError) -> BackendError {
         self.err(&format!("launching {name}"), e, 0)
+    }
+
+    /// How a copy of `bytes` in `dir` goes: `RUSTORCH_CUDA_TRANSFER` where
+    /// set, else the measured choice.
+    fn transfer_method(&self, dir: Direction, bytes: usize) -> Method {
+        self.transfer_forced.unwrap_or_else(|| Method::for_size(dir, bytes))
     }
 
     /// Bytes this backend holds now.
@@ -245,12 +317,9 @@ impl Backend for CudaBackend {
 
     fn upload(&self, host: HostSlice<'_>) -> Result<Buffer, BackendError> {
         let bytes = host.as_bytes();
-        let mut buf = self.alloc(host.dtype(), host.len())?;
-        if !bytes.is_empty() {
-            self.stream
-                .memcpy_htod(bytes, &mut buf.data)
-                .map_err(|e| self.err("upload", e, bytes.len()))?;
-        }
+        let buf = self.alloc(host.dtype(), host.len())?;
+        let method = self.transfer_method(Direction::Upload, bytes.len());
+        self.copy_to_device(method, bytes, buf.ptr())?;
         Ok(Arc::new(buf))
     }
 
@@ -266,13 +335,8 @@ impl Backend for CudaBackend {
         let b = self.own("download", buffer)?;
         let n = b.len * b.dtype.size_in_bytes();
         let mut host = vec![0u8; n];
-        if n > 0 {
-            let view = b.data.slice(..n);
-            self.stream
-                .memcpy_dtoh(&view, &mut host)
-                .map_err(|e| self.err("download", e, n))?;
-            self.stream.synchronize().map_err(|e| self.err("download", e, n))?;
-        }
+        let method = self.transfer_method(Direction::Download, n);
+        self.copy_to_host(method, b.ptr(), &mut host)?;
         CpuStorage::from_bytes(b.dtype, &host).map_err(|message| BackendError::Device {
             device: self.device,
             message,

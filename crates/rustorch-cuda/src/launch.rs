@@ -94,6 +94,17 @@ impl Strided {
 }
 
 impl Strided {
+    /// The one stride that steps through every element, where the layout
+    /// compressed to one dim (`None` where it did not).
+    pub(crate) fn single_stride(&self) -> Option<usize> {
+        (self.ndim == 1).then(|| usize::try_from(self.stride[0]).ok()).flatten()
+    }
+
+    /// Where the first element lies, in bytes from the buffer's start.
+    pub(crate) fn offset_bytes(&self, elem_size: usize) -> u64 {
+        self.offset as u64 * elem_size as u64
+    }
+
     /// Dims `dims` of a layout with `strides` (in elements) from `offset`,
     /// or `None` past `MAX_DIMS` dims.
     pub(crate) fn from_parts(dims: &[usize], strides: &[usize], offset: usize) -> Option<Strided> {

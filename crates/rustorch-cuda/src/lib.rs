@@ -21,6 +21,7 @@ pub mod compile;
 mod error;
 mod launch;
 mod ops;
+pub mod transfer;
 
 pub use backend::CudaBackend;
 pub use buffer::CudaBuffer;

@@ -478,6 +478,26 @@ fn reduce_specs() -> Vec<Spec> {
             v.push(spec(Op::Reduce { op, dims, keepdim }, &[(&[3, 4, 7], S)]));
         }
     }
+    // Long rows, few of them: backends split such rows over several
+    // workers (the CUDA backend over thread blocks) and join the parts.
+    for op in REDUCE {
+        if op != ReduceOp::Prod {
+            v.push(spec(
+                Op::Reduce {
+                    op,
+                    dims: vec![1],
+                    keepdim: false,
+                },
+                &[(&[3, 70_000], S)],
+            ));
+        }
+    }
+    // Rows of every length class a backend may treat apart (a warp, a block,
+    // more than a block holds).
+    for n in [700, 3000, 9000] {
+        v.push(spec(Op::Softmax { dim: 1 }, &[(&[6, n], S)]));
+        v.push(spec(Op::LogSoftmax { dim: 1 }, &[(&[6, n], S)]));
+    }
     for dim in [0, 1] {
         v.push(spec(Op::Softmax { dim }, &[(&[5, 7], S)]));
         v.push(spec(Op::LogSoftmax { dim }, &[(&[5, 7], S)]));
@@ -524,6 +544,28 @@ fn other_specs() -> Vec<Spec> {
                 has_weight: false,
             },
             &[(&[3, 16], S)],
+        ),
+        // Rows a warp, a block, or more than a block holds (see softmax).
+        spec(
+            Op::RmsNorm {
+                eps: 1e-6,
+                has_weight: true,
+            },
+            &[(&[4, 700], S), (&[700], S)],
+        ),
+        spec(
+            Op::RmsNorm {
+                eps: 1e-6,
+                has_weight: true,
+            },
+            &[(&[4, 3000], S), (&[3000], S)],
+        ),
+        spec(
+            Op::RmsNorm {
+                eps: 1e-6,
+                has_weight: false,
+            },
+            &[(&[4, 9000], S)],
         ),
         spec(
             Op::BatchNorm {

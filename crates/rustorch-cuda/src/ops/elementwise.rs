@@ -46,11 +46,26 @@ pub(super) fn run(
         Op::GeGlu => ("elementwise", "geglu_F32".to_string()),
         _ => return Err(BackendError::unsupported(b.device, name, "not an elementwise op")),
     };
-    let f = b.function(kernel.0, &kernel.1)?;
     let n64 = n as i64;
     let y_ptr = y.ptr();
     let layouts = (0..inputs.len()).map(layout).collect::<Result<Vec<_>, _>>()?;
     let ptrs = (0..inputs.len()).map(ptr).collect::<Result<Vec<_>, _>>()?;
+    // Contiguous operands whose first elements are 16-byte aligned take the
+    // kernel's `_v` twin, which moves 16 bytes per load and store.
+    let vector = has_vector_twin(op, x_dtype)
+        && y_ptr.is_multiple_of(16)
+        && layouts.iter().zip(&ptrs).all(|(l, &p)| {
+            l.single_stride() == Some(1) && (p + l.offset_bytes(x_dtype.size_in_bytes())).is_multiple_of(16)
+        });
+    let (kernel, per_thread) = if vector {
+        (
+            (kernel.0, format!("{}_v", kernel.1)),
+            16 / x_dtype.size_in_bytes().max(1),
+        )
+    } else {
+        (kernel, 1)
+    };
+    let f = b.function(kernel.0, &kernel.1)?;
     let (lo, hi) = match op {
         Op::Clamp { min, max } => (min.unwrap_or(f64::NAN), max.unwrap_or(f64::NAN)),
         _ => (0.0, 0.0),
@@ -67,8 +82,18 @@ pub(super) fn run(
     // and layouts of every input, then the output and its length, then a
     // clamp's bounds), every layout stays inside its buffer (validated by
     // the executor) and the output holds `n` elements.
-    unsafe { args.launch(grid(n, b.sm_count)) }.map_err(|e| b.launch_err(&kernel.1, e))?;
+    unsafe { args.launch(grid(n.div_ceil(per_thread), b.sm_count)) }.map_err(|e| b.launch_err(&kernel.1, e))?;
     Ok(y)
+}
+
+/// Whether the op's kernel has a `_v` twin for contiguous, aligned
+/// operands (kernels/elementwise.cu: float unary and binary ops, copies).
+fn has_vector_twin(op: &Op, dtype: rustorch_core::DType) -> bool {
+    match op {
+        Op::Copy => true,
+        Op::Unary(_) | Op::Binary(_) => float_suffix(dtype).is_some(),
+        _ => false,
+    }
 }
 
 /// The kernels' name for the dtype an op computes in (floats, and the

@@ -6,7 +6,7 @@ use super::float_suffix;
 use crate::backend::CudaBackend;
 use crate::buffer::CudaBuffer;
 use crate::launch::{grid, per_row, Strided};
-use cudarc::driver::PushKernelArg;
+use cudarc::driver::{LaunchConfig, PushKernelArg};
 use rustorch_core::backend::TensorRef;
 use rustorch_core::op::ReduceOp;
 use rustorch_core::{BackendError, Layout, Op, TensorMeta};
@@ -58,13 +58,6 @@ pub(super) fn reduce(
     if best && n_inner == 0 {
         return Err(BackendError::invalid(r.name(), "cannot reduce an empty dimension"));
     }
-    let name = if best {
-        format!("reduce_best_{ty}")
-    } else {
-        format!("reduce_moments_{ty}")
-    };
-    let f = b.function("reduce", &name)?;
-    let mut args = b.stream.launch_builder(&f);
     let (kind, correction): (i32, i32) = match r {
         ReduceOp::Sum => (0, 0),
         ReduceOp::Mean => (1, 0),
@@ -79,6 +72,62 @@ pub(super) fn reduce(
     } else {
         (yp, 0)
     };
+    // Products stay in order on one thread (their rounding depends on it).
+    if let Some((chunk, chunks)) = split_rows(b, rows, n_inner).filter(|_| r != ReduceOp::Prod) {
+        let which = if best { "best" } else { "moments" };
+        let part_name = format!("reduce_{which}_part_{ty}");
+        let join_name = format!("reduce_{which}_join_{ty}");
+        let (part, join) = (b.function("reduce", &part_name)?, b.function("reduce", &join_name)?);
+        let (chunk64, chunks64, rows64) = (chunk as i64, chunks as i64, rows as i64);
+        let parts = rows * chunks;
+        let pv = b.alloc(rustorch_core::DType::F64, parts * if best { 1 } else { 3 })?;
+        let pi = b.alloc(rustorch_core::DType::I64, if best { parts } else { 0 })?;
+        let (pvp, pip) = (pv.ptr(), pi.ptr());
+        let cfg = LaunchConfig {
+            grid_dim: (chunks as u32, rows as u32, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut args = b.stream.launch_builder(&part);
+        args.arg(&xp).arg(&lo).arg(&li);
+        let need_m2 = (kind >= 3) as i32;
+        if best {
+            args.arg(&pvp).arg(&pip).arg(&n64).arg(&chunk64).arg(&is_max);
+        } else {
+            args.arg(&pvp).arg(&n64).arg(&chunk64).arg(&need_m2);
+        }
+        // SAFETY: reduce_*_part_*(x, lo, li, partials, n, chunk, flag): the
+        // grid is chunks x rows, each block writing its own partial.
+        unsafe { args.launch(cfg) }.map_err(|e| b.launch_err(&part_name, e))?;
+        let mut args = b.stream.launch_builder(&join);
+        if best {
+            args.arg(&pvp)
+                .arg(&pip)
+                .arg(&vals)
+                .arg(&idx)
+                .arg(&rows64)
+                .arg(&chunks64)
+                .arg(&is_max);
+        } else {
+            args.arg(&pvp)
+                .arg(&yp)
+                .arg(&rows64)
+                .arg(&chunks64)
+                .arg(&kind)
+                .arg(&correction);
+        }
+        // SAFETY: reduce_*_join_*(partials, outputs, rows, chunks, ...): one
+        // thread per row reads its row's `chunks` partials.
+        unsafe { args.launch(grid(rows, b.sm_count)) }.map_err(|e| b.launch_err(&join_name, e))?;
+        return Ok(y);
+    }
+    let name = if best {
+        format!("reduce_best_{ty}")
+    } else {
+        format!("reduce_moments_{ty}")
+    };
+    let f = b.function("reduce", &name)?;
+    let mut args = b.stream.launch_builder(&f);
     args.arg(&xp).arg(&lo).arg(&li);
     if best {
         args.arg(&vals).arg(&idx).arg(&n64).arg(&is_max);
@@ -90,6 +139,49 @@ pub(super) fn reduce(
     // layout); `y` holds one element per row.
     unsafe { args.launch(per_row(rows)) }.map_err(|e| b.launch_err(&name, e))?;
     Ok(y)
+}
+
+/// `(chunk, chunks)` where `rows` rows of `n` elements are too few to fill
+/// the GPU with one block per row: each row cut into `chunks` pieces of
+/// `chunk` elements (at least 4096 each), about four blocks per SM in all.
+fn split_rows(b: &CudaBackend, rows: usize, n: usize) -> Option<(usize, usize)> {
+    const MIN_CHUNK: usize = 4096;
+    let target_blocks = 4 * b.sm_count.max(1) as usize;
+    if rows >= target_blocks / 2 || rows > u16::MAX as usize {
+        return None;
+    }
+    let want = target_blocks.div_ceil(rows).min(n / MIN_CHUNK);
+    if want < 2 {
+        return None;
+    }
+    let chunk = n.div_ceil(want);
+    Some((chunk, n.div_ceil(chunk)))
+}
+
+/// The kernels that hold a row in registers (kernels/reduce.cu, `ROW_PER`
+/// values per thread): one warp per row up to 32 * ROW_PER elements, one
+/// block up to 256 * ROW_PER; `None` (the general kernels) for f64, for
+/// rows that are not contiguous, and for longer rows.
+fn rows_in_registers(ty: &str, contiguous_rows: bool, rows: usize, n: usize) -> Option<(&'static str, LaunchConfig)> {
+    const ROW_PER: usize = 32;
+    if ty == "F64" || !contiguous_rows {
+        return None;
+    }
+    if n <= 32 * ROW_PER {
+        const ROWS_PER_BLOCK: usize = 8;
+        Some((
+            "warp",
+            LaunchConfig {
+                grid_dim: (rows.div_ceil(ROWS_PER_BLOCK) as u32, 1, 1),
+                block_dim: (32 * ROWS_PER_BLOCK as u32, 1, 1),
+                shared_mem_bytes: 0,
+            },
+        ))
+    } else if n <= 256 * ROW_PER {
+        Some(("block", per_row(rows)))
+    } else {
+        None
+    }
 }
 
 pub(super) fn softmax(
@@ -109,9 +201,28 @@ pub(super) fn softmax(
     }
     let contiguous = Layout::contiguous(out.shape.clone());
     let (yo, yi, _, _) = split(b, &contiguous, &[dim])?;
+    let (xp, yp, n64, log_out) = (b.own(name, x.buffer)?.ptr(), y.ptr(), n_inner as i64, log as i32);
+    let contiguous_rows = li.single_stride() == Some(1) && yi.single_stride() == Some(1);
+    if let Some((mode, cfg)) = rows_in_registers(ty, contiguous_rows, rows, n_inner) {
+        let kernel = format!("softmax_{mode}_{ty}");
+        let f = b.function("reduce", &kernel)?;
+        let rows64 = rows as i64;
+        let mut args = b.stream.launch_builder(&f);
+        args.arg(&xp)
+            .arg(&lo)
+            .arg(&yp)
+            .arg(&yo)
+            .arg(&n64)
+            .arg(&log_out)
+            .arg(&rows64);
+        // SAFETY: softmax_{warp,block}_*(x, lo, y, yo, n, log, rows): rows
+        // contiguous in input and output (checked above), `cfg` covers
+        // `rows` rows of at most the kernel's row length.
+        unsafe { args.launch(cfg) }.map_err(|e| b.launch_err(&kernel, e))?;
+        return Ok(y);
+    }
     let kernel = format!("softmax_{ty}");
     let f = b.function("reduce", &kernel)?;
-    let (xp, yp, n64, log_out) = (b.own(name, x.buffer)?.ptr(), y.ptr(), n_inner as i64, log as i32);
     let mut args = b.stream.launch_builder(&f);
     args.arg(&xp)
         .arg(&lo)
@@ -157,9 +268,27 @@ pub(super) fn rms_norm(
         ),
         None => (0u64, Strided::from_parts(&[n_inner], &[0], 0).expect("one dim")),
     };
+    let (xp, yp, n64) = (b.own(&op.name(), x.buffer)?.ptr(), y.ptr(), n_inner as i64);
+    if let Some((mode, cfg)) = rows_in_registers(ty, li.single_stride() == Some(1), rows, n_inner) {
+        let kernel = format!("rms_norm_{mode}_{ty}");
+        let f = b.function("reduce", &kernel)?;
+        let rows64 = rows as i64;
+        let mut args = b.stream.launch_builder(&f);
+        args.arg(&xp)
+            .arg(&lo)
+            .arg(&wp)
+            .arg(&lw)
+            .arg(&yp)
+            .arg(&n64)
+            .arg(&eps)
+            .arg(&rows64);
+        // SAFETY: rms_norm_{warp,block}_*(x, lo, w or null, lw, y, n, eps,
+        // rows): input rows contiguous (checked above), `y` rows * n.
+        unsafe { args.launch(cfg) }.map_err(|e| b.launch_err(&kernel, e))?;
+        return Ok(y);
+    }
     let kernel = format!("rms_norm_{ty}");
     let f = b.function("reduce", &kernel)?;
-    let (xp, yp, n64) = (b.own(&op.name(), x.buffer)?.ptr(), y.ptr(), n_inner as i64);
     let mut args = b.stream.launch_builder(&f);
     args.arg(&xp)
         .arg(&lo)
