@@ -39,6 +39,26 @@ fn tolerance(op: &str, dtype: DType) -> Tol {
         // llama.cpp's CUDA build does.
         return Tol { atol: 1e-3, rtol: 2e-3 };
     }
+    if op.contains("cached_attention") {
+        // The GPU rounds the query and the probabilities to f16 as llama.cpp
+        // does, but sums in another order and takes the softmax online
+        // (exp(m_old - m_new) rescaling): a probability near an f16 rounding
+        // boundary can round the other way, one f16 ulp of p times a value.
+        return Tol { atol: 2e-3, rtol: 2e-3 };
+    }
+    if op.contains("flash_attention") {
+        // The CPU's one-row path (llama.cpp's CPU build) keeps its value
+        // accumulator in f16, rounded after every key; the GPU accumulates
+        // in f32, as llama.cpp's CUDA build does: up to half an f16 ulp per
+        // key apart.
+        return Tol { atol: 1e-2, rtol: 4e-3 };
+    }
+    if op.starts_with("sdpa") && dtype == DType::F32 {
+        // Online softmax over key tiles (the running sum and accumulator
+        // rescaled when the max grows), CUDA's expf and another dot-product
+        // order: a few f32 ulp of each term.
+        return Tol { atol: 2e-5, rtol: 2e-5 };
+    }
     let product = op == "matmul";
     match dtype {
         DType::F64 => Tol {

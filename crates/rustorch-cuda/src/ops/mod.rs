@@ -2,6 +2,7 @@
 //! Everything not listed in `supports` is declined, so the executor runs
 //! it on the next device and the trace says so.
 
+mod attention;
 mod elementwise;
 mod index;
 mod matmul;
@@ -87,6 +88,8 @@ pub(crate) fn supports(op: &Op, inputs: &[TensorMeta]) -> bool {
                         && (!matches!(op, Op::Embedding) || m.shape.rank() < MAX_DIMS)
                 })
         }
+        // Head dims limited by one block's shared memory (attention.rs).
+        Op::Sdpa { .. } | Op::CachedAttention { .. } | Op::FlashAttention { .. } => attention::supported(op, inputs),
         _ => false,
     }
 }
@@ -118,6 +121,8 @@ pub(crate) fn execute(
         Op::Cumsum { dim } => reduce::cumsum(b, *dim, &inputs[0], out)?,
         Op::ScatterAdd { dim } => index::scatter_add(b, *dim, inputs, out)?,
         Op::Rope { layout } => rope::rope(b, *layout, inputs, out)?,
+        Op::Sdpa { mask, scale } => attention::sdpa(b, *mask, *scale, inputs, out)?,
+        Op::CachedAttention { .. } | Op::FlashAttention { .. } => attention::cached(b, op, inputs, out)?,
         _ => elementwise::run(b, op, inputs, out)?,
     };
     Ok(vec![std::sync::Arc::new(buf)])
