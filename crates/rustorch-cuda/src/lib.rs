@@ -38,6 +38,7 @@ pub const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("index", include_str!("../kernels/index.cu")),
     ("rope", include_str!("../kernels/rope.cu")),
     ("attention", include_str!("../kernels/attention.cu")),
+    ("sort", include_str!("../kernels/sort.cu")),
 ];
 pub(crate) const COMMON_HEADER: &str = include_str!("../kernels/common.cuh");
 

@@ -30,7 +30,10 @@ fn tolerance(op: &str, dtype: DType) -> Tol {
     // Indexing moves elements unchanged; scatter_add sums each output in
     // the CPU's order and accumulator type (no atomics), so it is exact too.
     let index_ops = ["index_select", "gather", "embedding", "scatter_add"];
-    if exact_ops.contains(&op) || index_ops.contains(&op) || op.starts_with("cast_to_") {
+    // Sorts order the CPU's distinct (key, index) pairs and move elements
+    // unchanged: exact.
+    let sort_ops = ["sort", "topk"];
+    if exact_ops.contains(&op) || index_ops.contains(&op) || sort_ops.contains(&op) || op.starts_with("cast_to_") {
         return Tol::EXACT;
     }
     if op.contains("geglu") {

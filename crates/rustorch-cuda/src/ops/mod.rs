@@ -8,6 +8,7 @@ mod index;
 mod matmul;
 mod reduce;
 mod rope;
+mod sort;
 
 use crate::backend::CudaBackend;
 use crate::launch::MAX_DIMS;
@@ -90,6 +91,11 @@ pub(crate) fn supports(op: &Op, inputs: &[TensorMeta]) -> bool {
         }
         // Head dims limited by one block's shared memory (attention.rs).
         Op::Sdpa { .. } | Op::CachedAttention { .. } | Op::FlashAttention { .. } => attention::supported(op, inputs),
+        // Every non-complex dtype, rows below 2^32 elements (sort.rs).
+        Op::Sort { dim, .. } | Op::TopK { dim, .. } => {
+            first.and_then(sort::sort_suffix).is_some()
+                && inputs[0].shape.dims().get(*dim).is_some_and(|&n| sort::row_fits(n))
+        }
         _ => false,
     }
 }
@@ -107,6 +113,14 @@ pub(crate) fn execute(
             op.name(),
             "no CUDA kernel for it yet",
         ));
+    }
+    match op {
+        Op::Sort { dim, descending } => {
+            let len = inputs[0].layout.dims().get(*dim).copied().unwrap_or(0);
+            return sort::sort(b, "sort", &inputs[0], *dim, len, *descending, outputs);
+        }
+        Op::TopK { k, dim, largest } => return sort::sort(b, "topk", &inputs[0], *dim, *k, *largest, outputs),
+        _ => {}
     }
     let out = &outputs[0];
     let buf = match op {
