@@ -39,6 +39,7 @@ pub const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("rope", include_str!("../kernels/rope.cu")),
     ("attention", include_str!("../kernels/attention.cu")),
     ("sort", include_str!("../kernels/sort.cu")),
+    ("conv", include_str!("../kernels/conv.cu")),
 ];
 pub(crate) const COMMON_HEADER: &str = include_str!("../kernels/common.cuh");
 

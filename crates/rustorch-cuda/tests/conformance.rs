@@ -33,7 +33,15 @@ fn tolerance(op: &str, dtype: DType) -> Tol {
     // Sorts order the CPU's distinct (key, index) pairs and move elements
     // unchanged: exact.
     let sort_ops = ["sort", "topk"];
-    if exact_ops.contains(&op) || index_ops.contains(&op) || sort_ops.contains(&op) || op.starts_with("cast_to_") {
+    // Pools add (or compare) their taps in the CPU's order, from zero, in
+    // the same type, and divide by the same count: exact.
+    let pool_ops = ["max_pool2d", "avg_pool2d"];
+    if exact_ops.contains(&op)
+        || index_ops.contains(&op)
+        || sort_ops.contains(&op)
+        || pool_ops.contains(&op)
+        || op.starts_with("cast_to_")
+    {
         return Tol::EXACT;
     }
     if op.contains("geglu") {
@@ -62,7 +70,9 @@ fn tolerance(op: &str, dtype: DType) -> Tol {
         // order: a few f32 ulp of each term.
         return Tol { atol: 2e-5, rtol: 2e-5 };
     }
-    let product = op == "matmul";
+    // Convolutions are products too: the GPU sums each output's taps in
+    // its own order, the CPU through im2col and gemm.
+    let product = op == "matmul" || op.starts_with("conv");
     match dtype {
         DType::F64 => Tol {
             atol: 1e-12,

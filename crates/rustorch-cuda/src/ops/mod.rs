@@ -3,6 +3,7 @@
 //! it on the next device and the trace says so.
 
 mod attention;
+mod conv;
 mod elementwise;
 mod index;
 mod matmul;
@@ -91,6 +92,11 @@ pub(crate) fn supports(op: &Op, inputs: &[TensorMeta]) -> bool {
         }
         // Head dims limited by one block's shared memory (attention.rs).
         Op::Sdpa { .. } | Op::CachedAttention { .. } | Op::FlashAttention { .. } => attention::supported(op, inputs),
+        // Direct kernels for the float dtypes (conv.rs).
+        Op::BatchNorm { .. } | Op::Conv1d { .. } | Op::Conv2d { .. } | Op::ConvTranspose2d { .. } => {
+            float && inputs.iter().all(|m| m.dtype == inputs[0].dtype)
+        }
+        Op::MaxPool2d { .. } | Op::AvgPool2d { .. } => float,
         // Every non-complex dtype, rows below 2^32 elements (sort.rs).
         Op::Sort { dim, .. } | Op::TopK { dim, .. } => {
             first.and_then(sort::sort_suffix).is_some()
@@ -135,6 +141,9 @@ pub(crate) fn execute(
         Op::Cumsum { dim } => reduce::cumsum(b, *dim, &inputs[0], out)?,
         Op::ScatterAdd { dim } => index::scatter_add(b, *dim, inputs, out)?,
         Op::Rope { layout } => rope::rope(b, *layout, inputs, out)?,
+        Op::BatchNorm { .. } => conv::batch_norm(b, op, inputs, out)?,
+        Op::Conv1d { .. } | Op::Conv2d { .. } | Op::ConvTranspose2d { .. } => conv::conv(b, op, inputs, out)?,
+        Op::MaxPool2d { .. } | Op::AvgPool2d { .. } => conv::pool(b, op, &inputs[0], out)?,
         Op::Sdpa { mask, scale } => attention::sdpa(b, *mask, *scale, inputs, out)?,
         Op::CachedAttention { .. } | Op::FlashAttention { .. } => attention::cached(b, op, inputs, out)?,
         _ => elementwise::run(b, op, inputs, out)?,
