@@ -53,16 +53,13 @@ pub(crate) fn supports(op: &Op, inputs: &[TensorMeta]) -> bool {
         Op::Copy => first.is_some_and(|d| d != DType::C64),
         Op::Cast { to } => first.and_then(cast_suffix).is_some() && cast_suffix(*to).is_some(),
         Op::Unary(_) | Op::Clamp { .. } | Op::Binary(_) | Op::Compare(_) if float => true,
-        // Integers: wrapping arithmetic as on the CPU; integer division and
-        // powers (whose zero divisors and negative exponents the CPU
-        // rejects) and bool arithmetic stay with the CPU.
+        // Integers: wrapping arithmetic as on the CPU, zero divisors and
+        // negative exponents rejected as the CPU rejects them (a device
+        // flag, elementwise.rs); bools: maximum (or) and minimum (and),
+        // the only arithmetic infer allows them.
         Op::Unary(u) => is_int(first) && matches!(u, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu),
         Op::Binary(o) => {
-            is_int(first)
-                && matches!(
-                    o,
-                    BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Maximum | BinaryOp::Minimum
-                )
+            is_int(first) || (first == Some(DType::Bool) && matches!(o, BinaryOp::Maximum | BinaryOp::Minimum))
         }
         Op::Compare(_) => is_int(first) || first == Some(DType::Bool),
         Op::SwiGlu | Op::GeGlu => first == Some(DType::F32),
