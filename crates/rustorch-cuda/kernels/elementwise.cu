@@ -249,3 +249,43 @@ extern "C" __global__ void swiglu_F32(const float* x, Strided lx, const float* g
 extern "C" __global__ void geglu_F32(const float* x, Strided lx, const float* g, Strided lg, float* y, i64 n) {
     RT_GRID_STRIDE(i, n) { y[i] = op_gelu_tanh(x[strided_at(lx, i)]) * g[strided_at(lg, i)]; }
 }
+
+// ---- integer division and powers, bool maximum/minimum -------------------
+// As the CPU computes them: division truncates, with Rust's wrapping_div
+// (MIN / -1 wraps to MIN; C leaves it undefined, so it is spelled out);
+// powers square and multiply with wrapping products. The CPU rejects zero
+// divisors and negative exponents before running anything; the launcher
+// does the same with `int_check_*` first, so the zero-divisor and
+// negative-exponent branches here only keep the kernels total.
+template <typename T, typename U> __device__ __forceinline__ T wpow(T a, T e) {
+    T acc = (T)1, base = a;
+    while (e > (T)0) {
+        if (e & (T)1) acc = wmul<T, U>(acc, base);
+        base = wmul<T, U>(base, base);
+        e = (T)(e >> 1);
+    }
+    return acc;
+}
+#define INT_DIV_POW(TY, T, U, DIV)                                                           \
+    INT_BINARY(div, TY, T, U, (DIV))                                                         \
+    INT_BINARY(pow, TY, T, U, (wpow<T, U>(x, z)))
+INT_DIV_POW(I32, int, u32_t, (z == 0 ? 0 : (z == -1 ? wneg<int, u32_t>(x) : x / z)))
+INT_DIV_POW(I64, i64, u64, (z == 0 ? 0 : (z == -1 ? wneg<i64, u64>(x) : x / z)))
+INT_DIV_POW(U8, u8, u8, (z == 0 ? 0 : (u8)(x / z)))
+
+// Sets *bad when any element of `b` (its own layout, n elements) is a zero
+// divisor (`div`) or a negative exponent (`pow`).
+#define INT_CHECK(TY, T)                                                                     \
+    extern "C" __global__ void int_check_div_##TY(const T* b, Strided lb, i64 n, int* bad) { \
+        RT_GRID_STRIDE(i, n) { if (b[strided_at(lb, i)] == (T)0) *bad = 1; }                 \
+    }                                                                                        \
+    extern "C" __global__ void int_check_pow_##TY(const T* b, Strided lb, i64 n, int* bad) { \
+        RT_GRID_STRIDE(i, n) { if (b[strided_at(lb, i)] < (T)0) *bad = 1; }                  \
+    }
+INT_CHECK(I32, int)
+INT_CHECK(I64, i64)
+INT_CHECK(U8, u8)
+
+// Bools (0/1 bytes): maximum is or, minimum is and.
+INT_BINARY(maximum, BOOL, u8, u8, ((x | z) ? 1 : 0))
+INT_BINARY(minimum, BOOL, u8, u8, ((x & z) ? 1 : 0))

@@ -296,6 +296,7 @@ impl Backend for CudaBackend {
                 OpClass::Normalization,
                 OpClass::Indexing,
                 OpClass::Attention,
+                OpClass::Convolution,
             ],
             total_memory: total,
             free_memory: free,

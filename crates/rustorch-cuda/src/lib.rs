@@ -9,8 +9,9 @@
 //! Kernels are CUDA C sources in `kernels/`, compiled by NVRTC for the
 //! device's architecture on first use and cached on disk (`compile`); dense
 //! products go to cuBLAS. Work is queued on one stream per device: only
-//! downloads, `synchronize`, the tracing timer and the indexing ops (which
-//! read back a flag for out-of-range indices) wait for it, and a fault
+//! downloads, `synchronize`, the tracing timer, the indexing ops (which
+//! read back a flag for out-of-range indices) and integer division and
+//! powers (a flag for zero divisors and negative exponents) wait for it, and a fault
 //! in queued work surfaces as `BackendError::DeviceLost` from whichever call
 //! finds it. Ops it cannot run yet it declines in `supports`, and the
 //! executor runs them elsewhere (the trace shows where).
@@ -38,6 +39,9 @@ pub const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("reduce", include_str!("../kernels/reduce.cu")),
     ("index", include_str!("../kernels/index.cu")),
     ("rope", include_str!("../kernels/rope.cu")),
+    ("attention", include_str!("../kernels/attention.cu")),
+    ("sort", include_str!("../kernels/sort.cu")),
+    ("conv", include_str!("../kernels/conv.cu")),
 ];
 pub(crate) const COMMON_HEADER: &str = include_str!("../kernels/common.cuh");
 

@@ -7,7 +7,8 @@ use crate::buffer::CudaBuffer;
 use crate::launch::{grid, Strided};
 use cudarc::driver::{LaunchArgs, PushKernelArg};
 use rustorch_core::backend::TensorRef;
-use rustorch_core::{BackendError, Op, TensorMeta};
+use rustorch_core::op::BinaryOp;
+use rustorch_core::{BackendError, DType, Op, TensorMeta};
 
 pub(super) fn run(
     b: &CudaBackend,
@@ -16,6 +17,11 @@ pub(super) fn run(
     out: &TensorMeta,
 ) -> Result<CudaBuffer, BackendError> {
     let name = op.name();
+    if let Op::Binary(o @ (BinaryOp::Div | BinaryOp::Pow)) = op {
+        if inputs[0].dtype().is_int() {
+            int_check(b, *o, &inputs[1])?;
+        }
+    }
     let n = out.shape.numel();
     let y = b.alloc(out.dtype, n)?;
     if n == 0 {
@@ -100,4 +106,47 @@ fn has_vector_twin(op: &Op, dtype: rustorch_core::DType) -> bool {
 /// integer kernels' I32/I64/U8/BOOL).
 fn suffix(d: rustorch_core::DType) -> &'static str {
     float_suffix(d).or_else(|| cast_suffix(d)).unwrap_or("?")
+}
+
+/// The CPU's check before an integer division or power: any zero divisor
+/// or negative exponent among the second operand's elements (its own, not
+/// broadcast) is `InvalidInput` with PyTorch's message. A kernel sets a
+/// flag, which one 4-byte download reads (waiting for the stream, as the
+/// indexing ops do for their range flag).
+fn int_check(b: &CudaBackend, o: BinaryOp, rhs: &TensorRef<'_>) -> Result<(), BackendError> {
+    let (what, message) = match o {
+        BinaryOp::Div => ("div", "ZeroDivisionError: integer division by zero"),
+        // Unsigned exponents cannot be negative.
+        BinaryOp::Pow if rhs.dtype() == DType::U8 => return Ok(()),
+        BinaryOp::Pow => ("pow", "Integers to negative integer powers are not allowed."),
+        _ => return Ok(()),
+    };
+    let n = rhs.layout.shape().numel();
+    if n == 0 {
+        return Ok(());
+    }
+    let ty = suffix(rhs.dtype());
+    let l = Strided::from_parts(rhs.layout.dims(), rhs.layout.strides(), rhs.layout.offset())
+        .ok_or_else(|| BackendError::unsupported(b.device, what, "more dims than the kernels take"))?;
+    let mut bad = b.alloc(DType::I32, 1)?;
+    b.stream
+        .memset_zeros(&mut bad.data)
+        .map_err(|e| b.launch_err("integer check flag", e))?;
+    let kernel = format!("int_check_{what}_{ty}");
+    let f = b.function("elementwise", &kernel)?;
+    let (xp, n64, bp) = (b.own(what, rhs.buffer)?.ptr(), n as i64, bad.ptr());
+    let mut args = b.stream.launch_builder(&f);
+    args.arg(&xp).arg(&l).arg(&n64).arg(&bp);
+    // SAFETY: int_check_*(x, lx, n, bad): the operand's own layout over its
+    // n elements (checked by the executor), `bad` one i32.
+    unsafe { args.launch(grid(n, b.sm_count)) }.map_err(|e| b.launch_err(&kernel, e))?;
+    let mut flag = [0u8; 4];
+    b.stream
+        .memcpy_dtoh(&bad.data.slice(..4), &mut flag)
+        .map_err(|e| b.launch_err("integer check flag", e))?;
+    b.stream.synchronize().map_err(|e| b.launch_err(&kernel, e))?;
+    if i32::from_ne_bytes(flag) != 0 {
+        return Err(BackendError::invalid(what, message));
+    }
+    Ok(())
 }

@@ -2,11 +2,14 @@
 //! Everything not listed in `supports` is declined, so the executor runs
 //! it on the next device and the trace says so.
 
+mod attention;
+mod conv;
 mod elementwise;
 mod index;
 mod matmul;
 mod reduce;
 mod rope;
+mod sort;
 
 use crate::backend::CudaBackend;
 use crate::launch::MAX_DIMS;
@@ -50,16 +53,13 @@ pub(crate) fn supports(op: &Op, inputs: &[TensorMeta]) -> bool {
         Op::Copy => first.is_some_and(|d| d != DType::C64),
         Op::Cast { to } => first.and_then(cast_suffix).is_some() && cast_suffix(*to).is_some(),
         Op::Unary(_) | Op::Clamp { .. } | Op::Binary(_) | Op::Compare(_) if float => true,
-        // Integers: wrapping arithmetic as on the CPU; integer division and
-        // powers (whose zero divisors and negative exponents the CPU
-        // rejects) and bool arithmetic stay with the CPU.
+        // Integers: wrapping arithmetic as on the CPU, zero divisors and
+        // negative exponents rejected as the CPU rejects them (a device
+        // flag, elementwise.rs); bools: maximum (or) and minimum (and),
+        // the only arithmetic infer allows them.
         Op::Unary(u) => is_int(first) && matches!(u, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu),
         Op::Binary(o) => {
-            is_int(first)
-                && matches!(
-                    o,
-                    BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Maximum | BinaryOp::Minimum
-                )
+            is_int(first) || (first == Some(DType::Bool) && matches!(o, BinaryOp::Maximum | BinaryOp::Minimum))
         }
         Op::Compare(_) => is_int(first) || first == Some(DType::Bool),
         Op::SwiGlu | Op::GeGlu => first == Some(DType::F32),
@@ -87,6 +87,18 @@ pub(crate) fn supports(op: &Op, inputs: &[TensorMeta]) -> bool {
                         && (!matches!(op, Op::Embedding) || m.shape.rank() < MAX_DIMS)
                 })
         }
+        // Head dims limited by one block's shared memory (attention.rs).
+        Op::Sdpa { .. } | Op::CachedAttention { .. } | Op::FlashAttention { .. } => attention::supported(op, inputs),
+        // Direct kernels for the float dtypes (conv.rs).
+        Op::BatchNorm { .. } | Op::Conv1d { .. } | Op::Conv2d { .. } | Op::ConvTranspose2d { .. } => {
+            float && inputs.iter().all(|m| m.dtype == inputs[0].dtype)
+        }
+        Op::MaxPool2d { .. } | Op::AvgPool2d { .. } => float,
+        // Every non-complex dtype, rows below 2^32 elements (sort.rs).
+        Op::Sort { dim, .. } | Op::TopK { dim, .. } => {
+            first.and_then(sort::sort_suffix).is_some()
+                && inputs[0].shape.dims().get(*dim).is_some_and(|&n| sort::row_fits(n))
+        }
         _ => false,
     }
 }
@@ -105,6 +117,14 @@ pub(crate) fn execute(
             "no CUDA kernel for it yet",
         ));
     }
+    match op {
+        Op::Sort { dim, descending } => {
+            let len = inputs[0].layout.dims().get(*dim).copied().unwrap_or(0);
+            return sort::sort(b, "sort", &inputs[0], *dim, len, *descending, outputs);
+        }
+        Op::TopK { k, dim, largest } => return sort::sort(b, "topk", &inputs[0], *dim, *k, *largest, outputs),
+        _ => {}
+    }
     let out = &outputs[0];
     let buf = match op {
         Op::MatMul => matmul::matmul(b, inputs, out)?,
@@ -118,6 +138,11 @@ pub(crate) fn execute(
         Op::Cumsum { dim } => reduce::cumsum(b, *dim, &inputs[0], out)?,
         Op::ScatterAdd { dim } => index::scatter_add(b, *dim, inputs, out)?,
         Op::Rope { layout } => rope::rope(b, *layout, inputs, out)?,
+        Op::BatchNorm { .. } => conv::batch_norm(b, op, inputs, out)?,
+        Op::Conv1d { .. } | Op::Conv2d { .. } | Op::ConvTranspose2d { .. } => conv::conv(b, op, inputs, out)?,
+        Op::MaxPool2d { .. } | Op::AvgPool2d { .. } => conv::pool(b, op, &inputs[0], out)?,
+        Op::Sdpa { mask, scale } => attention::sdpa(b, *mask, *scale, inputs, out)?,
+        Op::CachedAttention { .. } | Op::FlashAttention { .. } => attention::cached(b, op, inputs, out)?,
         _ => elementwise::run(b, op, inputs, out)?,
     };
     Ok(vec![std::sync::Arc::new(buf)])

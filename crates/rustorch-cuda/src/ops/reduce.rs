@@ -12,7 +12,11 @@ use rustorch_core::op::ReduceOp;
 use rustorch_core::{BackendError, Layout, Op, TensorMeta};
 
 /// The input's kept dims (`outer`) and the `reduced` ones, as layouts.
-fn split(b: &CudaBackend, l: &Layout, reduced: &[usize]) -> Result<(Strided, Strided, usize, usize), BackendError> {
+pub(super) fn split(
+    b: &CudaBackend,
+    l: &Layout,
+    reduced: &[usize],
+) -> Result<(Strided, Strided, usize, usize), BackendError> {
     let (dims, strides) = (l.dims(), l.strides());
     let keep: Vec<usize> = (0..dims.len()).filter(|d| !reduced.contains(d)).collect();
     let pick = |which: &[usize]| -> (Vec<usize>, Vec<usize>) {

@@ -1,0 +1,335 @@
+// Attention: Op::Sdpa (any float dtype, masks, grouped-query heads),
+// Op::CachedAttention and Op::FlashAttention (f32 queries over an f16
+// key/value cache, llama.cpp's layouts).
+//
+// One block of ATT_THREADS threads per query row. Keys go in tiles of
+// ATT_TILE: each warp takes whole keys of the tile (its lanes split the head
+// dimension, so a key row is read coalesced), the scores land in shared
+// memory, and an online softmax (running max `m`, running sum `l`, the
+// accumulator rescaled by exp(m_old - m_new) when the max grows) folds the
+// tile into the output. Nothing is sized by the key count, so caches of any
+// length work; shared memory holds the query row, the output accumulator
+// and two tiles (the launcher declines head dims that would not fit).
+//
+// Masked scores are -inf and add exact zeros; a tile whose every score is
+// -inf is skipped, so a row that sees no key keeps m = -inf and l = 0 and
+// each op then writes what its CPU reference writes for such rows. NaN
+// propagates (the max below keeps NaN), as on the CPU.
+#include "common.cuh"
+
+#define ATT_THREADS 128
+#define ATT_TILE 64
+#define NEG_INF (-__int_as_float(0x7f800000))
+
+// An operand of up to 4 dims (leading dims of smaller ones have stride 0):
+// element (a, b, c, d) sits at off + a*s[0] + b*s[1] + c*s[2] + d*s[3].
+// Mirrors `Str4` in src/ops/attention.rs.
+struct Str4 {
+    i64 s[4];
+    i64 off;
+};
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ double warp_sum(double v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+// max that keeps NaN (the CPU's row max is NaN when any element is).
+template <typename A> __device__ __forceinline__ A nan_max(A a, A b) {
+    if (a != a) return a;
+    if (b != b) return b;
+    return b > a ? b : a;
+}
+__device__ __forceinline__ float a_exp(float x) { return expf(x); }
+__device__ __forceinline__ double a_exp(double x) { return exp(x); }
+// Products rounded on their own: NVRTC would otherwise contract
+// `dot * scale + mask` into one FMA, which the CPU does not do.
+__device__ __forceinline__ float a_mul(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double a_mul(double a, double b) { return __dmul_rn(a, b); }
+__device__ __forceinline__ float a_add(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ double a_add(double a, double b) { return __dadd_rn(a, b); }
+__device__ __forceinline__ float a_neg_inf(float) { return NEG_INF; }
+__device__ __forceinline__ double a_neg_inf(double) { return (double)NEG_INF; }
+
+// The online-softmax state of one row; every thread of the block holds the
+// same copy (each computes it from shared memory in the same order).
+template <typename A> struct Online {
+    A m;
+    A l;
+};
+
+// Folds one tile of scores `ss[0..n]` into the row: sets `sp[0..n]` to the
+// weights exp(s - m_new) and returns the factor the accumulator must be
+// multiplied by first, or sets *skip when the tile holds no visible key
+// (every score -inf; the tile then changes nothing). Ends with a barrier
+// after writing `sp`; the caller's next barrier must follow its reads of
+// `sp` and `ss`.
+template <typename A>
+__device__ A fold_tile(Online<A>& st, const A* ss, A* sp, int n, bool* skip) {
+    A tmax = a_neg_inf(A());
+    for (int j = 0; j < n; ++j) tmax = nan_max(tmax, ss[j]);
+    A mnew = nan_max(st.m, tmax);
+    *skip = mnew == a_neg_inf(A());
+    if (*skip) return (A)1;
+    // exp(-inf) = 0 for a row that saw nothing before; NaN stays NaN.
+    A corr = a_exp(st.m - mnew);
+    for (int j = threadIdx.x; j < n; j += blockDim.x) sp[j] = a_exp(ss[j] - mnew);
+    __syncthreads();
+    A tsum = 0;
+    for (int j = 0; j < n; ++j) tsum += sp[j];
+    st.l = st.l * corr + tsum;
+    st.m = mnew;
+    return corr;
+}
+
+// ---- Op::Sdpa ------------------------------------------------------------
+// q [B, Hq, Tq, D], k [B, Hkv, Tk, D], v [B, Hkv, Tk, Dv], each through its
+// own strides; y [B, Hq, Tq, Dv] contiguous. causal: 0 none (or explicit),
+// 1 Causal (query i sees keys 0..=i), 2 CausalFromEnd (0..=i + Tk - Tq).
+// mask_kind: 0 none, 1 bool (u8, true keeps), 2 float of the query's dtype
+// (added to the scaled scores); the mask's strides are broadcast to
+// [B, Hq, Tq, Tk]. Rows that see no key are zeros, as on the CPU. The
+// output is acc * (1 / l), the CPU's rounding.
+template <typename TT>
+__device__ void sdpa_row(const typename TT::store* q, Str4 lq, const typename TT::store* k, Str4 lk,
+                         const typename TT::store* v, Str4 lv, const void* mask, Str4 lm, int mask_kind,
+                         int causal, typename TT::store* y, i64 hq, i64 tq, i64 tk, i64 d, i64 dv,
+                         i64 group, double scale_d) {
+    typedef typename TT::acc A;
+    typedef typename TT::store S;
+    extern __shared__ __align__(16) unsigned char att_smem[];
+    A* sq = (A*)att_smem;  // d
+    A* sacc = sq + d;      // dv
+    A* ss = sacc + dv;     // ATT_TILE scores
+    A* sp = ss + ATT_TILE; // ATT_TILE weights
+    const i64 row = blockIdx.x;
+    const i64 i = row % tq, bh = row / tq;
+    const i64 h = bh % hq, b = bh / hq;
+    const i64 hk = h / group;
+    const A scale = (A)scale_d;
+    const i64 qbase = lq.off + b * lq.s[0] + h * lq.s[1] + i * lq.s[2];
+    for (i64 c = threadIdx.x; c < d; c += blockDim.x) sq[c] = load(TT(), q[qbase + c * lq.s[3]]);
+    for (i64 c = threadIdx.x; c < dv; c += blockDim.x) sacc[c] = 0;
+    i64 end = tk;
+    if (causal == 1) {
+        end = i + 1 < tk ? i + 1 : tk;
+    } else if (causal == 2) {
+        i64 e = i + 1 + tk - tq;
+        end = e < 0 ? 0 : (e < tk ? e : tk);
+    }
+    __syncthreads();
+    const i64 kbase = lk.off + b * lk.s[0] + hk * lk.s[1];
+    const i64 vbase = lv.off + b * lv.s[0] + hk * lv.s[1];
+    const i64 mbase = lm.off + b * lm.s[0] + h * lm.s[1] + i * lm.s[2];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    Online<A> st;
+    st.m = a_neg_inf(A());
+    st.l = 0;
+    for (i64 j0 = 0; j0 < end; j0 += ATT_TILE) {
+        const int n = (int)(end - j0 < ATT_TILE ? end - j0 : ATT_TILE);
+        for (int jj = warp; jj < n; jj += nw) {
+            const i64 j = j0 + jj;
+            const S* kr = k + kbase + j * lk.s[2];
+            A s = 0;
+            for (i64 c = lane; c < d; c += 32) s += sq[c] * load(TT(), kr[c * lk.s[3]]);
+            s = warp_sum(s);
+            if (lane == 0) {
+                s = a_mul(s, scale);
+                if (mask_kind == 1) {
+                    if (!((const u8*)mask)[mbase + j * lm.s[3]]) s = a_neg_inf(A());
+                } else if (mask_kind == 2) {
+                    s = a_add(s, load(TT(), ((const S*)mask)[mbase + j * lm.s[3]]));
+                }
+                ss[jj] = s;
+            }
+        }
+        __syncthreads();
+        bool skip;
+        A corr = fold_tile(st, ss, sp, n, &skip);
+        if (!skip) {
+            for (i64 c = threadIdx.x; c < dv; c += blockDim.x) {
+                A a = sacc[c] * corr;
+                for (int jj = 0; jj < n; ++jj) {
+                    // Zero weights (masked keys) are skipped, as on the CPU.
+                    A p = sp[jj];
+                    if (p != (A)0) a += p * load(TT(), v[vbase + (j0 + jj) * lv.s[2] + c * lv.s[3]]);
+                }
+                sacc[c] = a;
+            }
+        }
+        __syncthreads();
+    }
+    const A inv = st.l == (A)0 ? (A)0 : (A)1 / st.l;
+    for (i64 c = threadIdx.x; c < dv; c += blockDim.x) {
+        A o = st.l == (A)0 ? (A)0 : sacc[c] * inv;
+        y[row * dv + c] = store(TT(), o);
+    }
+}
+
+#define SDPA(TY)                                                                             \
+    extern "C" __global__ void __launch_bounds__(ATT_THREADS) sdpa_##TY(                     \
+        const TY##T::store* q, Str4 lq, const TY##T::store* k, Str4 lk, const TY##T::store* v, \
+        Str4 lv, const void* mask, Str4 lm, int mask_kind, int causal, TY##T::store* y, i64 hq, \
+        i64 tq, i64 tk, i64 d, i64 dv, i64 group, double scale) {                            \
+        sdpa_row<TY##T>(q, lq, k, lk, v, lv, mask, lm, mask_kind, causal, y, hq, tq, tk, d, dv, \
+                        group, scale);                                                       \
+    }
+SDPA(F32) SDPA(F16) SDPA(BF16) SDPA(F64)
+
+// ---- llama.cpp caches: q f32 [Hq, T, D], k f16 [Hkv, L, D], mask f32 [T, L]
+// (Str4 with the leading dim unused); y f32 [Hq, T, Dv] contiguous. Query
+// head h reads key/value head h / group, as GGML's broadcast does.
+
+__device__ __forceinline__ float round_f16(float x) { return f16_to_f32(f32_to_f16(x)); }
+
+// The scaled, masked scores of keys j0..j0+n of one row into ss: a key the
+// mask hides (-inf) is -inf without its product, as on the CPU (a NaN key
+// there stays hidden).
+__device__ void cache_scores(const float* sq, const u16* k, i64 kbase, Str4 lk, const float* mask,
+                             i64 mbase, Str4 lm, i64 j0, int n, i64 d, float scale, float* ss) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    for (int jj = warp; jj < n; jj += nw) {
+        const i64 j = j0 + jj;
+        const float mk = mask[mbase + j * lm.s[3]];
+        if (mk == NEG_INF) {
+            if (lane == 0) ss[jj] = NEG_INF;
+            continue;
+        }
+        const u16* kr = k + kbase + j * lk.s[2];
+        float s = 0.0f;
+        for (i64 c = lane; c < d; c += 32) s += sq[c] * f16_to_f32(kr[c * lk.s[3]]);
+        s = warp_sum(s);
+        if (lane == 0) ss[jj] = __fadd_rn(__fmul_rn(s, scale), mk);
+    }
+}
+
+// Op::CachedAttention: llama.cpp's attention without flash attention,
+// softmax(scale * q k^T + mask) vt^T, with its roundings of the query and of
+// the probabilities to f16 (both products then multiply f16 values exactly
+// in f32; only the order of the sums differs from the CPU's). The
+// probabilities are normalized before the value product, as GGML's
+// soft_max does, so the keys take two passes: the first finds the row's max
+// and sum (online), the second recomputes each tile's scores and adds
+// round_f16(exp(s - max) / sum) * vt. vt [Hkv, Dv, L]: warp w takes output
+// features w, w + 4, ..., its lanes the tile's keys (a vt row is contiguous
+// over keys). A row whose mask hides every key is NaN (GGML's soft_max of
+// an all -inf row); no keys at all (L = 0) gives zeros.
+extern "C" __global__ void __launch_bounds__(ATT_THREADS)
+    cached_attention(const float* q, Str4 lq, const u16* k, Str4 lk, const u16* vt, Str4 lv,
+                     const float* mask, Str4 lm, float* y, i64 t, i64 l, i64 d, i64 dv, i64 group,
+                     float scale) {
+    extern __shared__ __align__(16) unsigned char att_smem[];
+    float* sq = (float*)att_smem;
+    float* sacc = sq + d;
+    float* ss = sacc + dv;
+    float* sp = ss + ATT_TILE;
+    const i64 row = blockIdx.x;
+    const i64 i = row % t, h = row / t, hk = h / group;
+    const i64 qbase = lq.off + h * lq.s[1] + i * lq.s[2];
+    for (i64 c = threadIdx.x; c < d; c += blockDim.x) sq[c] = round_f16(q[qbase + c * lq.s[3]]);
+    for (i64 c = threadIdx.x; c < dv; c += blockDim.x) sacc[c] = 0.0f;
+    __syncthreads();
+    const i64 kbase = lk.off + hk * lk.s[1];
+    const i64 vbase = lv.off + hk * lv.s[1];
+    const i64 mbase = lm.off + i * lm.s[2];
+    // Pass 1: max and sum (the sum in f64, as GGML's).
+    float m = NEG_INF;
+    double sum = 0.0;
+    for (i64 j0 = 0; j0 < l; j0 += ATT_TILE) {
+        const int n = (int)(l - j0 < ATT_TILE ? l - j0 : ATT_TILE);
+        cache_scores(sq, k, kbase, lk, mask, mbase, lm, j0, n, d, scale, ss);
+        __syncthreads();
+        float tmax = NEG_INF;
+        for (int j = 0; j < n; ++j) tmax = nan_max(tmax, ss[j]);
+        const float mnew = nan_max(m, tmax);
+        if (mnew != NEG_INF) {
+            double tsum = 0.0;
+            for (int j = 0; j < n; ++j) tsum += (double)expf(ss[j] - mnew);
+            sum = sum * exp((double)m - (double)mnew) + tsum;
+            m = mnew;
+        }
+        __syncthreads();
+    }
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    if (l > 0 && m == NEG_INF) {
+        for (i64 c = threadIdx.x; c < dv; c += blockDim.x) y[row * dv + c] = __int_as_float(0x7fc00000);
+        return;
+    }
+    const float inv = (float)(1.0 / sum);
+    // Pass 2: the probabilities, rounded to f16, times the values.
+    for (i64 j0 = 0; j0 < l; j0 += ATT_TILE) {
+        const int n = (int)(l - j0 < ATT_TILE ? l - j0 : ATT_TILE);
+        cache_scores(sq, k, kbase, lk, mask, mbase, lm, j0, n, d, scale, ss);
+        __syncthreads();
+        for (int j = threadIdx.x; j < n; j += blockDim.x) sp[j] = round_f16(expf(ss[j] - m) * inv);
+        __syncthreads();
+        for (i64 c = warp; c < dv; c += nw) {
+            const u16* vr = vt + vbase + c * lv.s[2] + j0 * lv.s[3];
+            float a = 0.0f;
+            for (int jj = lane; jj < n; jj += 32) {
+                const float p = sp[jj];
+                if (p != 0.0f) a += p * f16_to_f32(vr[jj * lv.s[3]]);
+            }
+            a = warp_sum(a);
+            if (lane == 0) sacc[c] += a;
+        }
+        __syncthreads();
+    }
+    for (i64 c = threadIdx.x; c < dv; c += blockDim.x) y[row * dv + c] = sacc[c];
+}
+
+// Op::FlashAttention: llama.cpp's flash attention, computed in f32 from the
+// f16 cache with one online softmax (as its CUDA build computes it), v
+// [Hkv, L, Dv] as rows. The query is rounded to f16 where the CPU's path
+// rounds it (rows at or past `tiled_rows`, its one-row path); the CPU's
+// f16 accumulator of that path is not reproduced (hence its tolerance). A
+// row that sees no key is zeros, as on the CPU (1 / S taken as 0).
+extern "C" __global__ void __launch_bounds__(ATT_THREADS)
+    flash_attention(const float* q, Str4 lq, const u16* k, Str4 lk, const u16* v, Str4 lv,
+                    const float* mask, Str4 lm, float* y, i64 t, i64 l, i64 d, i64 dv, i64 group,
+                    float scale, i64 tiled_rows) {
+    extern __shared__ __align__(16) unsigned char att_smem[];
+    float* sq = (float*)att_smem;
+    float* sacc = sq + d;
+    float* ss = sacc + dv;
+    float* sp = ss + ATT_TILE;
+    const i64 row = blockIdx.x;
+    const i64 i = row % t, h = row / t, hk = h / group;
+    const i64 qbase = lq.off + h * lq.s[1] + i * lq.s[2];
+    const bool half_q = i >= tiled_rows;
+    for (i64 c = threadIdx.x; c < d; c += blockDim.x) {
+        const float x = q[qbase + c * lq.s[3]];
+        sq[c] = half_q ? round_f16(x) : x;
+    }
+    for (i64 c = threadIdx.x; c < dv; c += blockDim.x) sacc[c] = 0.0f;
+    __syncthreads();
+    const i64 kbase = lk.off + hk * lk.s[1];
+    const i64 vbase = lv.off + hk * lv.s[1];
+    const i64 mbase = lm.off + i * lm.s[2];
+    Online<float> st;
+    st.m = NEG_INF;
+    st.l = 0.0f;
+    for (i64 j0 = 0; j0 < l; j0 += ATT_TILE) {
+        const int n = (int)(l - j0 < ATT_TILE ? l - j0 : ATT_TILE);
+        cache_scores(sq, k, kbase, lk, mask, mbase, lm, j0, n, d, scale, ss);
+        __syncthreads();
+        bool skip;
+        const float corr = fold_tile(st, ss, sp, n, &skip);
+        if (!skip) {
+            for (i64 c = threadIdx.x; c < dv; c += blockDim.x) {
+                float a = sacc[c] * corr;
+                for (int jj = 0; jj < n; ++jj) {
+                    const float p = sp[jj];
+                    if (p != 0.0f) a += p * f16_to_f32(v[vbase + (j0 + jj) * lv.s[2] + c * lv.s[3]]);
+                }
+                sacc[c] = a;
+            }
+        }
+        __syncthreads();
+    }
+    const float inv = st.l == 0.0f ? 0.0f : 1.0f / st.l;
+    for (i64 c = threadIdx.x; c < dv; c += blockDim.x) y[row * dv + c] = sacc[c] * inv;
+}

@@ -1,0 +1,365 @@
+//! Launchers for kernels/attention.cu: `Op::Sdpa`, `Op::CachedAttention`
+//! and `Op::FlashAttention`, one block per query row with an online
+//! softmax over key tiles (any number of keys). Shared memory holds the
+//! query row, the output accumulator and two key tiles, so the head dims
+//! are limited (`fits`); `supports` declines larger ones.
+
+use super::float_suffix;
+use crate::backend::CudaBackend;
+use crate::buffer::CudaBuffer;
+use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
+use rustorch_core::backend::TensorRef;
+use rustorch_core::op::AttnMask;
+use rustorch_core::{BackendError, DType, Layout, Op, TensorMeta};
+
+/// Threads per block and keys per tile (`ATT_THREADS`, `ATT_TILE`).
+const THREADS: u32 = 128;
+const TILE: usize = 64;
+/// Shared memory a block may use without opting in to more.
+const SHARED_LIMIT: usize = 48 * 1024;
+
+/// An operand of at most 4 dims, right-aligned (leading strides 0); mirrors
+/// `struct Str4` in kernels/attention.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Str4 {
+    s: [i64; 4],
+    off: i64,
+}
+
+// SAFETY: plain data with the C layout the kernels declare.
+unsafe impl DeviceRepr for Str4 {}
+
+impl Str4 {
+    /// `l`'s strides right-aligned into 4 dims, or `None` past 4 dims.
+    pub(crate) fn of(l: &Layout) -> Option<Str4> {
+        let r = l.rank();
+        if r > 4 {
+            return None;
+        }
+        let mut s = [0i64; 4];
+        for (d, &st) in l.strides().iter().enumerate() {
+            s[4 - r + d] = st as i64;
+        }
+        Some(Str4 {
+            s,
+            off: l.offset() as i64,
+        })
+    }
+
+    /// `l` (dims broadcastable to `target`, 4 dims) read as a tensor of
+    /// `target`: missing and size-1 dims repeat with stride 0.
+    fn broadcast(l: &Layout, target: &[usize; 4]) -> Option<Str4> {
+        let r = l.rank();
+        if r > 4 {
+            return None;
+        }
+        let mut s = [0i64; 4];
+        for (d, (&n, &st)) in l.dims().iter().zip(l.strides()).enumerate() {
+            let t = 4 - r + d;
+            s[t] = if n == 1 && target[t] != 1 { 0 } else { st as i64 };
+        }
+        Some(Str4 {
+            s,
+            off: l.offset() as i64,
+        })
+    }
+}
+
+/// Dynamic shared memory of a block: the query row (`d`), the accumulator
+/// (`dv`) and two tiles, in elements of `elem` bytes.
+fn shared_bytes(d: usize, dv: usize, elem: usize) -> usize {
+    (d + dv + 2 * TILE) * elem
+}
+
+/// Whether head dims `d` and `dv` fit one block's shared memory.
+pub(super) fn fits(d: usize, dv: usize, elem: usize) -> bool {
+    d.checked_add(dv)
+        .and_then(|n| n.checked_add(2 * TILE))
+        .and_then(|n| n.checked_mul(elem))
+        .is_some_and(|b| b <= SHARED_LIMIT)
+}
+
+/// Whether `supports` takes this attention op (dtypes and head dims; the
+/// shapes were checked by infer).
+pub(super) fn supported(op: &Op, inputs: &[TensorMeta]) -> bool {
+    let dims = |i: usize| inputs.get(i).map(|m| m.shape.dims());
+    match op {
+        Op::Sdpa { .. } => {
+            let (Some(q), Some(v)) = (dims(0), dims(2)) else {
+                return false;
+            };
+            let elem = if inputs[0].dtype == DType::F64 { 8 } else { 4 };
+            float_suffix(inputs[0].dtype).is_some()
+                && q.len() == 4
+                && v.len() == 4
+                && inputs.get(3).is_none_or(|m| m.shape.rank() <= 4)
+                && fits(q[3], v[3], elem)
+        }
+        Op::CachedAttention { .. } | Op::FlashAttention { .. } => {
+            let (Some(q), Some(v)) = (dims(0), dims(2)) else {
+                return false;
+            };
+            let dv = match op {
+                Op::CachedAttention { .. } => v.get(1),
+                _ => v.get(2),
+            };
+            inputs[0].dtype == DType::F32 && q.len() == 3 && dv.is_some_and(|&dv| fits(q[2], dv, 4))
+        }
+        _ => false,
+    }
+}
+
+fn config(rows: usize, shared: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (rows as u32, 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: shared as u32,
+    }
+}
+
+fn check_rows(b: &CudaBackend, name: &str, rows: usize) -> Result<(), BackendError> {
+    if rows > i32::MAX as usize {
+        return Err(BackendError::unsupported(b.device, name, "more than 2^31 query rows"));
+    }
+    Ok(())
+}
+
+pub(super) fn sdpa(
+    b: &CudaBackend,
+    mask: AttnMask,
+    scale: Option<f64>,
+    inputs: &[TensorRef<'_>],
+    out: &TensorMeta,
+) -> Result<CudaBuffer, BackendError> {
+    let name = "sdpa";
+    let (q, k, v) = (&inputs[0], &inputs[1], &inputs[2]);
+    let ty = float_suffix(q.dtype()).ok_or_else(|| BackendError::unsupported(b.device, name, "float dtypes only"))?;
+    let (qd, kd, vd) = (q.layout.dims(), k.layout.dims(), v.layout.dims());
+    if qd.len() != 4 || kd.len() != 4 || vd.len() != 4 || kd[1] == 0 || !qd[1].is_multiple_of(kd[1]) {
+        return Err(BackendError::invalid(
+            name,
+            "query heads must be a multiple of key/value heads",
+        ));
+    }
+    let (bsz, hq, tq, d) = (qd[0], qd[1], qd[2], qd[3]);
+    let (tk, dv) = (kd[2], vd[3]);
+    let group = hq / kd[1];
+    let y = b.alloc(out.dtype, out.shape.numel())?;
+    let rows = bsz * hq * tq;
+    if rows * dv == 0 {
+        return Ok(y);
+    }
+    check_rows(b, name, rows)?;
+    let elem = if q.dtype() == DType::F64 { 8 } else { 4 };
+    if !fits(d, dv, elem) {
+        return Err(BackendError::unsupported(
+            b.device,
+            name,
+            "head dims too large for one block",
+        ));
+    }
+    let deep = || BackendError::unsupported(b.device, name, "q, k and v must be 4-D");
+    let (lq, lk, lv) = (
+        Str4::of(q.layout).ok_or_else(deep)?,
+        Str4::of(k.layout).ok_or_else(deep)?,
+        Str4::of(v.layout).ok_or_else(deep)?,
+    );
+    let (mask_kind, mask_ptr, lm): (i32, u64, Str4) = match (mask, inputs.get(3)) {
+        (AttnMask::Explicit, Some(m)) => {
+            let lm = Str4::broadcast(m.layout, &[bsz, hq, tq, tk])
+                .ok_or_else(|| BackendError::invalid(name, "the mask must broadcast to [B, Hq, Tq, Tk]"))?;
+            let kind = if m.dtype() == DType::Bool {
+                1
+            } else if m.dtype() == q.dtype() {
+                2
+            } else {
+                return Err(BackendError::invalid(name, "mask must be bool or the query's dtype"));
+            };
+            (kind, b.own(name, m.buffer)?.ptr(), lm)
+        }
+        (AttnMask::Explicit, None) => return Err(BackendError::invalid(name, "explicit mask input missing")),
+        _ => (0, 0, Str4 { s: [0; 4], off: 0 }),
+    };
+    let causal: i32 = match mask {
+        AttnMask::Causal => 1,
+        AttnMask::CausalFromEnd => 2,
+        AttnMask::None | AttnMask::Explicit => 0,
+    };
+    let scale = scale.unwrap_or(1.0 / (d as f64).sqrt());
+    let kernel = format!("sdpa_{ty}");
+    let f = b.function("attention", &kernel)?;
+    let (qp, kp, vp, yp) = (
+        b.own(name, q.buffer)?.ptr(),
+        b.own(name, k.buffer)?.ptr(),
+        b.own(name, v.buffer)?.ptr(),
+        y.ptr(),
+    );
+    let (hq64, tq64, tk64, d64, dv64, g64) = (hq as i64, tq as i64, tk as i64, d as i64, dv as i64, group as i64);
+    let mut args = b.stream.launch_builder(&f);
+    args.arg(&qp)
+        .arg(&lq)
+        .arg(&kp)
+        .arg(&lk)
+        .arg(&vp)
+        .arg(&lv)
+        .arg(&mask_ptr)
+        .arg(&lm)
+        .arg(&mask_kind)
+        .arg(&causal)
+        .arg(&yp)
+        .arg(&hq64)
+        .arg(&tq64)
+        .arg(&tk64)
+        .arg(&d64)
+        .arg(&dv64)
+        .arg(&g64)
+        .arg(&scale);
+    // SAFETY: sdpa_*(q, lq, k, lk, v, lv, mask, lm, mask_kind, causal, y,
+    // hq, tq, tk, d, dv, group, scale): every layout is its input's own
+    // (checked by the executor; the mask's broadcast to [B, Hq, Tq, Tk]
+    // with zero strides, infer checked it broadcasts); key/value head
+    // h / group < Hkv; `y` holds rows * dv elements; the shared memory
+    // holds d + dv + 2 tiles.
+    unsafe { args.launch(config(rows, shared_bytes(d, dv, elem))) }.map_err(|e| b.launch_err(&kernel, e))?;
+    Ok(y)
+}
+
+/// The CPU's check of a cache operand (`ggml::attention::Rows`): rows must
+/// be contiguous, and the CPU rejects other layouts with this message.
+fn contiguous_rows(op: &str, t: &TensorRef<'_>, what: &str) -> Result<(), BackendError> {
+    let (dims, strides) = (t.layout.dims(), t.layout.strides());
+    if dims.len() == 3 && dims[2] > 1 && strides[2] != 1 {
+        return Err(BackendError::invalid(
+            op,
+            format!("{what} needs contiguous rows (its last stride is {})", strides[2]),
+        ));
+    }
+    Ok(())
+}
+
+/// `Op::CachedAttention` and `Op::FlashAttention`: q f32 [Hq, T, D], k f16
+/// [Hkv, L, D], values f16 ([Hkv, Dv, L] transposed, or [Hkv, L, Dv]), mask
+/// f32 [T, L].
+pub(super) fn cached(
+    b: &CudaBackend,
+    op: &Op,
+    inputs: &[TensorRef<'_>],
+    out: &TensorMeta,
+) -> Result<CudaBuffer, BackendError> {
+    let (name, flash, scale, tiled_rows) = match op {
+        Op::CachedAttention { scale } => ("cached_attention", false, *scale, 0i64),
+        Op::FlashAttention { scale, cpu } => ("flash_attention", true, *scale, cpu.tiled_rows as i64),
+        _ => return Err(BackendError::invalid(op.name(), "not a cache attention op")),
+    };
+    let (q, k, v, m) = (&inputs[0], &inputs[1], &inputs[2], &inputs[3]);
+    if q.dtype() != DType::F32 || k.dtype() != DType::F16 || v.dtype() != DType::F16 || m.dtype() != DType::F32 {
+        return Err(BackendError::invalid(
+            name,
+            "expects q f32, k f16, values f16, mask f32",
+        ));
+    }
+    let (qd, kd, vd) = (q.layout.dims(), k.layout.dims(), v.layout.dims());
+    if qd.len() != 3 || kd.len() != 3 || vd.len() != 3 || m.layout.rank() != 2 {
+        return Err(BackendError::invalid(
+            name,
+            "q, k and the values must be 3-D, the mask 2-D",
+        ));
+    }
+    let (hq, t, d) = (qd[0], qd[1], qd[2]);
+    let (hkv, l) = (kd[0], kd[1]);
+    let dv = if flash { vd[2] } else { vd[1] };
+    if hkv == 0 || !hq.is_multiple_of(hkv) {
+        return Err(BackendError::invalid(
+            name,
+            "query heads must be a multiple of key/value heads",
+        ));
+    }
+    contiguous_rows(name, k, "keys")?;
+    contiguous_rows(name, v, if flash { "values" } else { "transposed values" })?;
+    let y = b.alloc(DType::F32, out.shape.numel())?;
+    let rows = hq * t;
+    if rows * dv == 0 {
+        return Ok(y);
+    }
+    check_rows(b, name, rows)?;
+    if !fits(d, dv, 4) {
+        return Err(BackendError::unsupported(
+            b.device,
+            name,
+            "head dims too large for one block",
+        ));
+    }
+    let deep = || BackendError::invalid(name, "operands of at most 4 dims");
+    let (lq, lk, lv, lm) = (
+        Str4::of(q.layout).ok_or_else(deep)?,
+        Str4::of(k.layout).ok_or_else(deep)?,
+        Str4::of(v.layout).ok_or_else(deep)?,
+        Str4::of(m.layout).ok_or_else(deep)?,
+    );
+    let f = b.function("attention", name)?;
+    let (qp, kp, vp, mp, yp) = (
+        b.own(name, q.buffer)?.ptr(),
+        b.own(name, k.buffer)?.ptr(),
+        b.own(name, v.buffer)?.ptr(),
+        b.own(name, m.buffer)?.ptr(),
+        y.ptr(),
+    );
+    let (t64, l64, d64, dv64, g64) = (t as i64, l as i64, d as i64, dv as i64, (hq / hkv) as i64);
+    let mut args = b.stream.launch_builder(&f);
+    args.arg(&qp)
+        .arg(&lq)
+        .arg(&kp)
+        .arg(&lk)
+        .arg(&vp)
+        .arg(&lv)
+        .arg(&mp)
+        .arg(&lm)
+        .arg(&yp)
+        .arg(&t64)
+        .arg(&l64)
+        .arg(&d64)
+        .arg(&dv64)
+        .arg(&g64)
+        .arg(&scale);
+    if flash {
+        args.arg(&tiled_rows);
+    }
+    // SAFETY: cached_attention / flash_attention(q, lq, k, lk, values, lv,
+    // mask, lm, y, t, l, d, dv, group, scale[, tiled_rows]): each layout is
+    // its input's own (right-aligned into 4 dims, checked by the executor;
+    // infer checked the shapes agree), key/value head h / group < Hkv, `y`
+    // holds Hq * T * Dv elements, the shared memory d + dv + 2 tiles.
+    unsafe { args.launch(config(rows, shared_bytes(d, dv, 4))) }.map_err(|e| b.launch_err(name, e))?;
+    Ok(y)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustorch_core::Shape;
+
+    #[test]
+    fn operands_right_align_and_broadcast() {
+        let l = Layout::contiguous(Shape::from([3, 5])).transpose("t", 0, 1).unwrap();
+        assert_eq!(Str4::of(&l).unwrap().s, [0, 0, 1, 5]);
+        // A [Tq, Tk] mask broadcast over batch and heads; a [1, 1, Tq, 1]
+        // one over keys too.
+        let m = Layout::contiguous(Shape::from([3, 5]));
+        assert_eq!(Str4::broadcast(&m, &[2, 4, 3, 5]).unwrap().s, [0, 0, 5, 1]);
+        let m = Layout::contiguous(Shape::from([1, 1, 3, 1]));
+        assert_eq!(Str4::broadcast(&m, &[2, 4, 3, 5]).unwrap().s, [0, 0, 1, 0]);
+        let m = Layout::contiguous_with_offset(Shape::from([2, 1, 3, 5]), 7);
+        let s = Str4::broadcast(&m, &[2, 4, 3, 5]).unwrap();
+        assert_eq!((s.s, s.off), ([15, 0, 5, 1], 7));
+    }
+
+    #[test]
+    fn head_dims_fit_shared_memory() {
+        assert!(fits(128, 128, 4));
+        assert!(fits(576, 512, 4));
+        assert!(fits(128, 128, 8));
+        assert!(!fits(8192, 8192, 4));
+        assert!(!fits(usize::MAX, 1, 4));
+    }
+}
