@@ -251,14 +251,16 @@ ALL_FLOATS(LAYER_NORM)
 
 // ---- rows held in registers ----------------------------------------------
 // Softmax and RMS norm of rows that are contiguous in the input and the
-// output, at most ROW_PER values per thread: the row is read from memory
-// once, kept in registers, and written once (the kernels above read it
-// two or three times). One warp per row for rows up to 32 * ROW_PER
-// elements (`_warp`, 8 rows per block of 256), one block of 256 per row up
-// to 256 * ROW_PER (`_block`). Sums still accumulate in f64; exponentials
-// are f32 (`expf`, within 2 ulp) for f32 and the half types, whose values
-// never needed more.
-#define ROW_PER 32
+// output, ROW_PER values per thread: the row is read from memory once,
+// kept in registers, and written once (the kernels above read it two or
+// three times). One warp per row for rows up to 32 * ROW_PER elements
+// (`_warp`, 8 rows per block of 256); one block per row up to 1024 *
+// ROW_PER (`_block`, the host sizes the block to the row). ROW_PER stays
+// small so that registers leave room for many blocks per SM (at 32 values
+// a thread, ptxas needed 150 registers: one block per SM). Indices within
+// a row are 32-bit. Sums still accumulate in f64; exponentials are f32
+// (`expf`, within 2 ulp) for f32 and the half types.
+#define ROW_PER 8
 #define RT_NEG_INF __int_as_float(0xff800000)
 
 // The sum / NaN-propagating max of one value per thread over the threads
@@ -305,20 +307,21 @@ template <bool WARP> __device__ __forceinline__ bool row_of(i64 rows, i64& o, in
 
 template <typename TY, bool WARP>
 __device__ void softmax_rows(const typename TY::store* x, const Strided& lo, typename TY::store* y,
-                             const Strided& yo, i64 n, int log_out, i64 rows) {
+                             const Strided& yo, i64 n64, int log_out, i64 rows) {
     __shared__ double ssum[32];
     __shared__ float smax[32];
     i64 o; int t, nt;
-    // Warps past the last row still reach the block-wide barriers (none in
-    // warp mode, so they may simply leave).
+    // Warps past the last row leave (only in warp mode, which has no
+    // block-wide barriers; in block mode every block has a row).
     if (!row_of<WARP>(rows, o, t, nt)) return;
+    const int n = (int)n64;
     const typename TY::store* xr = x + strided_at(lo, o);
     typename TY::store* yr = y + strided_at(yo, o);
     float v[ROW_PER];
     float m = RT_NEG_INF;
 #pragma unroll
     for (int k = 0; k < ROW_PER; ++k) {
-        i64 r = t + (i64)k * nt;
+        int r = t + k * nt;
         v[k] = r < n ? (float)load(TY(), xr[r]) : RT_NEG_INF;
         m = max_nan(m, v[k]);
     }
@@ -326,8 +329,7 @@ __device__ void softmax_rows(const typename TY::store* x, const Strided& lo, typ
     double s = 0.0;
 #pragma unroll
     for (int k = 0; k < ROW_PER; ++k) {
-        i64 r = t + (i64)k * nt;
-        if (r < n) {
+        if (t + k * nt < n) {
             v[k] = v[k] - m;
             float e = expf(v[k]);
             s += (double)e;
@@ -339,35 +341,38 @@ __device__ void softmax_rows(const typename TY::store* x, const Strided& lo, typ
     float inv = (float)(1.0 / s);
 #pragma unroll
     for (int k = 0; k < ROW_PER; ++k) {
-        i64 r = t + (i64)k * nt;
+        int r = t + k * nt;
         if (r < n) yr[r] = store(TY(), log_out ? v[k] - ls : v[k] * inv);
     }
 }
 
 template <typename TY, bool WARP>
 __device__ void rms_norm_rows(const typename TY::store* x, const Strided& lo, const typename TY::store* w,
-                              const Strided& lw, typename TY::store* y, i64 n, double eps, i64 rows) {
+                              const Strided& lw, typename TY::store* y, i64 n64, double eps, i64 rows) {
     __shared__ double ssum[32];
     i64 o; int t, nt;
     if (!row_of<WARP>(rows, o, t, nt)) return;
+    const int n = (int)n64;
     const typename TY::store* xr = x + strided_at(lo, o);
+    typename TY::store* yr = y + o * n64;
     float v[ROW_PER];
     double q = 0.0;
 #pragma unroll
     for (int k = 0; k < ROW_PER; ++k) {
-        i64 r = t + (i64)k * nt;
+        int r = t + k * nt;
         v[k] = r < n ? (float)load(TY(), xr[r]) : 0.0f;
         q += (double)v[k] * (double)v[k];
     }
     q = row_sum<WARP>(q, ssum);
-    float scale = (float)(1.0 / sqrt(q / (double)n + eps));
+    float scale = (float)(1.0 / sqrt(q / (double)n64 + eps));
 #pragma unroll
     for (int k = 0; k < ROW_PER; ++k) {
-        i64 r = t + (i64)k * nt;
+        int r = t + k * nt;
         if (r < n) {
             float z = v[k] * scale;
-            if (w) z = z * load(TY(), w[strided_at(lw, r)]);
-            y[o * n + r] = store(TY(), z);
+            // The host sends contiguous weights only (one stride of 1).
+            if (w) z = z * load(TY(), w[lw.offset + r]);
+            yr[r] = store(TY(), z);
         }
     }
 }
@@ -409,7 +414,16 @@ ROWS_IN_REGISTERS(F32) ROWS_IN_REGISTERS(F16) ROWS_IN_REGISTERS(BF16)
         i64 o = blockIdx.y, c = blockIdx.x;                                                  \
         i64 lo_r = c * chunk, hi_r = lo_r + chunk < n_inner ? lo_r + chunk : n_inner;        \
         double s = 0.0;                                                                      \
-        for (i64 r = lo_r + threadIdx.x; r < hi_r; r += blockDim.x) s += (double)load(TY##T(), AT(x, lo, li, o, r)); \
+        i64 r = lo_r + threadIdx.x;                                                          \
+        /* Eight loads in flight per thread: one at a time, the few blocks */              \
+        /* of a split row cannot keep the memory system busy. */                             \
+        for (; r + 7 * (i64)blockDim.x < hi_r; r += 8 * (i64)blockDim.x) {                   \
+            double u[8];                                                                     \
+            _Pragma("unroll") for (int k = 0; k < 8; ++k)                                    \
+                u[k] = (double)load(TY##T(), AT(x, lo, li, o, r + k * (i64)blockDim.x));     \
+            _Pragma("unroll") for (int k = 0; k < 8; ++k) s += u[k];                         \
+        }                                                                                    \
+        for (; r < hi_r; r += blockDim.x) s += (double)load(TY##T(), AT(x, lo, li, o, r));   \
         s = block_sum(s, smem);                                                              \
         double cnt = (double)(hi_r - lo_r), q = 0.0;                                         \
         if (need_m2) {                                                                       \

@@ -60,18 +60,23 @@ impl Method {
         }
     }
 
-    /// The faster method for `bytes` in `dir`, from the measurement.
+    /// The faster method for `bytes` in `dir`, from the measurement on an
+    /// H200 host (docs/BENCHMARKS.md, "Transfers"). From pageable memory
+    /// the driver's own copy wins from 1 MiB up (uploads) and 4 MiB up
+    /// (downloads): our staging adds a single-threaded host copy, which
+    /// runs at ~10 GB/s, below the driver's ~13-15 GB/s; under that our
+    /// pinned buffers save the driver's per-call staging cost (2x at 64
+    /// KiB). For the largest uploads, mapped memory measured best.
     pub fn for_size(dir: Direction, bytes: usize) -> Method {
-        // Below this the driver's own staging is as fast and costs no host
-        // copy of ours; see the transfer table in docs/BENCHMARKS.md.
-        let pageable_below = match dir {
-            Direction::Upload => 1 << 20,
-            Direction::Download => 1 << 20,
-        };
-        if bytes < pageable_below {
-            Method::Pageable
-        } else {
-            Method::Pinned
+        const KIB: usize = 1 << 10;
+        const MIB: usize = 1 << 20;
+        match dir {
+            Direction::Upload if bytes < 32 * KIB => Method::Pageable,
+            Direction::Upload if bytes < MIB => Method::Pinned,
+            Direction::Upload if bytes < 128 * MIB => Method::Pageable,
+            Direction::Upload => Method::Mapped,
+            Direction::Download if bytes < 4 * MIB => Method::Pinned,
+            Direction::Download => Method::Pageable,
         }
     }
 }

@@ -498,6 +498,22 @@ fn reduce_specs() -> Vec<Spec> {
         v.push(spec(Op::Softmax { dim: 1 }, &[(&[6, n], S)]));
         v.push(spec(Op::LogSoftmax { dim: 1 }, &[(&[6, n], S)]));
     }
+    // Sorts of rows longer than a GPU block sorts in shared memory.
+    v.push(spec(
+        Op::Sort {
+            dim: 1,
+            descending: false,
+        },
+        &[(&[2, 5000], S)],
+    ));
+    v.push(spec(
+        Op::TopK {
+            k: 5,
+            dim: 1,
+            largest: true,
+        },
+        &[(&[2, 5000], S)],
+    ));
     for dim in [0, 1] {
         v.push(spec(Op::Softmax { dim }, &[(&[5, 7], S)]));
         v.push(spec(Op::LogSoftmax { dim }, &[(&[5, 7], S)]));

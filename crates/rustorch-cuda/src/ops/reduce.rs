@@ -163,11 +163,12 @@ fn split_rows(b: &CudaBackend, rows: usize, n: usize) -> Option<(usize, usize)> 
 }
 
 /// The kernels that hold a row in registers (kernels/reduce.cu, `ROW_PER`
-/// values per thread): one warp per row up to 32 * ROW_PER elements, one
-/// block up to 256 * ROW_PER; `None` (the general kernels) for f64, for
-/// rows that are not contiguous, and for longer rows.
+/// values per thread): one warp per row up to 32 * ROW_PER elements, else
+/// one block per row, sized to the row, up to 1024 * ROW_PER; `None` (the
+/// general kernels) for f64, for rows that are not contiguous, and for
+/// longer rows.
 fn rows_in_registers(ty: &str, contiguous_rows: bool, rows: usize, n: usize) -> Option<(&'static str, LaunchConfig)> {
-    const ROW_PER: usize = 32;
+    const ROW_PER: usize = 8;
     if ty == "F64" || !contiguous_rows {
         return None;
     }
@@ -181,8 +182,16 @@ fn rows_in_registers(ty: &str, contiguous_rows: bool, rows: usize, n: usize) -> 
                 shared_mem_bytes: 0,
             },
         ))
-    } else if n <= 256 * ROW_PER {
-        Some(("block", per_row(rows)))
+    } else if n <= 1024 * ROW_PER {
+        let threads = n.div_ceil(ROW_PER).next_multiple_of(32);
+        Some((
+            "block",
+            LaunchConfig {
+                grid_dim: (rows as u32, 1, 1),
+                block_dim: (threads as u32, 1, 1),
+                shared_mem_bytes: 0,
+            },
+        ))
     } else {
         None
     }
@@ -273,7 +282,8 @@ pub(super) fn rms_norm(
         None => (0u64, Strided::from_parts(&[n_inner], &[0], 0).expect("one dim")),
     };
     let (xp, yp, n64) = (b.own(&op.name(), x.buffer)?.ptr(), y.ptr(), n_inner as i64);
-    if let Some((mode, cfg)) = rows_in_registers(ty, li.single_stride() == Some(1), rows, n_inner) {
+    let contiguous = li.single_stride() == Some(1) && (wp == 0 || lw.single_stride() == Some(1));
+    if let Some((mode, cfg)) = rows_in_registers(ty, contiguous, rows, n_inner) {
         let kernel = format!("rms_norm_{mode}_{ty}");
         let f = b.function("reduce", &kernel)?;
         let rows64 = rows as i64;
@@ -287,7 +297,8 @@ pub(super) fn rms_norm(
             .arg(&eps)
             .arg(&rows64);
         // SAFETY: rms_norm_{warp,block}_*(x, lo, w or null, lw, y, n, eps,
-        // rows): input rows contiguous (checked above), `y` rows * n.
+        // rows): input rows and weight contiguous (checked above), `y`
+        // rows * n.
         unsafe { args.launch(cfg) }.map_err(|e| b.launch_err(&kernel, e))?;
         return Ok(y);
     }
