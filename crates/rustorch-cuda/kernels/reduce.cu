@@ -415,13 +415,18 @@ ROWS_IN_REGISTERS(F32) ROWS_IN_REGISTERS(F16) ROWS_IN_REGISTERS(BF16)
         i64 lo_r = c * chunk, hi_r = lo_r + chunk < n_inner ? lo_r + chunk : n_inner;        \
         double s = 0.0;                                                                      \
         i64 r = lo_r + threadIdx.x;                                                          \
-        /* Eight loads in flight per thread: one at a time, the few blocks */              \
-        /* of a split row cannot keep the memory system busy. */                             \
-        for (; r + 7 * (i64)blockDim.x < hi_r; r += 8 * (i64)blockDim.x) {                   \
-            double u[8];                                                                     \
-            _Pragma("unroll") for (int k = 0; k < 8; ++k)                                    \
-                u[k] = (double)load(TY##T(), AT(x, lo, li, o, r + k * (i64)blockDim.x));     \
-            _Pragma("unroll") for (int k = 0; k < 8; ++k) s += u[k];                         \
+        if (li.ndim == 1) {                                                                  \
+            /* One stride over the row: eight loads in flight per thread, */                 \
+            /* with no branch between them (strided_at's has one), since */                  \
+            /* the few blocks of a split row must keep the memory busy. */                   \
+            const TY##T::store* xr = x + strided_at(lo, o);                                  \
+            const i64 st = li.stride[0], bd = blockDim.x;                                    \
+            for (; r + 7 * bd < hi_r; r += 8 * bd) {                                         \
+                double u[8];                                                                 \
+                _Pragma("unroll") for (int k = 0; k < 8; ++k)                                \
+                    u[k] = (double)load(TY##T(), xr[(r + k * bd) * st]);                     \
+                _Pragma("unroll") for (int k = 0; k < 8; ++k) s += u[k];                     \
+            }                                                                                \
         }                                                                                    \
         for (; r < hi_r; r += blockDim.x) s += (double)load(TY##T(), AT(x, lo, li, o, r));   \
         s = block_sum(s, smem);                                                              \
