@@ -37,6 +37,7 @@ pub const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("reduce", include_str!("../kernels/reduce.cu")),
     ("index", include_str!("../kernels/index.cu")),
     ("rope", include_str!("../kernels/rope.cu")),
+    ("quant", include_str!("../kernels/quant.cu")),
 ];
 pub(crate) const COMMON_HEADER: &str = include_str!("../kernels/common.cuh");
 

@@ -5,6 +5,7 @@
 mod elementwise;
 mod index;
 mod matmul;
+mod quant;
 mod reduce;
 mod rope;
 
@@ -87,6 +88,10 @@ pub(crate) fn supports(op: &Op, inputs: &[TensorMeta]) -> bool {
                         && (!matches!(op, Op::Embedding) || m.shape.rank() < MAX_DIMS)
                 })
         }
+        // GGML-typed weights: every type the CPU multiplies (kernels/quant.cu).
+        Op::QMatMul { .. } | Op::QMatMuls { .. } | Op::QMatMulGated { .. } | Op::QEmbedding { .. } => {
+            quant::supports(op, inputs)
+        }
         _ => false,
     }
 }
@@ -104,6 +109,14 @@ pub(crate) fn execute(
             op.name(),
             "no CUDA kernel for it yet",
         ));
+    }
+    if matches!(
+        op,
+        Op::QMatMul { .. } | Op::QMatMuls { .. } | Op::QMatMulGated { .. } | Op::QEmbedding { .. }
+    ) {
+        // Several outputs for QMatMuls.
+        let outs = quant::run(b, op, inputs, outputs)?;
+        return Ok(outs.into_iter().map(|buf| std::sync::Arc::new(buf) as Buffer).collect());
     }
     let out = &outputs[0];
     let buf = match op {
