@@ -24,9 +24,11 @@
 #include "common.cuh"
 
 // ---- BEGIN HOST-TESTABLE DECODERS ----------------------------------------
-// Everything up to the END marker is also compiled as plain C++ on the
-// host by tests/quant_decode_host.rs (with a shim for the CUDA
-// intrinsics) and checked against `quant::dequantize` bit for bit.
+// Everything up to the END marker (the decoders and the matvec's per-lane
+// loop) is also compiled as plain C++ on the host by
+// tests/quant_decode_host.rs (with a shim for the CUDA intrinsics): the
+// decoders are checked against `quant::dequantize` bit for bit, the
+// matvec's lanes (summed as the shuffles sum them) against exact products.
 
 __device__ __forceinline__ u32 q_u16le(const u8* p) { return (u32)p[0] | ((u32)p[1] << 8); }
 __device__ __forceinline__ u32 q_u32le(const u8* p) {
@@ -318,6 +320,34 @@ template <class T> __device__ __forceinline__ void q_row_chunk(const u8* row, i6
     q_chunk(T(), row + blk * T::TS, (int)(c - blk * per_block), v);
 }
 
+// One lane's share of a matvec row (kernels' q_matvec): lane l decodes
+// chunks l, l + 32, ... of the weight row once each and multiplies each by
+// all m activation rows (x contiguous [m, k]), in f32 with fused
+// multiply-adds, into acc[0..m].
+#define QMV_MAX_ROWS 8
+#define QMV_WARPS 4
+template <class T>
+__device__ __forceinline__ void q_matvec_lane(const u8* row, i64 k, const float* x, int m, int lane, float* acc) {
+    const i64 cpr = k / T::CH;
+#pragma unroll
+    for (int r = 0; r < QMV_MAX_ROWS; ++r) acc[r] = 0.0f;
+    for (i64 c = lane; c < cpr; c += 32) {
+        float v[T::CH];
+        q_row_chunk<T>(row, c, v);
+        const float* xc = x + c * T::CH;
+#pragma unroll
+        for (int r = 0; r < QMV_MAX_ROWS; ++r) {
+            if (r < m) {
+                const float* xr = xc + (i64)r * k;
+                float s = acc[r];
+#pragma unroll
+                for (int i = 0; i < T::CH; ++i) s = fmaf(v[i], xr[i], s);
+                acc[r] = s;
+            }
+        }
+    }
+}
+
 // Every type once, as X(kernel name suffix, tag): the suffix is
 // `QType::name()`, which the launcher formats into the kernel's name.
 #define Q_TYPES(X)                                                                           \
@@ -368,12 +398,8 @@ __device__ __forceinline__ void q_embed(const u8* w, i64 row_stride, i64 vocab, 
 // ---- matvec: y[r, j] = sum_i x[r, i] * W[j, i] for m <= QMV_MAX_ROWS ------
 // The decode path: the weight is read once, straight from its blocks. One
 // warp per output column j (weight row j), QMV_WARPS warps per block; the
-// lanes take the row's chunks in turn (lane l: chunks l, l + 32, ...),
-// decode each once and multiply it with every activation row, in f32 with
-// fused multiply-adds; then a butterfly of shuffles sums the 32 lanes.
-// x is contiguous [m, k].
-#define QMV_MAX_ROWS 8
-#define QMV_WARPS 4
+// lanes take the row's chunks in turn (q_matvec_lane), then a butterfly
+// of shuffles sums the 32 lanes' partial sums. x is contiguous [m, k].
 template <class T>
 __device__ __forceinline__ void q_matvec(const u8* w, i64 row_stride, i64 n, i64 k, const float* x, int m,
                                          float* y) {
@@ -382,26 +408,8 @@ __device__ __forceinline__ void q_matvec(const u8* w, i64 row_stride, i64 n, i64
     // The same j for the whole warp: whole warps leave, so the shuffles
     // below always have their 32 lanes.
     if (j >= n) return;
-    const u8* row = w + j * row_stride;
-    const i64 cpr = k / T::CH;
     float acc[QMV_MAX_ROWS];
-#pragma unroll
-    for (int r = 0; r < QMV_MAX_ROWS; ++r) acc[r] = 0.0f;
-    for (i64 c = lane; c < cpr; c += 32) {
-        float v[T::CH];
-        q_row_chunk<T>(row, c, v);
-        const float* xc = x + c * T::CH;
-#pragma unroll
-        for (int r = 0; r < QMV_MAX_ROWS; ++r) {
-            if (r < m) {
-                const float* xr = xc + (i64)r * k;
-                float s = acc[r];
-#pragma unroll
-                for (int i = 0; i < T::CH; ++i) s = fmaf(v[i], xr[i], s);
-                acc[r] = s;
-            }
-        }
-    }
+    q_matvec_lane<T>(w + j * row_stride, k, x, m, lane, acc);
 #pragma unroll
     for (int r = 0; r < QMV_MAX_ROWS; ++r) {
         if (r < m) {

@@ -4,7 +4,10 @@
 //! same f32 bits for every type, on quantized rows and on random bytes
 //! (NaN, infinite and subnormal scales included). The GPU's embedding
 //! lookup and its dequantization before cuBLAS call exactly these
-//! decoders, so this checks their values on a machine without a GPU.
+//! decoders, so this checks their values on a machine without a GPU. The
+//! matvec's per-lane loop is compiled too, and its lanes summed as the
+//! kernel's shuffles sum them must give the exact products within f32
+//! rounding.
 //! Needs a C++ compiler (`$CXX`, else `c++`); without one the test says so
 //! in one line and passes, unless `RUSTORCH_REQUIRE_CXX` is set.
 
@@ -19,6 +22,7 @@ const SHIM: &str = r#"
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <math.h>
 #include <vector>
 #define __device__
 #define __forceinline__ inline
@@ -34,10 +38,12 @@ static inline float __fadd_rn(float a, float b) { return a + b; }
 static inline float __fsub_rn(float a, float b) { return a - b; }
 "#;
 
-/// Decodes `rows` rows of `k` values, chunk by chunk as the kernels do:
-/// `decode TYPE ROWS K IN OUT`.
+/// `decode TYPE ROWS K W OUT`: decodes `rows` rows of `k` values, chunk
+/// by chunk as the kernels do. `matvec TYPE ROWS K M W X OUT`: the
+/// matvec's products, each the 32 lanes' partial sums (`q_matvec_lane`)
+/// added in the order of the kernel's shuffle butterfly.
 const MAIN: &str = r#"
-template <class T> static void run(const std::vector<u8>& w, i64 rows, i64 k, std::vector<float>& out) {
+template <class T> static void decode(const std::vector<u8>& w, i64 rows, i64 k, std::vector<float>& out) {
     const i64 cpr = k / T::CH, row_bytes = k / T::QK * T::TS;
     for (i64 r = 0; r < rows; ++r)
         for (i64 c = 0; c < cpr; ++c) {
@@ -46,19 +52,46 @@ template <class T> static void run(const std::vector<u8>& w, i64 rows, i64 k, st
             for (int i = 0; i < T::CH; ++i) out[r * k + c * T::CH + i] = v[i];
         }
 }
-int main(int argc, char** argv) {
-    if (argc != 6) return 2;
-    i64 rows = atoll(argv[2]), k = atoll(argv[3]);
-    FILE* f = fopen(argv[4], "rb");
-    if (!f) return 3;
-    std::vector<u8> w;
-    int ch;
-    while ((ch = fgetc(f)) != EOF) w.push_back((u8)ch);
+template <class T>
+static void matvec(const std::vector<u8>& w, i64 n, i64 k, int m, const std::vector<float>& x, std::vector<float>& out) {
+    const i64 row_bytes = k / T::QK * T::TS;
+    for (i64 j = 0; j < n; ++j) {
+        float lanes[32][QMV_MAX_ROWS];
+        for (int l = 0; l < 32; ++l) q_matvec_lane<T>(w.data() + j * row_bytes, k, x.data(), m, l, lanes[l]);
+        for (int r = 0; r < m; ++r) {
+            float s[32];
+            for (int l = 0; l < 32; ++l) s[l] = lanes[l][r];
+            // __shfl_xor_sync butterfly: every lane adds its partner's value.
+            for (int o = 16; o > 0; o >>= 1) {
+                float t[32];
+                for (int l = 0; l < 32; ++l) t[l] = s[l] + s[l ^ o];
+                for (int l = 0; l < 32; ++l) s[l] = t[l];
+            }
+            out[r * n + j] = s[0];
+        }
+    }
+}
+template <class V> static bool slurp(const char* path, std::vector<V>& out) {
+    FILE* f = fopen(path, "rb");
+    if (!f) return false;
+    V v;
+    while (fread(&v, sizeof(V), 1, f) == 1) out.push_back(v);
     fclose(f);
-    std::vector<float> out(rows * k);
-#define DISPATCH(NAME, T) if (!strcmp(argv[1], #NAME)) run<T>(w, rows, k, out); else
-    Q_TYPES(DISPATCH) { fprintf(stderr, "unknown type %s\n", argv[1]); return 4; }
-    f = fopen(argv[5], "wb");
+    return true;
+}
+int main(int argc, char** argv) {
+    bool mv = argc == 9 && !strcmp(argv[1], "matvec");
+    if (!mv && !(argc == 7 && !strcmp(argv[1], "decode"))) return 2;
+    i64 rows = atoll(argv[3]), k = atoll(argv[4]);
+    int m = mv ? atoi(argv[5]) : 0;
+    std::vector<u8> w;
+    std::vector<float> x;
+    if (!slurp(argv[mv ? 6 : 5], w) || (mv && !slurp(argv[7], x))) return 3;
+    std::vector<float> out(mv ? rows * m : rows * k);
+#define DISPATCH(NAME, T) \
+    if (!strcmp(argv[2], #NAME)) { if (mv) matvec<T>(w, rows, k, m, x, out); else decode<T>(w, rows, k, out); } else
+    Q_TYPES(DISPATCH) { fprintf(stderr, "unknown type %s\n", argv[2]); return 4; }
+    FILE* f = fopen(argv[argc - 1], "wb");
     if (!f) return 5;
     fwrite(out.data(), 4, out.size(), f);
     fclose(f);
@@ -82,7 +115,7 @@ fn decoders() -> &'static str {
     &src[begin..end]
 }
 
-/// The host decoder, built once per test run; `None` without a compiler.
+/// The host build of the decoders in `dir`; `None` without a compiler.
 fn build(dir: &Path) -> Option<PathBuf> {
     let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
     let src = dir.join("decode.cpp");
@@ -146,61 +179,128 @@ const TYPES: [QType; 17] = [
     QType::IQ4XS,
 ];
 
-#[test]
-fn the_kernel_decoders_give_the_dequantize_bits() {
-    let dir = std::env::temp_dir().join(format!("rustorch-quant-decode-{}", std::process::id()));
+/// Runs `f` with the host build of the decoders and a scratch directory;
+/// without a C++ compiler, says so and returns.
+fn with_host_build(test: &str, f: impl FnOnce(&Path, &Path)) {
+    let dir = std::env::temp_dir().join(format!("rustorch-quant-host-{test}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let Some(exe) = build(&dir) else {
-        let _ = std::fs::remove_dir_all(&dir);
-        return;
-    };
-    let mut rng = Rng(0x5DEE_CE66_D1CE_4E5B);
-    let mut failures = Vec::new();
-    for qtype in TYPES {
-        // Rows of 37 values for the plain types (not a multiple of 32),
-        // two 256-value blocks' worth for the others.
-        let (rows, k) = if qtype.is_quantized() { (5, 512) } else { (5, 37) };
-        let n = rows * k;
-        let len = qtype.bytes_for(n).unwrap();
-        let quantized = quant::quantize(qtype, &(0..n).map(|_| 2.5 * rng.unit()).collect::<Vec<_>>()).unwrap();
-        let random: Vec<u8> = (0..len).map(|_| (rng.next() >> 56) as u8).collect();
-        for (what, bytes) in [("quantized", quantized), ("random bytes", random)] {
-            let want = quant::dequantize(qtype, &bytes, n).unwrap();
-            let (inp, outp) = (dir.join("in.bin"), dir.join("out.bin"));
-            std::fs::write(&inp, &bytes).unwrap();
-            let status = Command::new(&exe)
-                .arg(qtype.name())
-                .arg(rows.to_string())
-                .arg(k.to_string())
-                .arg(&inp)
-                .arg(&outp)
-                .status()
-                .unwrap();
-            assert!(status.success(), "{qtype}: the decoder failed: {status}");
-            let got: Vec<f32> = std::fs::read(&outp)
-                .unwrap()
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-                .collect();
-            assert_eq!(got.len(), n, "{qtype}");
-            // NaN against NaN: the GPU's arithmetic makes canonical NaNs,
-            // so payloads are not compared.
-            let same = |a: f32, b: f32| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
-            if let Some(i) = (0..n).find(|&i| !same(got[i], want[i])) {
-                failures.push(format!(
-                    "{qtype} ({what}): value {i} (row {}, column {}) is {:e} ({:#010x}), dequantize gives {:e} ({:#010x})",
-                    i / k,
-                    i % k,
-                    got[i],
-                    got[i].to_bits(),
-                    want[i],
-                    want[i].to_bits()
-                ));
-            }
-        }
+    if let Some(exe) = build(&dir) {
+        f(&exe, &dir);
     }
     let _ = std::fs::remove_dir_all(&dir);
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+fn read_f32s(path: &Path) -> Vec<f32> {
+    std::fs::read(path)
+        .unwrap()
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+#[test]
+fn the_kernel_decoders_give_the_dequantize_bits() {
+    with_host_build("decode", |exe, dir| {
+        let mut rng = Rng(0x5DEE_CE66_D1CE_4E5B);
+        let mut failures = Vec::new();
+        for qtype in TYPES {
+            // Rows of 37 values for the plain types (not a multiple of 32),
+            // two 256-value blocks' worth for the others.
+            let (rows, k) = if qtype.is_quantized() { (5, 512) } else { (5, 37) };
+            let n = rows * k;
+            let len = qtype.bytes_for(n).unwrap();
+            let quantized = quant::quantize(qtype, &(0..n).map(|_| 2.5 * rng.unit()).collect::<Vec<_>>()).unwrap();
+            let random: Vec<u8> = (0..len).map(|_| (rng.next() >> 56) as u8).collect();
+            for (what, bytes) in [("quantized", quantized), ("random bytes", random)] {
+                let want = quant::dequantize(qtype, &bytes, n).unwrap();
+                let (inp, outp) = (dir.join("w.bin"), dir.join("out.bin"));
+                std::fs::write(&inp, &bytes).unwrap();
+                let status = Command::new(exe)
+                    .arg("decode")
+                    .arg(qtype.name())
+                    .arg(rows.to_string())
+                    .arg(k.to_string())
+                    .arg(&inp)
+                    .arg(&outp)
+                    .status()
+                    .unwrap();
+                assert!(status.success(), "{qtype}: the decoder failed: {status}");
+                let got = read_f32s(&outp);
+                assert_eq!(got.len(), n, "{qtype}");
+                // NaN against NaN: the GPU's arithmetic makes canonical NaNs,
+                // so payloads are not compared.
+                let same = |a: f32, b: f32| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+                if let Some(i) = (0..n).find(|&i| !same(got[i], want[i])) {
+                    failures.push(format!(
+                        "{qtype} ({what}): value {i} (row {}, column {}) is {:e} ({:#010x}), dequantize gives {:e} ({:#010x})",
+                        i / k,
+                        i % k,
+                        got[i],
+                        got[i].to_bits(),
+                        want[i],
+                        want[i].to_bits()
+                    ));
+                }
+            }
+        }
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    });
+}
+
+/// The matvec's lanes, summed as its shuffles sum them, give the products
+/// of the activations and the dequantized weights within f32 rounding
+/// (`k * 2^-24 * sum |x_i w_i|`): each chunk is read once, at the right
+/// place, for every activation row. Rows of fewer chunks than lanes and of
+/// several chunks per lane, one to eight activation rows.
+#[test]
+fn the_matvec_lanes_sum_to_the_products() {
+    with_host_build("matvec", |exe, dir| {
+        let mut rng = Rng(0x0123_4567_89AB_CDEF);
+        let mut failures = Vec::new();
+        for qtype in TYPES {
+            let shapes: &[(usize, usize, usize)] = if qtype.is_quantized() {
+                &[(5, 512, 1), (4, 2048, 3), (3, 1024, 8)]
+            } else {
+                &[(5, 37, 1), (4, 100, 8)]
+            };
+            for &(n, k, m) in shapes {
+                let wv: Vec<f32> = (0..n * k).map(|_| rng.unit()).collect();
+                let x: Vec<f32> = (0..m * k).map(|_| 3.0 * rng.unit()).collect();
+                let bytes = quant::quantize(qtype, &wv).unwrap();
+                let deq = quant::dequantize(qtype, &bytes, n * k).unwrap();
+                let (wp, xp, outp) = (dir.join("w.bin"), dir.join("x.bin"), dir.join("out.bin"));
+                std::fs::write(&wp, &bytes).unwrap();
+                std::fs::write(&xp, x.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
+                let status = Command::new(exe)
+                    .arg("matvec")
+                    .arg(qtype.name())
+                    .args([n.to_string(), k.to_string(), m.to_string()])
+                    .arg(&wp)
+                    .arg(&xp)
+                    .arg(&outp)
+                    .status()
+                    .unwrap();
+                assert!(status.success(), "{qtype}: the matvec failed: {status}");
+                let got = read_f32s(&outp);
+                assert_eq!(got.len(), m * n, "{qtype}");
+                for r in 0..m {
+                    for j in 0..n {
+                        let (xr, wj) = (&x[r * k..(r + 1) * k], &deq[j * k..(j + 1) * k]);
+                        let s: f64 = xr.iter().zip(wj).map(|(&a, &b)| a as f64 * b as f64).sum();
+                        let a: f64 = xr.iter().zip(wj).map(|(&a, &b)| (a as f64 * b as f64).abs()).sum();
+                        let bound = (k as f64 * a + s.abs()) / (1u64 << 24) as f64;
+                        let g = got[r * n + j] as f64;
+                        if (g - s).abs() > bound {
+                            failures.push(format!(
+                                "{qtype} [{m}x{k}] x [{n}x{k}]^T: ({r}, {j}) is {g:e}, the product {s:e} (bound {bound:e})"
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    });
 }
 
 /// The kernels' copy of the IQ4 levels is rustorch-core's table, and each

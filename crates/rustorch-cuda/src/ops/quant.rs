@@ -316,7 +316,8 @@ fn dequant_gemm(
     if too_big(m) || too_big(n) || too_big(k) {
         return Err(BackendError::unsupported(b.device, name, "a dimension past 2^31"));
     }
-    let tile_rows = (TILE_BYTES / (4 * k)).clamp(1, n);
+    // At least one row (n >= 1 and k >= 1 here), at most all of them.
+    let tile_rows = (TILE_BYTES / (4 * k)).max(1).min(n);
     let tile = b.alloc(DType::F32, tile_rows * k)?;
     let kernel = format!("qdequant_{ty}");
     let f = b.function("quant", &kernel)?;
