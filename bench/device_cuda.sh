@@ -41,5 +41,8 @@ for k in rt:
     if k in pt:
         r, p = float(rt[k]), float(pt[k])
         print(f"{k:<22}{r:>13.4f}{p:>11.4f}{p / r:>8.2f}")
+    else:
+        # RusTorch-only cases (the quantized products).
+        print(f"{k:<22}{float(rt[k]):>13.4f}{'-':>11}{'-':>8}")
 PY
 exit $rc
