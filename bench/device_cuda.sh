@@ -30,6 +30,11 @@ rc=0
 "$bin/conformance" --nocapture --test-threads 1 > /tmp/rustorch-cuda-conformance.log 2>&1 || rc=1
 grep -E "random cases ran|fixture comparisons|checks need|checks failed|differ from the CPU|^test result|^failures|^    cuda::" \
     /tmp/rustorch-cuda-conformance.log | cut -c1-2000
+# Faults on the GPU itself: out of memory under a cap, and a real kernel
+# fault (each in its own process: the fault spoils the CUDA context).
+for t in out_of_memory lost_device; do
+    "$bin/$t" --nocapture 2>&1 | grep -E "^test |panicked|skipped" || rc=1
+done
 echo "== single ops, RusTorch vs PyTorch (median ms; ratio = PyTorch time / RusTorch time, >1 is faster)"
 "$bin/cuda_bench" 20 > /tmp/rt.txt 2>&1 || { cat /tmp/rt.txt; rc=1; }
 python3 "$root/bench/torch_cuda_ops.py" 20 > /tmp/pt.txt 2>&1 || { cat /tmp/pt.txt; rc=1; }
@@ -41,6 +46,9 @@ for k in rt:
     if k in pt:
         r, p = float(rt[k]), float(pt[k])
         print(f"{k:<22}{r:>13.4f}{p:>11.4f}{p / r:>8.2f}")
+    else:
+        # RusTorch-only cases (the quantized products).
+        print(f"{k:<22}{float(rt[k]):>13.4f}{'-':>11}{'-':>8}")
 PY
 echo "== transfers from/to pageable host memory (GB/s, median): the driver's pageable copy, pinned staging,"
 echo "   mapped memory read by a kernel, and auto (what upload/download pick for the size)"

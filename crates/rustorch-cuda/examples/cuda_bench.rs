@@ -6,7 +6,8 @@
 //!
 //! cargo run --release -p rustorch-cuda --example cuda_bench [REPS]
 
-use rustorch_core::{Backend, DType, Device, Executor, ExecutorConfig, Tensor};
+use rustorch_core::quant::{self, QType};
+use rustorch_core::{Backend, DType, Device, Executor, ExecutorConfig, QWeight, Tensor};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -65,5 +66,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let rows = x.reshape([big / 4096, 4096])?;
     time("softmax_64M_f32", &|| rows.softmax(-1))?;
     time("rms_norm_64M_f32", &|| rows.rms_norm(None, 1e-6))?;
+    // Quantized products of a 4096 x 4096 weight: one activation row (the
+    // matvec, bound by reading the blocks) and a 512-row prompt
+    // (dequantized tiles and cuBLAS). RusTorch only: PyTorch has no GGML
+    // types.
+    let wv = Tensor::randn(vec![n * n], DType::F32, 5)?.to_vec::<f32>()?;
+    for qtype in [QType::Q4_0, QType::Q8_0, QType::Q4K, QType::Q6K] {
+        let w = QWeight::from_bytes_in(&exec, qtype, n, n, quant::quantize(qtype, &wv)?)?.to_device(device)?;
+        for m in [1, 512] {
+            let x = on_gpu(&[m, n], DType::F32, 6)?;
+            time(&format!("qmatmul_{}_4096_m{m}", qtype.name().to_lowercase()), &|| {
+                x.qmatmul(&w)
+            })?;
+        }
+    }
     Ok(())
 }

@@ -289,3 +289,8 @@ INT_CHECK(U8, u8)
 // Bools (0/1 bytes): maximum is or, minimum is and.
 INT_BINARY(maximum, BOOL, u8, u8, ((x | z) ? 1 : 0))
 INT_BINARY(minimum, BOOL, u8, u8, ((x & z) ? 1 : 0))
+
+// Writes to `address` (outside every allocation): the device-fault tests'
+// way to lose the context as a broken kernel would
+// (`CudaBackend::provoke_fault_for_tests`).
+extern "C" __global__ void provoke_fault(u32* address) { *(volatile u32*)address = 1; }

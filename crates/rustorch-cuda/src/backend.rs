@@ -91,8 +91,24 @@ impl CudaBackend {
             .map_err(|e| format!("{e:?}"))
     }
 
-    /// A backend for GPU `ordinal`.
+    /// A backend for GPU `ordinal`, holding at most
+    /// `RUSTORCH_CUDA_MEM_LIMIT` bytes where that is set.
     pub fn new(ordinal: usize) -> Result<CudaBackend, String> {
+        let mem_limit = match std::env::var("RUSTORCH_CUDA_MEM_LIMIT") {
+            Ok(v) => Some(
+                v.trim()
+                    .parse::<usize>()
+                    .map_err(|_| format!("RUSTORCH_CUDA_MEM_LIMIT={v}: expected a number of bytes"))?,
+            ),
+            Err(_) => None,
+        };
+        CudaBackend::with_memory_limit(ordinal, mem_limit)
+    }
+
+    /// A backend for GPU `ordinal` that holds at most `mem_limit` bytes
+    /// (`None`: whatever the GPU has): past it, allocations fail as the
+    /// GPU's own out-of-memory does (tests of that path).
+    pub fn with_memory_limit(ordinal: usize, mem_limit: Option<usize>) -> Result<CudaBackend, String> {
         let ctx = CudaContext::new(ordinal).map_err(|e| format!("{e:?}"))?;
         // One stream per device: no cross-stream events needed per buffer.
         // SAFETY: every buffer and launch of this backend uses `stream`.
@@ -103,14 +119,6 @@ impl CudaBackend {
         let sm_count = ctx
             .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .unwrap_or(1) as u32;
-        let mem_limit = match std::env::var("RUSTORCH_CUDA_MEM_LIMIT") {
-            Ok(v) => Some(
-                v.trim()
-                    .parse::<usize>()
-                    .map_err(|_| format!("RUSTORCH_CUDA_MEM_LIMIT={v}: expected a number of bytes"))?,
-            ),
-            Err(_) => None,
-        };
         let pool = Pool::caching(&ctx);
         let transfer_forced = crate::transfer::Method::forced()?;
         Ok(CudaBackend {
@@ -238,6 +246,25 @@ impl CudaBackend {
     /// set, else the measured choice.
     fn transfer_method(&self, dir: Direction, bytes: usize) -> Method {
         self.transfer_forced.unwrap_or_else(|| Method::for_size(dir, bytes))
+    }
+
+    /// Makes the device fault as a broken kernel would: a kernel writes to
+    /// an address outside every allocation. The fault is found by the next
+    /// call that waits for the GPU, which reports `DeviceLost`, and the
+    /// CUDA context stays unusable for the rest of the process. For tests of
+    /// the lost-device path only.
+    #[doc(hidden)]
+    pub fn provoke_fault_for_tests(&self) -> Result<(), BackendError> {
+        use cudarc::driver::PushKernelArg;
+        let f = self.function("elementwise", "provoke_fault")?;
+        let address: u64 = 8;
+        let mut args = self.stream.launch_builder(&f);
+        args.arg(&address);
+        // SAFETY: not safe for the context, on purpose (see above); the
+        // host's memory is untouched.
+        unsafe { args.launch(cudarc::driver::LaunchConfig::for_num_elems(1)) }
+            .map_err(|e| self.launch_err("provoke_fault", e))?;
+        Ok(())
     }
 
     /// Bytes this backend holds now.

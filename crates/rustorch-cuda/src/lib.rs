@@ -42,6 +42,7 @@ pub const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("attention", include_str!("../kernels/attention.cu")),
     ("sort", include_str!("../kernels/sort.cu")),
     ("conv", include_str!("../kernels/conv.cu")),
+    ("quant", include_str!("../kernels/quant.cu")),
 ];
 pub(crate) const COMMON_HEADER: &str = include_str!("../kernels/common.cuh");
 

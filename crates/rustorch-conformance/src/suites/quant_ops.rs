@@ -3,7 +3,11 @@
 //!
 //! References: `quant::matmul::qmatmul` (itself checked against exact
 //! products in quant_matmul.rs) and `quant::dequantize` (bit-exact with the
-//! gguf package in quant_fixtures.rs): the ops must give the same bits.
+//! gguf package in quant_fixtures.rs): the ops must give the same bits, but
+//! for a product on a backend with its own arithmetic, which must be within
+//! the target's tolerance for the op (the CPU's is exact). The checks that
+//! compare the target with itself (several products against one, the gated
+//! op against its parts) stay bit for bit.
 
 use crate::{Case as Check, Target};
 use rustorch_core::quant::{self, QType};
@@ -112,7 +116,18 @@ pub fn qmatmul_op_gives_the_kernel_bits(tg: &Target) {
         let w = tg.qweight(qtype, rows, cols, bytes).unwrap();
         let got = tg.from_vec(x, [m, cols]).unwrap().qmatmul(&w).unwrap();
         assert_eq!(got.dims(), &[m, rows]);
-        assert_eq!(got.to_vec::<f32>().unwrap(), want, "{qtype}");
+        // The kernel's bits on the CPU (whose tolerance is exact); another
+        // backend multiplies in its own arithmetic (the CUDA backend keeps
+        // the activations in f32, where the kernel quantizes them first),
+        // within its tolerance for the op.
+        let tol = tg.tol(&format!("qmatmul_{}", qtype.name().to_lowercase()), DType::F32);
+        let got = got.to_vec::<f32>().unwrap();
+        if let Some(i) = (0..want.len()).find(|&i| !tol.accepts(got[i] as f64, want[i] as f64)) {
+            panic!(
+                "{qtype}: element {i} is {} where the kernel gives {} ({tol:?})",
+                got[i], want[i]
+            );
+        }
     }
 }
 

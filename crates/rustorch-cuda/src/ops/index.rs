@@ -174,7 +174,12 @@ pub(super) fn run(
 /// `0..size`, read from a download of the index tensor; `None` when all
 /// are in range. Only on the error path (or for empty outputs), so the
 /// download's cost does not matter.
-fn first_bad(b: &CudaBackend, idx: &TensorRef<'_>, size: usize, dim: usize) -> Result<Option<String>, BackendError> {
+pub(super) fn first_bad(
+    b: &CudaBackend,
+    idx: &TensorRef<'_>,
+    size: usize,
+    dim: usize,
+) -> Result<Option<String>, BackendError> {
     let host = b.download(idx.buffer)?;
     let values: Vec<i64> = match idx.dtype() {
         DType::I64 => {

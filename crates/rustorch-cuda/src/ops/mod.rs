@@ -7,6 +7,7 @@ mod conv;
 mod elementwise;
 mod index;
 mod matmul;
+mod quant;
 mod reduce;
 mod rope;
 mod sort;
@@ -99,6 +100,10 @@ pub(crate) fn supports(op: &Op, inputs: &[TensorMeta]) -> bool {
             first.and_then(sort::sort_suffix).is_some()
                 && inputs[0].shape.dims().get(*dim).is_some_and(|&n| sort::row_fits(n))
         }
+        // GGML-typed weights: every type the CPU multiplies (kernels/quant.cu).
+        Op::QMatMul { .. } | Op::QMatMuls { .. } | Op::QMatMulGated { .. } | Op::QEmbedding { .. } => {
+            quant::supports(op, inputs)
+        }
         _ => false,
     }
 }
@@ -123,6 +128,11 @@ pub(crate) fn execute(
             return sort::sort(b, "sort", &inputs[0], *dim, len, *descending, outputs);
         }
         Op::TopK { k, dim, largest } => return sort::sort(b, "topk", &inputs[0], *dim, *k, *largest, outputs),
+        Op::QMatMul { .. } | Op::QMatMuls { .. } | Op::QMatMulGated { .. } | Op::QEmbedding { .. } => {
+            // Several outputs for QMatMuls.
+            let outs = quant::run(b, op, inputs, outputs)?;
+            return Ok(outs.into_iter().map(|buf| std::sync::Arc::new(buf) as Buffer).collect());
+        }
         _ => {}
     }
     let out = &outputs[0];

@@ -1,0 +1,527 @@
+//! Launchers for kernels/quant.cu: the ops on GGML-typed weights
+//! (`QMatMul`, `QMatMuls`, `QMatMulGated`, `QEmbedding`).
+//!
+//! Weights are raw u8 blocks `[rows, row_bytes]`, decoded on the device by
+//! one routine per type (bit-exact with `quant::dequantize`):
+//!
+//! - `QEmbedding` looks rows up by id and decodes them: bit-exact with the
+//!   CPU. Ids outside the table set a device flag, reported as the CPU's
+//!   `InvalidInput` (as the indexing ops do, see index.rs).
+//! - `QMatMul` with at most `MATVEC_MAX_ROWS` activation rows (decode) reads
+//!   the blocks directly: one warp per output column. With more rows the
+//!   weight is dequantized to f32, a tile of rows at a time, and cuBLAS
+//!   multiplies (`x @ W^T`). Both compute in f32 from f32 activations,
+//!   whereas the CPU (llama.cpp's arithmetic) first quantizes the
+//!   activations to the type's dot type (Q8_0, Q8_1, Q8_K, F16, BF16):
+//!   results differ from the CPU's by that quantization's error (see
+//!   tests/conformance.rs for the tolerance and where it comes from).
+//! - `QMatMuls` is one product per weight, each exactly the `QMatMul`
+//!   of that weight; `QMatMulGated` is the two products followed by the
+//!   SwiGLU/GeGLU kernel of elementwise.cu written over the gate product,
+//!   so its values are those of `QMatMuls` then `Op::SwiGlu`/`Op::GeGlu`
+//!   here, bit for bit.
+
+use super::index::{first_bad, index_suffix};
+use crate::backend::CudaBackend;
+use crate::buffer::CudaBuffer;
+use crate::launch::{grid, Strided};
+use cudarc::cublas::sys::{
+    cublasComputeType_t, cublasGemmAlgo_t, cublasGemmStridedBatchedEx, cublasOperation_t, cublasStatus_t, cudaDataType,
+};
+use cudarc::driver::{LaunchConfig, PushKernelArg};
+use rustorch_core::backend::TensorRef;
+use rustorch_core::op::GateActivation;
+use rustorch_core::quant::QType;
+use rustorch_core::{BackendError, DType, Layout, Op, TensorMeta};
+
+/// Activation rows up to which products take the matvec kernel
+/// (`QMV_MAX_ROWS` in kernels/quant.cu): a decode step's one row, or a
+/// few sequences'. Beyond it the weight would be decoded once per eight
+/// rows; dequantizing it once for cuBLAS costs less.
+const MATVEC_MAX_ROWS: usize = 8;
+/// Warps (output columns) per block of the matvec (`QMV_WARPS`).
+const MATVEC_WARPS: usize = 4;
+/// Bytes of f32 weights dequantized at a time for cuBLAS: a whole layer's
+/// weight in one go (4096 x 14336 is 235 MB), while an LM head of 128k
+/// rows (2 GB in f32) goes in tiles rather than doubling its footprint.
+const TILE_BYTES: usize = 256 << 20;
+
+/// The kernels' name for a weight type with a decoder here (the suffix
+/// is `QType::name()`); `None` for the types the CPU has no product for
+/// either (IQ2/IQ3/IQ1, TQ, MXFP4 and the integer types).
+pub(super) fn kernel_type(q: QType) -> Option<&'static str> {
+    use QType::*;
+    matches!(
+        q,
+        F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | Q2K | Q3K | Q4K | Q5K | Q6K | Q8K | IQ4NL | IQ4XS
+    )
+    .then(|| q.name())
+}
+
+/// Values per chunk, the unit the kernels decode (`CH`).
+fn chunk_len(q: QType) -> usize {
+    if q.is_quantized() {
+        32
+    } else {
+        1
+    }
+}
+
+/// Whether the CUDA backend runs `op` (one of the quantized-weight ops).
+pub(super) fn supports(op: &Op, inputs: &[TensorMeta]) -> bool {
+    let first = inputs.first().map(|m| m.dtype);
+    match op {
+        Op::QMatMul { qtype, .. } => first == Some(DType::F32) && kernel_type(*qtype).is_some(),
+        Op::QMatMuls { qtypes } => {
+            first == Some(DType::F32) && !qtypes.is_empty() && qtypes.iter().all(|q| kernel_type(*q).is_some())
+        }
+        Op::QMatMulGated { qtypes, .. } => {
+            first == Some(DType::F32) && qtypes.iter().all(|q| kernel_type(*q).is_some())
+        }
+        Op::QEmbedding { qtype } => {
+            first == Some(DType::U8)
+                && kernel_type(*qtype).is_some()
+                && inputs.get(1).is_some_and(|m| index_suffix(m.dtype).is_some())
+        }
+        _ => false,
+    }
+}
+
+pub(super) fn run(
+    b: &CudaBackend,
+    op: &Op,
+    inputs: &[TensorRef<'_>],
+    outputs: &[TensorMeta],
+) -> Result<Vec<CudaBuffer>, BackendError> {
+    let name = op.name();
+    let arity = |n: usize| {
+        if inputs.len() == n && !outputs.is_empty() {
+            Ok(())
+        } else {
+            Err(BackendError::invalid(name.clone(), "wrong number of inputs"))
+        }
+    };
+    match op {
+        Op::QMatMul { qtype, .. } => {
+            arity(2)?;
+            let x = Activations::new(b, &name, &inputs[0])?;
+            Ok(vec![product(b, &name, *qtype, &x, &inputs[1])?])
+        }
+        Op::QMatMuls { qtypes } => {
+            arity(1 + qtypes.len())?;
+            let x = Activations::new(b, &name, &inputs[0])?;
+            qtypes
+                .iter()
+                .zip(&inputs[1..])
+                .map(|(&q, w)| product(b, &name, q, &x, w))
+                .collect()
+        }
+        Op::QMatMulGated { qtypes, act } => {
+            arity(3)?;
+            let x = Activations::new(b, &name, &inputs[0])?;
+            let gate = product(b, &name, qtypes[0], &x, &inputs[1])?;
+            let up = product(b, &name, qtypes[1], &x, &inputs[2])?;
+            if gate.len != up.len || gate.len != outputs[0].shape.numel() {
+                // infer checked that both weights have one row count.
+                return Err(BackendError::invalid(name, "the gate and up products differ in size"));
+            }
+            gated_in_place(b, *act, &gate, &up, &outputs[0])?;
+            Ok(vec![gate])
+        }
+        Op::QEmbedding { qtype } => {
+            arity(2)?;
+            Ok(vec![embedding(b, &name, *qtype, &inputs[0], &inputs[1], &outputs[0])?])
+        }
+        _ => Err(BackendError::unsupported(b.device, name, "not a quantized-weight op")),
+    }
+}
+
+/// The activations as a contiguous f32 matrix `[m, k]` on the device.
+struct Activations {
+    /// Address of element 0.
+    ptr: u64,
+    m: usize,
+    k: usize,
+    /// The contiguous copy when the input was a strided view (kept alive
+    /// for the products queued after it).
+    _copy: Option<CudaBuffer>,
+}
+
+impl Activations {
+    fn new(b: &CudaBackend, name: &str, x: &TensorRef<'_>) -> Result<Activations, BackendError> {
+        let dims = x.layout.dims();
+        let Some((&k, lead)) = dims.split_last() else {
+            return Err(BackendError::invalid(name, "activations need at least one dim"));
+        };
+        if x.dtype() != DType::F32 {
+            return Err(BackendError::invalid(name, "activations must be f32"));
+        }
+        let m = lead.iter().product();
+        if x.layout.is_contiguous() {
+            let base = b.own(name, x.buffer)?.ptr();
+            return Ok(Activations {
+                ptr: base + (x.layout.offset() * 4) as u64,
+                m,
+                k,
+                _copy: None,
+            });
+        }
+        // Any other layout (transposed, stepped, broadcast rows): one
+        // copy, the copy op's kernel.
+        let copy = super::elementwise::run(
+            b,
+            &Op::Copy,
+            std::slice::from_ref(x),
+            &TensorMeta::new(x.layout.shape().clone(), DType::F32),
+        )?;
+        Ok(Activations {
+            ptr: copy.ptr(),
+            m,
+            k,
+            _copy: Some(copy),
+        })
+    }
+}
+
+/// A weight's rows on the device: row r at `ptr + r * row_stride` bytes.
+struct Weight {
+    ptr: u64,
+    row_stride: i64,
+    rows: usize,
+    /// Values per row.
+    cols: usize,
+    /// The contiguous copy of a weight whose bytes were not contiguous
+    /// within rows.
+    _copy: Option<CudaBuffer>,
+}
+
+impl Weight {
+    fn new(b: &CudaBackend, name: &str, qtype: QType, w: &TensorRef<'_>) -> Result<Weight, BackendError> {
+        let (dims, strides) = (w.layout.dims(), w.layout.strides());
+        if w.dtype() != DType::U8 || dims.len() != 2 || !dims[1].is_multiple_of(qtype.type_size()) {
+            // infer rejects these.
+            return Err(BackendError::invalid(
+                name,
+                format!("a {qtype} weight must be u8 blocks [rows, row_bytes]"),
+            ));
+        }
+        let (rows, row_bytes) = (dims[0], dims[1]);
+        let cols = row_bytes / qtype.type_size() * qtype.block_size();
+        if row_bytes <= 1 || strides[1] == 1 {
+            // Bytes contiguous within each row (the usual case: a QWeight's
+            // data); rows may be anywhere (a narrowed table).
+            let base = b.own(name, w.buffer)?.ptr();
+            return Ok(Weight {
+                ptr: base + w.layout.offset() as u64,
+                row_stride: if rows <= 1 { row_bytes as i64 } else { strides[0] as i64 },
+                rows,
+                cols,
+                _copy: None,
+            });
+        }
+        let copy = super::elementwise::run(
+            b,
+            &Op::Copy,
+            std::slice::from_ref(w),
+            &TensorMeta::new(w.layout.shape().clone(), DType::U8),
+        )?;
+        Ok(Weight {
+            ptr: copy.ptr(),
+            row_stride: row_bytes as i64,
+            rows,
+            cols,
+            _copy: Some(copy),
+        })
+    }
+}
+
+/// `x @ w^T`: f32 `[m, n]` for a `qtype` weight of n rows.
+fn product(
+    b: &CudaBackend,
+    name: &str,
+    qtype: QType,
+    x: &Activations,
+    w: &TensorRef<'_>,
+) -> Result<CudaBuffer, BackendError> {
+    let ty = kernel_type(qtype)
+        .ok_or_else(|| BackendError::unsupported(b.device, name, format!("no CUDA kernel for {qtype} weights")))?;
+    let w = Weight::new(b, name, qtype, w)?;
+    if w.cols != x.k {
+        return Err(BackendError::invalid(
+            name,
+            format!("activations of {} columns with a weight of {}", x.k, w.cols),
+        ));
+    }
+    let (m, n, k) = (x.m, w.rows, x.k);
+    let mut y = b.alloc(DType::F32, m * n)?;
+    if m * n == 0 {
+        return Ok(y);
+    }
+    if k == 0 {
+        // Empty sums.
+        b.stream
+            .memset_zeros(&mut y.data)
+            .map_err(|e| crate::error::driver(b.device, name, e, 0))?;
+        return Ok(y);
+    }
+    if m <= MATVEC_MAX_ROWS {
+        matvec(b, ty, &w, x, &y)?;
+    } else {
+        dequant_gemm(b, name, qtype, ty, &w, x, &y)?;
+    }
+    Ok(y)
+}
+
+/// The decode path: `qmatvec_T`, one warp per output column.
+fn matvec(b: &CudaBackend, ty: &str, w: &Weight, x: &Activations, y: &CudaBuffer) -> Result<(), BackendError> {
+    let kernel = format!("qmatvec_{ty}");
+    let f = b.function("quant", &kernel)?;
+    let blocks = u32::try_from(w.rows.div_ceil(MATVEC_WARPS))
+        .map_err(|_| BackendError::unsupported(b.device, kernel.clone(), "more weight rows than a grid holds"))?;
+    let cfg = LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: ((32 * MATVEC_WARPS) as u32, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let (n64, k64, m32, yp) = (w.rows as i64, x.k as i64, x.m as i32, y.ptr());
+    let mut args = b.stream.launch_builder(&f);
+    args.arg(&w.ptr)
+        .arg(&w.row_stride)
+        .arg(&n64)
+        .arg(&k64)
+        .arg(&x.ptr)
+        .arg(&m32)
+        .arg(&yp);
+    // SAFETY: qmatvec_T(w, row_stride, n, k, x, m, y): rows 0..n of
+    // `row_stride` bytes hold k values each (the executor checked the
+    // weight's layout against its buffer), x is contiguous [m, k] with
+    // m <= QMV_MAX_ROWS, y holds m * n f32.
+    unsafe { args.launch(cfg) }.map_err(|e| b.launch_err(&kernel, e))?;
+    Ok(())
+}
+
+/// The batched path: tiles of weight rows dequantized to f32
+/// (`qdequant_T`), each multiplied by cuBLAS into its columns of y.
+fn dequant_gemm(
+    b: &CudaBackend,
+    name: &str,
+    qtype: QType,
+    ty: &str,
+    w: &Weight,
+    x: &Activations,
+    y: &CudaBuffer,
+) -> Result<(), BackendError> {
+    let (m, n, k) = (x.m, w.rows, x.k);
+    let too_big = |v: usize| i32::try_from(v).is_err();
+    if too_big(m) || too_big(n) || too_big(k) {
+        return Err(BackendError::unsupported(b.device, name, "a dimension past 2^31"));
+    }
+    // At least one row (n >= 1 and k >= 1 here), at most all of them.
+    let tile_rows = (TILE_BYTES / (4 * k)).max(1).min(n);
+    let tile = b.alloc(DType::F32, tile_rows * k)?;
+    let kernel = format!("qdequant_{ty}");
+    let f = b.function("quant", &kernel)?;
+    let cpr = (k / chunk_len(qtype)) as i64;
+    let (one, zero) = (1f32, 0f32);
+    let mut j0 = 0;
+    while j0 < n {
+        let tn = tile_rows.min(n - j0);
+        let (wp, rows64, tp) = (w.ptr + (j0 as i64 * w.row_stride) as u64, tn as i64, tile.ptr());
+        let mut args = b.stream.launch_builder(&f);
+        args.arg(&wp).arg(&w.row_stride).arg(&rows64).arg(&cpr).arg(&tp);
+        // SAFETY: qdequant_T(w, row_stride, rows, cpr, y): rows j0..j0 + tn
+        // of the weight (inside it), each of cpr chunks, into the tile of
+        // tile_rows * k >= tn * k f32.
+        unsafe { args.launch(grid(tn * cpr as usize, b.sm_count)) }.map_err(|e| b.launch_err(&kernel, e))?;
+        // Row-major Y[m, n] = X[m, k] W[n, k]^T is column-major
+        // Y^T (n x m, ld n) = W (k x n col-major, transposed) X^T (k x m,
+        // ld k): for the tile, rows j0.. of Y^T, i.e. y + j0 with ld n.
+        // SAFETY: the tile holds tn rows of k f32 (lda k), x holds m rows
+        // of k (ldb k), and y's columns j0..j0 + tn of m rows of n (ldc n)
+        // lie inside y; the handle is bound to this backend's stream, so
+        // the GEMM runs after the dequantization and before the next tile's.
+        let status = unsafe {
+            cublasGemmStridedBatchedEx(
+                *b.blas.handle(),
+                cublasOperation_t::CUBLAS_OP_T,
+                cublasOperation_t::CUBLAS_OP_N,
+                tn as i32,
+                m as i32,
+                k as i32,
+                &one as *const f32 as *const _,
+                tp as *const _,
+                cudaDataType::CUDA_R_32F,
+                k as i32,
+                (tn * k) as i64,
+                x.ptr as *const _,
+                cudaDataType::CUDA_R_32F,
+                k as i32,
+                (m * k) as i64,
+                &zero as *const f32 as *const _,
+                (y.ptr() + (j0 * 4) as u64) as *mut _,
+                cudaDataType::CUDA_R_32F,
+                n as i32,
+                (m * n) as i64,
+                1,
+                cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        };
+        if status != cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+            return Err(BackendError::Device {
+                device: b.device,
+                message: format!("{name}: cublasGemmStridedBatchedEx: {status:?}"),
+            });
+        }
+        j0 += tn;
+    }
+    // The tile is freed in stream order (cudarc frees asynchronously on
+    // the stream), after the last GEMM that reads it.
+    drop(tile);
+    Ok(())
+}
+
+/// `act(gate, up)` written over `gate`: the kernel of `Op::SwiGlu` /
+/// `Op::GeGlu` (elementwise.cu), each thread reading and writing its own
+/// element only, so in place is safe.
+fn gated_in_place(
+    b: &CudaBackend,
+    act: GateActivation,
+    gate: &CudaBuffer,
+    up: &CudaBuffer,
+    out: &TensorMeta,
+) -> Result<(), BackendError> {
+    let n = out.shape.numel();
+    if n == 0 {
+        return Ok(());
+    }
+    let kernel = match act {
+        GateActivation::SwiGlu => "swiglu_F32",
+        GateActivation::GeGlu => "geglu_F32",
+    };
+    let whole = Layout::contiguous(out.shape.clone());
+    let l = Strided::broadcast(&whole, &out.shape)
+        .ok_or_else(|| BackendError::unsupported(b.device, kernel, "more dims than the kernels take"))?;
+    let f = b.function("elementwise", kernel)?;
+    let (gp, up_p, n64) = (gate.ptr(), up.ptr(), n as i64);
+    let mut args = b.stream.launch_builder(&f);
+    args.arg(&gp).arg(&l).arg(&up_p).arg(&l).arg(&gp).arg(&n64);
+    // SAFETY: swiglu_F32 / geglu_F32(x, lx, g, lg, y, n): gate and up hold
+    // n contiguous f32 each; y is x, which each thread reads at its own
+    // index before writing it.
+    unsafe { args.launch(grid(n, b.sm_count)) }.map_err(|e| b.launch_err(kernel, e))?;
+    Ok(())
+}
+
+/// `QEmbedding`: rows `ids` of the table, dequantized: `[ids.., cols]`.
+fn embedding(
+    b: &CudaBackend,
+    name: &str,
+    qtype: QType,
+    w: &TensorRef<'_>,
+    ids: &TensorRef<'_>,
+    out: &TensorMeta,
+) -> Result<CudaBuffer, BackendError> {
+    let ty = kernel_type(qtype)
+        .ok_or_else(|| BackendError::unsupported(b.device, name, format!("no CUDA kernel for {qtype} weights")))?;
+    let ity = index_suffix(ids.dtype())
+        .ok_or_else(|| BackendError::unsupported(b.device, name, "ids must be i32, i64 or u8"))?;
+    let table = Weight::new(b, name, qtype, w)?;
+    let n_ids = ids.layout.shape().numel();
+    let total = out.shape.numel();
+    if total != n_ids * table.cols {
+        return Err(BackendError::invalid(
+            name,
+            "the output does not match the ids and the table",
+        ));
+    }
+    let y = b.alloc(DType::F32, total)?;
+    if total == 0 {
+        // No element reads an id, but the CPU still checks every one (rows
+        // of zero columns, say).
+        if n_ids > 0 {
+            if let Some(msg) = first_bad(b, ids, table.rows, 0)? {
+                return Err(BackendError::invalid(name, msg));
+            }
+        }
+        return Ok(y);
+    }
+    let il = ids.layout;
+    let li = Strided::from_parts(il.dims(), il.strides(), il.offset())
+        .ok_or_else(|| BackendError::unsupported(b.device, name, "more dims than the kernels take"))?;
+    let mut bad = b.alloc(DType::I32, 1)?;
+    b.stream
+        .memset_zeros(&mut bad.data)
+        .map_err(|e| b.launch_err("index flag", e))?;
+    let kernel = format!("qembed_{ty}_{ity}");
+    let f = b.function("quant", &kernel)?;
+    let cpr = table.cols / chunk_len(qtype);
+    let (ip, yp, bp) = (b.own(name, ids.buffer)?.ptr(), y.ptr(), bad.ptr());
+    let (vocab64, n64, cpr64) = (table.rows as i64, n_ids as i64, cpr as i64);
+    let mut args = b.stream.launch_builder(&f);
+    args.arg(&table.ptr)
+        .arg(&table.row_stride)
+        .arg(&vocab64)
+        .arg(&ip)
+        .arg(&li)
+        .arg(&n64)
+        .arg(&cpr64)
+        .arg(&yp)
+        .arg(&bp);
+    // SAFETY: qembed_T_I(w, row_stride, vocab, ids, li, n_ids, cpr, y, bad):
+    // rows 0..vocab of the table lie inside its buffer and an id outside
+    // them is never read through; `li` addresses the ids' elements only
+    // (layout checked by the executor); y holds n_ids * cpr chunks, bad
+    // one i32.
+    unsafe { args.launch(grid(n_ids * cpr, b.sm_count)) }.map_err(|e| b.launch_err(&kernel, e))?;
+    // One 4-byte synchronous download, as the indexing ops do (index.rs).
+    let mut flag = [0u8; 4];
+    b.stream
+        .memcpy_dtoh(&bad.data.slice(..4), &mut flag)
+        .map_err(|e| b.launch_err("index flag", e))?;
+    b.stream.synchronize().map_err(|e| b.launch_err(&kernel, e))?;
+    if i32::from_ne_bytes(flag) != 0 {
+        let msg = first_bad(b, ids, table.rows, 0)?
+            .unwrap_or_else(|| format!("an index is out of range for dimension 0 of size {}", table.rows));
+        return Err(BackendError::invalid(name, msg));
+    }
+    Ok(y)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every type the CPU multiplies (and so looks up) has a decoder here,
+    /// and nothing else claims one.
+    #[test]
+    fn the_kernel_types_are_the_cpus() {
+        for q in QType::ALL {
+            let cpu = rustorch_cpu::qmatmul::can_matmul(q);
+            assert_eq!(kernel_type(q).is_some(), cpu, "{q}");
+            if cpu {
+                assert!(rustorch_core::quant::can_dequantize(q), "{q}");
+            }
+        }
+    }
+
+    /// Each type the launchers name is in quant.cu's type list (its
+    /// kernels are `qmatvec_T`, `qdequant_T`, `qembed_T_I`), with the
+    /// chunk length the launchers assume.
+    #[test]
+    fn every_kernel_type_is_in_the_source() {
+        let src = crate::KERNEL_SOURCES
+            .iter()
+            .find(|(n, _)| *n == "quant")
+            .map(|(_, s)| *s)
+            .unwrap();
+        for q in QType::ALL {
+            if let Some(ty) = kernel_type(q) {
+                assert!(src.contains(&format!("X({ty}, Q{ty})")), "{q}: not in Q_TYPES");
+                let at = src.find(&format!("struct Q{ty} ")).unwrap();
+                let line = &src[at..at + src[at..].find('\n').unwrap()];
+                assert!(line.contains(&format!("CH = {}", chunk_len(q))), "{q}: {line}");
+            }
+        }
+    }
+}
