@@ -147,10 +147,10 @@ pub(super) fn reduce(
 
 /// `(chunk, chunks)` where `rows` rows of `n` elements are too few to fill
 /// the GPU with one block per row: each row cut into `chunks` pieces of
-/// `chunk` elements (at least 4096 each), about four blocks per SM in all.
+/// `chunk` elements (at least 4096 each), about eight blocks per SM in all.
 fn split_rows(b: &CudaBackend, rows: usize, n: usize) -> Option<(usize, usize)> {
     const MIN_CHUNK: usize = 4096;
-    let target_blocks = 4 * b.sm_count.max(1) as usize;
+    let target_blocks = 8 * b.sm_count.max(1) as usize;
     if rows >= target_blocks / 2 || rows > u16::MAX as usize {
         return None;
     }
