@@ -104,7 +104,7 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
         let params: u64 = g.tensors().iter().map(|t| t.numel() as u64).sum();
         (model_label(&g, params), size, params, TokenReads::weight_bytes(&g))
     };
-    let (model, load_time) = loader::load(&path, &args.model.backend)?;
+    let (model, load_time) = loader::load(&path, &args.model)?;
     let reads = TokenReads::new(weight_reads, model.config());
     eprintln!("load: {:.2} ms", load_time.as_secs_f64() * 1e3);
     let depth = args.n_depth;
@@ -176,10 +176,17 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
         results.push(result);
     }
 
+    // llama-bench's names for where the model ran.
+    let backend = if model.placement().offloaded_layers() > 0 {
+        "CUDA"
+    } else {
+        "CPU"
+    };
     if json {
         print_json(
             &path.display().to_string(),
             &label,
+            backend,
             size,
             params,
             threads,
@@ -188,7 +195,7 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
             &results,
         );
     } else {
-        print_markdown(&label, size, params, threads, &results);
+        print_markdown(&label, backend, size, params, threads, &results);
     }
     Ok(())
 }
@@ -341,7 +348,7 @@ fn params_cell(params: u64) -> String {
 }
 
 /// llama-bench's markdown printer: fixed widths, negative = left-aligned.
-fn print_markdown(label: &str, size: u64, params: u64, threads: usize, results: &[TestResult]) {
+fn print_markdown(label: &str, backend: &str, size: u64, params: u64, threads: usize, results: &[TestResult]) {
     let fields: [(&str, i32); 7] = [
         ("model", -30),
         ("size", 10),
@@ -375,7 +382,7 @@ fn print_markdown(label: &str, size: u64, params: u64, threads: usize, results: 
             label.to_string(),
             size_cell(size),
             params_cell(params),
-            "CPU".to_string(),
+            backend.to_string(),
             threads.to_string(),
             r.name.clone(),
             format!("{mean:.2} ± {sd:.2}"),
@@ -393,6 +400,7 @@ fn print_markdown(label: &str, size: u64, params: u64, threads: usize, results: 
 fn print_json(
     file: &str,
     label: &str,
+    backend: &str,
     size: u64,
     params: u64,
     threads: usize,
@@ -413,7 +421,7 @@ fn print_json(
                 "model_type": label,
                 "model_size": size,
                 "model_n_params": params,
-                "backend": "CPU",
+                "backend": backend,
                 "n_threads": threads,
                 "n_prompt": r.n_prompt,
                 "n_gen": r.n_gen,

@@ -44,7 +44,7 @@ struct Session<'m> {
 
 pub fn run(args: &ChatArgs) -> Result<(), CliError> {
     let path = loader::prepare(&args.model)?;
-    let (model, _) = loader::load(&path, &args.model.backend)?;
+    let (model, _) = loader::load(&path, &args.model)?;
     let template = loader::chat_template(&model, args.chat_template.as_deref())?;
     let n_ctx = loader::context_size(&model, args.ctx_size)?;
     let mut s = Session {

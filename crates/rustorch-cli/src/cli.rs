@@ -32,9 +32,16 @@ pub struct ModelArgs {
     #[arg(short = 'm', long, value_name = "MODEL")]
     pub model: Option<PathBuf>,
 
-    /// Device: cpu or auto (models run on the CPU in this build; GPU models come with the CUDA backend's model ops)
+    /// Device: cpu, cuda (cuda:N for another GPU) or auto (the first GPU
+    /// when there is one, else the CPU; builds with the `cuda` feature)
     #[arg(short = 'b', long, value_name = "BACKEND", default_value = "auto")]
     pub backend: String,
+
+    /// Layers on the GPU (llama.cpp's -ngl, also spelled -ngl here): a
+    /// number (0 = all on the CPU; more than the model's layers puts the
+    /// output projection there too), or all
+    #[arg(long = "gpu-layers", value_name = "N|all", default_value = "all")]
+    pub gpu_layers: String,
 
     /// CPU threads (default: one per physical core, as llama.cpp)
     #[arg(short = 't', long, value_name = "N")]

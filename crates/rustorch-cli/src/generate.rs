@@ -16,7 +16,7 @@ pub fn run(args: &GenerateArgs) -> Result<(), CliError> {
         ));
     };
     let path = loader::prepare(&args.model)?;
-    let (model, load_time) = loader::load(&path, &args.model.backend)?;
+    let (model, load_time) = loader::load(&path, &args.model)?;
     let exec = model.executor().clone();
 
     let tok = model.tokenizer();

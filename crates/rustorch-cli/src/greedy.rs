@@ -28,7 +28,7 @@ pub fn run(args: &GreedyArgs) -> Result<(), CliError> {
         .map_err(|e| CliError::msg(format!("cannot read {}: {e}", args.file.display())))?;
     let prompts = read_prompts(std::io::BufReader::new(file), &args.file.display().to_string())?;
     let path = loader::prepare(&args.model)?;
-    let (model, _) = loader::load(&path, &args.model.backend)?;
+    let (model, _) = loader::load(&path, &args.model)?;
     let n_ctx = loader::context_size(&model, args.ctx_size)?;
     let tok = model.tokenizer();
     model.run_pass(|| {

@@ -6,9 +6,9 @@ use crate::cli::{FlashAttn, ModelArgs, SamplingArgs};
 use crate::error::CliError;
 use crate::fetch;
 use indicatif::{ProgressBar, ProgressStyle};
-use rustorch::Executor;
+use rustorch::{Device, Executor};
 use rustorch_llm::chat::ChatTemplate;
-use rustorch_llm::model::KvCache;
+use rustorch_llm::model::{KvCache, Placement};
 use rustorch_llm::{Model, Sampler, SamplerConfig};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -33,14 +33,99 @@ pub fn model_path(model: Option<&Path>) -> Result<PathBuf, CliError> {
 }
 
 pub fn check_backend(backend: &str) -> Result<(), CliError> {
+    parse_backend(backend).map(|_| ())
+}
+
+/// What `-b` asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BackendChoice {
+    Cpu,
+    Auto,
+    Cuda(usize),
+}
+
+fn parse_backend(backend: &str) -> Result<BackendChoice, CliError> {
     match backend {
-        "cpu" | "auto" => Ok(()),
-        b @ ("cuda" | "metal" | "vulkan" | "opencl") => Err(CliError::msg(format!(
-            "backend '{b}' cannot run models in this build of rustorch-cli (models run on: cpu; `rustorch-cli devices` lists the devices found)"
+        "cpu" => Ok(BackendChoice::Cpu),
+        "auto" => Ok(BackendChoice::Auto),
+        "cuda" => Ok(BackendChoice::Cuda(0)),
+        b if b.starts_with("cuda:") => b[5..]
+            .parse()
+            .map(BackendChoice::Cuda)
+            .map_err(|_| CliError::msg(format!("backend '{b}': expected cuda:N with N a GPU number"))),
+        b @ ("metal" | "vulkan" | "opencl") => Err(CliError::msg(format!(
+            "backend '{b}' is not in this build of rustorch-cli (models run on: cpu{}; `rustorch-cli devices` lists the devices found)",
+            if cfg!(feature = "cuda") { ", cuda" } else { "" }
         ))),
         other => Err(CliError::msg(format!(
-            "unknown backend '{other}'; choose cpu, cuda, metal, vulkan, opencl or auto"
+            "unknown backend '{other}'; choose cpu, cuda, cuda:N, metal, vulkan, opencl or auto"
         ))),
+    }
+}
+
+/// Why no CUDA device can run the model here, in words.
+fn no_cuda_reason() -> String {
+    if !cfg!(feature = "cuda") {
+        return "this build of rustorch-cli has no CUDA support (build it with --features cuda)".into();
+    }
+    rustorch::registry::enumerate()
+        .unavailable
+        .into_iter()
+        .find(|(name, _)| *name == "cuda")
+        .map_or_else(|| "no CUDA device found".into(), |(_, why)| why)
+}
+
+/// The device `-b` picks: the CPU, or a GPU the global executor has.
+fn pick_device(choice: BackendChoice) -> Result<Device, CliError> {
+    let gpus: Vec<Device> = Executor::global()
+        .devices()
+        .into_iter()
+        .filter(|d| matches!(d, Device::Cuda(_)))
+        .collect();
+    match choice {
+        BackendChoice::Cpu => Ok(Device::Cpu),
+        BackendChoice::Cuda(n) => {
+            if gpus.contains(&Device::Cuda(n)) {
+                Ok(Device::Cuda(n))
+            } else if gpus.is_empty() {
+                Err(CliError::msg(format!("backend 'cuda': {}", no_cuda_reason())))
+            } else {
+                let have: Vec<String> = gpus.iter().map(|d| d.to_string()).collect();
+                Err(CliError::msg(format!(
+                    "backend 'cuda:{n}': no such GPU (found: {})",
+                    have.join(", ")
+                )))
+            }
+        }
+        BackendChoice::Auto => match gpus.first() {
+            Some(&d) => {
+                let name = Executor::global()
+                    .device_reports()
+                    .into_iter()
+                    .find(|r| r.device == d)
+                    .map(|r| r.capability.name)
+                    .unwrap_or_default();
+                eprintln!("backend: auto picked {d} ({name})");
+                Ok(d)
+            }
+            None => {
+                eprintln!("backend: auto picked cpu ({})", no_cuda_reason());
+                Ok(Device::Cpu)
+            }
+        },
+    }
+}
+
+/// `--gpu-layers` for a model of `n_layer` layers: `all` puts every layer
+/// and the output projection on the GPU (`n_layer + 1`).
+fn gpu_layers(arg: &str, n_layer: usize) -> Result<usize, CliError> {
+    match arg {
+        "all" | "auto" => Ok(n_layer + 1),
+        n => n.parse().map_err(|_| {
+            CliError::msg(format!(
+                "--gpu-layers {n}: expected a number of layers or all"
+            ))
+        }),
     }
 }
 
@@ -56,35 +141,60 @@ pub fn set_threads(t: usize) -> Result<(), CliError> {
         .map_err(|e| CliError::msg(format!("cannot set {t} threads: {e}")))
 }
 
-/// Loads `path` with the global executor, showing a per-layer progress bar
-/// on a terminal; returns the model and the time it took.
-pub fn load(path: &Path, backend: &str) -> Result<(Model, Duration), CliError> {
+/// Loads `path` on the device `-b` picks (`-ngl` layers of it on a GPU,
+/// the rest on the CPU), showing a per-layer progress bar on a terminal;
+/// returns the model and the time it took.
+pub fn load(path: &Path, args: &ModelArgs) -> Result<(Model, Duration), CliError> {
     let start = Instant::now();
+    let device = pick_device(parse_backend(&args.backend)?)?;
     let bar = ProgressBar::new(1);
     bar.set_style(
         ProgressStyle::with_template("loading {bar:30} {pos}/{len} layers {elapsed}")
             .expect("the template is a valid indicatif template"),
     );
-    // The models' ops (GGML-typed products, attention) have CPU kernels
-    // only so far: a linked GPU backend would only move activations back
-    // and forth, so models get the CPU alone until they run on the GPU.
     let global = Executor::global();
-    let exec = if global.devices().iter().all(|d| d.is_cpu()) {
-        global
-    } else {
+    // On the CPU, the model gets the CPU alone: a linked GPU backend would
+    // only move activations back and forth.
+    let exec = if device.is_cpu() && !global.devices().iter().all(|d| d.is_cpu()) {
         std::sync::Arc::new(Executor::from_backends(
             global.config().clone(),
             vec![std::sync::Arc::new(rustorch::cpu::CpuBackend::new())],
         ))
+    } else {
+        global
     };
-    let model = Model::load_with(path, &exec, |done, total| {
-        bar.set_length(total as u64);
-        bar.set_position(done as u64);
-    })
+    let mut layers_arg_error = None;
+    let model = Model::load_placed(
+        path,
+        &exec,
+        |cfg| {
+            if device.is_cpu() {
+                return Placement::all_on(Device::Cpu, cfg.n_layer);
+            }
+            let n = gpu_layers(&args.gpu_layers, cfg.n_layer).unwrap_or_else(|e| {
+                layers_arg_error = Some(e);
+                0
+            });
+            Placement::offload(device, n, cfg.n_layer)
+        },
+        |done, total| {
+            bar.set_length(total as u64);
+            bar.set_position(done as u64);
+        },
+    )
     .map_err(|e| CliError::msg(format!("{}: {e}", path.display())))?;
     bar.finish_and_clear();
-    if backend == "auto" {
-        eprintln!("backend: auto picked cpu (models run on the CPU in this build)");
+    if let Some(e) = layers_arg_error {
+        return Err(e);
+    }
+    if !device.is_cpu() {
+        let p = model.placement();
+        eprintln!(
+            "placement: {} of {} layers on {device}{}",
+            p.offloaded_layers(),
+            p.layers.len(),
+            if p.output.is_cpu() { ", output on cpu" } else { ", output too" }
+        );
     }
     Ok((model, start.elapsed()))
 }

@@ -41,10 +41,11 @@ static ALLOCATOR: rustorch::cpu::block_cache::BlockCache = rustorch::cpu::block_
 
 fn main() -> ExitCode {
     exit_quietly_on_closed_pipe();
-    // llama.cpp spells --flash-attn `-fa` and --ubatch-size `-ub`, which clap
-    // would read as two short flags each.
+    // llama.cpp spells --flash-attn `-fa`, --ubatch-size `-ub` and
+    // --gpu-layers `-ngl`, which clap would read as several short flags.
     let args = std::env::args_os().map(|a| match a.to_str() {
         Some("-fa") => "--flash-attn".into(),
+        Some("-ngl") => "--gpu-layers".into(),
         Some("-ub") => "--ubatch-size".into(),
         _ => a,
     });

@@ -31,7 +31,7 @@ pub fn run(args: &PerplexityArgs) -> Result<(), CliError> {
         n_ubatch: args.ubatch_size,
     };
     let path = loader::prepare(&args.model)?;
-    let (model, load_time) = loader::load(&path, &args.model.backend)?;
+    let (model, load_time) = loader::load(&path, &args.model)?;
     eprintln!("perplexity: model loaded in {:.2} s", load_time.as_secs_f64());
 
     let t = Instant::now();

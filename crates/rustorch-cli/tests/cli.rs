@@ -28,12 +28,16 @@ fn generation_errors_are_one_line() {
     let o = cli(["-m", not_gguf.to_str().unwrap(), "-p", "hello", "-b", "cuda"]);
     assert_one_line_error(
         &o,
-        "backend 'cuda' cannot run models in this build of rustorch-cli (models run on: cpu; `rustorch-cli devices` lists the devices found)",
+        if cfg!(feature = "cuda") {
+            "backend 'cuda': no CUDA driver (libcuda.so.1 not found): no NVIDIA GPU here"
+        } else {
+            "backend 'cuda': this build of rustorch-cli has no CUDA support (build it with --features cuda)"
+        },
     );
     let o = cli(["-m", not_gguf.to_str().unwrap(), "-p", "hello", "-b", "tpu"]);
     assert_one_line_error(
         &o,
-        "unknown backend 'tpu'; choose cpu, cuda, metal, vulkan, opencl or auto",
+        "unknown backend 'tpu'; choose cpu, cuda, cuda:N, metal, vulkan, opencl or auto",
     );
 }
 

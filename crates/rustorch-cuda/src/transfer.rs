@@ -22,7 +22,43 @@ use rustorch_core::BackendError;
 use std::sync::Mutex;
 
 /// Bytes per staging buffer (two per direction).
-const CHUNK: usize = 16 << 20;
+const CHUNK: usize = 32 << 20;
+
+/// `src` into `dst` (same length) on several host threads for large
+/// copies: one thread copies ~10 GB/s into pinned memory, below the bus
+/// (the transfer table in docs/BENCHMARKS.md), so staging needs more.
+fn host_copy(src: &[u8], dst: &mut [u8]) {
+    const PER_THREAD: usize = 2 << 20;
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(8)
+        .min(src.len() / PER_THREAD);
+    if threads <= 1 {
+        dst.copy_from_slice(src);
+        return;
+    }
+    let share = src.len().div_ceil(threads);
+    // Each share in a slot that its thread empties, or this one where no
+    // thread could be started.
+    type Share<'a> = std::sync::Mutex<Option<(&'a [u8], &'a mut [u8])>>;
+    let copy = |slot: &Share<'_>| {
+        if let Some((s, d)) = slot.lock().ok().and_then(|mut j| j.take()) {
+            d.copy_from_slice(s);
+        }
+    };
+    let shares: Vec<Share<'_>> = src
+        .chunks(share)
+        .zip(dst.chunks_mut(share))
+        .map(|job| std::sync::Mutex::new(Some(job)))
+        .collect();
+    std::thread::scope(|scope| {
+        for slot in &shares {
+            if std::thread::Builder::new().spawn_scoped(scope, || copy(slot)).is_err() {
+                copy(slot);
+            }
+        }
+    });
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Method {
@@ -179,7 +215,7 @@ impl CudaBackend {
             buf.done.synchronize().map_err(fail)?;
             // SAFETY: the buffer holds CHUNK >= piece.len() bytes and no
             // device work reads it now.
-            unsafe { std::ptr::copy_nonoverlapping(piece.as_ptr(), buf.host, piece.len()) };
+            host_copy(piece, unsafe { std::slice::from_raw_parts_mut(buf.host, piece.len()) });
             let at = dst + (k * CHUNK) as u64;
             match method {
                 // SAFETY: page-locked source of `piece.len()` bytes,
@@ -241,8 +277,10 @@ impl CudaBackend {
             }
             let buf = &bufs.down[k % 2];
             buf.done.synchronize().map_err(fail)?;
-            // SAFETY: the device finished writing this chunk (its event).
-            unsafe { std::ptr::copy_nonoverlapping(buf.host, dst[k * CHUNK..].as_mut_ptr(), len(k)) };
+            // SAFETY: the device finished writing this chunk (its event),
+            // and the buffer holds CHUNK >= len(k) bytes.
+            let staged = unsafe { std::slice::from_raw_parts(buf.host, len(k)) };
+            host_copy(staged, &mut dst[k * CHUNK..k * CHUNK + len(k)]);
         }
         Ok(())
     }
