@@ -42,17 +42,17 @@ done
 export RUSTORCH_CUDA_CACHE=/tmp/rustorch-cuda-cache
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 rc=0
-"$cli" -m "$model" greedy -f "$prompts" -n "$n" -b cpu > /tmp/g-cpu.jsonl 2>/tmp/g-cpu.err || { cat /tmp/g-cpu.err; rc=1; }
+"$cli" greedy -m "$model" -f "$prompts" -n "$n" -b cpu > /tmp/g-cpu.jsonl 2>/tmp/g-cpu.err || { cat /tmp/g-cpu.err; rc=1; }
 run_gpu() {
     local tag="$1"
     shift
-    local t0=$(date +%s.%N)
-    "$cli" -m "$model" greedy -f "$prompts" -n "$n" -b cuda "$@" > "/tmp/g-$tag.jsonl" 2>"/tmp/g-$tag.err" || {
+    local t0=$(date +%s%N)
+    "$cli" greedy -m "$model" -f "$prompts" -n "$n" -b cuda "$@" > "/tmp/g-$tag.jsonl" 2>"/tmp/g-$tag.err" || {
         tail -5 "/tmp/g-$tag.err"
         rc=1
     }
     grep -E "placement|backend" "/tmp/g-$tag.err" | head -2
-    echo "  ($(echo "$(date +%s.%N) - $t0" | bc) s)"
+    echo "  ($(( ($(date +%s%N) - t0) / 1000000 )) ms)"
 }
 run_gpu all
 run_gpu ngl0 -ngl 0
@@ -98,6 +98,6 @@ for tag in ["all", "ngl0", "ngl10"]:
         print("   ", n)
 PY
 echo "== bench (pp512, tg128)"
-"$cli" -m "$model" bench -b cuda -p 512 -n 128 -r 3 2>&1 | tail -4 || rc=1
-"$cli" -m "$model" bench -b cpu -p 512 -n 128 -r 2 2>&1 | tail -3 || rc=1
+"$cli" bench -m "$model" -b cuda -p 512 -n 128 -r 3 2>&1 | tail -4 || rc=1
+"$cli" bench -m "$model" -b cpu -p 512 -n 128 -r 2 2>&1 | tail -3 || rc=1
 exit $rc

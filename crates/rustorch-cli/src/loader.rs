@@ -121,11 +121,9 @@ fn pick_device(choice: BackendChoice) -> Result<Device, CliError> {
 fn gpu_layers(arg: &str, n_layer: usize) -> Result<usize, CliError> {
     match arg {
         "all" | "auto" => Ok(n_layer + 1),
-        n => n.parse().map_err(|_| {
-            CliError::msg(format!(
-                "--gpu-layers {n}: expected a number of layers or all"
-            ))
-        }),
+        n => n
+            .parse()
+            .map_err(|_| CliError::msg(format!("--gpu-layers {n}: expected a number of layers or all"))),
     }
 }
 
@@ -163,6 +161,18 @@ pub fn load(path: &Path, args: &ModelArgs) -> Result<(Model, Duration), CliError
     } else {
         global
     };
+    if !device.is_cpu() {
+        // A first start compiles the GPU's kernels (cached on disk after).
+        let spin = ProgressBar::new_spinner();
+        spin.set_message(format!("preparing {device} (compiling its kernels on first use)"));
+        spin.enable_steady_tick(Duration::from_millis(120));
+        let ready = exec
+            .backend(device)
+            .ok_or_else(|| CliError::msg(format!("{device}: no backend")))?
+            .warm_up();
+        spin.finish_and_clear();
+        ready.map_err(|e| CliError::msg(format!("{device}: {e}")))?;
+    }
     let mut layers_arg_error = None;
     let model = Model::load_placed(
         path,
@@ -193,7 +203,11 @@ pub fn load(path: &Path, args: &ModelArgs) -> Result<(Model, Duration), CliError
             "placement: {} of {} layers on {device}{}",
             p.offloaded_layers(),
             p.layers.len(),
-            if p.output.is_cpu() { ", output on cpu" } else { ", output too" }
+            if p.output.is_cpu() {
+                ", output on cpu"
+            } else {
+                ", output too"
+            }
         );
     }
     Ok((model, start.elapsed()))

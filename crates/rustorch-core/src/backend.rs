@@ -161,6 +161,14 @@ pub trait Backend: Send + Sync {
     /// A device that queues work times it with its own events (reading
     /// one waits for the op); the default, for backends that finish an op
     /// before `execute` returns, is the host's clock.
+    /// Prepares now what the device would otherwise prepare as ops first
+    /// need it (the CUDA backend compiles and loads its kernels, on several
+    /// threads), so that a long first-use cost happens once, where a caller
+    /// can show progress. The default has nothing to prepare.
+    fn warm_up(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+
     fn timer(&self) -> Box<dyn OpTimer> {
         Box::new(HostTimer(std::time::Instant::now()))
     }

@@ -152,20 +152,7 @@ impl CudaBackend {
             match modules.get(module) {
                 Some(m) => m.clone(),
                 None => {
-                    let src = crate::KERNEL_SOURCES
-                        .iter()
-                        .find(|(n, _)| *n == module)
-                        .map(|(_, s)| *s)
-                        .ok_or_else(|| BackendError::unsupported(self.device, name, "no such kernel module"))?;
-                    let ptx =
-                        crate::compile::compile(module, src, &self.arch).map_err(|message| BackendError::Device {
-                            device: self.device,
-                            message,
-                        })?;
-                    let m = self
-                        .ctx
-                        .load_module(ptx)
-                        .map_err(|e| self.err("loading kernels", e, 0))?;
+                    let m = self.load_module(module)?;
                     modules.insert(module, m.clone());
                     m
                 }
@@ -179,6 +166,63 @@ impl CudaBackend {
             .map_err(|_| self.poisoned())?
             .insert(name.to_string(), f.clone());
         Ok(f)
+    }
+
+    /// Kernel module `module` compiled (or read from the disk cache) and
+    /// loaded into the context.
+    fn load_module(&self, module: &'static str) -> Result<Arc<CudaModule>, BackendError> {
+        let src = crate::KERNEL_SOURCES
+            .iter()
+            .find(|(n, _)| *n == module)
+            .map(|(_, s)| *s)
+            .ok_or_else(|| BackendError::unsupported(self.device, module, "no such kernel module"))?;
+        let ptx = crate::compile::compile(module, src, &self.arch).map_err(|message| BackendError::Device {
+            device: self.device,
+            message,
+        })?;
+        self.ctx.load_module(ptx).map_err(|e| self.err("loading kernels", e, 0))
+    }
+
+    /// Compiles (or reads from the disk cache) and loads every kernel
+    /// module not loaded yet, on several threads at once: a first start
+    /// otherwise compiles module by module as ops first need them, which
+    /// on a fresh cache takes about a minute and a half on one thread.
+    pub fn load_all_kernels(&self) -> Result<(), BackendError> {
+        let missing: Vec<&'static str> = {
+            let modules = self.modules.lock().map_err(|_| self.poisoned())?;
+            crate::KERNEL_SOURCES
+                .iter()
+                .map(|(n, _)| *n)
+                .filter(|n| !modules.contains_key(n))
+                .collect()
+        };
+        let loaded: Vec<(&'static str, Result<Arc<CudaModule>, BackendError>)> = std::thread::scope(|scope| {
+            let jobs: Vec<_> = missing
+                .iter()
+                .map(|&m| {
+                    (
+                        m,
+                        std::thread::Builder::new().spawn_scoped(scope, move || self.load_module(m)),
+                    )
+                })
+                .collect();
+            jobs.into_iter()
+                .map(|(m, job)| {
+                    // Where no thread could be started, or one panicked,
+                    // the module is loaded here.
+                    let r = match job {
+                        Ok(handle) => handle.join().unwrap_or_else(|_| self.load_module(m)),
+                        Err(_) => self.load_module(m),
+                    };
+                    (m, r)
+                })
+                .collect()
+        });
+        let mut modules = self.modules.lock().map_err(|_| self.poisoned())?;
+        for (m, r) in loaded {
+            modules.entry(m).or_insert(r?);
+        }
+        Ok(())
     }
 
     pub(crate) fn poisoned(&self) -> BackendError {
@@ -341,6 +385,10 @@ impl Backend for CudaBackend {
 
     fn supports(&self, op: &Op, inputs: &[TensorMeta]) -> bool {
         crate::ops::supports(op, inputs)
+    }
+
+    fn warm_up(&self) -> Result<(), BackendError> {
+        self.load_all_kernels()
     }
 
     fn upload(&self, host: HostSlice<'_>) -> Result<Buffer, BackendError> {
