@@ -66,7 +66,7 @@ fn parse_backend(backend: &str) -> Result<BackendChoice, CliError> {
 /// Why no CUDA device can run the model here, in words.
 fn no_cuda_reason() -> String {
     if !cfg!(feature = "cuda") {
-        return "this build of rustorch-cli has no CUDA support (build it with --features cuda)".into();
+        return "this build of rustorch-cli has no CUDA support (build it with its default features, or --features cuda)".into();
     }
     rustorch::registry::enumerate()
         .unavailable

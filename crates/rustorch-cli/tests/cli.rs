@@ -31,7 +31,7 @@ fn generation_errors_are_one_line() {
         if cfg!(feature = "cuda") {
             "backend 'cuda': no CUDA driver (libcuda.so.1 not found): no NVIDIA GPU here"
         } else {
-            "backend 'cuda': this build of rustorch-cli has no CUDA support (build it with --features cuda)"
+            "backend 'cuda': this build of rustorch-cli has no CUDA support (build it with its default features, or --features cuda)"
         },
     );
     let o = cli(["-m", not_gguf.to_str().unwrap(), "-p", "hello", "-b", "tpu"]);
