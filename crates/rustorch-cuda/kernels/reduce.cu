@@ -440,6 +440,17 @@ __device__ __forceinline__ double contiguous_sum(const typename TY::store* p, i6
     return s;
 }
 
+// Joins the moments (count, sum, squared deviations) of a piece into
+// another's (Chan et al.); an empty side changes nothing.
+__device__ __forceinline__ void moments_join(double& n, double& s, double& m2, double nb, double sb, double m2b) {
+    if (nb == 0.0) return;
+    if (n == 0.0) { n = nb; s = sb; m2 = m2b; return; }
+    double delta = sb / nb - s / n;
+    m2 += m2b + delta * delta * (n * nb / (n + nb));
+    n += nb;
+    s += sb;
+}
+
 #define REDUCE_SPLIT(TY)                                                                     \
     extern "C" __global__ void reduce_moments_part_##TY(const TY##T::store* x, Strided lo,  \
                                                         Strided li, double* part, i64 n_inner, \
@@ -484,16 +495,22 @@ __device__ __forceinline__ double contiguous_sum(const typename TY::store* p, i6
     extern "C" __global__ void reduce_moments_join_##TY(const double* part, TY##T::store* y, \
                                                         i64 rows, i64 chunks, int kind,     \
                                                         int correction) {                   \
-        i64 o = (i64)blockIdx.x * blockDim.x + threadIdx.x;                                  \
+        /* One warp per row: lane l joins chunks l, l+32, ... in order, */                   \
+        /* then the lanes join in a fixed tree (same bits every run). */                     \
+        i64 o = blockIdx.x;                                                                  \
+        int lane = threadIdx.x;                                                              \
         if (o >= rows) return;                                                               \
         const double* p = part + o * chunks * 3;                                             \
-        double n = p[0], s = p[1], m2 = p[2];                                                \
-        for (i64 c = 1; c < chunks; ++c) {                                                   \
-            double nb = p[c * 3], sb = p[c * 3 + 1], m2b = p[c * 3 + 2];                     \
-            double delta = sb / nb - s / n;                                                  \
-            m2 += m2b + delta * delta * (n * nb / (n + nb));                                 \
-            n += nb; s += sb;                                                                \
+        double n = 0.0, s = 0.0, m2 = 0.0;                                                   \
+        for (i64 c = lane; c < chunks; c += 32)                                              \
+            moments_join(n, s, m2, p[c * 3], p[c * 3 + 1], p[c * 3 + 2]);                   \
+        for (int off = 16; off > 0; off >>= 1) {                                             \
+            double nb = __shfl_down_sync(0xffffffffu, n, off);                               \
+            double sb = __shfl_down_sync(0xffffffffu, s, off);                               \
+            double m2b = __shfl_down_sync(0xffffffffu, m2, off);                             \
+            if (lane < off) moments_join(n, s, m2, nb, sb, m2b);                             \
         }                                                                                    \
+        if (lane != 0) return;                                                               \
         double out;                                                                          \
         if (kind == 0) out = s;                                                              \
         else if (kind == 1) out = s / n;                                                     \

@@ -120,9 +120,19 @@ pub(super) fn reduce(
                 .arg(&kind)
                 .arg(&correction);
         }
-        // SAFETY: reduce_*_join_*(partials, outputs, rows, chunks, ...): one
-        // thread per row reads its row's `chunks` partials.
-        unsafe { args.launch(grid(rows, b.sm_count)) }.map_err(|e| b.launch_err(&join_name, e))?;
+        // Moments join with one warp per row, bests with one thread per row.
+        let cfg = if best {
+            grid(rows, b.sm_count)
+        } else {
+            LaunchConfig {
+                grid_dim: (rows as u32, 1, 1),
+                block_dim: (32, 1, 1),
+                shared_mem_bytes: 0,
+            }
+        };
+        // SAFETY: reduce_*_join_*(partials, outputs, rows, chunks, ...): each
+        // row's thread or warp reads that row's `chunks` partials.
+        unsafe { args.launch(cfg) }.map_err(|e| b.launch_err(&join_name, e))?;
         return Ok(y);
     }
     let name = if best {
