@@ -286,6 +286,23 @@ INT_CHECK(I32, int)
 INT_CHECK(I64, i64)
 INT_CHECK(U8, u8)
 
+// Integer clamp: bounds already rounded inward and saturated into the
+// dtype by the host (as the CPU takes them; a NaN bound never gets here),
+// compared in i64. Lower bound first, then upper, as on the CPU, so every
+// element becomes `hi` when lo > hi.
+#define INT_CLAMP(TY, T)                                                                     \
+    extern "C" __global__ void clamp_##TY(const T* x, Strided lx, T* y, i64 n, i64 lo, i64 hi) { \
+        RT_GRID_STRIDE(i, n) {                                                               \
+            i64 v = (i64)x[strided_at(lx, i)];                                               \
+            if (v < lo) v = lo;                                                              \
+            if (v > hi) v = hi;                                                              \
+            y[i] = (T)v;                                                                     \
+        }                                                                                    \
+    }
+INT_CLAMP(I32, int)
+INT_CLAMP(I64, i64)
+INT_CLAMP(U8, u8)
+
 // Bools (0/1 bytes): maximum is or, minimum is and.
 INT_BINARY(maximum, BOOL, u8, u8, ((x | z) ? 1 : 0))
 INT_BINARY(minimum, BOOL, u8, u8, ((x & z) ? 1 : 0))

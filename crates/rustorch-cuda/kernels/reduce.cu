@@ -550,3 +550,227 @@ __device__ __forceinline__ void moments_join(double& n, double& s, double& m2, d
         if (yi) yi[o] = b.i;                                                                 \
     }
 ALL_FLOATS(REDUCE_SPLIT)
+
+// ---- integers and bools ----------------------------------------------------
+// Exact, as the CPU reduces them: every element widens to i64 (bools as
+// 0/1, u8 zero-extended, i32 sign-extended) and sums and products wrap in
+// 64 bits, computed in u64 where C's signed overflow would be undefined.
+// Wrapping addition and multiplication are associative and commutative
+// (arithmetic mod 2^64), so any order of terms (threads, warps, chunks)
+// gives the CPU's result bit for bit; products may therefore be split over
+// blocks too, unlike float ones. Max/min compare the widened values, ties
+// keep the first index (the CPU's and PyTorch's argmax), and the value is
+// stored back in the input's dtype (always in range: it is an element).
+struct IntI32  { typedef int store; };
+struct IntI64  { typedef i64 store; };
+struct IntU8   { typedef u8  store; };
+struct IntBOOL { typedef u8  store; };
+__device__ __forceinline__ i64 iload(IntI32, int x) { return (i64)x; }
+__device__ __forceinline__ i64 iload(IntI64, i64 x) { return x; }
+__device__ __forceinline__ i64 iload(IntU8, u8 x)   { return (i64)x; }
+__device__ __forceinline__ i64 iload(IntBOOL, u8 x) { return x != 0 ? 1 : 0; }
+__device__ __forceinline__ int istore(IntI32, i64 v) { return (int)v; }
+__device__ __forceinline__ i64 istore(IntI64, i64 v) { return v; }
+__device__ __forceinline__ u8  istore(IntU8, i64 v)   { return (u8)v; }
+__device__ __forceinline__ u8  istore(IntBOOL, i64 v) { return v != 0 ? 1 : 0; }
+
+template <bool PROD> __device__ __forceinline__ u64 ifold(u64 a, u64 b) { return PROD ? a * b : a + b; }
+
+// Block-wide wrapping sum / product of one u64 per thread (all threads
+// take part); every thread gets the result.
+template <bool PROD> __device__ u64 block_fold(u64 v, u64* smem) {
+    for (int o = 16; o > 0; o >>= 1) v = ifold<PROD>(v, __shfl_down_sync(0xffffffffu, v, o));
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) smem[warp] = v;
+    __syncthreads();
+    v = threadIdx.x < (blockDim.x >> 5) ? smem[threadIdx.x] : (PROD ? 1ull : 0ull);
+    if (warp == 0)
+        for (int o = 16; o > 0; o >>= 1) v = ifold<PROD>(v, __shfl_down_sync(0xffffffffu, v, o));
+    if (threadIdx.x == 0) smem[0] = v;
+    __syncthreads();
+    v = smem[0];
+    __syncthreads();
+    return v;
+}
+
+// An integer max/min candidate: the widened value and its index in the row
+// (-1: none yet, for threads that saw no element).
+struct IBest { i64 v; i64 i; };
+template <bool MAX> __device__ __forceinline__ bool ibetter(i64 x, i64 xi, IBest b) {
+    return (MAX ? x > b.v : x < b.v) || (x == b.v && xi < b.i);
+}
+template <bool MAX> __device__ __forceinline__ IBest ibest_take(IBest b, IBest c) {
+    return (c.i >= 0 && (b.i < 0 || ibetter<MAX>(c.v, c.i, b))) ? c : b;
+}
+template <bool MAX> __device__ IBest block_ibest(IBest b, i64* sv, i64* si) {
+    for (int o = 16; o > 0; o >>= 1) {
+        IBest c;
+        c.v = __shfl_down_sync(0xffffffffu, b.v, o);
+        c.i = __shfl_down_sync(0xffffffffu, b.i, o);
+        b = ibest_take<MAX>(b, c);
+    }
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) { sv[warp] = b.v; si[warp] = b.i; }
+    __syncthreads();
+    if (warp == 0) {
+        if (threadIdx.x < (blockDim.x >> 5)) { b.v = sv[threadIdx.x]; b.i = si[threadIdx.x]; }
+        else { b.v = 0; b.i = -1; }
+        for (int o = 16; o > 0; o >>= 1) {
+            IBest c;
+            c.v = __shfl_down_sync(0xffffffffu, b.v, o);
+            c.i = __shfl_down_sync(0xffffffffu, b.i, o);
+            b = ibest_take<MAX>(b, c);
+        }
+        if (threadIdx.x == 0) { sv[0] = b.v; si[0] = b.i; }
+    }
+    __syncthreads();
+    b.v = sv[0]; b.i = si[0];
+    __syncthreads();
+    return b;
+}
+
+// The best of elements [lo_r, hi_r) of row `o`, over the block.
+template <typename K, bool MAX>
+__device__ IBest ibest_range(const typename K::store* x, const Strided& lo, const Strided& li, i64 o, i64 lo_r,
+                             i64 hi_r) {
+    __shared__ i64 sv[32];
+    __shared__ i64 si[32];
+    IBest b; b.v = 0; b.i = -1;
+    for (i64 r = lo_r + threadIdx.x; r < hi_r; r += blockDim.x) {
+        // Indices only grow within a thread: strictly better replaces.
+        i64 v = iload(K(), AT(x, lo, li, o, r));
+        if (b.i < 0 || (MAX ? v > b.v : v < b.v)) { b.v = v; b.i = r; }
+    }
+    return block_ibest<MAX>(b, sv, si);
+}
+
+// The wrapping fold, over this block's threads (each its share; combine
+// with block_fold), of `len` contiguous elements from `p`: 16-byte loads,
+// four in flight per thread, after the elements before the first 16-byte
+// boundary (as contiguous_sum above).
+template <typename K, bool PROD>
+__device__ __forceinline__ u64 contiguous_fold(const typename K::store* p, i64 len) {
+    typedef typename K::store S;
+    const int V = 16 / sizeof(S);
+    const i64 bd = blockDim.x;
+    u64 a = PROD ? 1ull : 0ull;
+    i64 head = (i64)(((16 - ((u64)p & 15)) & 15) / sizeof(S));
+    if (head > len) head = len;
+    for (i64 i = threadIdx.x; i < head; i += bd) a = ifold<PROD>(a, (u64)iload(K(), p[i]));
+    const Pack<S>* q = reinterpret_cast<const Pack<S>*>(p + head);
+    const i64 packs = (len - head) / V;
+    i64 j = threadIdx.x;
+    for (; j + 3 * bd < packs; j += 4 * bd) {
+        Pack<S> w[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) w[u] = q[j + u * bd];
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+#pragma unroll
+            for (int k = 0; k < V; ++k) a = ifold<PROD>(a, (u64)iload(K(), w[u].v[k]));
+    }
+    for (; j < packs; j += bd) {
+        Pack<S> w = q[j];
+#pragma unroll
+        for (int k = 0; k < V; ++k) a = ifold<PROD>(a, (u64)iload(K(), w.v[k]));
+    }
+    for (i64 i = head + packs * V + threadIdx.x; i < len; i += bd) a = ifold<PROD>(a, (u64)iload(K(), p[i]));
+    return a;
+}
+
+// The wrapping fold of elements [lo_r, hi_r) of row `o`, over the block.
+// Contiguous rows take 16-byte loads, rows of one stride eight loads in
+// flight per thread (no branch between them), others strided_at.
+template <typename K, bool PROD>
+__device__ u64 fold_range(const typename K::store* x, const Strided& lo, const Strided& li, i64 o, i64 lo_r,
+                          i64 hi_r) {
+    __shared__ u64 smem[32];
+    u64 a = PROD ? 1ull : 0ull;
+    i64 r = lo_r + threadIdx.x;
+    if (li.ndim == 1 && li.stride[0] == 1) {
+        a = contiguous_fold<K, PROD>(x + strided_at(lo, o) + lo_r, hi_r - lo_r);
+        r = hi_r;
+    } else if (li.ndim == 1) {
+        const typename K::store* xr = x + strided_at(lo, o);
+        const i64 st = li.stride[0], bd = blockDim.x;
+        for (; r + 7 * bd < hi_r; r += 8 * bd) {
+            i64 u[8];
+#pragma unroll
+            for (int k = 0; k < 8; ++k) u[k] = iload(K(), xr[(r + k * bd) * st]);
+#pragma unroll
+            for (int k = 0; k < 8; ++k) a = ifold<PROD>(a, (u64)u[k]);
+        }
+    }
+    for (; r < hi_r; r += blockDim.x) a = ifold<PROD>(a, (u64)iload(K(), AT(x, lo, li, o, r)));
+    return block_fold<PROD>(a, smem);
+}
+
+// One block per output row: `reduce_fold_*` sums (prod 0) or multiplies
+// (prod 1) into i64 (the output dtype of both for every integer and bool
+// input); `reduce_best_*` as the float kernels: max/min values in the
+// input's dtype (`y`) or arg indices (`yi`), the other pointer null. An
+// empty row folds to the identity (0 or 1); the host rejects empty rows
+// for max/min.
+// Rows split over blocks (grid chunks x rows, as the float kernels): each
+// `_part` block folds or picks over its chunk into `part` / `pv`, `pi`
+// (u64 / i64, one per block), and one thread per row joins them in chunk
+// order (`reduce_fold_join`, `reduce_best_join_*`).
+#define REDUCE_INT(TY)                                                                       \
+    extern "C" __global__ void reduce_fold_##TY(const Int##TY::store* x, Strided lo, Strided li, \
+                                                i64* y, i64 n_inner, int prod) {            \
+        i64 o = blockIdx.x;                                                                  \
+        u64 a = prod ? fold_range<Int##TY, true>(x, lo, li, o, 0, n_inner)                   \
+                     : fold_range<Int##TY, false>(x, lo, li, o, 0, n_inner);                 \
+        if (threadIdx.x == 0) y[o] = (i64)a;                                                 \
+    }                                                                                        \
+    extern "C" __global__ void reduce_best_##TY(const Int##TY::store* x, Strided lo, Strided li, \
+                                                Int##TY::store* y, i64* yi, i64 n_inner,    \
+                                                int is_max) {                                \
+        i64 o = blockIdx.x;                                                                  \
+        IBest b = is_max ? ibest_range<Int##TY, true>(x, lo, li, o, 0, n_inner)              \
+                         : ibest_range<Int##TY, false>(x, lo, li, o, 0, n_inner);            \
+        if (threadIdx.x == 0) {                                                              \
+            if (y) y[o] = istore(Int##TY(), b.v);                                            \
+            if (yi) yi[o] = b.i;                                                             \
+        }                                                                                    \
+    }                                                                                        \
+    extern "C" __global__ void reduce_fold_part_##TY(const Int##TY::store* x, Strided lo,   \
+                                                     Strided li, u64* part, i64 n_inner,    \
+                                                     i64 chunk, int prod) {                  \
+        i64 o = blockIdx.y, c = blockIdx.x;                                                  \
+        i64 lo_r = c * chunk, hi_r = lo_r + chunk < n_inner ? lo_r + chunk : n_inner;        \
+        u64 a = prod ? fold_range<Int##TY, true>(x, lo, li, o, lo_r, hi_r)                   \
+                     : fold_range<Int##TY, false>(x, lo, li, o, lo_r, hi_r);                 \
+        if (threadIdx.x == 0) part[o * gridDim.x + c] = a;                                   \
+    }                                                                                        \
+    extern "C" __global__ void reduce_best_part_##TY(const Int##TY::store* x, Strided lo,   \
+                                                     Strided li, i64* pv, i64* pi,          \
+                                                     i64 n_inner, i64 chunk, int is_max) {  \
+        i64 o = blockIdx.y, c = blockIdx.x;                                                  \
+        i64 lo_r = c * chunk, hi_r = lo_r + chunk < n_inner ? lo_r + chunk : n_inner;        \
+        IBest b = is_max ? ibest_range<Int##TY, true>(x, lo, li, o, lo_r, hi_r)              \
+                         : ibest_range<Int##TY, false>(x, lo, li, o, lo_r, hi_r);            \
+        if (threadIdx.x == 0) { pv[o * gridDim.x + c] = b.v; pi[o * gridDim.x + c] = b.i; }  \
+    }                                                                                        \
+    extern "C" __global__ void reduce_best_join_##TY(const i64* pv, const i64* pi,          \
+                                                     Int##TY::store* y, i64* yi, i64 rows,  \
+                                                     i64 chunks, int is_max) {              \
+        i64 o = (i64)blockIdx.x * blockDim.x + threadIdx.x;                                  \
+        if (o >= rows) return;                                                               \
+        IBest b; b.v = pv[o * chunks]; b.i = pi[o * chunks];                                 \
+        for (i64 c = 1; c < chunks; ++c) {                                                   \
+            IBest n; n.v = pv[o * chunks + c]; n.i = pi[o * chunks + c];                     \
+            b = is_max ? ibest_take<true>(b, n) : ibest_take<false>(b, n);                   \
+        }                                                                                    \
+        if (y) y[o] = istore(Int##TY(), b.v);                                                \
+        if (yi) yi[o] = b.i;                                                                 \
+    }
+REDUCE_INT(I32) REDUCE_INT(I64) REDUCE_INT(U8) REDUCE_INT(BOOL)
+
+extern "C" __global__ void reduce_fold_join(const u64* part, i64* y, i64 rows, i64 chunks, int prod) {
+    i64 o = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (o >= rows) return;
+    u64 a = part[o * chunks];
+    for (i64 c = 1; c < chunks; ++c) a = prod ? a * part[o * chunks + c] : a + part[o * chunks + c];
+    y[o] = (i64)a;
+}

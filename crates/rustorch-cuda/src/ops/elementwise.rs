@@ -22,6 +22,14 @@ pub(super) fn run(
             int_check(b, *o, &inputs[1])?;
         }
     }
+    // Integer clamps take their bounds as the CPU rounds them (or refuse a
+    // NaN bound), before anything is allocated or launched.
+    let int_bounds = match op {
+        Op::Clamp { min, max } if inputs[0].dtype().is_int() => {
+            Some(int_clamp_bounds(op, inputs[0].dtype(), *min, *max)?)
+        }
+        _ => None,
+    };
     let n = out.shape.numel();
     let y = b.alloc(out.dtype, n)?;
     if n == 0 {
@@ -81,13 +89,17 @@ pub(super) fn run(
         args.arg(p).arg(l);
     }
     args.arg(&y_ptr).arg(&n64);
-    if matches!(op, Op::Clamp { .. }) {
+    let (ilo, ihi) = int_bounds.unwrap_or((0, 0));
+    if int_bounds.is_some() {
+        args.arg(&ilo).arg(&ihi);
+    } else if matches!(op, Op::Clamp { .. }) {
         args.arg(&lo).arg(&hi);
     }
     // SAFETY: the argument list matches the kernel's signature (pointers
     // and layouts of every input, then the output and its length, then a
-    // clamp's bounds), every layout stays inside its buffer (validated by
-    // the executor) and the output holds `n` elements.
+    // clamp's bounds: i64 for integers, f64 for floats), every layout stays
+    // inside its buffer (validated by the executor) and the output holds
+    // `n` elements.
     unsafe { args.launch(grid(n.div_ceil(per_thread), b.sm_count)) }.map_err(|e| b.launch_err(&kernel.1, e))?;
     Ok(y)
 }
@@ -100,6 +112,32 @@ fn has_vector_twin(op: &Op, dtype: rustorch_core::DType) -> bool {
         Op::Unary(_) | Op::Binary(_) => float_suffix(dtype).is_some(),
         _ => false,
     }
+}
+
+/// An integer clamp's bounds as the CPU takes them (`int_bounds` in
+/// rustorch-cpu's elementwise/unary.rs): `x >= lo` for an integer exactly
+/// when `x >= ceil(lo)`, so the lower bound rounds up and the upper down,
+/// then saturates into the dtype (Rust's `as`, which also makes a missing
+/// bound, taken as an infinity, the dtype's MIN or MAX). A NaN bound is the
+/// CPU's InvalidInput error.
+fn int_clamp_bounds(op: &Op, d: DType, lo: Option<f64>, hi: Option<f64>) -> Result<(i64, i64), BackendError> {
+    if lo.is_some_and(f64::is_nan) || hi.is_some_and(f64::is_nan) {
+        return Err(BackendError::invalid(
+            op.name(),
+            "a NaN bound cannot clamp an integer tensor",
+        ));
+    }
+    let sat = |v: f64| -> i64 {
+        match d {
+            DType::U8 => v as u8 as i64,
+            DType::I32 => v as i32 as i64,
+            _ => v as i64,
+        }
+    };
+    Ok((
+        sat(lo.map_or(f64::NEG_INFINITY, f64::ceil)),
+        sat(hi.map_or(f64::INFINITY, f64::floor)),
+    ))
 }
 
 /// The kernels' name for the dtype an op computes in (floats, and the
@@ -149,4 +187,30 @@ fn int_check(b: &CudaBackend, o: BinaryOp, rhs: &TensorRef<'_>) -> Result<(), Ba
         return Err(BackendError::invalid(what, message));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bounds the CPU's `int_bounds` takes: lower rounded up, upper
+    /// down, saturated into the dtype; none is the dtype's MIN or MAX.
+    #[test]
+    fn integer_clamp_bounds_are_the_cpus() {
+        let op = Op::Clamp { min: None, max: None };
+        let b = |d, lo, hi| int_clamp_bounds(&op, d, lo, hi).unwrap();
+        assert_eq!(b(DType::I32, Some(-2.5), Some(2.5)), (-2, 2));
+        assert_eq!(b(DType::I32, None, None), (i32::MIN as i64, i32::MAX as i64));
+        assert_eq!(
+            b(DType::I32, Some(-1e12), Some(1e12)),
+            (i32::MIN as i64, i32::MAX as i64)
+        );
+        assert_eq!(b(DType::U8, Some(-1.5), Some(300.7)), (0, 255));
+        assert_eq!(b(DType::U8, None, Some(7.9)), (0, 7));
+        assert_eq!(b(DType::I64, None, Some(f64::INFINITY)), (i64::MIN, i64::MAX));
+        assert_eq!(b(DType::I64, Some(3.0), Some(1.0)), (3, 1));
+        let e = int_clamp_bounds(&op, DType::I32, Some(f64::NAN), None).unwrap_err();
+        assert!(e.to_string().contains("NaN"), "{e}");
+        assert!(int_clamp_bounds(&op, DType::U8, None, Some(f64::NAN)).is_err());
+    }
 }

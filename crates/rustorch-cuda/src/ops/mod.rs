@@ -15,7 +15,7 @@ mod sort;
 use crate::backend::CudaBackend;
 use crate::launch::MAX_DIMS;
 use rustorch_core::backend::{Buffer, TensorRef};
-use rustorch_core::op::{BinaryOp, UnaryOp};
+use rustorch_core::op::{BinaryOp, ReduceOp, UnaryOp};
 use rustorch_core::{BackendError, DType, Op, TensorMeta};
 
 fn is_int(d: Option<DType>) -> bool {
@@ -59,6 +59,10 @@ pub(crate) fn supports(op: &Op, inputs: &[TensorMeta]) -> bool {
         // flag, elementwise.rs); bools: maximum (or) and minimum (and),
         // the only arithmetic infer allows them.
         Op::Unary(u) => is_int(first) && matches!(u, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu),
+        // Integer bounds rounded inward and saturated as on the CPU; a NaN
+        // bound is the CPU's InvalidInput, raised before any launch
+        // (elementwise.rs). Bools have no clamp (infer).
+        Op::Clamp { .. } => is_int(first),
         Op::Binary(o) => {
             is_int(first) || (first == Some(DType::Bool) && matches!(o, BinaryOp::Maximum | BinaryOp::Minimum))
         }
@@ -67,7 +71,15 @@ pub(crate) fn supports(op: &Op, inputs: &[TensorMeta]) -> bool {
         Op::Cat { .. } => first.is_some_and(|d| d != DType::C64),
         Op::Where => inputs.get(1).is_some_and(|m| m.dtype != DType::C64),
         Op::MatMul => matches!(first, Some(DType::F32 | DType::F16 | DType::BF16 | DType::F64)),
-        Op::Reduce { .. } | Op::Softmax { .. } | Op::LogSoftmax { .. } => float,
+        // Integers and bools: exact wrapping sums and products into i64,
+        // max/min and their indices (reduce.rs, `reduce_int`); mean, var
+        // and std need floats (infer).
+        Op::Reduce { op: r, .. } => {
+            float
+                || ((is_int(first) || first == Some(DType::Bool))
+                    && !matches!(r, ReduceOp::Mean | ReduceOp::Var { .. } | ReduceOp::Std { .. }))
+        }
+        Op::Softmax { .. } | Op::LogSoftmax { .. } => float,
         Op::RmsNorm { .. } => float && inputs.iter().all(|m| m.dtype == inputs[0].dtype),
         Op::LayerNorm { .. } => float && inputs.iter().all(|m| m.dtype == inputs[0].dtype),
         // Floats, integers and bools (i64 output); complex stays with the CPU.
@@ -104,7 +116,6 @@ pub(crate) fn supports(op: &Op, inputs: &[TensorMeta]) -> bool {
         Op::QMatMul { .. } | Op::QMatMuls { .. } | Op::QMatMulGated { .. } | Op::QEmbedding { .. } => {
             quant::supports(op, inputs)
         }
-        _ => false,
     }
 }
 

@@ -9,7 +9,7 @@ use crate::launch::{grid, per_row, Strided};
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 use rustorch_core::backend::TensorRef;
 use rustorch_core::op::ReduceOp;
-use rustorch_core::{BackendError, Layout, Op, TensorMeta};
+use rustorch_core::{BackendError, DType, Layout, Op, TensorMeta};
 
 /// The input's kept dims (`outer`) and the `reduced` ones, as layouts.
 pub(super) fn split(
@@ -47,8 +47,9 @@ pub(super) fn reduce(
     x: &TensorRef<'_>,
     out: &TensorMeta,
 ) -> Result<CudaBuffer, BackendError> {
-    let ty =
-        float_suffix(x.dtype()).ok_or_else(|| BackendError::unsupported(b.device, r.name(), "float dtypes only"))?;
+    let Some(ty) = float_suffix(x.dtype()) else {
+        return reduce_int(b, r, dims, x, out);
+    };
     let (lo, li, rows, n_inner) = split(b, x.layout, dims)?;
     too_many_rows(b, rows)?;
     let y = b.alloc(out.dtype, out.shape.numel())?;
@@ -84,8 +85,8 @@ pub(super) fn reduce(
         let (part, join) = (b.function("reduce", &part_name)?, b.function("reduce", &join_name)?);
         let (chunk64, chunks64, rows64) = (chunk as i64, chunks as i64, rows as i64);
         let parts = rows * chunks;
-        let pv = b.alloc(rustorch_core::DType::F64, parts * if best { 1 } else { 3 })?;
-        let pi = b.alloc(rustorch_core::DType::I64, if best { parts } else { 0 })?;
+        let pv = b.alloc(DType::F64, parts * if best { 1 } else { 3 })?;
+        let pi = b.alloc(DType::I64, if best { parts } else { 0 })?;
         let (pvp, pip) = (pv.ptr(), pi.ptr());
         let cfg = LaunchConfig {
             grid_dim: (chunks as u32, rows as u32, 1),
@@ -151,6 +152,145 @@ pub(super) fn reduce(
     // SAFETY: the argument lists match reduce_best_* / reduce_moments_*;
     // `lo` and `li` address elements of `x` only (the executor checked its
     // layout); `y` holds one element per row.
+    unsafe { args.launch(per_row(rows)) }.map_err(|e| b.launch_err(&name, e))?;
+    Ok(y)
+}
+
+/// Reductions of integers and bools (kernels/reduce.cu, `REDUCE_INT`):
+/// exact wrapping sums and products into i64, max/min in the input's
+/// dtype, arg indices as i64 (infer's output dtypes, checked here since the
+/// kernels write them). Mean, var and std take floats only, as infer says.
+/// Few long rows split over blocks as the float reductions do, products
+/// included: wrapping integer products do not depend on the order.
+fn reduce_int(
+    b: &CudaBackend,
+    r: ReduceOp,
+    dims: &[usize],
+    x: &TensorRef<'_>,
+    out: &TensorMeta,
+) -> Result<CudaBuffer, BackendError> {
+    let ty = match x.dtype() {
+        DType::I32 => "I32",
+        DType::I64 => "I64",
+        DType::U8 => "U8",
+        DType::Bool => "BOOL",
+        _ => {
+            return Err(BackendError::unsupported(
+                b.device,
+                r.name(),
+                "no kernel for this dtype",
+            ))
+        }
+    };
+    let (best, arg, prod) = match r {
+        ReduceOp::Sum => (false, false, false),
+        ReduceOp::Prod => (false, false, true),
+        ReduceOp::Max | ReduceOp::Min => (true, false, false),
+        ReduceOp::ArgMax | ReduceOp::ArgMin => (true, true, false),
+        ReduceOp::Mean | ReduceOp::Var { .. } | ReduceOp::Std { .. } => {
+            return Err(BackendError::unsupported(
+                b.device,
+                r.name(),
+                "needs a floating-point input",
+            ))
+        }
+    };
+    let want = if best && !arg { x.dtype() } else { DType::I64 };
+    if out.dtype != want {
+        return Err(BackendError::invalid(
+            r.name(),
+            format!("output dtype {:?}, expected {want:?}", out.dtype),
+        ));
+    }
+    let (lo, li, rows, n_inner) = split(b, x.layout, dims)?;
+    too_many_rows(b, rows)?;
+    if out.shape.numel() != rows {
+        return Err(BackendError::invalid(
+            r.name(),
+            "output size differs from the kept dims",
+        ));
+    }
+    if best && n_inner == 0 && rows > 0 {
+        return Err(BackendError::invalid(r.name(), "cannot reduce an empty dimension"));
+    }
+    let y = b.alloc(out.dtype, rows)?;
+    if rows == 0 {
+        return Ok(y);
+    }
+    let xp = b.own(r.name(), x.buffer)?.ptr();
+    let yp = y.ptr();
+    let n64 = n_inner as i64;
+    // prod for the folds, is_max for max/min.
+    let flag: i32 = if best {
+        matches!(r, ReduceOp::Max | ReduceOp::ArgMax) as i32
+    } else {
+        prod as i32
+    };
+    let (vals, idx): (u64, u64) = if arg { (0, yp) } else { (yp, 0) };
+    if let Some((chunk, chunks)) = split_rows(b, rows, n_inner) {
+        let which = if best { "best" } else { "fold" };
+        let part_name = format!("reduce_{which}_part_{ty}");
+        let join_name = if best {
+            format!("reduce_best_join_{ty}")
+        } else {
+            "reduce_fold_join".to_string()
+        };
+        let (part, join) = (b.function("reduce", &part_name)?, b.function("reduce", &join_name)?);
+        let (chunk64, chunks64, rows64) = (chunk as i64, chunks as i64, rows as i64);
+        let parts = rows * chunks;
+        // Partial values (u64 folds or i64 best values), and for max/min
+        // their indices.
+        let pv = b.alloc(DType::I64, parts)?;
+        let pi = b.alloc(DType::I64, if best { parts } else { 0 })?;
+        let (pvp, pip) = (pv.ptr(), pi.ptr());
+        let cfg = LaunchConfig {
+            grid_dim: (chunks as u32, rows as u32, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut args = b.stream.launch_builder(&part);
+        args.arg(&xp).arg(&lo).arg(&li).arg(&pvp);
+        if best {
+            args.arg(&pip);
+        }
+        args.arg(&n64).arg(&chunk64).arg(&flag);
+        // SAFETY: reduce_fold_part_*(x, lo, li, part, n, chunk, prod) and
+        // reduce_best_part_*(x, lo, li, pv, pi, n, chunk, is_max): the grid
+        // is chunks x rows, each block writing its own partial of `parts`.
+        unsafe { args.launch(cfg) }.map_err(|e| b.launch_err(&part_name, e))?;
+        let mut args = b.stream.launch_builder(&join);
+        args.arg(&pvp);
+        if best {
+            args.arg(&pip).arg(&vals).arg(&idx);
+        } else {
+            args.arg(&yp);
+        }
+        args.arg(&rows64).arg(&chunks64).arg(&flag);
+        // SAFETY: reduce_fold_join(part, y, rows, chunks, prod) and
+        // reduce_best_join_*(pv, pi, y or null, yi or null, rows, chunks,
+        // is_max): one thread per row reads its row's `chunks` partials and
+        // writes one output of `rows`.
+        unsafe { args.launch(grid(rows, b.sm_count)) }.map_err(|e| b.launch_err(&join_name, e))?;
+        return Ok(y);
+    }
+    let name = if best {
+        format!("reduce_best_{ty}")
+    } else {
+        format!("reduce_fold_{ty}")
+    };
+    let f = b.function("reduce", &name)?;
+    let mut args = b.stream.launch_builder(&f);
+    args.arg(&xp).arg(&lo).arg(&li);
+    if best {
+        args.arg(&vals).arg(&idx);
+    } else {
+        args.arg(&yp);
+    }
+    args.arg(&n64).arg(&flag);
+    // SAFETY: reduce_fold_*(x, lo, li, y, n, prod) and reduce_best_*(x, lo,
+    // li, y or null, yi or null, n, is_max); `lo` and `li` address elements
+    // of `x` only (the executor checked its layout); `y` holds one element
+    // per row.
     unsafe { args.launch(per_row(rows)) }.map_err(|e| b.launch_err(&name, e))?;
     Ok(y)
 }
