@@ -407,7 +407,7 @@ ROWS_IN_REGISTERS(F32) ROWS_IN_REGISTERS(F16) ROWS_IN_REGISTERS(BF16)
 // deviations from the piece's own mean), joined with Chan et al.'s formula
 // in f64; max/min keep the piece's best value and its index.
 // The sum, over this block's threads (each its share; combine with
-// block_sum), of `len` contiguous elements from `p`: 16-byte loads, four
+// block_sum), of `len` contiguous elements from `p`: 16-byte loads, eight
 // in flight per thread, after the elements before the first 16-byte
 // boundary.
 template <typename TY>
@@ -422,12 +422,12 @@ __device__ __forceinline__ double contiguous_sum(const typename TY::store* p, i6
     const Pack<S>* q = reinterpret_cast<const Pack<S>*>(p + head);
     const i64 packs = (len - head) / V;
     i64 j = threadIdx.x;
-    for (; j + 3 * bd < packs; j += 4 * bd) {
-        Pack<S> a[4];
+    for (; j + 7 * bd < packs; j += 8 * bd) {
+        Pack<S> a[8];
 #pragma unroll
-        for (int u = 0; u < 4; ++u) a[u] = q[j + u * bd];
+        for (int u = 0; u < 8; ++u) a[u] = q[j + u * bd];
 #pragma unroll
-        for (int u = 0; u < 4; ++u)
+        for (int u = 0; u < 8; ++u)
 #pragma unroll
             for (int k = 0; k < V; ++k) s += (double)load(TY(), a[u].v[k]);
     }

@@ -97,22 +97,22 @@ impl Method {
     }
 
     /// The faster method for `bytes` in `dir`, from the measurement on an
-    /// H200 host (docs/BENCHMARKS.md, "Transfers"). From pageable memory
-    /// the driver's own copy wins from 1 MiB up (uploads) and 4 MiB up
-    /// (downloads): our staging adds a single-threaded host copy, which
-    /// runs at ~10 GB/s, below the driver's ~13-15 GB/s; under that our
-    /// pinned buffers save the driver's per-call staging cost (2x at 64
-    /// KiB). For the largest uploads, mapped memory measured best.
+    /// H200 host (docs/BENCHMARKS.md, "Transfers"): below 16 MiB up and
+    /// 1 MiB down the driver's own pageable copy is as fast or faster (our
+    /// staging's fixed costs dominate); above, our pinned staging with
+    /// its host copies on several threads moves 2-4x as much (25-30 GB/s
+    /// up, 20-24 GB/s down, against the driver's 6-12). Mapped memory
+    /// measured the same as pinned there but occupies the GPU's SMs.
     pub fn for_size(dir: Direction, bytes: usize) -> Method {
-        const KIB: usize = 1 << 10;
         const MIB: usize = 1 << 20;
-        match dir {
-            Direction::Upload if bytes < 32 * KIB => Method::Pageable,
-            Direction::Upload if bytes < MIB => Method::Pinned,
-            Direction::Upload if bytes < 128 * MIB => Method::Pageable,
-            Direction::Upload => Method::Mapped,
-            Direction::Download if bytes < 4 * MIB => Method::Pinned,
-            Direction::Download => Method::Pageable,
+        let staged_from = match dir {
+            Direction::Upload => 16 * MIB,
+            Direction::Download => MIB,
+        };
+        if bytes < staged_from {
+            Method::Pageable
+        } else {
+            Method::Pinned
         }
     }
 }

@@ -81,6 +81,13 @@ fn tolerance(op: &str, dtype: DType) -> Tol {
         // order: a few f32 ulp of each term.
         return Tol { atol: 2e-5, rtol: 2e-5 };
     }
+    if op == "sum" && dtype == DType::F32 {
+        // The CPU adds f32 values in f32 (its lanes' order); the GPU in f64.
+        // Over the suite's 70000-element rows with cancellation the CPU's
+        // rounding measured 2.9e-5 (a sum of -0.4956 from values of size
+        // ~1): the tolerance allows a few times that.
+        return Tol { atol: 2e-4, rtol: 4e-6 };
+    }
     // Convolutions are products too: the GPU sums each output's taps in
     // its own order, the CPU through im2col and gemm.
     let product = op == "matmul" || op.starts_with("conv");
