@@ -41,14 +41,17 @@ python3 "$root/bench/torch_cuda_ops.py" 20 > /tmp/pt.txt 2>&1 || { cat /tmp/pt.t
 python3 - <<'PY'
 rt = dict(l.split() for l in open("/tmp/rt.txt") if len(l.split()) == 2)
 pt = dict(l.split() for l in open("/tmp/pt.txt") if len(l.split()) == 2)
-print(f"{'case':<22}{'rustorch ms':>13}{'torch ms':>11}{'ratio':>8}")
+print(f"{'case':<34}{'rustorch ms':>13}{'torch ms':>11}{'ratio':>8}")
 for k in rt:
-    if k in pt:
+    if k.endswith("_gbps"):
+        # Not a time: the weight bytes the product read per second.
+        print(f"{k:<34}{float(rt[k]):>13.1f} GB/s")
+    elif k in pt:
         r, p = float(rt[k]), float(pt[k])
-        print(f"{k:<22}{r:>13.4f}{p:>11.4f}{p / r:>8.2f}")
+        print(f"{k:<34}{r:>13.4f}{p:>11.4f}{p / r:>8.2f}")
     else:
         # RusTorch-only cases (the quantized products).
-        print(f"{k:<22}{float(rt[k]):>13.4f}{'-':>11}{'-':>8}")
+        print(f"{k:<34}{float(rt[k]):>13.4f}{'-':>11}{'-':>8}")
 PY
 echo "== transfers from/to pageable host memory (GB/s, median): the driver's pageable copy, pinned staging,"
 echo "   mapped memory read by a kernel, and auto (what upload/download pick for the size)"

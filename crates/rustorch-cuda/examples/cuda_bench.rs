@@ -33,8 +33,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .with_executor(&exec)?
             .to_device(device)?)
     };
+    // Prints `name ms` and returns the ms.
     let time =
-        |name: &str, f: &dyn Fn() -> Result<Tensor, rustorch_core::Error>| -> Result<(), Box<dyn std::error::Error>> {
+        |name: &str, f: &dyn Fn() -> Result<Tensor, rustorch_core::Error>| -> Result<f64, Box<dyn std::error::Error>> {
             for _ in 0..3 {
                 f()?;
             }
@@ -48,8 +49,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 drop(out);
             }
             ms.sort_by(|a, b| a.total_cmp(b));
-            println!("{name} {:.4}", ms[ms.len() / 2]);
-            Ok(())
+            let median = ms[ms.len() / 2];
+            println!("{name} {median:.4}");
+            Ok(median)
         };
     let n = 4096;
     for dtype in [DType::F32, DType::BF16] {
@@ -66,19 +68,40 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let rows = x.reshape([big / 4096, 4096])?;
     time("softmax_64M_f32", &|| rows.softmax(-1))?;
     time("rms_norm_64M_f32", &|| rows.rms_norm(None, 1e-6))?;
-    // Quantized products of a 4096 x 4096 weight: one activation row (the
-    // matvec, bound by reading the blocks) and a 512-row prompt
-    // (dequantized tiles and cuBLAS). RusTorch only: PyTorch has no GGML
-    // types.
+    // Quantized products of a 4096 x 4096 weight: one to 64 activation
+    // rows (the MMVQ kernels, bound by reading the blocks; 64 rows in eight
+    // passes) and a 512-row prompt (dequantized tiles and cuBLAS). For one
+    // and eight rows also the weight bytes read per second
+    // (`..._gbps`, GB/s; the time includes the activation quantization and
+    // the executor's dispatch, which dominate for a 9.4 MB weight).
+    // RusTorch only: PyTorch has no GGML types.
+    let gbps = |bytes: usize, ms: f64| bytes as f64 / (ms * 1e-3) / 1e9;
     let wv = Tensor::randn(vec![n * n], DType::F32, 5)?.to_vec::<f32>()?;
     for qtype in [QType::Q4_0, QType::Q8_0, QType::Q4K, QType::Q6K] {
-        let w = QWeight::from_bytes_in(&exec, qtype, n, n, quant::quantize(qtype, &wv)?)?.to_device(device)?;
-        for m in [1, 512] {
+        let bytes = quant::quantize(qtype, &wv)?;
+        let wbytes = bytes.len();
+        let w = QWeight::from_bytes_in(&exec, qtype, n, n, bytes)?.to_device(device)?;
+        for m in [1, 8, 64, 512] {
             let x = on_gpu(&[m, n], DType::F32, 6)?;
-            time(&format!("qmatmul_{}_4096_m{m}", qtype.name().to_lowercase()), &|| {
-                x.qmatmul(&w)
-            })?;
+            let name = format!("qmatmul_{}_4096_m{m}", qtype.name().to_lowercase());
+            let ms = time(&name, &|| x.qmatmul(&w))?;
+            if m <= 8 {
+                println!("{name}_gbps {:.1}", gbps(wbytes, ms));
+            }
         }
+    }
+    // A weight larger than the L2 cache (32768 x 4096: 75 MB in Q4_0),
+    // one activation row: the MMVQ kernels' DRAM bandwidth.
+    let rows = 32768;
+    let wv = Tensor::randn(vec![rows * n], DType::F32, 7)?.to_vec::<f32>()?;
+    for qtype in [QType::Q4_0, QType::Q8_0, QType::Q4K] {
+        let bytes = quant::quantize(qtype, &wv)?;
+        let wbytes = bytes.len();
+        let w = QWeight::from_bytes_in(&exec, qtype, rows, n, bytes)?.to_device(device)?;
+        let x = on_gpu(&[1, n], DType::F32, 8)?;
+        let name = format!("qmatmul_{}_32768x4096_m1", qtype.name().to_lowercase());
+        let ms = time(&name, &|| x.qmatmul(&w))?;
+        println!("{name}_gbps {:.1}", gbps(wbytes, ms));
     }
     Ok(())
 }

@@ -355,6 +355,481 @@ __device__ __forceinline__ void q_matvec_lane(const u8* row, i64 k, const float*
     X(Q5_1, QQ5_1) X(Q8_0, QQ8_0) X(Q8_1, QQ8_1) X(Q2_K, QQ2_K) X(Q3_K, QQ3_K)               \
     X(Q4_K, QQ4_K) X(Q5_K, QQ5_K) X(Q6_K, QQ6_K) X(Q8_K, QQ8_K) X(IQ4_NL, QIQ4_NL)           \
     X(IQ4_XS, QIQ4_XS)
+// ---- MMVQ: integer dot products against quantized activations -----------
+// The decode products (`qmmvq_T_M*` kernels), as llama.cpp computes them on
+// the CPU: the activation rows are quantized once per product to the
+// weight type's dot type (`vec_dot_type` in rustorch-cpu's qmatmul), with
+// the CPU's scale and rounding rules, so both sides see the same int8
+// quants and scales; each 32-value piece of a weight row then gives an
+// exact integer dot product (__dp4a over four bytes at a time), scaled in
+// f32. Results differ from the CPU's only in the order and grouping of the
+// f32 scaling and summation (tests/quant_tol/mod.rs has the numbers).
+//
+// Two activation layouts, each row of k values:
+// - QA_32 (Q8_0 and Q8_1 dot types: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1,
+//   IQ4_NL): per 32 values, the int8 quants, the f16-rounded scale d (as
+//   f32), the sum of the quants (for the weights' offsets: -8 for Q4_0) and
+//   Q8_1's s = f16(d * sum) (for the weights' minimum: Q4_1, Q5_1).
+// - QA_K (the Q8_K dot type: the K-quants, IQ4_XS, Q8_K): per 256 values
+//   the f32 scale d, per 16 values the sum of the quants (Q8_K's bsums).
+// Quants: q[r * k + i] (int8, read as ints four at a time); scales
+// d[r * (k / 32 or 256) + b]; sums sum[r * (k / 32 or 16) + g]; s[r * k / 32 + b].
+#define QA_32 0
+#define QA_K 1
+#define QMMVQ_MAX_ROWS 8
+#define QMMVQ_WARPS 4
+// Weight rows (output columns) per warp for at most M activation rows:
+// with several activation rows, two weight rows share each activation
+// load (L1 traffic per weight byte halves), at twice the accumulators.
+#define QMMVQ_R(M) ((M) >= 4 ? 2 : 1)
+
+// Exact f32 value of an f16 bit pattern (as q_f16).
+__device__ __forceinline__ float q_f16_bits(u32 h) {
+    u32 sign = (h & 0x8000u) << 16;
+    u32 em = h & 0x7fffu;
+    u32 finite = __float_as_uint(__fmul_rn(__uint_as_float(em << 13), __uint_as_float(0x77800000u)));
+    u32 special = 0x7f800000u | ((em & 0x3ffu) << 13);
+    return __uint_as_float(sign | (em >= 0x7c00u ? special : finite));
+}
+
+// f32 -> f16 bits, rounded to nearest even (the CPU's `f32_to_f16`):
+// integer steps only, so the host build checks the very code the GPU runs.
+__device__ __forceinline__ u32 q_f32_to_f16(float f) {
+    u32 x = __float_as_uint(f);
+    u32 sign = (x >> 16) & 0x8000u;
+    u32 ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u) return sign | 0x7e00u | ((ax >> 13) & 0x3ffu);  // NaN, quiet
+    if (ax >= 0x477ff000u) return sign | 0x7c00u;  // 65520 and up round to infinity
+    if (ax >= 0x38800000u) {
+        // Normal: rebias the exponent (-112) and round the 13 dropped bits
+        // to nearest even in one add.
+        return sign | ((ax + 0xc8000fffu + ((ax >> 13) & 1u)) >> 13);
+    }
+    // Subnormal (or zero): the value in units of 2^-24, exact before
+    // rounding (a power-of-two scale), rounded to nearest even.
+    return sign | (u32)rintf(__fmul_rn(__uint_as_float(ax), 16777216.0f));
+}
+__device__ __forceinline__ float q_f16_round(float f) { return q_f16_bits(q_f32_to_f16(f)); }
+
+// ---- activation quantization (the per-value rules; the reductions over a
+// block, max and sums, are exact in any order) --------------------------
+// NaN-propagating max (a NaN activation makes its block's scale NaN, and so
+// the products NaN, where a plain fmaxf would drop it).
+__device__ __forceinline__ float qa_max(float a, float b) { return (a > b || a != a) ? a : b; }
+
+// Q8_0/Q8_1 (llama.cpp's x86 `quantize_row_q8_0/1`, rustorch-cpu's
+// activations.rs): d = amax / 127, values times 127 / amax (not 1 / d),
+// rounded half to even, saturated to i8.
+__device__ __forceinline__ void qa8_scale(float amax, float* d, float* id) {
+    *d = __fdiv_rn(amax, 127.0f);
+    *id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+}
+__device__ __forceinline__ int qa8_quant(float v, float id) {
+    float r = rintf(__fmul_rn(v, id));
+    return r >= 127.0f ? 127 : (r <= -128.0f ? -128 : (int)r);
+}
+
+// Q8_K (`quantize_row_q8_K_ref`): iscale = -127 / (the first value of
+// largest magnitude), quants nearest_int(iscale * v) capped at 127,
+// d = 1 / iscale.
+__device__ __forceinline__ int qa_nearest_int(float x) {
+    // rustorch-core's `nearest_int`: the magic-number round (half to even).
+    return (int)(__float_as_uint(__fadd_rn(x, 12582912.0f)) & 0x007fffffu) - 0x00400000;
+}
+__device__ __forceinline__ int qa8k_quant(float v, float iscale) {
+    int q = qa_nearest_int(__fmul_rn(iscale, v));
+    return q < 127 ? q : 127;
+}
+
+// ---- weight pieces --------------------------------------------------------
+// Aligned little-endian loads: A = 4 for types whose block size is a
+// multiple of 4 bytes, else 2 (every block size is even); the launcher
+// guarantees the weight's address and row stride are multiples of A.
+template <int A> __device__ __forceinline__ u32 q_ld32(const u8* p);
+template <> __device__ __forceinline__ u32 q_ld32<4>(const u8* p) { return *(const u32*)p; }
+template <> __device__ __forceinline__ u32 q_ld32<2>(const u8* p) {
+    const u16* h = (const u16*)p;
+    return (u32)h[0] | ((u32)h[1] << 16);
+}
+__device__ __forceinline__ u32 q_ld16(const u8* p) { return *(const u16*)p; }
+
+// 32 values of a weight row (one lane's piece): 8 ints of 4 int8-range
+// bytes, in value order, for __dp4a against the activations' ints, and
+// the piece's scales.
+struct QWU {
+    u32 q[8];
+    float d, dm;
+    int sc0, sc1, m0, m1;
+};
+// The same 32 values of one activation row.
+struct QAC {
+    int q[8];
+    float d;   // the block's scale
+    int sum;   // the sum of these 32 quants
+    float s;   // QA_32: Q8_1's s of the block
+    int bs0, bs1;  // QA_K: the sums of the two 16-value halves
+};
+
+__device__ __forceinline__ int q_dot4(const u32* w, const int* a) {
+    int s = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) s = __dp4a((int)w[i], a[i], s);
+    return s;
+}
+
+// Bytes 0..15 in each byte of x -> the IQ4 levels, four at a time: the
+// 16-byte table as four words, two __byte_perm lookups (levels 0..7 and
+// 8..15 at the index's low three bits), then per byte the half the index's
+// bit 3 picks.
+__device__ __forceinline__ u32 q_iq4_levels(u32 x) {
+    // Q_KVALUES_IQ4NL as little-endian words (tests/quant_decode_host.rs
+    // checks the products, and so these words, against the CPU).
+    const u32 t0 = 0xBFAD9881u, t1 = 0xF6EADDCFu, t2 = 0x26190D01u, t3 = 0x71594535u;
+    u32 sel = (x & 7u) | ((x >> 4) & 0x70u) | ((x >> 8) & 0x700u) | ((x >> 12) & 0x7000u);
+    u32 lo = __byte_perm(t0, t1, sel), hi = __byte_perm(t2, t3, sel);
+    u32 msk = ((x >> 3) & 0x01010101u) * 0xffu;
+    return (lo & ~msk) | (hi & msk);
+}
+
+// Q5_0/Q5_1: bits 0..3 of h as bit 4 of bytes 0..3.
+__device__ __forceinline__ u32 q5_high(u32 h) {
+    return ((h << 4) & 0x10u) | ((h << 11) & 0x1000u) | ((h << 18) & 0x100000u) | ((h << 25) & 0x10000000u);
+}
+
+// q_unit(tag, block, s, u): piece s (values 32 s .. 32 s + 32) of the block.
+// q_unit_dot(tag, u, a, acc): acc plus the piece's product with the
+// activations' piece: f32 scale products times exact integer sums, each
+// added with one fused multiply-add (written out, so the host build
+// rounds as the GPU does).
+
+// Q4_0: d * (q - 8) . (da * a) = (d * da) * (sum q a - 8 sum a).
+__device__ __forceinline__ void q_unit(QQ4_0, const u8* b, int, QWU& u) {
+    u.d = q_f16_bits(q_ld16(b));
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        u32 w = q_ld32<2>(b + 2 + 4 * i);
+        u.q[i] = w & 0x0f0f0f0fu;
+        u.q[i + 4] = (w >> 4) & 0x0f0f0f0fu;
+    }
+}
+__device__ __forceinline__ float q_unit_dot(QQ4_0, const QWU& u, const QAC& a, float acc) {
+    int s = q_dot4(u.q, a.q) + q_dot4(u.q + 4, a.q + 4);
+    return fmaf(__fmul_rn(u.d, a.d), (float)(s - 8 * a.sum), acc);
+}
+
+// Q4_1: (d * q + m) . (da * a) = (d * da) * sum q a + m * s.
+__device__ __forceinline__ void q_unit(QQ4_1, const u8* b, int, QWU& u) {
+    u32 dm = q_ld32<4>(b);
+    u.d = q_f16_bits(dm & 0xffffu);
+    u.dm = q_f16_bits(dm >> 16);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        u32 w = q_ld32<4>(b + 4 + 4 * i);
+        u.q[i] = w & 0x0f0f0f0fu;
+        u.q[i + 4] = (w >> 4) & 0x0f0f0f0fu;
+    }
+}
+__device__ __forceinline__ float q_unit_dot(QQ4_1, const QWU& u, const QAC& a, float acc) {
+    int s = q_dot4(u.q, a.q) + q_dot4(u.q + 4, a.q + 4);
+    return fmaf(u.dm, a.s, fmaf(__fmul_rn(u.d, a.d), (float)s, acc));
+}
+
+// Q5_0: (d * da) * (sum q a - 16 sum a).
+__device__ __forceinline__ void q_unit(QQ5_0, const u8* b, int, QWU& u) {
+    u.d = q_f16_bits(q_ld16(b));
+    u32 qh = q_ld32<2>(b + 2);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        u32 w = q_ld32<2>(b + 6 + 4 * i);
+        u.q[i] = (w & 0x0f0f0f0fu) | q5_high(qh >> (4 * i));
+        u.q[i + 4] = ((w >> 4) & 0x0f0f0f0fu) | q5_high(qh >> (16 + 4 * i));
+    }
+}
+__device__ __forceinline__ float q_unit_dot(QQ5_0, const QWU& u, const QAC& a, float acc) {
+    int s = q_dot4(u.q, a.q) + q_dot4(u.q + 4, a.q + 4);
+    return fmaf(__fmul_rn(u.d, a.d), (float)(s - 16 * a.sum), acc);
+}
+
+// Q5_1: as Q4_1.
+__device__ __forceinline__ void q_unit(QQ5_1, const u8* b, int, QWU& u) {
+    u32 dm = q_ld32<4>(b);
+    u.d = q_f16_bits(dm & 0xffffu);
+    u.dm = q_f16_bits(dm >> 16);
+    u32 qh = q_ld32<4>(b + 4);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        u32 w = q_ld32<4>(b + 8 + 4 * i);
+        u.q[i] = (w & 0x0f0f0f0fu) | q5_high(qh >> (4 * i));
+        u.q[i + 4] = ((w >> 4) & 0x0f0f0f0fu) | q5_high(qh >> (16 + 4 * i));
+    }
+}
+__device__ __forceinline__ float q_unit_dot(QQ5_1, const QWU& u, const QAC& a, float acc) {
+    int s = q_dot4(u.q, a.q) + q_dot4(u.q + 4, a.q + 4);
+    return fmaf(u.dm, a.s, fmaf(__fmul_rn(u.d, a.d), (float)s, acc));
+}
+
+// Q8_0: (d * da) * sum q a.
+__device__ __forceinline__ void q_unit(QQ8_0, const u8* b, int, QWU& u) {
+    u.d = q_f16_bits(q_ld16(b));
+#pragma unroll
+    for (int i = 0; i < 8; ++i) u.q[i] = q_ld32<2>(b + 2 + 4 * i);
+}
+__device__ __forceinline__ float q_unit_dot(QQ8_0, const QWU& u, const QAC& a, float acc) {
+    int s = q_dot4(u.q, a.q) + q_dot4(u.q + 4, a.q + 4);
+    return fmaf(__fmul_rn(u.d, a.d), (float)s, acc);
+}
+
+// Q8_1 weights (Q8_0 activations; the weight's s unused): as Q8_0.
+__device__ __forceinline__ void q_unit(QQ8_1, const u8* b, int, QWU& u) {
+    u.d = q_f16_bits(q_ld32<4>(b) & 0xffffu);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) u.q[i] = q_ld32<4>(b + 4 + 4 * i);
+}
+__device__ __forceinline__ float q_unit_dot(QQ8_1, const QWU& u, const QAC& a, float acc) {
+    int s = q_dot4(u.q, a.q) + q_dot4(u.q + 4, a.q + 4);
+    return fmaf(__fmul_rn(u.d, a.d), (float)s, acc);
+}
+
+// IQ4_NL: (d * da) * sum level(q) a.
+__device__ __forceinline__ void q_unit(QIQ4_NL, const u8* b, int, QWU& u) {
+    u.d = q_f16_bits(q_ld16(b));
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        u32 w = q_ld32<2>(b + 2 + 4 * i);
+        u.q[i] = q_iq4_levels(w & 0x0f0f0f0fu);
+        u.q[i + 4] = q_iq4_levels((w >> 4) & 0x0f0f0f0fu);
+    }
+}
+__device__ __forceinline__ float q_unit_dot(QIQ4_NL, const QWU& u, const QAC& a, float acc) {
+    int s = q_dot4(u.q, a.q) + q_dot4(u.q + 4, a.q + 4);
+    return fmaf(__fmul_rn(u.d, a.d), (float)s, acc);
+}
+
+// The K-quants against Q8_K activations: d = d_w * da and dmin = dmin_w * da
+// rounded once each, as the CPU rounds them (per 256-value block), then
+// per piece d * (scale * sum q a) - dmin * (min * sum a).
+
+// Q2_K: piece s is shift s % 4 of half s / 4; two 16-value groups.
+__device__ __forceinline__ void q_unit(QQ2_K, const u8* b, int s, QWU& u) {
+    int half = s >> 2, shift = 2 * (s & 3);
+    u32 dm = q_ld32<4>(b + 80);
+    u.d = q_f16_bits(dm & 0xffffu);
+    u.dm = q_f16_bits(dm >> 16);
+    u32 sc0 = b[8 * half + (s & 3) * 2], sc1 = b[8 * half + (s & 3) * 2 + 1];
+    u.sc0 = (int)(sc0 & 15u);
+    u.m0 = (int)(sc0 >> 4);
+    u.sc1 = (int)(sc1 & 15u);
+    u.m1 = (int)(sc1 >> 4);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) u.q[i] = (q_ld32<4>(b + 16 + 32 * half + 4 * i) >> shift) & 0x03030303u;
+}
+__device__ __forceinline__ float q_unit_dot(QQ2_K, const QWU& u, const QAC& a, float acc) {
+    int s = u.sc0 * q_dot4(u.q, a.q) + u.sc1 * q_dot4(u.q + 4, a.q + 4);
+    int mn = u.m0 * a.bs0 + u.m1 * a.bs1;
+    return fmaf(-__fmul_rn(u.dm, a.d), (float)mn, fmaf(__fmul_rn(u.d, a.d), (float)s, acc));
+}
+
+// Q3_K: low two bits as Q2_K, the high bit from hmask; value q - 4 with
+// q = low | hbit << 2, so sum (q - 4) a = sum q a - 4 sum a.
+__device__ __forceinline__ void q_unit(QQ3_K, const u8* b, int s, QWU& u) {
+    int half = s >> 2, shift = 2 * (s & 3);
+    u.d = q_f16_bits(q_ld16(b + 108));
+    u.sc0 = q3k_scale(b + 96, 8 * half + (s & 3) * 2);
+    u.sc1 = q3k_scale(b + 96, 8 * half + (s & 3) * 2 + 1);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        u32 low = (q_ld32<2>(b + 32 + 32 * half + 4 * i) >> shift) & 0x03030303u;
+        u32 hb = (q_ld32<2>(b + 4 * i) >> s) & 0x01010101u;
+        u.q[i] = low | (hb << 2);
+    }
+}
+__device__ __forceinline__ float q_unit_dot(QQ3_K, const QWU& u, const QAC& a, float acc) {
+    int s = u.sc0 * (q_dot4(u.q, a.q) - 4 * a.bs0) + u.sc1 * (q_dot4(u.q + 4, a.q + 4) - 4 * a.bs1);
+    return fmaf(__fmul_rn(u.d, a.d), (float)s, acc);
+}
+
+// Q4_K: piece s is the low (s even) or high nibbles of 32 bytes; one
+// 6-bit scale and min.
+__device__ __forceinline__ void q_unit(QQ4_K, const u8* b, int s, QWU& u) {
+    u32 dm = q_ld32<4>(b);
+    u.d = q_f16_bits(dm & 0xffffu);
+    u.dm = q_f16_bits(dm >> 16);
+    u32 sc, m;
+    q_scale_min_k4(s, b + 4, &sc, &m);
+    u.sc0 = (int)sc;
+    u.m0 = (int)m;
+    int nib = 4 * (s & 1);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) u.q[i] = (q_ld32<4>(b + 16 + 32 * (s >> 1) + 4 * i) >> nib) & 0x0f0f0f0fu;
+}
+__device__ __forceinline__ float q_unit_dot(QQ4_K, const QWU& u, const QAC& a, float acc) {
+    int s = u.sc0 * (q_dot4(u.q, a.q) + q_dot4(u.q + 4, a.q + 4));
+    return fmaf(-__fmul_rn(u.dm, a.d), (float)(u.m0 * a.sum), fmaf(__fmul_rn(u.d, a.d), (float)s, acc));
+}
+
+// Q5_K: Q4_K plus bit s of qh[l] as the fifth bit.
+__device__ __forceinline__ void q_unit(QQ5_K, const u8* b, int s, QWU& u) {
+    u32 dm = q_ld32<4>(b);
+    u.d = q_f16_bits(dm & 0xffffu);
+    u.dm = q_f16_bits(dm >> 16);
+    u32 sc, m;
+    q_scale_min_k4(s, b + 4, &sc, &m);
+    u.sc0 = (int)sc;
+    u.m0 = (int)m;
+    int nib = 4 * (s & 1);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        u32 lo = (q_ld32<4>(b + 48 + 32 * (s >> 1) + 4 * i) >> nib) & 0x0f0f0f0fu;
+        u32 hb = (q_ld32<4>(b + 16 + 4 * i) >> s) & 0x01010101u;
+        u.q[i] = lo | (hb << 4);
+    }
+}
+__device__ __forceinline__ float q_unit_dot(QQ5_K, const QWU& u, const QAC& a, float acc) {
+    int s = u.sc0 * (q_dot4(u.q, a.q) + q_dot4(u.q + 4, a.q + 4));
+    return fmaf(-__fmul_rn(u.dm, a.d), (float)(u.m0 * a.sum), fmaf(__fmul_rn(u.d, a.d), (float)s, acc));
+}
+
+// Q6_K: q in 0..63 from ql's nibbles and qh's bit pairs; value q - 32, two
+// signed 8-bit scales.
+__device__ __forceinline__ void q_unit(QQ6_K, const u8* b, int s, QWU& u) {
+    int n = s >> 2, k = s & 3;
+    const u8* ql = b + 64 * n + 32 * (k & 1);
+    const u8* qh = b + 128 + 32 * n;
+    int nib = 4 * (k >> 1);
+    u.d = q_f16_bits(q_ld16(b + 208));
+    u.sc0 = (int)(signed char)b[192 + 8 * n + 2 * k];
+    u.sc1 = (int)(signed char)b[192 + 8 * n + 2 * k + 1];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        u32 lo = (q_ld32<2>(ql + 4 * i) >> nib) & 0x0f0f0f0fu;
+        u32 hi = (q_ld32<2>(qh + 4 * i) >> (2 * k)) & 0x03030303u;
+        u.q[i] = lo | (hi << 4);
+    }
+}
+__device__ __forceinline__ float q_unit_dot(QQ6_K, const QWU& u, const QAC& a, float acc) {
+    int s = u.sc0 * (q_dot4(u.q, a.q) - 32 * a.bs0) + u.sc1 * (q_dot4(u.q + 4, a.q + 4) - 32 * a.bs1);
+    return fmaf(__fmul_rn(u.d, a.d), (float)s, acc);
+}
+
+// IQ4_XS: the levels of IQ4_NL, one 6-bit scale ls - 32 per piece.
+__device__ __forceinline__ void q_unit(QIQ4_XS, const u8* b, int s, QWU& u) {
+    u32 head = q_ld32<4>(b);
+    u.d = q_f16_bits(head & 0xffffu);
+    u32 ls = ((b[4 + (s >> 1)] >> (4 * (s & 1))) & 15u) | (((head >> (16 + 2 * s)) & 3u) << 4);
+    u.sc0 = (int)ls - 32;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        u32 w = q_ld32<4>(b + 8 + 16 * s + 4 * i);
+        u.q[i] = q_iq4_levels(w & 0x0f0f0f0fu);
+        u.q[i + 4] = q_iq4_levels((w >> 4) & 0x0f0f0f0fu);
+    }
+}
+__device__ __forceinline__ float q_unit_dot(QIQ4_XS, const QWU& u, const QAC& a, float acc) {
+    int s = u.sc0 * (q_dot4(u.q, a.q) + q_dot4(u.q + 4, a.q + 4));
+    return fmaf(__fmul_rn(u.d, a.d), (float)s, acc);
+}
+
+// Q8_K weights (f32 d): (d * da) * sum q a.
+__device__ __forceinline__ void q_unit(QQ8_K, const u8* b, int s, QWU& u) {
+    u.d = __uint_as_float(q_ld32<4>(b));
+#pragma unroll
+    for (int i = 0; i < 8; ++i) u.q[i] = q_ld32<4>(b + 4 + 32 * s + 4 * i);
+}
+__device__ __forceinline__ float q_unit_dot(QQ8_K, const QWU& u, const QAC& a, float acc) {
+    int s = q_dot4(u.q, a.q) + q_dot4(u.q + 4, a.q + 4);
+    return fmaf(__fmul_rn(u.d, a.d), (float)s, acc);
+}
+
+// Per weight type: its activation layout and load alignment.
+template <class T> struct QV;
+template <> struct QV<QQ4_0> { enum { ACT = QA_32, AL = 2 }; };
+template <> struct QV<QQ4_1> { enum { ACT = QA_32, AL = 4 }; };
+template <> struct QV<QQ5_0> { enum { ACT = QA_32, AL = 2 }; };
+template <> struct QV<QQ5_1> { enum { ACT = QA_32, AL = 4 }; };
+template <> struct QV<QQ8_0> { enum { ACT = QA_32, AL = 2 }; };
+template <> struct QV<QQ8_1> { enum { ACT = QA_32, AL = 4 }; };
+template <> struct QV<QIQ4_NL> { enum { ACT = QA_32, AL = 2 }; };
+template <> struct QV<QQ2_K> { enum { ACT = QA_K, AL = 4 }; };
+template <> struct QV<QQ3_K> { enum { ACT = QA_K, AL = 2 }; };
+template <> struct QV<QQ4_K> { enum { ACT = QA_K, AL = 4 }; };
+template <> struct QV<QQ5_K> { enum { ACT = QA_K, AL = 4 }; };
+template <> struct QV<QQ6_K> { enum { ACT = QA_K, AL = 2 }; };
+template <> struct QV<QQ8_K> { enum { ACT = QA_K, AL = 4 }; };
+template <> struct QV<QIQ4_XS> { enum { ACT = QA_K, AL = 4 }; };
+
+// The quantized activations of a product (see the layouts above).
+struct QActs {
+    const int* q;
+    const float* d;
+    const int* sum;
+    const float* s;
+    i64 k;
+};
+
+// Piece c (values 32 c ..) of activation row r: two 16-byte loads of
+// quants (rows are multiples of 32 bytes, so aligned) and its block's
+// scale and sums.
+template <int ACT> __device__ __forceinline__ void q_act_piece(const QActs& a, int r, i64 c, QAC& x) {
+    const int* p = a.q + (i64)r * (a.k >> 2) + 8 * c;
+    int4 v0 = *(const int4*)p, v1 = *(const int4*)(p + 4);
+    x.q[0] = v0.x; x.q[1] = v0.y; x.q[2] = v0.z; x.q[3] = v0.w;
+    x.q[4] = v1.x; x.q[5] = v1.y; x.q[6] = v1.z; x.q[7] = v1.w;
+    if (ACT == QA_32) {
+        i64 i = (i64)r * (a.k >> 5) + c;
+        x.d = a.d[i];
+        x.sum = a.sum[i];
+        x.s = a.s[i];
+        x.bs0 = x.bs1 = 0;
+    } else {
+        x.d = a.d[(i64)r * (a.k >> 8) + (c >> 3)];
+        i64 i = (i64)r * (a.k >> 4) + 2 * c;
+        x.bs0 = a.sum[i];
+        x.bs1 = a.sum[i + 1];
+        x.sum = x.bs0 + x.bs1;
+        x.s = 0.0f;
+    }
+}
+
+// One lane's share of a warp's MMVQ: weight rows w, w + row_stride, ..
+// (`rows` of them, at most R) against activation rows 0..m (m <= M). Lane
+// l takes the 32-value pieces l, l + 32, ... of the rows: each weight
+// piece is decoded once and multiplied by every activation row, each
+// activation piece loaded once for all R weight rows. acc[r][i] is then
+// the lane's part of output (r, i), to be summed over the lanes.
+template <class T, int M, int R>
+__device__ __forceinline__ void q_mmvq_lane(const u8* w, i64 row_stride, int rows, const QActs& a, int m, int lane,
+                                            float (&acc)[M][R]) {
+    const int per_block = T::QK / 32;
+    const i64 pieces = a.k >> 5;
+#pragma unroll
+    for (int r = 0; r < M; ++r)
+#pragma unroll
+        for (int i = 0; i < R; ++i) acc[r][i] = 0.0f;
+    for (i64 c = lane; c < pieces; c += 32) {
+        const i64 blk = c / per_block;
+        const int s = (int)(c - blk * per_block);
+        QWU u[R];
+#pragma unroll
+        for (int i = 0; i < R; ++i)
+            if (i < rows) q_unit(T(), w + i * row_stride + blk * T::TS, s, u[i]);
+#pragma unroll
+        for (int r = 0; r < M; ++r) {
+            if (r < m) {
+                QAC x;
+                q_act_piece<QV<T>::ACT>(a, r, c, x);
+#pragma unroll
+                for (int i = 0; i < R; ++i)
+                    if (i < rows) acc[r][i] = q_unit_dot(T(), u[i], x, acc[r][i]);
+            }
+        }
+    }
+}
+
+// The types with an MMVQ kernel, as X(name, tag).
+#define Q_MMVQ_TYPES(X)                                                                        \
+    X(Q4_0, QQ4_0) X(Q4_1, QQ4_1) X(Q5_0, QQ5_0) X(Q5_1, QQ5_1) X(Q8_0, QQ8_0) X(Q8_1, QQ8_1)  \
+    X(IQ4_NL, QIQ4_NL) X(Q2_K, QQ2_K) X(Q3_K, QQ3_K) X(Q4_K, QQ4_K) X(Q5_K, QQ5_K)           \
+    X(Q6_K, QQ6_K) X(Q8_K, QQ8_K) X(IQ4_XS, QIQ4_XS)
 // ---- END HOST-TESTABLE DECODERS ------------------------------------------
 
 // ---- dequantization: `rows` rows of `cpr` chunks into y[rows, cpr * CH] ---
@@ -446,3 +921,127 @@ __device__ __forceinline__ void q_matvec(const u8* w, i64 row_stride, i64 n, i64
         q_embed<T, u8>(w, row_stride, vocab, ids, li, n_ids, cpr, y, bad);                   \
     }
 Q_TYPES(Q_KERNELS)
+
+// ---- activation quantization for the MMVQ kernels -------------------------
+// x contiguous [m, k] (k a multiple of 32, or of 256 for QA_K), rows of
+// blocks one after another, so block t covers x[32 t ..] (x[256 t ..]).
+__device__ __forceinline__ float q_warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = qa_max(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+__device__ __forceinline__ int q_warp_sum(int v, int width) {
+    for (int o = width >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// QA_32: one warp per 32-value block, lane i quantizes value i.
+extern "C" __global__ void qact_q8_32(const float* x, i64 blocks, signed char* q, float* d, int* sum, float* s) {
+    i64 t = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (t >= blocks) return;  // whole warps
+    float v = x[32 * t + lane];
+    float amax = q_warp_max(fabsf(v));
+    float dd, id;
+    qa8_scale(amax, &dd, &id);
+    int qi = qa8_quant(v, id);
+    q[32 * t + lane] = (signed char)qi;
+    int total = q_warp_sum(qi, 32);
+    if (lane == 0) {
+        d[t] = q_f16_round(dd);
+        sum[t] = total;
+        // Q8_1's s: the unrounded d times the sum, then rounded to f16.
+        s[t] = q_f16_round(__fmul_rn(dd, (float)total));
+    }
+}
+
+// QA_K: one warp per 256-value block; lane l quantizes values l + 32 j
+// (coalesced loads), so value l + 32 j lies in 16-value group 2 j + l / 16.
+extern "C" __global__ void qact_q8_k(const float* x, i64 blocks, signed char* q, float* d, int* bsum) {
+    i64 t = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (t >= blocks) return;  // whole warps
+    const float* xb = x + 256 * t;
+    float v[8];
+    float a = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        v[j] = xb[lane + 32 * j];
+        // As the CPU: `a > max` never takes a NaN.
+        a = fabsf(v[j]) > a ? fabsf(v[j]) : a;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        float b = __shfl_xor_sync(0xffffffffu, a, o);
+        a = b > a ? b : a;
+    }
+    signed char* qb = q + 256 * t;
+    if (a == 0.0f) {
+        // The CPU's all-zero block: d = 0, zero quants and sums.
+#pragma unroll
+        for (int j = 0; j < 8; ++j) qb[lane + 32 * j] = 0;
+        if (lane < 16) bsum[16 * t + lane] = 0;
+        if (lane == 0) d[t] = 0.0f;
+        return;
+    }
+    // The first value (lowest index) whose magnitude is the maximum.
+    int first = 256;
+    float fv = 0.0f;
+#pragma unroll
+    for (int j = 7; j >= 0; --j) {
+        if (fabsf(v[j]) == a) {
+            first = lane + 32 * j;
+            fv = v[j];
+        }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) first = min(first, __shfl_xor_sync(0xffffffffu, first, o));
+    float max = __shfl_sync(0xffffffffu, fv, first & 31);
+    float iscale = __fdiv_rn(-127.0f, max);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        int qi = qa8k_quant(v[j], iscale);
+        qb[lane + 32 * j] = (signed char)qi;
+        // Lanes 0..15 hold group 2 j, lanes 16..31 group 2 j + 1.
+        int g = q_warp_sum(qi, 16);
+        if ((lane & 15) == 0) bsum[16 * t + 2 * j + (lane >> 4)] = g;
+    }
+    if (lane == 0) d[t] = __fdiv_rn(1.0f, iscale);
+}
+
+// ---- MMVQ: y[r, j] = sum_i x[r, i] W[j, i] for m <= M activation rows ----
+// One warp per QMMVQ_R(M) output columns, QMMVQ_WARPS warps per block; the
+// lanes' parts (q_mmvq_lane) summed by a butterfly of shuffles.
+template <class T, int M>
+__device__ __forceinline__ void q_mmvq(const u8* w, i64 row_stride, i64 n, const QActs& a, int m, float* y) {
+    const int R = QMMVQ_R(M);
+    i64 j0 = ((i64)blockIdx.x * QMMVQ_WARPS + (threadIdx.x >> 5)) * R;
+    int lane = threadIdx.x & 31;
+    if (j0 >= n) return;  // whole warps: the shuffles below have all 32 lanes
+    int rows = n - j0 < R ? (int)(n - j0) : R;
+    float acc[M][R];
+    q_mmvq_lane<T, M, R>(w + j0 * row_stride, row_stride, rows, a, m, lane, acc);
+#pragma unroll
+    for (int r = 0; r < M; ++r) {
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            if (r < m && i < rows) {
+                float s = acc[r][i];
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+                if (lane == 0) y[(i64)r * n + j0 + i] = s;
+            }
+        }
+    }
+}
+
+#define Q_MMVQ_KERNEL(NAME, T, M)                                                            \
+    extern "C" __global__ void __launch_bounds__(32 * QMMVQ_WARPS) qmmvq_##NAME##_m##M(      \
+        const u8* w, i64 row_stride, i64 n, i64 k, const int* aq, const float* ad,           \
+        const int* asum, const float* as, int m, float* y) {                                 \
+        QActs a = {aq, ad, asum, as, k};                                                     \
+        q_mmvq<T, M>(w, row_stride, n, a, m, y);                                             \
+    }
+#define Q_MMVQ_KERNELS(NAME, T) \
+    Q_MMVQ_KERNEL(NAME, T, 1) Q_MMVQ_KERNEL(NAME, T, 2) Q_MMVQ_KERNEL(NAME, T, 4) Q_MMVQ_KERNEL(NAME, T, 8)
+Q_MMVQ_TYPES(Q_MMVQ_KERNELS)

@@ -1,11 +1,14 @@
-//! Where the CUDA backend's tolerance for the quantized products
-//! (`quant_tol`, used by tests/conformance.rs) comes from, measured on the
-//! CPU, without a GPU.
+//! Where the CUDA backend's tolerance for its f32 products of quantized
+//! weights (`quant_tol::f32_path`: F32/F16/BF16 weights, and the
+//! dequantize-and-cuBLAS path of more than 64 activation rows) comes from,
+//! measured on the CPU, without a GPU. (The MMVQ kernels' tolerance,
+//! `quant_tol::qmatmul` for the quantized types, is measured by
+//! tests/quant_decode_host.rs.)
 //!
 //! The CPU backend computes `x @ W^T` as llama.cpp does: each activation
 //! row quantized to the weight type's dot type (Q8_0, Q8_1, Q8_K, or F16 /
-//! BF16 for those weights), then integer dot products. The GPU multiplies
-//! the f32 activations by the exactly dequantized weights in f32. So the
+//! BF16 for those weights), then integer dot products. The GPU's f32 path
+//! multiplies the f32 activations by the exactly dequantized weights in f32. So the
 //! two differ by the activation quantization's error, plus the GPU's f32
 //! rounding. Here, for every weight type and for the inputs the
 //! conformance suite gives (the random suite's, quant_ops', and the
@@ -158,7 +161,7 @@ fn product(
     let xt = Tensor::from_storage_in(exec, CpuStorage::F32(x.to_vec()), [m, k]).unwrap();
     let got = xt.qmatmul(&w).unwrap().to_vec::<f32>().unwrap();
     let (want, bound) = exact(x, &deq, m, n, k);
-    let tol = quant_tol::qmatmul(&format!("qmatmul_{}", qtype.name().to_lowercase())).unwrap();
+    let tol = quant_tol::f32_path(&format!("qmatmul_{}", qtype.name().to_lowercase())).unwrap();
     for i in 0..m * n {
         worst.add(tol, what, got[i] as f64, want[i], bound[i]);
     }
@@ -253,7 +256,7 @@ fn fixtures(rows: &mut [(String, Worst)]) {
         let deq = quant::dequantize(qtype, &bytes[4..4 + wlen], n * k).unwrap();
         let (want, bound) = exact(&x, &deq, 33, n, k);
         let op = format!("qmatmul_{}", qtype.name().to_lowercase());
-        let tol = quant_tol::qmatmul(&op).unwrap();
+        let tol = quant_tol::f32_path(&op).unwrap();
         let worst = &mut rows.iter_mut().find(|(o, _)| *o == op).unwrap().1;
         let mut at = 4 + wlen;
         for m in [1usize, 2, 3, 4, 5, 7, 8, 9, 16, 33] {
@@ -279,7 +282,7 @@ fn gated(exec: &Arc<Executor>, rows: &mut Vec<(String, Worst)>) {
             GateActivation::SwiGlu => "qmatmul_swiglu",
             GateActivation::GeGlu => "qmatmul_geglu",
         };
-        let tol = quant_tol::qmatmul(op).unwrap();
+        let tol = quant_tol::f32_path(op).unwrap();
         let f = |g: f64, u: f64| match act {
             GateActivation::SwiGlu => silu(g) * u,
             GateActivation::GeGlu => gelu(g) * u,

@@ -7,14 +7,22 @@
 //! - `QEmbedding` looks rows up by id and decodes them: bit-exact with the
 //!   CPU. Ids outside the table set a device flag, reported as the CPU's
 //!   `InvalidInput` (as the indexing ops do, see index.rs).
-//! - `QMatMul` with at most `MATVEC_MAX_ROWS` activation rows (decode) reads
-//!   the blocks directly: one warp per output column. With more rows the
-//!   weight is dequantized to f32, a tile of rows at a time, and cuBLAS
-//!   multiplies (`x @ W^T`). Both compute in f32 from f32 activations,
-//!   whereas the CPU (llama.cpp's arithmetic) first quantizes the
-//!   activations to the type's dot type (Q8_0, Q8_1, Q8_K, F16, BF16):
-//!   results differ from the CPU's by that quantization's error (see
-//!   tests/conformance.rs for the tolerance and where it comes from).
+//! - `QMatMul` with at most `MMVQ_MAX_ROWS` activation rows (decode, small
+//!   batches) of a weight type with an MMVQ kernel (`mmvq_layout`: every
+//!   quantized type) quantizes the activations once, on the device, to the
+//!   CPU's dot type (Q8_0/Q8_1 rules in 32-value blocks, Q8_K in 256-value
+//!   blocks) bit for bit, then multiplies with integer dot products
+//!   (`qmmvq_T_M*`, one warp per one or two output columns, up to eight
+//!   activation rows per pass): the CPU's (llama.cpp's) arithmetic but for
+//!   the order of the f32 scaling and summation.
+//! - Other types (F32, F16, BF16) with at most `MATVEC_MAX_ROWS` rows take
+//!   the f32 matvec (one warp per output column, the blocks decoded to
+//!   f32); with more rows than these limits the weight is dequantized to
+//!   f32, a tile of rows at a time, and cuBLAS multiplies (`x @ W^T`).
+//!   Both compute in f32 from f32 activations, whereas the CPU first
+//!   quantizes the activations to the type's dot type: results differ from
+//!   the CPU's by that quantization's error (tests/quant_tol/mod.rs has
+//!   the tolerances and where they come from).
 //! - `QMatMuls` is one product per weight, each exactly the `QMatMul`
 //!   of that weight; `QMatMulGated` is the two products followed by the
 //!   SwiGLU/GeGLU kernel of elementwise.cu written over the gate product,
@@ -41,6 +49,49 @@ use rustorch_core::{BackendError, DType, Layout, Op, TensorMeta};
 const MATVEC_MAX_ROWS: usize = 8;
 /// Warps (output columns) per block of the matvec (`QMV_WARPS`).
 const MATVEC_WARPS: usize = 4;
+/// Activation rows up to which products of the MMVQ types take the MMVQ
+/// kernels, in passes of `MMVQ_PASS_ROWS`: each pass reads the quantized
+/// weight once (a Q4_0 weight is 0.56 bytes a value), where the cuBLAS
+/// path writes and reads it back as f32 (8 bytes a value) besides; up to
+/// 64 rows the passes read less. The batched products of the conformance
+/// suite (up to 33 rows) so take the CPU's arithmetic too. Where the
+/// crossover really lies is for the GPU to tell (examples/cuda_bench.rs).
+const MMVQ_MAX_ROWS: usize = 64;
+/// Activation rows per MMVQ launch (`QMMVQ_MAX_ROWS`).
+const MMVQ_PASS_ROWS: usize = 8;
+/// Warps per block of the MMVQ kernels (`QMMVQ_WARPS`).
+const MMVQ_WARPS: usize = 4;
+
+/// How a weight type's MMVQ kernel wants its activations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ActLayout {
+    /// 32-value blocks as Q8_0 / Q8_1 (`QA_32`): the dot types Q8_0, Q8_1.
+    Q32,
+    /// 256-value blocks as Q8_K (`QA_K`).
+    K,
+}
+
+/// The activation layout and the weight's load alignment (bytes) of the
+/// MMVQ kernel for `q` (`QV<T>` in quant.cu); `None` for the types without
+/// one (F32, F16, BF16, whose dot types are floats).
+fn mmvq_layout(q: QType) -> Option<(ActLayout, usize)> {
+    use QType::*;
+    let layout = match q {
+        Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | IQ4NL => ActLayout::Q32,
+        Q2K | Q3K | Q4K | Q5K | Q6K | Q8K | IQ4XS => ActLayout::K,
+        _ => return None,
+    };
+    // 4-byte loads where every block starts 4-aligned, else 2-byte ones.
+    let align = if q.type_size().is_multiple_of(4) { 4 } else { 2 };
+    Some((layout, align))
+}
+
+/// The kernel (its `M`, a power of two) for a pass of `rows` activation
+/// rows, and the weight rows each of its warps takes (`QMMVQ_R(M)`).
+fn mmvq_kernel_rows(rows: usize) -> (usize, usize) {
+    let m = rows.next_power_of_two().clamp(1, MMVQ_PASS_ROWS);
+    (m, if m >= 4 { 2 } else { 1 })
+}
 /// Bytes of f32 weights dequantized at a time for cuBLAS: a whole layer's
 /// weight in one go (4096 x 14336 is 235 MB), while an LM head of 128k
 /// rows (2 GB in f32) goes in tiles rather than doubling its footprint.
@@ -145,9 +196,37 @@ struct Activations {
     /// The contiguous copy when the input was a strided view (kept alive
     /// for the products queued after it).
     _copy: Option<CudaBuffer>,
+    /// The activations quantized for the MMVQ kernels, per layout, made by
+    /// the first product that needs them (the several products of
+    /// `QMatMuls` and `QMatMulGated` share them).
+    quantized: [std::cell::OnceCell<QuantActs>; 2],
+}
+
+/// Activations quantized for the MMVQ kernels (kernels/quant.cu's
+/// layouts): the addresses of the quants, scales, sums and (for `Q32`)
+/// Q8_1's s, all in `_buf`.
+struct QuantActs {
+    q: u64,
+    d: u64,
+    sum: u64,
+    s: u64,
+    /// Scales and sums per activation row.
+    d_per_row: usize,
+    sum_per_row: usize,
+    _buf: CudaBuffer,
 }
 
 impl Activations {
+    /// The activations quantized to `layout` (computed once).
+    fn quantized(&self, b: &CudaBackend, layout: ActLayout) -> Result<&QuantActs, BackendError> {
+        let cell = &self.quantized[layout as usize];
+        if let Some(q) = cell.get() {
+            return Ok(q);
+        }
+        let q = quantize_activations(b, self, layout)?;
+        Ok(cell.get_or_init(|| q))
+    }
+
     fn new(b: &CudaBackend, name: &str, x: &TensorRef<'_>) -> Result<Activations, BackendError> {
         let dims = x.layout.dims();
         let Some((&k, lead)) = dims.split_last() else {
@@ -164,6 +243,7 @@ impl Activations {
                 m,
                 k,
                 _copy: None,
+                quantized: Default::default(),
             });
         }
         // Any other layout (transposed, stepped, broadcast rows): one
@@ -179,6 +259,7 @@ impl Activations {
             m,
             k,
             _copy: Some(copy),
+            quantized: Default::default(),
         })
     }
 }
@@ -196,7 +277,10 @@ struct Weight {
 }
 
 impl Weight {
-    fn new(b: &CudaBackend, name: &str, qtype: QType, w: &TensorRef<'_>) -> Result<Weight, BackendError> {
+    /// The weight's rows in place where its bytes are contiguous within
+    /// rows and its address and row stride are multiples of `align`, else
+    /// a contiguous (and aligned: a fresh allocation) copy.
+    fn new(b: &CudaBackend, name: &str, qtype: QType, w: &TensorRef<'_>, align: usize) -> Result<Weight, BackendError> {
         let (dims, strides) = (w.layout.dims(), w.layout.strides());
         if w.dtype() != DType::U8 || dims.len() != 2 || !dims[1].is_multiple_of(qtype.type_size()) {
             // infer rejects these.
@@ -211,13 +295,20 @@ impl Weight {
             // Bytes contiguous within each row (the usual case: a QWeight's
             // data); rows may be anywhere (a narrowed table).
             let base = b.own(name, w.buffer)?.ptr();
-            return Ok(Weight {
-                ptr: base + w.layout.offset() as u64,
-                row_stride: if rows <= 1 { row_bytes as i64 } else { strides[0] as i64 },
-                rows,
-                cols,
-                _copy: None,
-            });
+            let (ptr, row_stride) = (
+                base + w.layout.offset() as u64,
+                if rows <= 1 { row_bytes as i64 } else { strides[0] as i64 },
+            );
+            let align = align.max(1);
+            if ptr.is_multiple_of(align as u64) && row_stride.rem_euclid(align as i64) == 0 {
+                return Ok(Weight {
+                    ptr,
+                    row_stride,
+                    rows,
+                    cols,
+                    _copy: None,
+                });
+            }
         }
         let copy = super::elementwise::run(
             b,
@@ -245,7 +336,8 @@ fn product(
 ) -> Result<CudaBuffer, BackendError> {
     let ty = kernel_type(qtype)
         .ok_or_else(|| BackendError::unsupported(b.device, name, format!("no CUDA kernel for {qtype} weights")))?;
-    let w = Weight::new(b, name, qtype, w)?;
+    let mmvq = mmvq_layout(qtype).filter(|_| x.m <= MMVQ_MAX_ROWS);
+    let w = Weight::new(b, name, qtype, w, mmvq.map_or(1, |(_, align)| align))?;
     if w.cols != x.k {
         return Err(BackendError::invalid(
             name,
@@ -264,7 +356,9 @@ fn product(
             .map_err(|e| crate::error::driver(b.device, name, e, 0))?;
         return Ok(y);
     }
-    if m <= MATVEC_MAX_ROWS {
+    if let Some((layout, _)) = mmvq {
+        mmvq_product(b, ty, layout, &w, x, &y)?;
+    } else if m <= MATVEC_MAX_ROWS {
         matvec(b, ty, &w, x, &y)?;
     } else {
         dequant_gemm(b, name, qtype, ty, &w, x, &y)?;
@@ -297,6 +391,136 @@ fn matvec(b: &CudaBackend, ty: &str, w: &Weight, x: &Activations, y: &CudaBuffer
     // weight's layout against its buffer), x is contiguous [m, k] with
     // m <= QMV_MAX_ROWS, y holds m * n f32.
     unsafe { args.launch(cfg) }.map_err(|e| b.launch_err(&kernel, e))?;
+    Ok(())
+}
+
+/// `x` quantized for the MMVQ kernels (`qact_q8_32` / `qact_q8_k`, one
+/// warp per block). `k` is a whole number of the layout's blocks: it is
+/// the column count of a weight of a type with that layout.
+fn quantize_activations(b: &CudaBackend, x: &Activations, layout: ActLayout) -> Result<QuantActs, BackendError> {
+    let (m, k) = (x.m, x.k);
+    let block = match layout {
+        ActLayout::Q32 => 32,
+        ActLayout::K => 256,
+    };
+    if !k.is_multiple_of(block) {
+        return Err(BackendError::invalid(
+            "quantize_activations",
+            format!("{k} columns are not whole {block}-value blocks"),
+        ));
+    }
+    let blocks = m * k / block;
+    // Quants, then scales and sums (and Q8_1's s) as 4-byte values, each
+    // array starting 16-byte aligned (the quants are m * k bytes, k a
+    // multiple of 32).
+    let (d_per_row, sum_per_row) = match layout {
+        ActLayout::Q32 => (k / 32, k / 32),
+        ActLayout::K => (k / 256, k / 16),
+    };
+    let pad = |v: usize| v.next_multiple_of(16);
+    let d_at = pad(m * k);
+    let sum_at = d_at + pad(4 * m * d_per_row);
+    let s_at = sum_at + pad(4 * m * sum_per_row);
+    let total = s_at + if layout == ActLayout::Q32 { 4 * m * (k / 32) } else { 0 };
+    let buf = b.alloc(DType::U8, total)?;
+    let base = buf.ptr();
+    let (q, d, sum, s) = (base, base + d_at as u64, base + sum_at as u64, base + s_at as u64);
+    let blocks64 = blocks as i64;
+    const THREADS: usize = 256;
+    let cfg = LaunchConfig {
+        grid_dim: (
+            u32::try_from(blocks.div_ceil(THREADS / 32))
+                .map_err(|_| BackendError::unsupported(b.device, "qact", "more activation blocks than a grid holds"))?,
+            1,
+            1,
+        ),
+        block_dim: (THREADS as u32, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let kernel = match layout {
+        ActLayout::Q32 => "qact_q8_32",
+        ActLayout::K => "qact_q8_k",
+    };
+    let f = b.function("quant", kernel)?;
+    let mut args = b.stream.launch_builder(&f);
+    args.arg(&x.ptr).arg(&blocks64).arg(&q).arg(&d).arg(&sum);
+    if layout == ActLayout::Q32 {
+        args.arg(&s);
+    }
+    // SAFETY: qact_q8_32(x, blocks, q, d, sum, s) / qact_q8_k(x, blocks, q,
+    // d, bsum): x holds blocks * block contiguous f32 (m rows of k); q holds
+    // m * k bytes, d, sum and s their arrays of 4-byte values per block
+    // (sum per 16 values for Q8_K), all inside `buf`.
+    unsafe { args.launch(cfg) }.map_err(|e| b.launch_err(kernel, e))?;
+    Ok(QuantActs {
+        q,
+        d,
+        sum,
+        s: if layout == ActLayout::Q32 { s } else { 0 },
+        d_per_row,
+        sum_per_row,
+        _buf: buf,
+    })
+}
+
+/// The MMVQ path: the activations quantized once (shared with the other
+/// products of the op), then passes of up to `MMVQ_PASS_ROWS` rows, each
+/// with the smallest `qmmvq_T_M*` kernel that holds it.
+fn mmvq_product(
+    b: &CudaBackend,
+    ty: &str,
+    layout: ActLayout,
+    w: &Weight,
+    x: &Activations,
+    y: &CudaBuffer,
+) -> Result<(), BackendError> {
+    let qa = x.quantized(b, layout)?;
+    let (n, k) = (w.rows, x.k);
+    let (n64, k64) = (n as i64, k as i64);
+    let mut r0 = 0;
+    while r0 < x.m {
+        let rows = (x.m - r0).min(MMVQ_PASS_ROWS);
+        let (mk, per_warp) = mmvq_kernel_rows(rows);
+        let kernel = format!("qmmvq_{ty}_m{mk}");
+        let f = b.function("quant", &kernel)?;
+        let blocks = u32::try_from(n.div_ceil(per_warp * MMVQ_WARPS))
+            .map_err(|_| BackendError::unsupported(b.device, kernel.clone(), "more weight rows than a grid holds"))?;
+        let cfg = LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: ((32 * MMVQ_WARPS) as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let aq = qa.q + (r0 * k) as u64;
+        let ad = qa.d + (4 * r0 * qa.d_per_row) as u64;
+        let asum = qa.sum + (4 * r0 * qa.sum_per_row) as u64;
+        // Only the 32-value layout has s (the K kernels never read it).
+        let as_ = if layout == ActLayout::Q32 {
+            qa.s + (4 * r0 * (k / 32)) as u64
+        } else {
+            0
+        };
+        let yp = y.ptr() + (4 * r0 * n) as u64;
+        let rows32 = rows as i32;
+        let mut args = b.stream.launch_builder(&f);
+        args.arg(&w.ptr)
+            .arg(&w.row_stride)
+            .arg(&n64)
+            .arg(&k64)
+            .arg(&aq)
+            .arg(&ad)
+            .arg(&asum)
+            .arg(&as_)
+            .arg(&rows32)
+            .arg(&yp);
+        // SAFETY: qmmvq_T_M(w, row_stride, n, k, aq, ad, asum, as, m, y):
+        // rows 0..n of `row_stride` bytes hold k values each, at addresses
+        // and strides aligned for the type's loads (Weight::new); aq, ad,
+        // asum, as point at activation row r0 of the quantized layout, of
+        // which rows r0..r0 + rows exist (rows <= M); y + r0 * n holds
+        // rows * n f32 of the output.
+        unsafe { args.launch(cfg) }.map_err(|e| b.launch_err(&kernel, e))?;
+        r0 += rows;
+    }
     Ok(())
 }
 
@@ -426,7 +650,7 @@ fn embedding(
         .ok_or_else(|| BackendError::unsupported(b.device, name, format!("no CUDA kernel for {qtype} weights")))?;
     let ity = index_suffix(ids.dtype())
         .ok_or_else(|| BackendError::unsupported(b.device, name, "ids must be i32, i64 or u8"))?;
-    let table = Weight::new(b, name, qtype, w)?;
+    let table = Weight::new(b, name, qtype, w, 1)?;
     let n_ids = ids.layout.shape().numel();
     let total = out.shape.numel();
     if total != n_ids * table.cols {
@@ -502,6 +726,43 @@ mod tests {
             if cpu {
                 assert!(rustorch_core::quant::can_dequantize(q), "{q}");
             }
+        }
+    }
+
+    /// The MMVQ types are quant.cu's `Q_MMVQ_TYPES` with the layouts and
+    /// alignments of its `QV<T>`, and the rows per warp are `QMMVQ_R`.
+    #[test]
+    fn the_mmvq_types_are_the_sources() {
+        let src = crate::KERNEL_SOURCES
+            .iter()
+            .find(|(n, _)| *n == "quant")
+            .map(|(_, s)| *s)
+            .unwrap();
+        for q in QType::ALL {
+            let Some(ty) = kernel_type(q) else {
+                assert!(mmvq_layout(q).is_none(), "{q}");
+                continue;
+            };
+            match mmvq_layout(q) {
+                Some((layout, align)) => {
+                    assert!(src.contains(&format!("X({ty}, Q{ty})")), "{q}");
+                    let act = match layout {
+                        ActLayout::Q32 => "QA_32",
+                        ActLayout::K => "QA_K",
+                    };
+                    let want = format!("struct QV<Q{ty}> {{ enum {{ ACT = {act}, AL = {align} }}; }};");
+                    assert!(src.contains(&want), "{q}: {want}");
+                }
+                None => assert!(!src.contains(&format!("struct QV<Q{ty}>")), "{q}"),
+            }
+        }
+        assert!(src.contains("#define QMMVQ_R(M) ((M) >= 4 ? 2 : 1)"));
+        assert!(src.contains(&format!("#define QMMVQ_MAX_ROWS {MMVQ_PASS_ROWS}")));
+        assert!(src.contains(&format!("#define QMMVQ_WARPS {MMVQ_WARPS}")));
+        for rows in 1..=MMVQ_PASS_ROWS {
+            let (m, r) = mmvq_kernel_rows(rows);
+            assert!(m >= rows && [1, 2, 4, 8].contains(&m), "{rows}");
+            assert_eq!(r, if m >= 4 { 2 } else { 1 });
         }
     }
 
