@@ -21,8 +21,9 @@ out=$(mktemp -d)
 LD_LIBRARY_PATH="${nvrtc_lib}:${LD_LIBRARY_PATH:-}" cargo run -q -p rustorch-cuda --example kernel_ptx -- "$out" "compute_${sm#sm_}"
 for f in "$out"/*.ptx; do
     "$ptxas" -v -arch="$sm" -o /dev/null "$f" 2>&1 |
-        awk -v pat="$pattern" '/Compiling entry function/ { name = $0; sub(/.*'"'"'/, "", name); sub(/'"'"'.*/, "", name); getline_name = name }
-             /Used [0-9]+ registers/ && getline_name ~ pat { print getline_name ": " $0 }
-             /bytes stack frame/ && getline_name ~ pat { print getline_name ": " $0 }'
+        awk -v pat="$pattern" -F"'" '
+            /Compiling entry function/ { name = $2 }
+            /bytes stack frame/ && name ~ pat { frame = $0; sub(/^ +/, "", frame) }
+            /Used [0-9]+ registers/ && name ~ pat { sub(/.*: /, ""); print name ": " $0 "; " frame }'
 done
 rm -rf "$out"
