@@ -220,9 +220,22 @@ pub struct PerplexityArgs {
     #[command(flatten)]
     pub model: ModelArgs,
 
-    /// Text file to score
+    /// Text file to score (not with --kl-divergence, which takes the
+    /// tokens from the base file)
     #[arg(short = 'f', long, value_name = "TEXT_FILE")]
-    pub file: PathBuf,
+    pub file: Option<PathBuf>,
+
+    /// llama-perplexity's log-probability file: written while scoring the
+    /// text, or, with --kl-divergence, read as the base to compare with
+    /// (files from llama-perplexity work both ways)
+    #[arg(long = "kl-divergence-base", value_name = "FILE")]
+    pub kl_divergence_base: Option<PathBuf>,
+
+    /// Compare this model's token probabilities with the base file's: KL
+    /// divergence, same top token, probability differences, as
+    /// llama-perplexity --kl-divergence prints them
+    #[arg(long = "kl-divergence", requires = "kl_divergence_base")]
+    pub kl_divergence: bool,
 
     /// Chunk (context) size in tokens
     #[arg(short = 'c', long = "ctx-size", value_name = "N", default_value_t = 512)]

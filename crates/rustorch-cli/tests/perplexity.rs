@@ -133,3 +133,56 @@ fn perplexity_errors_are_one_line() {
     );
     assert_eq!(err.lines().filter(|l| l.starts_with("error")).count(), 1, "{err}");
 }
+
+/// `--kl-divergence-base` writes llama-perplexity's log-probability file
+/// (header, the text's tokens, one 16-bit record per scored position), and
+/// `--kl-divergence` reads it back: the same model against its own file
+/// differs only by the file's 16-bit rounding, with the same top token
+/// everywhere. (Against llama.cpp itself: tools/kld_vs_llamacpp.sh, which
+/// found the files byte-identical and the statistics equal.)
+#[test]
+fn kl_divergence_base_files_round_trip() {
+    let model = real_model("smollm2");
+    let dir = TempDir::new("kld");
+    let base = dir.path("base.kld");
+    let common = ["-m", &model, "-c", "128", "-t", "2", "-fa", "off", "-b", "cpu"];
+    let mut write = vec!["perplexity", "-f", TEXT, "--chunks", "2", "--kl-divergence-base"];
+    write.push(base.to_str().unwrap());
+    write.extend(common);
+    let o = cli(write);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let n_vocab = 49152usize;
+    let record = 2 * n_vocab.div_ceil(2) + 4;
+    let size = std::fs::metadata(&base).unwrap().len() as usize;
+    assert_eq!(size, 8 + 12 + 2 * 128 * 4 + 2 * 63 * record * 2);
+
+    let mut read = vec!["perplexity", "--kl-divergence", "--kl-divergence-base"];
+    read.push(base.to_str().unwrap());
+    read.extend(common);
+    let o = cli(read);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let mean_kld: f64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("Mean    KLD:"))
+        .and_then(|v| v.split('±').next())
+        .map(|v| v.trim().parse().unwrap())
+        .expect(&out);
+    assert!(mean_kld.abs() < 1e-4, "{out}");
+    assert!(out.contains("Same top p: 100.000 ± 0.000 %"), "{out}");
+
+    // A file that is not one is a one-line error.
+    let bad = dir.path("bad.kld");
+    std::fs::write(&bad, b"not logits").unwrap();
+    let mut read = vec!["perplexity", "--kl-divergence", "--kl-divergence-base"];
+    read.push(bad.to_str().unwrap());
+    read.extend(common);
+    let o = cli(read);
+    assert_one_line_error(
+        &o,
+        &format!(
+            "{}: not a llama-perplexity log-probability file: it does not start with _logits_",
+            bad.display()
+        ),
+    );
+}

@@ -17,6 +17,7 @@
 
 pub mod chat;
 pub mod error;
+pub mod kld;
 pub mod model;
 pub mod perplexity;
 pub mod sampling;

@@ -116,7 +116,27 @@ pub fn perplexity_batched(
     max_chunks: Option<usize>,
     flash: bool,
     batching: Batching,
+    progress: impl FnMut(usize, usize, f64),
+) -> Result<PerplexityReport> {
+    perplexity_observed(model, tokens, n_ctx, max_chunks, flash, batching, progress, |_, _| {
+        Ok(())
+    })
+}
+
+/// [`perplexity_batched`] that also hands each chunk's scored rows of
+/// logits to `observe(chunk, logits)` (positions `n_ctx / 2 ..= n_ctx - 2`,
+/// `n_vocab` values each), before `progress` for that chunk: what
+/// `--kl-divergence-base` writes and `--kl-divergence` compares (`kld`).
+#[allow(clippy::too_many_arguments)] // llama-perplexity's knobs, each its own
+pub fn perplexity_observed(
+    model: &Model,
+    tokens: &[u32],
+    n_ctx: usize,
+    max_chunks: Option<usize>,
+    flash: bool,
+    batching: Batching,
     mut progress: impl FnMut(usize, usize, f64),
+    mut observe: impl FnMut(usize, &[f32]) -> Result<()>,
 ) -> Result<PerplexityReport> {
     if batching.n_batch == 0 || batching.n_ubatch == 0 {
         return Err(LlmError::InvalidArgument(format!(
@@ -178,6 +198,7 @@ pub fn perplexity_batched(
             nll2 += v * v;
         }
         count += scored;
+        observe(i, &logits[first * n_vocab..(n_ctx - 1) * n_vocab])?;
         let now = (nll / count as f64).exp();
         running.push(now);
         progress(i + 1, n_chunks, now);
