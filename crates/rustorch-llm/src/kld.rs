@@ -280,7 +280,7 @@ fn c_nan(s: String) -> String {
 
 fn median(sorted: &[f32]) -> f32 {
     let n = sorted.len();
-    if n % 2 == 0 {
+    if n.is_multiple_of(2) {
         0.5 * (sorted[n / 2] + sorted[n / 2 - 1])
     } else {
         sorted[n / 2]
