@@ -176,6 +176,14 @@ impl CudaBackend {
             .find(|(n, _)| *n == module)
             .map(|(_, s)| *s)
             .ok_or_else(|| BackendError::unsupported(self.device, module, "no such kernel module"))?;
+        // Machine code for this GPU first; PTX (translated by the driver)
+        // where NVRTC cannot make it or the driver does not take it.
+        let sm = self.arch.replace("compute_", "sm_");
+        if let Ok(cubin) = crate::compile::compile_cubin(module, src, &sm) {
+            if let Ok(m) = self.ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin)) {
+                return Ok(m);
+            }
+        }
         let ptx = crate::compile::compile(module, src, &self.arch).map_err(|message| BackendError::Device {
             device: self.device,
             message,

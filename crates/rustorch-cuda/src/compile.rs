@@ -1,7 +1,11 @@
-//! Kernel sources to PTX with NVRTC, for one GPU architecture, cached on
-//! disk: the key hashes the source (with the shared header), the options,
-//! the architecture and NVRTC's version, so a second start compiles nothing
-//! and any change compiles afresh.
+//! Kernel sources to machine code (CUBIN, `compile_cubin`) or PTX
+//! (`compile`) with NVRTC, for one GPU architecture, cached on disk: the key
+//! hashes the source (with the shared header), the options, the
+//! architecture and NVRTC's version, so a second start compiles nothing and
+//! any change compiles afresh. The backend loads CUBIN: PTX would leave the
+//! driver to translate it to machine code at every start its own cache
+//! misses (over a minute for all modules, on one thread), and a PTX newer
+//! than the driver does not load at all; PTX stays the fallback.
 //!
 //! The cache lives in `$RUSTORCH_CUDA_CACHE`, else
 //! `$XDG_CACHE_HOME/rustorch/cuda-kernels`, else
@@ -86,6 +90,89 @@ pub fn compile(name: &str, src: &str, arch: &str) -> Result<Ptx, String> {
         let _ = write_atomically(f, ptx.to_src().as_bytes());
     }
     Ok(ptx)
+}
+
+/// `name`'s machine code for `sm` (`sm_90`), from the cache when there.
+pub fn compile_cubin(name: &str, src: &str, sm: &str) -> Result<Vec<u8>, String> {
+    let source = full_source(src);
+    let (major, minor) = nvrtc_version()?;
+    let version = format!("{major}.{minor}");
+    let key = fnv1a(&[
+        source.as_bytes(),
+        OPTIONS.join(" ").as_bytes(),
+        sm.as_bytes(),
+        version.as_bytes(),
+    ]);
+    let file = cache_dir().map(|d| d.join(format!("{name}-{sm}-{key:016x}.cubin")));
+    if let Some(f) = &file {
+        if let Ok(bytes) = std::fs::read(f) {
+            return Ok(bytes);
+        }
+    }
+    let cubin = compile_cubin_uncached(name, &source, sm)?;
+    if let Some(f) = &file {
+        let _ = write_atomically(f, &cubin);
+    }
+    Ok(cubin)
+}
+
+/// NVRTC straight to machine code for `sm` (`sm_90`), without the cache.
+pub fn compile_cubin_uncached(name: &str, full_source: &str, sm: &str) -> Result<Vec<u8>, String> {
+    use cudarc::nvrtc::sys;
+    use std::ffi::{c_char, CString};
+    nvrtc_version()?;
+    let fail = |what: &str, r: sys::nvrtcResult| format!("kernels/{name}.cu: NVRTC {what}: {r:?}");
+    let src = CString::new(full_source).map_err(|_| format!("kernels/{name}.cu holds a NUL byte"))?;
+    let file_name = CString::new(format!("{name}.cu")).expect("no NUL in a module name");
+    let mut options: Vec<CString> = OPTIONS
+        .iter()
+        .map(|o| CString::new(*o).expect("no NUL in an option"))
+        .collect();
+    options.push(CString::new(format!("--gpu-architecture={sm}")).map_err(|_| "bad architecture".to_string())?);
+    let option_ptrs: Vec<*const c_char> = options.iter().map(|o| o.as_ptr()).collect();
+    let mut prog: sys::nvrtcProgram = std::ptr::null_mut();
+    // SAFETY: NVRTC's C API with NUL-terminated strings that outlive the
+    // program; the program is destroyed on every path below.
+    unsafe {
+        let r = sys::nvrtcCreateProgram(
+            &mut prog,
+            src.as_ptr(),
+            file_name.as_ptr(),
+            0,
+            std::ptr::null(),
+            std::ptr::null(),
+        );
+        if r != sys::nvrtcResult::NVRTC_SUCCESS {
+            return Err(fail("could not create the program", r));
+        }
+        let result = (|| {
+            let r = sys::nvrtcCompileProgram(prog, option_ptrs.len() as i32, option_ptrs.as_ptr());
+            if r != sys::nvrtcResult::NVRTC_SUCCESS {
+                let mut n = 0usize;
+                let mut log = String::new();
+                if sys::nvrtcGetProgramLogSize(prog, &mut n) == sys::nvrtcResult::NVRTC_SUCCESS && n > 1 {
+                    let mut buf = vec![0u8; n];
+                    if sys::nvrtcGetProgramLog(prog, buf.as_mut_ptr().cast()) == sys::nvrtcResult::NVRTC_SUCCESS {
+                        log = String::from_utf8_lossy(&buf[..n - 1]).into_owned();
+                    }
+                }
+                return Err(format!("kernels/{name}.cu does not compile for {sm}:\n{log}"));
+            }
+            let mut n = 0usize;
+            let r = sys::nvrtcGetCUBINSize(prog, &mut n);
+            if r != sys::nvrtcResult::NVRTC_SUCCESS || n == 0 {
+                return Err(fail("gave no machine code", r));
+            }
+            let mut cubin = vec![0u8; n];
+            let r = sys::nvrtcGetCUBIN(prog, cubin.as_mut_ptr().cast());
+            if r != sys::nvrtcResult::NVRTC_SUCCESS {
+                return Err(fail("could not hand over the machine code", r));
+            }
+            Ok(cubin)
+        })();
+        let _ = sys::nvrtcDestroyProgram(&mut prog);
+        result
+    }
 }
 
 /// Compiles without the cache (what CI's compile check runs).

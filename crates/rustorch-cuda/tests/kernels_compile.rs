@@ -39,3 +39,22 @@ fn every_kernel_compiles_for_sm80_and_sm90() {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
     assert!(kernels > 0, "no kernel entry points in the PTX");
 }
+
+/// NVRTC also makes machine code (what the backend loads, so that the
+/// driver need not translate PTX at each start): two small modules to
+/// CUBIN for sm_90, checked to be ELF images.
+#[test]
+fn small_modules_compile_to_machine_code_for_sm90() {
+    if let Err(why) = nvrtc_version() {
+        let required = std::env::var_os("CI").is_some_and(|v| v == "true" || v == "1")
+            || std::env::var_os("RUSTORCH_REQUIRE_NVRTC").is_some();
+        assert!(!required, "NVRTC is required here: {why}");
+        eprintln!("kernels_compile: skipped: {why}");
+        return;
+    }
+    for (name, src) in KERNEL_SOURCES.iter().filter(|(n, _)| ["rope", "index"].contains(n)) {
+        let cubin = rustorch_cuda::compile::compile_cubin_uncached(name, &full_source(src), "sm_90")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(&cubin[..4], b"\x7fELF", "{name}: not an ELF image");
+    }
+}
