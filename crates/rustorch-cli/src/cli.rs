@@ -39,8 +39,9 @@ pub struct ModelArgs {
 
     /// Layers on the GPU (llama.cpp's -ngl, also spelled -ngl here): a
     /// number (0 = all on the CPU; more than the model's layers puts the
-    /// output projection there too), or all
-    #[arg(long = "gpu-layers", value_name = "N|all", default_value = "all")]
+    /// output projection there too), all, or auto (as many as fit in the
+    /// GPU's free memory with their KV cache, said at load)
+    #[arg(long = "gpu-layers", value_name = "N|auto|all", default_value = "auto")]
     pub gpu_layers: String,
 
     /// CPU threads (default: one per physical core, as llama.cpp)

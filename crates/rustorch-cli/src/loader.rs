@@ -117,14 +117,61 @@ fn pick_device(choice: BackendChoice) -> Result<Device, CliError> {
 }
 
 /// `--gpu-layers` for a model of `n_layer` layers: `all` puts every layer
-/// and the output projection on the GPU (`n_layer + 1`).
-fn gpu_layers(arg: &str, n_layer: usize) -> Result<usize, CliError> {
+/// and the output projection on the GPU (`n_layer + 1`); `auto` is decided
+/// by `auto_layers` from the file and the GPU's free memory.
+fn gpu_layers(arg: &str, n_layer: usize) -> Result<Option<usize>, CliError> {
     match arg {
-        "all" | "auto" => Ok(n_layer + 1),
+        "all" => Ok(Some(n_layer + 1)),
+        "auto" => Ok(None),
         n => n
             .parse()
-            .map_err(|_| CliError::msg(format!("--gpu-layers {n}: expected a number of layers or all"))),
+            .map(Some)
+            .map_err(|_| CliError::msg(format!("--gpu-layers {n}: expected a number of layers, auto or all"))),
     }
+}
+
+/// `-ngl auto`: as many layers (from the last) as fit in `device`'s free
+/// memory with their KV cache of the default context, keeping a tenth of
+/// it and 256 MiB free for activations and workspace; the output too when
+/// everything else fit. Returns the count and a line saying why.
+fn auto_layers(path: &Path, exec: &Executor, device: Device) -> Result<(usize, String), CliError> {
+    let g = rustorch::gguf::Gguf::open(path).map_err(|e| CliError::msg(format!("{}: {e}", path.display())))?;
+    let cfg = rustorch_llm::model::ModelConfig::from_gguf(&g)?;
+    let mut layer_bytes = vec![0usize; cfg.n_layer];
+    let mut output_bytes = 0usize;
+    let tied = !g.tensors().iter().any(|t| t.name() == "output.weight");
+    for t in g.tensors() {
+        let name = t.name();
+        if let Some(rest) = name.strip_prefix("blk.") {
+            if let Some(i) = rest.split('.').next().and_then(|i| i.parse::<usize>().ok()) {
+                if i < cfg.n_layer {
+                    layer_bytes[i] += t.n_bytes();
+                }
+            }
+        } else if name == "output.weight" || name == "output_norm.weight" || (tied && name == "token_embd.weight") {
+            output_bytes += t.n_bytes();
+        }
+    }
+    let n_ctx = DEFAULT_CTX.min(cfg.n_ctx_train.max(1));
+    let kv_bytes = n_ctx * cfg.n_head_kv * (cfg.head_dim_k + cfg.head_dim_v) * 2;
+    let free = exec
+        .device_reports()
+        .into_iter()
+        .find(|r| r.device == device)
+        .and_then(|r| r.capability.free_memory)
+        .map_or(usize::MAX, |f| f as usize);
+    let reserve = free / 10 + (256 << 20);
+    let n = Placement::fitting(&layer_bytes, kv_bytes, output_bytes, free, reserve);
+    let mib = |b: usize| b as f64 / (1 << 20) as f64;
+    let why = format!(
+        "-ngl auto: {n} of {} layers fit {device}'s {:.0} MiB free (weights {:.0} MiB, KV cache {:.0} MiB at {n_ctx} positions, {:.0} MiB kept free)",
+        cfg.n_layer,
+        mib(free),
+        mib(layer_bytes.iter().sum::<usize>() + output_bytes),
+        mib(kv_bytes * cfg.n_layer),
+        mib(reserve)
+    );
+    Ok((n, why))
 }
 
 /// Sizes rayon's global pool, which the CPU kernels run on.
@@ -173,6 +220,14 @@ pub fn load(path: &Path, args: &ModelArgs) -> Result<(Model, Duration), CliError
         spin.finish_and_clear();
         ready.map_err(|e| CliError::msg(format!("{device}: {e}")))?;
     }
+    // -ngl auto is decided from the file before loading.
+    let auto = if !device.is_cpu() && args.gpu_layers == "auto" {
+        let (n, why) = auto_layers(path, &exec, device)?;
+        eprintln!("{why}");
+        Some(n)
+    } else {
+        None
+    };
     let mut layers_arg_error = None;
     let model = Model::load_placed(
         path,
@@ -181,10 +236,13 @@ pub fn load(path: &Path, args: &ModelArgs) -> Result<(Model, Duration), CliError
             if device.is_cpu() {
                 return Placement::all_on(Device::Cpu, cfg.n_layer);
             }
-            let n = gpu_layers(&args.gpu_layers, cfg.n_layer).unwrap_or_else(|e| {
-                layers_arg_error = Some(e);
-                0
-            });
+            let n = match gpu_layers(&args.gpu_layers, cfg.n_layer) {
+                Ok(n) => n.or(auto).unwrap_or(cfg.n_layer + 1),
+                Err(e) => {
+                    layers_arg_error = Some(e);
+                    0
+                }
+            };
             Placement::offload(device, n, cfg.n_layer)
         },
         |done, total| {

@@ -53,6 +53,30 @@ impl Placement {
     pub fn offloaded_layers(&self) -> usize {
         self.layers.iter().filter(|d| !d.is_cpu()).count()
     }
+
+    /// `-ngl auto`: the `n` for `offload` that fits a device with `free`
+    /// bytes: layers from the last backwards while their weights
+    /// (`layer_bytes`, one per layer) and KV cache (`kv_bytes` each) fit
+    /// after `reserve` bytes are kept free; then the output (`output_bytes`)
+    /// when every layer fit and it does too. Never more than fits, so a
+    /// model larger than the device loads with fewer layers there.
+    pub fn fitting(layer_bytes: &[usize], kv_bytes: usize, output_bytes: usize, free: usize, reserve: usize) -> usize {
+        let mut left = free.saturating_sub(reserve);
+        let mut n = 0;
+        for &w in layer_bytes.iter().rev() {
+            let need = w + kv_bytes;
+            if need > left {
+                return n;
+            }
+            left -= need;
+            n += 1;
+        }
+        if output_bytes <= left {
+            n + 1
+        } else {
+            n
+        }
+    }
 }
 
 /// One transformer block.
@@ -302,5 +326,23 @@ impl Weights {
         self.tok_embd.n_bytes()
             + if tied { 0 } else { self.output.n_bytes() }
             + self.layers.iter().map(mats).sum::<usize>()
+    }
+}
+
+#[cfg(test)]
+mod fitting_tests {
+    use super::Placement;
+
+    #[test]
+    fn auto_offload_takes_the_last_layers_that_fit_then_the_output() {
+        let layers = [10, 10, 10, 10];
+        // Everything fits: all layers and the output (n = n_layer + 1).
+        assert_eq!(Placement::fitting(&layers, 2, 30, 1000, 100), 5);
+        // Room for two layers (2 x 12) after the reserve.
+        assert_eq!(Placement::fitting(&layers, 2, 30, 130, 100), 2);
+        // All layers but not the output.
+        assert_eq!(Placement::fitting(&layers, 2, 30, 150, 100), 4);
+        // Less free memory than the reserve: nothing on the device.
+        assert_eq!(Placement::fitting(&layers, 2, 30, 50, 100), 0);
     }
 }
