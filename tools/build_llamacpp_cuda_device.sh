@@ -8,10 +8,11 @@
 #   bash tools/build_llamacpp_cuda_device.sh start        # checks the tools, unpacks, starts; returns
 #   bash tools/build_llamacpp_cuda_device.sh status       # running (ninja's progress) / done / failed
 #   bash tools/build_llamacpp_cuda_device.sh wait 480     # waits up to 480 s, then as status
+#   bash tools/build_llamacpp_cuda_device.sh out 00 01    # those pieces of the bundle into $OUT
 #
 # status and wait, once the build is done, also copy the bundle into $OUT/llamacpp-cuda/ (when
 # $OUT is set): llamacpp-cuda.tar.xz.00, .01, ... (15 MiB pieces: $OUT takes at most 8 files of
-# 16 MiB). Keep them here in .device-llamacpp-cuda/ (git-ignored) and carry that folder in later
+# 16 MiB, 64 MiB in all; a bundle over 60 MiB comes back over several calls with `out`). Keep them here in .device-llamacpp-cuda/ (git-ignored) and carry that folder in later
 # sessions instead of rebuilding: bench/device_cuda_llm.sh unpacks them (see its header).
 #
 # Configuration (llama.cpp's CUDA build of issue 33): -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
@@ -27,6 +28,8 @@
 # libgomp; libcudart/libcublas/libcublasLt come from /usr/local/cuda and libcuda from the driver
 # at run time (bench/device_cuda_llm.sh sets LD_LIBRARY_PATH).
 #
+# Environment: CUDA_ARCH (90; 90-real drops the PTX, same sm_90 code, smaller bundle), CUDA_FLAGS
+# (e.g. -allow-unsupported-compiler, should nvcc refuse the host's gcc), CUDA_HOME (/usr/local/cuda).
 # Files: /tmp/llamacpp-cuda/{src,build,bin,pack}, log /tmp/llamacpp-cuda/build.log, marker
 # /tmp/llamacpp-cuda/DONE (the exit status). A full build takes about 6 minutes on 16 cores.
 set -uo pipefail
@@ -89,7 +92,7 @@ run_build() {
     "$CMAKE" -S "$W/src" -B "$W/build" "${gen[@]}" \
         -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON \
         -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" -DGGML_NATIVE=OFF \
-        -DCMAKE_CUDA_COMPILER="$NVCC" -DCUDAToolkit_ROOT="$CUDA_HOME" \
+        -DCMAKE_CUDA_COMPILER="$NVCC" -DCUDAToolkit_ROOT="$CUDA_HOME" ${CUDA_FLAGS:+"-DCMAKE_CUDA_FLAGS=$CUDA_FLAGS"} \
         -DGGML_CUDA_NCCL=OFF -DGGML_CCACHE=OFF -DGGML_OPENMP=ON $(cpu_flags) \
         -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
         -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TOOLS=ON \
@@ -98,6 +101,7 @@ run_build() {
         || { echo "build failed"; echo 4 > "$W/DONE"; return; }
     echo "built in $(( $(date +%s) - t0 )) s"
     collect; rc=$?
+    [ "$rc" = 0 ] && touch "$W/READY" # bench/device_cuda_llm.sh waits for this
     echo "done in $(( $(date +%s) - t0 )) s (status $rc)"
     echo "$rc" > "$W/DONE"
 }
@@ -133,14 +137,34 @@ collect() {
         LD_LIBRARY_PATH="$W/bin:$CUDA_HOME/lib64" ldd "$W/bin/llama-bench"
     } > "$W/bin/BUILD_INFO"
     # The programs must load from the bundle alone (plus CUDA's and the system's libraries).
-    if LD_LIBRARY_PATH="$CUDA_HOME/lib64" ldd "$W/bin/llama-bench" | grep -q 'not found'; then
-        echo "llama-bench misses libraries next to it:"; LD_LIBRARY_PATH="$CUDA_HOME/lib64" ldd "$W/bin/llama-bench" | grep 'not found'
-        return 6
-    fi
+    local t2
+    for t2 in "${TARGETS[@]}"; do
+        if LD_LIBRARY_PATH="$W/bin:$CUDA_HOME/lib64" ldd "$W/bin/$t2" | grep -q 'not found'; then
+            echo "$t2 misses libraries:"; LD_LIBRARY_PATH="$W/bin:$CUDA_HOME/lib64" ldd "$W/bin/$t2" | grep 'not found'
+            return 6
+        fi
+    done
+    # RUNPATH $ORIGIN: found without LD_LIBRARY_PATH too (bench/device_cuda_llm.sh sets it anyway).
+    LD_LIBRARY_PATH="$CUDA_HOME/lib64" ldd "$W/bin/llama-bench" | grep -q 'not found' \
+        && echo "note: the programs find their libraries only with LD_LIBRARY_PATH=$W/bin (no RUNPATH \$ORIGIN)"
     LD_LIBRARY_PATH="$CUDA_HOME/lib64" "$W/bin/llama-bench" --list-devices 2>&1 | tail -3
     tar -C "$W" -cf - bin | xz -9 -T"$(nproc)" | split -b 15M -d -a 2 - "$W/pack/llamacpp-cuda.tar.xz."
     du -b "$W"/pack/* | awk '{s += $1; printf "%s %d bytes\n", $2, $1} END {printf "bundle: %.1f MiB compressed\n", s / 1048576}'
     [ "$(ls "$W"/pack | wc -l)" -le 6 ] || echo "WARNING: more than 6 pieces; \$OUT takes at most 8 files"
+}
+
+copy_out() { # [PIECE...]: the bundle's pieces (default all) into $OUT/llamacpp-cuda/
+    [ -n "${OUT:-}" ] || { echo "\$OUT is not set: nothing copied"; return 0; }
+    local p n=0
+    mkdir -p "$OUT/llamacpp-cuda"
+    if [ $# -eq 0 ]; then
+        local all=("$W"/pack/llamacpp-cuda.tar.xz.*)
+        set -- "${all[@]##*.}"
+    fi
+    for p in "$@"; do
+        cp "$W/pack/llamacpp-cuda.tar.xz.$p" "$OUT/llamacpp-cuda/" && n=$((n + 1))
+    done
+    echo "copied $n of $(ls "$W/pack" | wc -l) pieces to \$OUT/llamacpp-cuda/ (keep them here in .device-llamacpp-cuda/)"
 }
 
 state() { # prints the state; copies the bundle to $OUT when done
@@ -150,9 +174,13 @@ state() { # prints the state; copies the bundle to $OUT when done
         if [ "$rc" = 0 ]; then
             echo "llama.cpp CUDA build: done, binaries in $W/bin"
             grep -E "built in|done in|bundle:" "$W/build.log"
-            if [ -n "${OUT:-}" ]; then
-                mkdir -p "$OUT/llamacpp-cuda" && cp "$W"/pack/llamacpp-cuda.tar.xz.* "$OUT/llamacpp-cuda/" \
-                    && echo "copied $(ls "$W/pack" | wc -l) pieces to \$OUT/llamacpp-cuda/ (keep them in .device-llamacpp-cuda/)"
+            local total
+            total="$(cat "$W"/pack/llamacpp-cuda.tar.xz.* | wc -c)"
+            if [ "$total" -gt $((60 * 1024 * 1024)) ]; then
+                echo "the bundle is $((total >> 20)) MiB, more than \$OUT takes in one call: bring it back with"
+                echo "  bash $0 out 00 01 02 and then bash $0 out 03 ... (one call each)"
+            else
+                copy_out
             fi
             return 0
         fi
@@ -177,7 +205,7 @@ start)
     check_tools || { log "cannot build here"; exit 3; }
     tarball="$root/.device-llamacpp/src.tar.xz"
     [ -f "$tarball" ] || { log "no $tarball: run tools/pack_llamacpp_src.sh here and carry .device-llamacpp"; exit 2; }
-    rm -rf "$W/src" "$W/DONE" "$W/build.log"
+    rm -rf "$W/src" "$W/DONE" "$W/READY" "$W/build.log"
     mkdir -p "$W/src" && tar -xJf "$tarball" -C "$W/src" --strip-components=1 || exit 2
     # The job runs a copy of this script: the repo's copy is replaced by the next call's tree.
     cp "$0" "$W/build.sh"
@@ -202,8 +230,13 @@ wait)
     done
     state
     ;;
+out)
+    shift
+    [ -f "$W/DONE" ] && [ "$(cat "$W/DONE")" = 0 ] || { state; exit 1; }
+    copy_out "$@"
+    ;;
 *)
-    echo "usage: $0 start | status | wait SECONDS" >&2
+    echo "usage: $0 start | status | wait SECONDS | out [PIECE...]" >&2
     exit 2
     ;;
 esac
