@@ -100,8 +100,15 @@ ensure_llama() {
     local pieces=("$W"/store/llamacpp-cuda.tar.xz.*)
     if [ -f "${pieces[0]}" ]; then
         if cat "${pieces[@]}" | xz -t 2>/dev/null; then
-            mkdir -p "$L" && cat "${pieces[@]}" | tar -xJ -C "$L" && touch "$L/READY" \
-                && { log "llama.cpp CUDA programs unpacked from ${#pieces[@]} carried pieces"; head -3 "$LB/BUILD_INFO" >&2; return 0; }
+            # Unpacked aside, then moved in: the models job may be unpacking at the same time.
+            local tmp="$L/unpack.$$"
+            mkdir -p "$tmp" && cat "${pieces[@]}" | tar -xJ -C "$tmp" || { rm -rf "$tmp"; return 1; }
+            if [ ! -f "$L/READY" ]; then
+                rm -rf "$LB" && mv "$tmp/bin" "$LB" && touch "$L/READY" \
+                    && { log "llama.cpp CUDA programs unpacked from ${#pieces[@]} carried pieces"; head -3 "$LB/BUILD_INFO" >&2; }
+            fi
+            rm -rf "$tmp"
+            [ -f "$L/READY" ] && return 0
         else
             log "llama.cpp bundle: ${#pieces[@]} pieces stashed ($(basename "${pieces[-1]}") last), not complete yet"
         fi
@@ -143,11 +150,12 @@ join_sources() {
             log "$out: $have of $size bytes stashed so far (${#pieces[@]} pieces)"
             continue
         fi
-        cat "${pieces[@]}" > "$W/models/$out.gguf.tmp"
-        if [ "$(sha256sum < "$W/models/$out.gguf.tmp" | cut -d' ' -f1)" = "$sha" ]; then
-            mv "$W/models/$out.gguf.tmp" "$W/models/$out.gguf" && log "$out: joined and checked ($size bytes)"
+        local tmp="$W/models/$out.gguf.tmp.$$" # the models job may join at the same time
+        cat "${pieces[@]}" > "$tmp"
+        if [ "$(sha256sum < "$tmp" | cut -d' ' -f1)" = "$sha" ]; then
+            mv "$tmp" "$W/models/$out.gguf" && log "$out: joined and checked ($size bytes)"
         else
-            rm -f "$W/models/$out.gguf.tmp"
+            rm -f "$tmp"
             log "$out: the joined pieces do not have tools/fetch_models.py's sha256"
         fi
     done
@@ -189,14 +197,23 @@ make_models() {
             || { echo "llama-quantize $3 for $(basename "$2") failed"; return 1; }
     }
     local rc=0
-    src="$W/models/smollm2-q4_1.gguf"
-    for qt in Q8_0 Q4_K_M Q5_K_M Q6_K F16; do
-        quant "$src" "$W/models/smollm2-${qt,,}.gguf" "$qt" || rc=1
-    done
     for qt in Q4_K_M Q8_0 Q4_0; do
         quant "$W/models/tinyllama-f16.gguf" "$W/models/tinyllama-${qt,,}.gguf" "$qt" || rc=1
     done
     quant "$W/models/smollm2rand-f16.gguf" "$W/models/smollm2rand-q4_k_m.gguf" Q4_K_M && rm -f "$W/models/smollm2rand-f16.gguf" || rc=1
+    # SmolLM2's pieces may still be arriving (every command of this script stashes what it carries).
+    src="$W/models/smollm2-q4_1.gguf"
+    waited=0
+    until [ -f "$src" ] || [ "$waited" -ge "${MODELS_JOIN_WAIT:-900}" ]; do
+        join_sources 2> /dev/null
+        [ -f "$src" ] && break
+        sleep 5
+        waited=$((waited + 5))
+    done
+    join_sources # Gemma 3 too, if complete; said when not
+    for qt in Q8_0 Q4_K_M Q5_K_M Q6_K F16; do
+        quant "$src" "$W/models/smollm2-${qt,,}.gguf" "$qt" || rc=1
+    done
     echo "models done in $(( $(date +%s) - t0 )) s (status $rc)"
     echo "$rc" > "$W/models/DONE"
 }
