@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packs, HERE, what the device host (no network, no Rust) needs to build llama.cpp's CUDA tools
 # and to make issue 33's benchmark models: .device-llamacpp/src.tar.xz (git-ignored, about
-# 4 MiB), carried to the device and unpacked there by tools/build_llamacpp_cuda_device.sh.
+# 2.3 MB: 23 MB of sources), carried to the device and unpacked there by tools/build_llamacpp_cuda_device.sh.
 #
 # usage: tools/pack_llamacpp_src.sh [VERSION]      (llama-cpp-python's version, default 0.3.36)
 #
