@@ -200,13 +200,28 @@ pub fn load(path: &Path, args: &ModelArgs) -> Result<(Model, Duration), CliError
     let global = Executor::global();
     // On the CPU, the model gets the CPU alone: a linked GPU backend would
     // only move activations back and forth.
-    let exec = if device.is_cpu() && !global.devices().iter().all(|d| d.is_cpu()) {
-        std::sync::Arc::new(Executor::from_backends(
-            global.config().clone(),
-            vec![std::sync::Arc::new(rustorch::cpu::CpuBackend::new())],
-        ))
+    let exec = if device.is_cpu() {
+        if global.devices().iter().all(|d| d.is_cpu()) {
+            global
+        } else {
+            std::sync::Arc::new(Executor::from_backends(
+                global.config().clone(),
+                vec![std::sync::Arc::new(rustorch::cpu::CpuBackend::new())],
+            ))
+        }
     } else {
-        global
+        // The placement decides where a model's work runs: an op whose
+        // inputs all live on the host (a layer -ngl leaves on the CPU)
+        // stays there instead of being offloaded for its size, and every
+        // other op follows its data to the GPU.
+        let mut config = global.config().clone();
+        config.min_offload_elems = usize::MAX;
+        let backends = global
+            .devices()
+            .into_iter()
+            .filter_map(|d| global.backend(d).cloned())
+            .collect();
+        std::sync::Arc::new(Executor::from_backends(config, backends))
     };
     if !device.is_cpu() {
         // A first start compiles the GPU's kernels (cached on disk after).
