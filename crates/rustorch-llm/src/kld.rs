@@ -365,10 +365,6 @@ impl KlDivergence {
     /// llama-perplexity's line after each chunk: chunk, PPL, ln(PPL/base),
     /// KL divergence, RMS of the probability difference, same top token.
     pub fn chunk_line(&self, chunk: usize) -> String {
-        c_nan(self.chunk_line_rust(chunk))
-    }
-
-    fn chunk_line_rust(&self, chunk: usize) -> String {
         let log_ppl = mean_and_uncertainty(self.sum_nll, self.sum_nll2, self.count);
         let ppl = log_ppl.0.exp();
         let log_base = mean_and_uncertainty(self.sum_nll_base, self.sum_nll_base2, self.count);
@@ -381,7 +377,7 @@ impl KlDivergence {
         let rms_unc = 0.5 / rms * mse.1;
         let top = self.same_top();
         let top_unc = (top * (1.0 - top) / (self.count as f64 - 1.0)).sqrt();
-        format!(
+        c_nan(format!(
             "{chunk:4}    {ppl:9.4} ± {:9.4}    {ratio:10.5} ± {ratio_unc:10.5}    {:10.5} ± {:10.5}    {:6.3} ± {:6.3} %    {:6.3} ± {:6.3} %",
             ppl * log_ppl.1,
             kl.0,
@@ -390,16 +386,12 @@ impl KlDivergence {
             100.0 * rms_unc,
             100.0 * top,
             100.0 * top_unc
-        )
+        ))
     }
 
     /// llama-perplexity's closing statistics (empty under 100 positions,
     /// as there).
     pub fn summary(&self) -> String {
-        c_nan(self.summary_rust())
-    }
-
-    fn summary_rust(&self) -> String {
         if self.count < 100 {
             return String::new();
         }
@@ -492,7 +484,7 @@ impl KlDivergence {
             100.0 * 0.5 / rms * mse.1
         ));
         line(format!("Same top p: {:6.3} ± {:5.3} %", 100.0 * top, 100.0 * top_unc));
-        s
+        c_nan(s)
     }
 }
 

@@ -166,10 +166,7 @@ fn int_check(b: &CudaBackend, o: BinaryOp, rhs: &TensorRef<'_>) -> Result<(), Ba
     let ty = suffix(rhs.dtype());
     let l = Strided::from_parts(rhs.layout.dims(), rhs.layout.strides(), rhs.layout.offset())
         .ok_or_else(|| BackendError::unsupported(b.device, what, "more dims than the kernels take"))?;
-    let mut bad = b.alloc(DType::I32, 1)?;
-    b.stream
-        .memset_zeros(&mut bad.data)
-        .map_err(|e| b.launch_err("integer check flag", e))?;
+    let bad = super::ErrorFlag::new(b)?;
     let kernel = format!("int_check_{what}_{ty}");
     let f = b.function("elementwise", &kernel)?;
     let (xp, n64, bp) = (b.own(what, rhs.buffer)?.ptr(), n as i64, bad.ptr());
@@ -178,12 +175,7 @@ fn int_check(b: &CudaBackend, o: BinaryOp, rhs: &TensorRef<'_>) -> Result<(), Ba
     // SAFETY: int_check_*(x, lx, n, bad): the operand's own layout over its
     // n elements (checked by the executor), `bad` one i32.
     unsafe { args.launch(grid(n, b.sm_count)) }.map_err(|e| b.launch_err(&kernel, e))?;
-    let mut flag = [0u8; 4];
-    b.stream
-        .memcpy_dtoh(&bad.data.slice(..4), &mut flag)
-        .map_err(|e| b.launch_err("integer check flag", e))?;
-    b.stream.synchronize().map_err(|e| b.launch_err(&kernel, e))?;
-    if i32::from_ne_bytes(flag) != 0 {
+    if bad.is_set(b)? {
         return Err(BackendError::invalid(what, message));
     }
     Ok(())

@@ -124,10 +124,7 @@ pub(super) fn run(
         }
         return Ok(y);
     }
-    let mut bad = b.alloc(DType::I32, 1)?;
-    b.stream
-        .memset_zeros(&mut bad.data)
-        .map_err(|e| b.launch_err("index flag", e))?;
+    let bad = super::ErrorFlag::new(b)?;
     let kernel = format!("index_gather_b{}_{ity}", out.dtype.size_in_bytes());
     let f = b.function("index", &kernel)?;
     let (xp, ip, yp, bp) = (
@@ -153,12 +150,7 @@ pub(super) fn run(
     // indexed one fit the source's); `li` addresses index elements only;
     // `y` holds `n` elements and `bad` one i32.
     unsafe { args.launch(grid(n, b.sm_count)) }.map_err(|e| b.launch_err(&kernel, e))?;
-    let mut flag = [0u8; 4];
-    b.stream
-        .memcpy_dtoh(&bad.data.slice(..4), &mut flag)
-        .map_err(|e| b.launch_err("index flag", e))?;
-    b.stream.synchronize().map_err(|e| b.launch_err(&kernel, e))?;
-    if i32::from_ne_bytes(flag) != 0 {
+    if bad.is_set(b)? {
         let msg = first_bad(b, idx, plan.size, plan.dim)?.unwrap_or_else(|| {
             format!(
                 "an index is out of range for dimension {} of size {}",
@@ -301,10 +293,7 @@ pub(super) fn scatter_add(
         ssd,
         inner,
     } = scatter_plan(dim, out.shape.dims(), &work, idx.layout, src.layout).ok_or_else(deep)?;
-    let mut bad = b.alloc(DType::I32, 1)?;
-    b.stream
-        .memset_zeros(&mut bad.data)
-        .map_err(|e| b.launch_err("index flag", e))?;
+    let bad = super::ErrorFlag::new(b)?;
     let kernel = format!("scatter_add_{ty}_{ity}");
     let f = b.function("index", &kernel)?;
     let (yp, ip, sp, bp) = (
@@ -336,12 +325,7 @@ pub(super) fn scatter_add(
     // output element is written by one thread only.
     unsafe { args.launch(grid(n, b.sm_count)) }.map_err(|e| b.launch_err(&kernel, e))?;
     // One 4-byte synchronous download: see the module's comment.
-    let mut flag = [0u8; 4];
-    b.stream
-        .memcpy_dtoh(&bad.data.slice(..4), &mut flag)
-        .map_err(|e| b.launch_err("index flag", e))?;
-    b.stream.synchronize().map_err(|e| b.launch_err(&kernel, e))?;
-    if i32::from_ne_bytes(flag) != 0 {
+    if bad.is_set(b)? {
         let msg = first_bad(b, idx, dd[dim], dim)?
             .unwrap_or_else(|| format!("an index is out of range for dimension {dim} of size {}", dd[dim]));
         return Err(BackendError::invalid(name, msg));

@@ -274,3 +274,34 @@ fn cat(
     }
     Ok(y)
 }
+
+/// A 4-byte device flag that a kernel sets when it meets input the CPU
+/// rejects (an index out of range, a zero divisor): zeroed in stream order
+/// before the kernel, read back after it, which waits for the stream. The
+/// launcher then returns the CPU's `InvalidInput`.
+pub(super) struct ErrorFlag(crate::CudaBuffer);
+
+impl ErrorFlag {
+    pub(super) fn new(b: &CudaBackend) -> Result<ErrorFlag, BackendError> {
+        let mut flag = b.alloc(DType::I32, 1)?;
+        b.stream
+            .memset_zeros(&mut flag.data)
+            .map_err(|e| b.launch_err("error flag", e))?;
+        Ok(ErrorFlag(flag))
+    }
+
+    /// The address kernels take the flag at.
+    pub(super) fn ptr(&self) -> u64 {
+        self.0.ptr()
+    }
+
+    /// Whether the kernels queued before set it (waits for them).
+    pub(super) fn is_set(&self, b: &CudaBackend) -> Result<bool, BackendError> {
+        let mut flag = [0u8; 4];
+        b.stream
+            .memcpy_dtoh(&self.0.data.slice(..4), &mut flag)
+            .map_err(|e| b.launch_err("error flag", e))?;
+        b.stream.synchronize().map_err(|e| b.launch_err("error flag", e))?;
+        Ok(i32::from_ne_bytes(flag) != 0)
+    }
+}

@@ -673,10 +673,7 @@ fn embedding(
     let il = ids.layout;
     let li = Strided::from_parts(il.dims(), il.strides(), il.offset())
         .ok_or_else(|| BackendError::unsupported(b.device, name, "more dims than the kernels take"))?;
-    let mut bad = b.alloc(DType::I32, 1)?;
-    b.stream
-        .memset_zeros(&mut bad.data)
-        .map_err(|e| b.launch_err("index flag", e))?;
+    let bad = super::ErrorFlag::new(b)?;
     let kernel = format!("qembed_{ty}_{ity}");
     let f = b.function("quant", &kernel)?;
     let cpr = table.cols / chunk_len(qtype);
@@ -699,12 +696,7 @@ fn embedding(
     // one i32.
     unsafe { args.launch(grid(n_ids * cpr, b.sm_count)) }.map_err(|e| b.launch_err(&kernel, e))?;
     // One 4-byte synchronous download, as the indexing ops do (index.rs).
-    let mut flag = [0u8; 4];
-    b.stream
-        .memcpy_dtoh(&bad.data.slice(..4), &mut flag)
-        .map_err(|e| b.launch_err("index flag", e))?;
-    b.stream.synchronize().map_err(|e| b.launch_err(&kernel, e))?;
-    if i32::from_ne_bytes(flag) != 0 {
+    if bad.is_set(b)? {
         let msg = first_bad(b, ids, table.rows, 0)?
             .unwrap_or_else(|| format!("an index is out of range for dimension 0 of size {}", table.rows));
         return Err(BackendError::invalid(name, msg));
