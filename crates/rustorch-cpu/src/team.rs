@@ -246,12 +246,13 @@ impl Team {
         // Every helper registered by now may have seen this job; those
         // registering later see its number as already past.
         let mut waiting = self.registered.load(Ordering::SeqCst);
+        let mut idle = Idle::default();
         while waiting != 0 {
             let h = waiting.trailing_zeros() as usize;
             if self.done[h].0.load(Ordering::Acquire) >= gen {
                 waiting &= waiting - 1;
             } else {
-                std::hint::spin_loop();
+                idle.wait();
             }
         }
         if let Err(p) = mine {
@@ -270,6 +271,7 @@ impl Team {
         // waited for: they are not its to take.
         let mut seen = self.gen.0.load(Ordering::SeqCst);
         self.done[h].0.store(seen, Ordering::Release);
+        let mut idle = Idle::default();
         loop {
             let gen = self.gen.0.load(Ordering::Acquire);
             if gen != seen {
@@ -290,15 +292,42 @@ impl Team {
                 }
                 seen = gen;
                 self.done[h].0.store(gen, Ordering::Release);
+                idle = Idle::default();
                 continue;
             }
             if self.exit.load(Ordering::Acquire) {
                 return;
             }
             // Ops that still split through rayon run here meanwhile.
-            if rayon::yield_now() != Some(rayon::Yield::Executed) {
-                std::hint::spin_loop();
+            if rayon::yield_now() == Some(rayon::Yield::Executed) {
+                idle = Idle::default();
+            } else {
+                idle.wait();
             }
+        }
+    }
+}
+
+/// A waiting thread's pause: spin for the short gaps between a decode
+/// step's ops (a few microseconds: a system call there would cost as
+/// much as the gap), then give the core to the OS on every round. Without
+/// the second part a team with more threads than free cores (a busy
+/// machine, other processes or test threads) spends whole time slices
+/// spinning while the thread it waits for is not running: a test run on
+/// a loaded 2-core machine took minutes for what takes seconds.
+#[derive(Default)]
+struct Idle(u32);
+
+impl Idle {
+    /// Spins before yielding: a few tens of microseconds of `pause`.
+    const SPINS: u32 = 1 << 11;
+
+    fn wait(&mut self) {
+        if self.0 < Self::SPINS {
+            self.0 += 1;
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
         }
     }
 }
