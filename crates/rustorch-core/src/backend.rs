@@ -156,11 +156,6 @@ pub trait Backend: Send + Sync {
         Ok(())
     }
 
-    /// A clock for the work this backend runs from now on, read by
-    /// `OpTimer::elapsed` after an op: what tracing and profiling report.
-    /// A device that queues work times it with its own events (reading
-    /// one waits for the op); the default, for backends that finish an op
-    /// before `execute` returns, is the host's clock.
     /// Prepares now what the device would otherwise prepare as ops first
     /// need it (the CUDA backend compiles and loads its kernels, on several
     /// threads), so that a long first-use cost happens once, where a caller
@@ -169,9 +164,55 @@ pub trait Backend: Send + Sync {
         Ok(())
     }
 
+    /// Records the device work that `pass` queues on this backend, without
+    /// running it, as one piece of work to run again and again
+    /// (`Replay::replay`): a decode step of hundreds of small kernels then
+    /// costs the host one launch instead of hundreds. Every buffer this
+    /// backend makes while `pass` runs comes from `arena_bytes` of memory
+    /// owned by the recording, at addresses that stay fixed for its life,
+    /// so each replay reads and writes the same buffers: inputs that change
+    /// between replays are written into buffers made before the recording,
+    /// and outputs made inside it are read after each replay. Host copies
+    /// and waits fail inside `pass` (they cannot be recorded), as does an
+    /// arena that runs out. `pass` returns whether it succeeded; on `false`
+    /// or any error nothing is kept. The default records nothing: the
+    /// caller runs its ops one by one instead.
+    fn capture(
+        &self,
+        arena_bytes: usize,
+        pass: &mut (dyn FnMut() -> bool + Send),
+    ) -> Result<Box<dyn Replay>, BackendError> {
+        let _ = (arena_bytes, pass);
+        Err(BackendError::unsupported(
+            self.device(),
+            "capture",
+            "this backend cannot record work for replay",
+        ))
+    }
+
+    /// Bytes of device memory this backend has handed out for buffers since
+    /// it was made, counting reuse (what a `capture` arena must hold is
+    /// what one uncaptured run of the pass adds to it); `None` where not
+    /// counted.
+    fn bytes_allocated(&self) -> Option<u64> {
+        None
+    }
+
+    /// A clock for the work this backend runs from now on, read by
+    /// `OpTimer::elapsed` after an op: what tracing and profiling report.
+    /// A device that queues work times it with its own events (reading
+    /// one waits for the op); the default, for backends that finish an op
+    /// before `execute` returns, is the host's clock.
     fn timer(&self) -> Box<dyn OpTimer> {
         Box::new(HostTimer(std::time::Instant::now()))
     }
+}
+
+/// Device work recorded by `Backend::capture`.
+pub trait Replay: Send + Sync {
+    /// Queues the recorded work again, reading what its input buffers hold
+    /// now. Like an op, it returns once queued.
+    fn replay(&self) -> Result<(), BackendError>;
 }
 
 /// Measures one op on its device (`Backend::timer`).

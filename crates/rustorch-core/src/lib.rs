@@ -21,7 +21,7 @@ pub mod shape;
 pub mod storage;
 pub mod tensor;
 
-pub use backend::{Backend, Buffer, DeviceBuffer, HostTimer, OpTimer, TensorRef, WeightSpec, WeightUsage};
+pub use backend::{Backend, Buffer, DeviceBuffer, HostTimer, OpTimer, Replay, TensorRef, WeightSpec, WeightUsage};
 pub use device::{Device, DeviceCapability};
 pub use dtype::{DType, Scalar, WithDType, C64};
 pub use error::{BackendError, Error, Result};

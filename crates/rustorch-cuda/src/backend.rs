@@ -6,7 +6,7 @@ use crate::transfer::{Direction, Method};
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
-use rustorch_core::backend::{Backend, Buffer, DeviceBuffer, OpTimer, TensorRef};
+use rustorch_core::backend::{Backend, Buffer, DeviceBuffer, OpTimer, Replay, TensorRef};
 use rustorch_core::device::DeviceCapability;
 use rustorch_core::{BackendError, CpuStorage, DType, Device, HostSlice, Op, OpClass, TensorMeta};
 use std::collections::HashMap;
@@ -23,7 +23,7 @@ pub struct CudaBackend {
     pub(crate) sm_count: u32,
     modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
     functions: Mutex<HashMap<String, CudaFunction>>,
-    usage: Arc<MemoryUse>,
+    pub(crate) usage: Arc<MemoryUse>,
     /// `RUSTORCH_CUDA_MEM_LIMIT`: bytes this backend may hold (tests of the
     /// out-of-memory path); `None`: whatever the GPU has.
     mem_limit: Option<usize>,
@@ -243,6 +243,9 @@ impl CudaBackend {
     /// `len` elements of `dtype`, uninitialized (every kernel writes all of
     /// its output). Counts against `RUSTORCH_CUDA_MEM_LIMIT`.
     pub(crate) fn alloc(&self, dtype: DType, len: usize) -> Result<CudaBuffer, BackendError> {
+        if self.usage.capturing() {
+            return self.alloc_recorded(dtype, len);
+        }
         let bytes = len * dtype.size_in_bytes();
         let before = self.usage.bytes.fetch_add(bytes, Ordering::Relaxed);
         if self.mem_limit.is_some_and(|cap| before + bytes > cap) {
@@ -265,13 +268,16 @@ impl CudaBackend {
             }
         }
         match result {
-            Ok(data) => Ok(CudaBuffer {
-                device: self.device,
-                dtype,
-                len,
-                data,
-                usage: self.usage.clone(),
-            }),
+            Ok(data) => {
+                self.usage.handed_out.fetch_add(bytes as u64, Ordering::Relaxed);
+                Ok(CudaBuffer {
+                    device: self.device,
+                    dtype,
+                    len,
+                    mem: crate::buffer::Memory::Owned(std::mem::ManuallyDrop::new(data)),
+                    usage: self.usage.clone(),
+                })
+            }
             Err(e) => {
                 self.usage.bytes.fetch_sub(bytes, Ordering::Relaxed);
                 Err(self.err("alloc", e, bytes))
@@ -400,6 +406,7 @@ impl Backend for CudaBackend {
     }
 
     fn upload(&self, host: HostSlice<'_>) -> Result<Buffer, BackendError> {
+        self.not_recording("upload")?;
         let bytes = host.as_bytes();
         let buf = self.alloc(host.dtype(), host.len())?;
         let method = self.transfer_method(Direction::Upload, bytes.len());
@@ -408,14 +415,13 @@ impl Backend for CudaBackend {
     }
 
     fn alloc_zeroed(&self, dtype: DType, len: usize) -> Result<Buffer, BackendError> {
-        let mut buf = self.alloc(dtype, len)?;
-        self.stream
-            .memset_zeros(&mut buf.data)
-            .map_err(|e| self.err("alloc_zeroed", e, 0))?;
+        let buf = self.alloc(dtype, len)?;
+        buf.zero(&self.stream).map_err(|e| self.err("alloc_zeroed", e, 0))?;
         Ok(Arc::new(buf))
     }
 
     fn download(&self, buffer: &dyn DeviceBuffer) -> Result<CpuStorage, BackendError> {
+        self.not_recording("download")?;
         let b = self.own("download", buffer)?;
         let n = b.len * b.dtype.size_in_bytes();
         let mut host = vec![0u8; n];
@@ -441,7 +447,20 @@ impl Backend for CudaBackend {
     }
 
     fn synchronize(&self) -> Result<(), BackendError> {
+        self.not_recording("synchronize")?;
         self.stream.synchronize().map_err(|e| self.err("synchronize", e, 0))
+    }
+
+    fn capture(
+        &self,
+        arena_bytes: usize,
+        pass: &mut (dyn FnMut() -> bool + Send),
+    ) -> Result<Box<dyn Replay>, BackendError> {
+        self.record(arena_bytes, pass)
+    }
+
+    fn bytes_allocated(&self) -> Option<u64> {
+        Some(self.usage.handed_out.load(Ordering::Relaxed))
     }
 
     fn timer(&self) -> Box<dyn OpTimer> {

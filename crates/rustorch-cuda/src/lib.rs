@@ -13,11 +13,13 @@
 //! read back a flag for out-of-range indices) and integer division and
 //! powers (a flag for zero divisors and negative exponents) wait for it, and a fault
 //! in queued work surfaces as `BackendError::DeviceLost` from whichever call
-//! finds it. Ops it cannot run yet it declines in `supports`, and the
+//! finds it. A pass of ops can be recorded once as a CUDA graph and replayed
+//! (`capture`). Ops it cannot run yet it declines in `supports`, and the
 //! executor runs them elsewhere (the trace shows where).
 
 mod backend;
 mod buffer;
+mod capture;
 pub mod compile;
 mod error;
 mod launch;

@@ -48,6 +48,11 @@ pub struct Executor {
     events: Mutex<Vec<TraceEvent>>,
     seq: AtomicU64,
     profiler: profile::Profiler,
+    /// The device a `capture` is recording on, while one runs: ops then run
+    /// there or fail, and nothing moves between devices.
+    capturing: Mutex<Option<Device>>,
+    /// Whether `capturing` holds a device: routing reads this per op.
+    any_capture: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Executor {
@@ -87,6 +92,8 @@ impl Executor {
             events: Mutex::new(Vec::new()),
             seq: AtomicU64::new(0),
             profiler: profile::Profiler::default(),
+            capturing: Mutex::new(None),
+            any_capture: std::sync::atomic::AtomicBool::new(false),
         };
         for b in backends {
             let _ = e.register(b);
@@ -387,6 +394,95 @@ impl Executor {
         }
     }
 
+    /// Runs `f` with the device work of its ops on `device` recorded for
+    /// replay (`Backend::capture`) instead of run: `f`'s ops are queued
+    /// into the recording, and their outputs (buffers in the recording's
+    /// `arena_bytes` of memory) hold results only once the recording is
+    /// replayed. While `f` runs, every op of this executor must run on
+    /// `device` with its inputs already there: no fallback and no transfer
+    /// (what would run elsewhere could not be replayed), so an op `device`
+    /// lacks fails `f` instead. Tracing and profiling, which time each op,
+    /// refuse a capture. Returns the recording and `f`'s value, or the
+    /// first error (`f`'s own, else the backend's); nothing is kept then.
+    pub fn capture<R: Send>(
+        &self,
+        device: Device,
+        arena_bytes: usize,
+        f: impl FnOnce() -> Result<R> + Send,
+    ) -> Result<(Box<dyn crate::backend::Replay>, R)> {
+        const OP: &str = "capture";
+        if self.config.trace || self.config.profile != ProfileMode::Off {
+            return Err(Error::invalid(
+                OP,
+                "tracing or profiling is on: a recorded pass would hide each op's device and time",
+            ));
+        }
+        if let Some(reason) = self.lost_reason(device) {
+            return Err(Error::DeviceNotAvailable { device, reason });
+        }
+        let backend = self.backend_or_err(device)?.clone();
+        {
+            let mut c = self
+                .capturing
+                .lock()
+                .map_err(|_| Error::invalid(OP, "a thread panicked during a capture"))?;
+            if let Some(d) = *c {
+                return Err(Error::invalid(OP, format!("a capture on {d} is running already")));
+            }
+            *c = Some(device);
+            self.any_capture.store(true, Ordering::Release);
+        }
+        // Routing goes back to normal however `f` ends.
+        struct End<'a>(&'a Executor);
+        impl Drop for End<'_> {
+            fn drop(&mut self) {
+                if let Ok(mut c) = self.0.capturing.lock() {
+                    *c = None;
+                }
+                self.0.any_capture.store(false, Ordering::Release);
+            }
+        }
+        let _end = End(self);
+        let mut f = Some(f);
+        let mut out: Option<Result<R>> = None;
+        let recorded = backend.capture(arena_bytes, &mut || {
+            let r = f.take().map(|f| f());
+            let ok = matches!(r, Some(Ok(_)));
+            out = r;
+            ok
+        });
+        match (recorded, out) {
+            (Ok(replay), Some(Ok(r))) => Ok((replay, r)),
+            (_, Some(Err(e))) => Err(e),
+            (Err(e), _) => Err(self.backend_error(OP, device, e)),
+            (Ok(_), None) => Err(Error::invalid(
+                OP,
+                "the backend kept a recording without running the pass",
+            )),
+        }
+    }
+
+    /// Queues a recording of `Executor::capture` made on `device` again.
+    pub fn replay(&self, device: Device, recording: &dyn crate::backend::Replay) -> Result<()> {
+        if let Some(reason) = self.lost_reason(device) {
+            return Err(Error::DeviceNotAvailable { device, reason });
+        }
+        recording.replay().map_err(|e| self.backend_error("replay", device, e))
+    }
+
+    /// The device a running `capture` records on.
+    fn capture_device(&self) -> Option<Device> {
+        if !self.any_capture.load(Ordering::Acquire) {
+            return None;
+        }
+        self.capturing.lock().ok().and_then(|c| *c)
+    }
+
+    /// Bytes `device`'s backend has handed out so far (`Backend::bytes_allocated`).
+    pub fn bytes_allocated(&self, device: Device) -> Option<u64> {
+        self.backend(device).and_then(|b| b.bytes_allocated())
+    }
+
     /// Copies host data onto a device.
     pub fn upload(&self, host: crate::storage::HostSlice<'_>, device: Device) -> Result<Buffer> {
         let b = self.backend_or_err(device)?;
@@ -537,7 +633,25 @@ impl Executor {
             return self.execute_parts(&parts, inputs);
         }
         let mut candidates = self.candidates(op, &metas, inputs, &outputs);
-        if self.config.strict {
+        if let Some(device) = self.capture_device() {
+            // A recording replays one device's work: the op runs there or
+            // the capture fails.
+            candidates.retain(|c| c.backend.device() == device);
+            candidates.truncate(1);
+            if candidates.is_empty() {
+                return Err(Error::NoDeviceCouldRun {
+                    op: op.name(),
+                    attempts: vec![(
+                        device,
+                        BackendError::unsupported(
+                            device,
+                            op.name(),
+                            "inside a captured pass, and this device does not support it",
+                        ),
+                    )],
+                });
+            }
+        } else if self.config.strict {
             // One device, the preferred one where set, and no fallback.
             let want = self
                 .config
@@ -714,6 +828,16 @@ impl Executor {
 
     /// Copies a buffer to the device of `target`, through host memory.
     fn move_for_op(&self, buffer: &Buffer, target: &Arc<dyn Backend>) -> std::result::Result<Buffer, BackendError> {
+        if self.capture_device().is_some() {
+            return Err(BackendError::unsupported(
+                target.device(),
+                "move",
+                format!(
+                    "inside a captured pass an input must live on the device already (this one is on {})",
+                    buffer.device()
+                ),
+            ));
+        }
         if let Some(layout) = buffer.private_layout() {
             return Err(BackendError::unsupported(
                 target.device(),

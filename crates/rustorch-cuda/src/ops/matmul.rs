@@ -82,9 +82,7 @@ pub(super) fn matmul(b: &CudaBackend, inputs: &[TensorRef<'_>], out: &TensorMeta
     }
     if k == 0 {
         // Empty sums: zeros.
-        let mut y = y;
-        b.stream
-            .memset_zeros(&mut y.data)
+        y.zero(&b.stream)
             .map_err(|e| crate::error::driver(b.device, "matmul", e, 0))?;
         return Ok(y);
     }

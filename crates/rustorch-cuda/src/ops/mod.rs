@@ -283,10 +283,8 @@ pub(super) struct ErrorFlag(crate::CudaBuffer);
 
 impl ErrorFlag {
     pub(super) fn new(b: &CudaBackend) -> Result<ErrorFlag, BackendError> {
-        let mut flag = b.alloc(DType::I32, 1)?;
-        b.stream
-            .memset_zeros(&mut flag.data)
-            .map_err(|e| b.launch_err("error flag", e))?;
+        let flag = b.alloc(DType::I32, 1)?;
+        flag.zero(&b.stream).map_err(|e| b.launch_err("error flag", e))?;
         Ok(ErrorFlag(flag))
     }
 
@@ -295,13 +293,17 @@ impl ErrorFlag {
         self.0.ptr()
     }
 
-    /// Whether the kernels queued before set it (waits for them).
+    /// Whether the kernels queued before set it (waits for them). Inside a
+    /// captured pass nothing can be read back: the answer is `false`, and
+    /// the caller of the capture checks such inputs on the host (a decode
+    /// step's token ids and positions), while the kernels stay in bounds
+    /// whatever the input.
     pub(super) fn is_set(&self, b: &CudaBackend) -> Result<bool, BackendError> {
+        if b.usage.capturing() {
+            return Ok(false);
+        }
         let mut flag = [0u8; 4];
-        b.stream
-            .memcpy_dtoh(&self.0.data.slice(..4), &mut flag)
-            .map_err(|e| b.launch_err("error flag", e))?;
-        b.stream.synchronize().map_err(|e| b.launch_err("error flag", e))?;
+        b.copy_to_host(crate::transfer::Method::Pageable, self.0.ptr(), &mut flag)?;
         Ok(i32::from_ne_bytes(flag) != 0)
     }
 }

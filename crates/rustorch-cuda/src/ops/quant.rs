@@ -345,14 +345,13 @@ fn product(
         ));
     }
     let (m, n, k) = (x.m, w.rows, x.k);
-    let mut y = b.alloc(DType::F32, m * n)?;
+    let y = b.alloc(DType::F32, m * n)?;
     if m * n == 0 {
         return Ok(y);
     }
     if k == 0 {
         // Empty sums.
-        b.stream
-            .memset_zeros(&mut y.data)
+        y.zero(&b.stream)
             .map_err(|e| crate::error::driver(b.device, name, e, 0))?;
         return Ok(y);
     }

@@ -15,7 +15,7 @@ use super::rope;
 use super::Model;
 use crate::error::{LlmError, Result};
 use rustorch::op::GateActivation;
-use rustorch::{FlashPaths, Tensor};
+use rustorch::{Device, FlashPaths, Tensor};
 
 /// Where a micro-batch lies in its `forward` call's tokens: llama.cpp
 /// decodes a call's tokens in runs of `run` positions from its first
@@ -62,9 +62,11 @@ pub enum Logits {
     All,
 }
 
-/// RoPE tables shared by the layers that use the same settings.
+/// RoPE tables shared by the layers that use the same settings and run on
+/// the same device.
 struct RopeTables {
     params: RopeParams,
+    device: Device,
     cos: Tensor,
     sin: Tensor,
 }
@@ -207,24 +209,44 @@ impl Model {
             x = x.mul_scalar((cfg.n_embd as f32).sqrt() as f64)?;
         }
 
+        // The pass's shared inputs (RoPE tables, small masks) are built on
+        // the host once and copied to each device that runs layers once:
+        // left on the host, every op reading them on a GPU would upload its
+        // own copy (four table uploads and a mask per layer and token).
+        let layer_device = |il: usize| self.placement.layers.get(il).copied().unwrap_or(Device::Cpu);
         let mut ropes: Vec<RopeTables> = Vec::new();
         for il in 0..cfg.n_layer {
-            let p = cfg.rope_for_layer(il);
-            if !ropes.iter().any(|r| r.params == p) {
-                let (cos, sin) = rope::tables(exec, &p, self.weights.rope_freqs.as_deref(), pos0..total)?;
-                ropes.push(RopeTables { params: p, cos, sin });
+            let (p, device) = (cfg.rope_for_layer(il), layer_device(il));
+            if ropes.iter().any(|r| r.params == p && r.device == device) {
+                continue;
             }
+            let (cos, sin) = match ropes.iter().find(|r| r.params == p) {
+                Some(r) => (r.cos.clone(), r.sin.clone()),
+                None => rope::tables(exec, &p, self.weights.rope_freqs.as_deref(), pos0..total)?,
+            };
+            ropes.push(RopeTables {
+                params: p,
+                device,
+                cos: cos.to_device(device)?,
+                sin: sin.to_device(device)?,
+            });
         }
         let attn_len = cache.attn_len(total);
         // A small mask (decode steps, short prompts) is built once per
-        // window setting for the whole pass rather than once per layer.
-        let mut masks: Vec<(Option<usize>, Tensor)> = Vec::new();
+        // window setting and device for the whole pass rather than once per
+        // layer.
+        let mut masks: Vec<(Option<usize>, Device, Tensor)> = Vec::new();
         if t * attn_len <= SHARED_MASK_ELEMENTS {
             for il in 0..cfg.n_layer {
-                let window = cfg.window_for_layer(il);
-                if !masks.iter().any(|(w, _)| *w == window) {
-                    masks.push((window, self.mask(pos0, t, attn_len, window)?));
+                let (window, device) = (cfg.window_for_layer(il), layer_device(il));
+                if masks.iter().any(|(w, d, _)| *w == window && *d == device) {
+                    continue;
                 }
+                let mask = match masks.iter().find(|(w, _, _)| *w == window) {
+                    Some((_, _, m)) => m.clone(),
+                    None => self.mask(pos0, t, attn_len, window)?,
+                };
+                masks.push((window, device, mask.to_device(device)?));
             }
         }
 
@@ -232,8 +254,8 @@ impl Model {
             let lw = &self.weights.layers[il];
             let rt = ropes
                 .iter()
-                .find(|r| r.params == cfg.rope_for_layer(il))
-                .expect("a table was built for every layer's rope settings above");
+                .find(|r| r.params == cfg.rope_for_layer(il) && r.device == layer_device(il))
+                .expect("a table was built for every layer's rope settings and device above");
             let last_layer = il + 1 == cfg.n_layer;
 
             // Attention. Blocks scope the intermediate tensors, so that
@@ -296,8 +318,8 @@ impl Model {
                 let heads_first = {
                     let (kc, vc) = cache.view(il, attn_len)?;
                     let window = cfg.window_for_layer(il);
-                    let mask = match masks.iter().find(|(w, _)| *w == window) {
-                        Some((_, m)) => m.clone(),
+                    let mask = match masks.iter().find(|(w, d, _)| *w == window && *d == layer_device(il)) {
+                        Some((_, _, m)) => m.clone(),
                         None => self.mask(pos0, t, attn_len, window)?,
                     };
                     if cache.flash() {

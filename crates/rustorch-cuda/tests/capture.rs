@@ -1,0 +1,161 @@
+//! Recorded passes (`Executor::capture`, CUDA graphs) on the GPU itself:
+//! a pass of elementwise ops, a norm, a softmax and a cuBLAS product is
+//! recorded once and replayed with new values written into its input
+//! buffer, each replay equal to the same ops run on the CPU; what cannot be
+//! recorded (a download inside the pass, an op the GPU lacks, a full
+//! arena, tracing) fails the capture cleanly and the GPU works on after.
+//! Without a GPU (CI) each test passes after one line saying why.
+
+use rustorch_core::{Backend, CpuStorage, DType, Device, Error, Executor, ExecutorConfig, Result, Tensor};
+use std::sync::Arc;
+
+const GPU: Device = Device::Cuda(0);
+const N: usize = 64;
+
+fn gpu(test: &str) -> Option<Arc<dyn Backend>> {
+    if !rustorch_cuda::driver_present() || rustorch_cuda::CudaBackend::device_count().unwrap_or(0) == 0 {
+        eprintln!("{test}: skipped: no CUDA device here");
+        return None;
+    }
+    Some(Arc::new(rustorch_cuda::CudaBackend::new(0).expect("CUDA backend")))
+}
+
+fn executor(gpu: Arc<dyn Backend>, trace: bool) -> Arc<Executor> {
+    Arc::new(Executor::from_backends(
+        ExecutorConfig {
+            trace,
+            min_offload_elems: 0,
+            ..ExecutorConfig::default()
+        },
+        vec![gpu, Arc::new(rustorch_cpu::CpuBackend::new())],
+    ))
+}
+
+fn cpu() -> Arc<Executor> {
+    Arc::new(Executor::from_backends(
+        ExecutorConfig::default(),
+        vec![Arc::new(rustorch_cpu::CpuBackend::new())],
+    ))
+}
+
+fn values(n: usize, seed: f32) -> Vec<f32> {
+    (0..n).map(|i| ((i as f32) * 0.37 + seed).sin()).collect()
+}
+
+fn host(exec: &Arc<Executor>, v: Vec<f32>, shape: &[usize]) -> Tensor {
+    Tensor::from_storage_in(exec, CpuStorage::from_vec(v), shape.to_vec()).expect("tensor")
+}
+
+/// The recorded pass: `x` is `[N, N]`.
+fn pass(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    let h = x.rms_norm(None, 1e-6)?;
+    let p = h.matmul(w)?;
+    let s = p.mul_scalar(0.5)?.softmax(-1)?;
+    s.add(x)
+}
+
+fn close(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() <= 1e-4 * (1.0 + y.abs()))
+}
+
+#[test]
+fn a_recorded_pass_replays_with_the_values_written_into_its_inputs() {
+    let Some(g) = gpu("capture") else { return };
+    let exec = executor(g, false);
+    let reference = cpu();
+    let w_host = values(N * N, 0.3);
+    let w = host(&exec, w_host.clone(), &[N, N]).to_device(GPU).unwrap();
+    let mut x = Tensor::zeros_in(&exec, [N, N], DType::F32, GPU).unwrap();
+
+    // One run as it is first, which sizes the arena.
+    let before = exec
+        .bytes_allocated(GPU)
+        .expect("the CUDA backend counts its allocations");
+    pass(&x, &w).unwrap();
+    let arena = (exec.bytes_allocated(GPU).unwrap() - before) as usize * 2;
+
+    let (recording, y) = exec.capture(GPU, arena, || pass(&x, &w)).unwrap();
+    assert_eq!(y.device(), GPU);
+    for round in 0..4 {
+        let xv = values(N * N, round as f32);
+        x.write_slice(0, 0, &host(&exec, xv.clone(), &[N, N])).unwrap();
+        exec.replay(GPU, recording.as_ref()).unwrap();
+        let got = y.to_vec::<f32>().unwrap();
+        let want = pass(
+            &host(&reference, xv, &[N, N]),
+            &host(&reference, w_host.clone(), &[N, N]),
+        )
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+        assert!(close(&got, &want), "round {round}");
+    }
+    // Plain ops still run on the GPU afterwards.
+    let z = x.add(&x).unwrap();
+    assert_eq!(z.device(), GPU);
+}
+
+#[test]
+fn what_cannot_be_recorded_fails_the_capture_and_the_gpu_works_on() {
+    let Some(g) = gpu("capture") else { return };
+    let exec = executor(g, false);
+    let x = host(&exec, values(N, 0.1), &[N]).to_device(GPU).unwrap();
+
+    // A download inside the pass.
+    let r = exec.capture(GPU, 1 << 20, || {
+        let y = x.mul(&x)?;
+        y.to_vec::<f32>()
+    });
+    assert!(r.is_err(), "a download was recorded");
+
+    // An op the GPU lacks (complex numbers) does not fall back to the CPU.
+    let r = exec.capture(GPU, 1 << 20, || {
+        let c = x.to_dtype(DType::C64)?;
+        c.add(&c)
+    });
+    assert!(r.is_err(), "an op ran outside the recording");
+
+    // A host input would need an upload.
+    let on_host = host(&exec, values(N, 0.2), &[N]);
+    let r = exec.capture(GPU, 1 << 20, || x.add(&on_host));
+    assert!(r.is_err(), "an upload was recorded");
+
+    // An arena too small for the pass's buffers.
+    let r = exec.capture(GPU, 256, || {
+        let a = x.mul(&x)?;
+        a.add(&x)
+    });
+    assert!(
+        matches!(r, Err(Error::Backend { .. }) | Err(Error::NoDeviceCouldRun { .. })),
+        "{:?}",
+        r.err()
+    );
+
+    // A buffer from before the capture, dropped inside it, is freed after it.
+    let doomed = x.mul_scalar(3.0).unwrap();
+    let (rec, y) = exec
+        .capture(GPU, 1 << 20, move || {
+            let out = doomed.add(&doomed)?;
+            drop(doomed);
+            Ok(out)
+        })
+        .unwrap();
+    exec.replay(GPU, rec.as_ref()).unwrap();
+    let want: Vec<f32> = values(N, 0.1).iter().map(|v| v * 3.0 * 2.0).collect();
+    assert!(close(&y.to_vec::<f32>().unwrap(), &want));
+
+    // After all of that, plain ops and downloads work.
+    let z = x.add(&x).unwrap();
+    assert_eq!(z.device(), GPU);
+    let want: Vec<f32> = values(N, 0.1).iter().map(|v| v * 2.0).collect();
+    assert!(close(&z.to_vec::<f32>().unwrap(), &want));
+}
+
+#[test]
+fn tracing_refuses_a_capture() {
+    let Some(g) = gpu("capture") else { return };
+    let exec = executor(g, true);
+    let x = host(&exec, values(N, 0.1), &[N]).to_device(GPU).unwrap();
+    let r = exec.capture(GPU, 1 << 20, || x.add(&x));
+    assert!(matches!(r, Err(Error::InvalidArgument { .. })), "{:?}", r.err());
+}
