@@ -212,6 +212,7 @@ impl Session<'_> {
         let t_gen = Instant::now();
         let mut generated = 0;
         let mut interrupted = false;
+        let mut ended = false;
         while generated < budget {
             if interrupt::stop_requested() {
                 interrupted = true;
@@ -220,12 +221,17 @@ impl Session<'_> {
             let next = self.sampler.sample(&logits, &self.cached)?;
             generated += 1;
             if tok.is_eog(next) {
+                ended = true;
                 break;
             }
             let piece = stream.push(tok, next);
             write(&mut out, &piece.text)?;
             reply.push_str(&piece.text);
-            if piece.stopped || generated == budget {
+            if piece.stopped {
+                ended = true;
+                break;
+            }
+            if generated == budget {
                 break;
             }
             logits = self.model.forward_last(&mut self.cache, &[next])?;
@@ -234,7 +240,17 @@ impl Session<'_> {
         let rest = stream.finish();
         write(&mut out, &rest)?;
         reply.push_str(&rest);
-        write(&mut out, if interrupted { "\n(reply stopped)\n" } else { "\n" })?;
+        let context_full = !interrupted && !ended && budget == room;
+        write(
+            &mut out,
+            if interrupted {
+                "\n(reply stopped)\n"
+            } else if context_full {
+                "\n(reply stopped: the context is full; /clear it or raise -c)\n"
+            } else {
+                "\n"
+            },
+        )?;
         if self.args.verbose {
             let per_s = |n: usize, d: std::time::Duration| n as f64 / d.as_secs_f64().max(1e-9);
             eprintln!(

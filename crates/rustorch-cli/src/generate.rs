@@ -58,10 +58,12 @@ pub fn run(args: &GenerateArgs) -> Result<(), CliError> {
         let t_gen = Instant::now();
         let mut generated = 0usize;
         let budget = args.n_predict.min(n_ctx - tokens.len());
+        let mut ended = false;
         while generated < budget {
             let next = sampler.sample(&logits, &history)?;
             generated += 1;
             if tok.is_eog(next) {
+                ended = true;
                 break;
             }
             history.push(next);
@@ -69,12 +71,23 @@ pub fn run(args: &GenerateArgs) -> Result<(), CliError> {
             write!(out, "{}", piece.text)
                 .and_then(|_| out.flush())
                 .map_err(|e| CliError::msg(e.to_string()))?;
-            if piece.stopped || generated == budget {
+            if piece.stopped {
+                ended = true;
+                break;
+            }
+            if generated == budget {
                 break;
             }
             logits = model.forward_last(&mut cache, &[next])?;
         }
         writeln!(out, "{}", stream.finish()).map_err(|e| CliError::msg(e.to_string()))?;
+        if !ended && budget < args.n_predict {
+            // llama.cpp stops the same way without context shifting; say so
+            // rather than end as if the reply were finished.
+            eprintln!(
+                "\nstopped after {generated} tokens: the context of {n_ctx} tokens is full (raise -c)"
+            );
+        }
         let gen_time = t_gen.elapsed();
         Ok::<_, CliError>((prompt_time, generated, gen_time))
     })?;

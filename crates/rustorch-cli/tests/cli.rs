@@ -79,6 +79,37 @@ fn greedy_generation_prints_llama_cpp_continuation() {
     );
 }
 
+/// A reply cut short by a full context says so (llama.cpp without context shifting stops the
+/// same way), and a prompt that does not fit is a one-line error.
+#[test]
+fn a_full_context_is_said() {
+    let model = real_model("smollm2");
+    let o = cli(["-m", &model, "-p", "Once upon a time", "-n", "100", "-c", "16", "--temp", "0"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("the context of 16 tokens is full (raise -c)"),
+        "{}",
+        stderr(&o)
+    );
+    let o = cli(["-m", &model, "-p", "Once upon a time", "-n", "4", "-c", "64", "--temp", "0"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("is full"), "{}", stderr(&o));
+    let o = cli([
+        "-m",
+        &model,
+        "-p",
+        "Once upon a time there was a prompt longer than its context",
+        "-c",
+        "8",
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("which does not fit a context of 8 (raise -c)"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 #[test]
 fn help_lists_the_subcommands() {
     let o = cli(["--help"]);

@@ -404,34 +404,13 @@ impl Executor {
     /// lacks fails `f` instead. Tracing and profiling, which time each op,
     /// refuse a capture. Returns the recording and `f`'s value, or the
     /// first error (`f`'s own, else the backend's); nothing is kept then.
-    pub fn capture<R: Send>(
+    pub fn capture<R: Send, E: From<Error> + Send>(
         &self,
         device: Device,
         arena_bytes: usize,
-        f: impl FnOnce() -> Result<R> + Send,
-    ) -> Result<(Box<dyn crate::backend::Replay>, R)> {
-        const OP: &str = "capture";
-        if self.config.trace || self.config.profile != ProfileMode::Off {
-            return Err(Error::invalid(
-                OP,
-                "tracing or profiling is on: a recorded pass would hide each op's device and time",
-            ));
-        }
-        if let Some(reason) = self.lost_reason(device) {
-            return Err(Error::DeviceNotAvailable { device, reason });
-        }
-        let backend = self.backend_or_err(device)?.clone();
-        {
-            let mut c = self
-                .capturing
-                .lock()
-                .map_err(|_| Error::invalid(OP, "a thread panicked during a capture"))?;
-            if let Some(d) = *c {
-                return Err(Error::invalid(OP, format!("a capture on {d} is running already")));
-            }
-            *c = Some(device);
-            self.any_capture.store(true, Ordering::Release);
-        }
+        f: impl FnOnce() -> std::result::Result<R, E> + Send,
+    ) -> std::result::Result<(Box<dyn crate::backend::Replay>, R), E> {
+        let backend = self.begin_capture(device)?;
         // Routing goes back to normal however `f` ends.
         struct End<'a>(&'a Executor);
         impl Drop for End<'_> {
@@ -444,7 +423,7 @@ impl Executor {
         }
         let _end = End(self);
         let mut f = Some(f);
-        let mut out: Option<Result<R>> = None;
+        let mut out: Option<std::result::Result<R, E>> = None;
         let recorded = backend.capture(arena_bytes, &mut || {
             let r = f.take().map(|f| f());
             let ok = matches!(r, Some(Ok(_)));
@@ -454,12 +433,34 @@ impl Executor {
         match (recorded, out) {
             (Ok(replay), Some(Ok(r))) => Ok((replay, r)),
             (_, Some(Err(e))) => Err(e),
-            (Err(e), _) => Err(self.backend_error(OP, device, e)),
-            (Ok(_), None) => Err(Error::invalid(
-                OP,
-                "the backend kept a recording without running the pass",
-            )),
+            (Err(e), _) => Err(self.backend_error("capture", device, e).into()),
+            (Ok(_), None) => Err(Error::invalid("capture", "the backend kept a recording without running the pass").into()),
         }
+    }
+
+    /// `capture`'s checks, and its routing state set: the backend to record on.
+    fn begin_capture(&self, device: Device) -> Result<Arc<dyn Backend>> {
+        const OP: &str = "capture";
+        if self.config.trace || self.config.profile != ProfileMode::Off {
+            return Err(Error::invalid(
+                OP,
+                "tracing or profiling is on: a recorded pass would hide each op's device and time",
+            ));
+        }
+        if let Some(reason) = self.lost_reason(device) {
+            return Err(Error::DeviceNotAvailable { device, reason });
+        }
+        let backend = self.backend_or_err(device)?.clone();
+        let mut c = self
+            .capturing
+            .lock()
+            .map_err(|_| Error::invalid(OP, "a thread panicked during a capture"))?;
+        if let Some(d) = *c {
+            return Err(Error::invalid(OP, format!("a capture on {d} is running already")));
+        }
+        *c = Some(device);
+        self.any_capture.store(true, Ordering::Release);
+        Ok(backend)
     }
 
     /// Queues a recording of `Executor::capture` made on `device` again.

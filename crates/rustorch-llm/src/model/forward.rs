@@ -92,6 +92,13 @@ impl Model {
         // Checked for the whole prompt first, so that a bad token or a full
         // cache fails before any micro-batch fills the cache.
         self.check_tokens(cache, tokens)?;
+        if let ([token], Logits::Last) = (tokens, which) {
+            // A decode step: replayed from a recording where the model runs
+            // on one GPU (`recorded`).
+            if let Some(logits) = self.run_pass(|| self.recorded_step(cache, *token))? {
+                return Ok(logits);
+            }
+        }
         let batches = row_chunks(tokens.len(), ubatch_rows());
         let start = cache.len();
         let mut logits = Vec::with_capacity(batches.len());

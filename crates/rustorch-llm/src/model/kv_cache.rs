@@ -27,7 +27,12 @@ pub struct KvCache {
     n_ctx: usize,
     n_alloc: usize,
     len: usize,
+    /// Tells caches apart (a recorded decode step belongs to one).
+    id: u64,
 }
+
+/// The next cache's `id`.
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// llama.cpp's context padding (llama-context.cpp: `GGML_PAD(n_ctx, 256)`).
 const ALLOC_PAD: usize = 256;
@@ -108,6 +113,7 @@ impl KvCache {
             n_ctx,
             n_alloc,
             len: 0,
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         })
     }
 
@@ -200,6 +206,38 @@ impl KvCache {
             self.k[il].narrow(1, 0, attn_len)?,
             self.vt[il].narrow(v_dim, 0, attn_len)?,
         ))
+    }
+
+    /// Stores layer `il`'s keys and values for one or more tokens at the
+    /// position held by `pos` (a one-element I64 tensor on the cache's
+    /// device), read when the write runs: the write of a recorded decode
+    /// step. Needs values stored as rows (a flash-attention cache).
+    pub(crate) fn write_at(&mut self, il: usize, k: &Tensor, v: &Tensor, pos: &Tensor) -> Result<()> {
+        if !self.flash {
+            return Err(LlmError::Unsupported(
+                "writing the cache at a device-held position needs values stored as rows (a flash-attention cache)"
+                    .into(),
+            ));
+        }
+        self.k[il].write_slice_at(1, pos, k)?;
+        self.vt[il].write_slice_at(1, pos, v)?;
+        Ok(())
+    }
+
+    /// Layer `il`'s whole key and value buffers (`[n_head_kv, n_alloc, d]`;
+    /// values as rows only in a flash-attention cache).
+    pub(crate) fn layer(&self, il: usize) -> (&Tensor, &Tensor) {
+        (&self.k[il], &self.vt[il])
+    }
+
+    /// Positions the storage holds (`n_ctx` rounded up to 256).
+    pub(crate) fn n_alloc(&self) -> usize {
+        self.n_alloc
+    }
+
+    /// This cache's identity.
+    pub(crate) fn id(&self) -> u64 {
+        self.id
     }
 
     pub(crate) fn advance(&mut self, n: usize) {

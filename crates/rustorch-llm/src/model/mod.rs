@@ -21,6 +21,7 @@ mod config;
 mod forward;
 mod kv_cache;
 mod memory;
+mod recorded;
 pub use memory::keep_freed_buffers;
 mod rope;
 mod weights;
@@ -47,6 +48,8 @@ pub struct Model {
     name: Option<String>,
     exec: Arc<Executor>,
     placement: Placement,
+    /// The recorded decode step, where the model runs on one GPU.
+    recorded: recorded::RecordedDecode,
 }
 
 /// Metadata arrays the tokenizer copies when it is built; nothing reads them after.
@@ -125,6 +128,7 @@ impl Model {
             name: text("general.name"),
             exec: exec.clone(),
             placement,
+            recorded: Default::default(),
         })
     }
 

@@ -1,0 +1,322 @@
+//! Decode steps replayed as a recorded pass (a CUDA graph): when a whole
+//! model runs on one GPU, a step of one token is a few hundred small
+//! kernels whose launches and routing cost the host more than the GPU
+//! spends on them. The step is recorded once (`Executor::capture`) and
+//! replayed for every later token, which costs the host three small copies
+//! (the token's embedding row, its position, the logits) and one launch.
+//!
+//! A replay cannot take new host values, so everything that changes per
+//! token lives in device buffers written before each replay: the hidden
+//! state of the token (the embedding lookup runs before, on the host where
+//! the token table lives, as llama.cpp keeps it), and the position, which
+//! the ops read on the device: the RoPE rows (`index_select` from tables
+//! for every position), the KV-cache write (`write_slice_at`) and attention
+//! over the cache up to the position (`attention_at`, split over the keys).
+//!
+//! The first step with a cache runs these ops as they are (sizing the
+//! recording's memory and loading every kernel), the second records and
+//! replays, the rest replay. A recording belongs to one cache (its buffers'
+//! addresses are in it). Anything that cannot be recorded turns recording
+//! off for the model with a notice, and steps run op by op as before.
+//! `RUSTORCH_CUDA_GRAPHS=0` turns it off from the start.
+
+use super::config::{Arch, RopeParams};
+use super::kv_cache::KvCache;
+use super::rope;
+use super::Model;
+use crate::error::{LlmError, Result};
+use rustorch::op::GateActivation;
+use rustorch::{DType, Device, Replay, Tensor};
+use std::sync::Mutex;
+
+/// The recorded decode step of one model, and what it needs between steps.
+#[derive(Default)]
+pub(super) struct RecordedDecode {
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+enum State {
+    /// Nothing yet, or a cache that is gone.
+    #[default]
+    Idle,
+    /// Steps with `session`'s cache, recorded once it has sized its memory.
+    Running(Box<Session>),
+    /// Recording failed or is not possible here: steps run op by op.
+    Off,
+}
+
+/// One cache's buffers and recording.
+struct Session {
+    cache_id: u64,
+    device: Device,
+    /// The step's hidden-state input `[1, n_embd]` and position `[1]` (I64),
+    /// on the GPU at fixed addresses.
+    x_in: Tensor,
+    pos: Tensor,
+    /// RoPE tables for every position of the cache, per settings:
+    /// `[n_alloc, n_rot / 2]` cosines and sines on the GPU.
+    tables: Vec<(RopeParams, Tensor, Tensor)>,
+    /// Device bytes one step allocates (from the first step's run).
+    step_bytes: Option<u64>,
+    recorded: Option<(Box<dyn Replay>, Tensor)>,
+}
+
+/// Headroom over the measured step for the recording's arena, and a floor.
+const ARENA_FACTOR: usize = 2;
+const ARENA_MIN: usize = 4 << 20;
+
+fn graphs_allowed() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| !std::env::var("RUSTORCH_CUDA_GRAPHS").is_ok_and(|v| v == "0"))
+}
+
+impl Model {
+    /// The GPU every part of the model and `cache` lives on, when a decode
+    /// step could be recorded there (one device, not the CPU, values stored
+    /// as rows, no tracing or profiling, not turned off).
+    fn recording_device(&self, cache: &KvCache) -> Option<Device> {
+        let d = self.placement.output;
+        let cfg = self.exec.config();
+        let ok = graphs_allowed()
+            && !d.is_cpu()
+            && self.placement.layers.iter().all(|&l| l == d)
+            && (0..self.config.n_layer).all(|il| cache.layer_device(il) == Some(d))
+            && cache.flash()
+            && !cfg.trace
+            && cfg.profile == rustorch::ProfileMode::Off;
+        ok.then_some(d)
+    }
+
+    /// The logits of one token through a recorded step, or `None` where
+    /// steps are not recorded (the caller runs the step op by op).
+    pub(super) fn recorded_step(&self, cache: &mut KvCache, token: u32) -> Result<Option<Tensor>> {
+        let Some(device) = self.recording_device(cache) else {
+            return Ok(None);
+        };
+        let mut state = self
+            .recorded
+            .state
+            .lock()
+            .map_err(|_| LlmError::InvalidArgument("a thread panicked during a decode step".into()))?;
+        if matches!(*state, State::Off) {
+            return Ok(None);
+        }
+        let fresh = !matches!(&*state, State::Running(s) if s.cache_id == cache.id() && s.device == device);
+        if fresh {
+            *state = State::Running(Box::new(self.new_session(cache, device)?));
+        }
+        let State::Running(session) = &mut *state else {
+            unreachable!("set above")
+        };
+        match self.step_in(session, cache, token) {
+            Ok(logits) => Ok(Some(logits)),
+            Err(Fail::Step(e)) => Err(e),
+            Err(Fail::Record(why)) => {
+                eprintln!("rustorch: decode steps run op by op on {device}: recording one failed: {why}");
+                *state = State::Off;
+                Ok(None)
+            }
+        }
+    }
+
+    fn new_session(&self, cache: &KvCache, device: Device) -> Result<Session> {
+        let cfg = &self.config;
+        let x_in = Tensor::zeros_in(&self.exec, [1, cfg.n_embd], DType::F32, device)?;
+        let pos = Tensor::zeros_in(&self.exec, [1], DType::I64, device)?;
+        let mut tables: Vec<(RopeParams, Tensor, Tensor)> = Vec::new();
+        for il in 0..cfg.n_layer {
+            let p = cfg.rope_for_layer(il);
+            if tables.iter().any(|(q, _, _)| *q == p) {
+                continue;
+            }
+            let (cos, sin) = rope::tables(&self.exec, &p, self.weights.rope_freqs.as_deref(), 0..cache.n_alloc())?;
+            tables.push((p, cos.to_device(device)?, sin.to_device(device)?));
+        }
+        Ok(Session {
+            cache_id: cache.id(),
+            device,
+            x_in,
+            pos,
+            tables,
+            step_bytes: None,
+            recorded: None,
+        })
+    }
+
+    /// One step: inputs written, then the step run (first step), recorded
+    /// and replayed (second), or replayed.
+    fn step_in(&self, s: &mut Session, cache: &mut KvCache, token: u32) -> std::result::Result<Tensor, Fail> {
+        self.write_inputs(s, cache, token).map_err(Fail::Step)?;
+        let logits = match (&s.recorded, s.step_bytes) {
+            (Some((recording, logits)), _) => {
+                self.exec
+                    .replay(s.device, recording.as_ref())
+                    .map_err(|e| Fail::Step(e.into()))?;
+                logits.clone()
+            }
+            (None, Some(bytes)) => {
+                let arena = (bytes as usize).saturating_mul(ARENA_FACTOR).max(ARENA_MIN);
+                let (x_in, pos, tables) = (&s.x_in, &s.pos, &s.tables);
+                let (recording, logits) = self
+                    .exec
+                    .capture(s.device, arena, || self.step_body(cache, x_in, pos, tables))
+                    .map_err(|e| Fail::Record(e.to_string()))?;
+                self.exec
+                    .replay(s.device, recording.as_ref())
+                    .map_err(|e| Fail::Step(e.into()))?;
+                s.recorded = Some((recording, logits.clone()));
+                logits
+            }
+            (None, None) => {
+                let before = self.exec.bytes_allocated(s.device);
+                // An op of the step that the device cannot run turns
+                // recording off, and the step runs as `forward` runs it
+                // (which rewrites whatever this wrote at the position; a
+                // device that is really lost fails there too).
+                let logits = self
+                    .step_body(cache, &s.x_in, &s.pos, &s.tables)
+                    .map_err(|e| Fail::Record(e.to_string()))?;
+                let after = self.exec.bytes_allocated(s.device);
+                // A device that does not count its allocations records
+                // nothing either: the next step finds out and turns
+                // recording off.
+                s.step_bytes = Some(match (before, after) {
+                    (Some(b), Some(a)) => a.saturating_sub(b),
+                    _ => 0,
+                });
+                logits
+            }
+        };
+        self.finish_step(cache, &logits).map_err(Fail::Step)
+    }
+
+    /// Checks the token and writes the step's inputs: its embedding row
+    /// (looked up where the table lives, the host) and its position.
+    fn write_inputs(&self, s: &mut Session, cache: &KvCache, token: u32) -> Result<()> {
+        self.check_tokens(cache, &[token])?;
+        let ids = Tensor::from_vec(vec![token as i64], [1])?.with_executor(&self.exec)?;
+        let row = self.weights.tok_embd.embedding(&ids)?;
+        s.x_in.write_slice(0, 0, &row)?;
+        let p = Tensor::from_vec(vec![cache.len() as i64], [1])?.with_executor(&self.exec)?;
+        s.pos.write_slice(0, 0, &p)?;
+        Ok(())
+    }
+
+    /// The step's logits as the caller's own host tensor (the recording's
+    /// buffer is rewritten by the next replay; sampling reads the host),
+    /// and the cache one position longer.
+    fn finish_step(&self, cache: &mut KvCache, logits: &Tensor) -> Result<Tensor> {
+        let host = logits.to_vec::<f32>()?;
+        cache.advance(1);
+        Ok(Tensor::from_vec(host, [1, self.config.n_vocab])?.with_executor(&self.exec)?)
+    }
+
+    /// One decode step through the ops that a recorded step records, run
+    /// one by one on the cache's device (no recording): the recorded path's
+    /// arithmetic, checkable on any device (tests compare it with
+    /// `forward` on the CPU). The cache must store values as rows
+    /// (`Model::new_flash_cache`).
+    #[doc(hidden)]
+    pub fn decode_step_by_ops(&self, cache: &mut KvCache, token: u32) -> Result<Vec<f32>> {
+        let device = cache.layer_device(0).unwrap_or(Device::Cpu);
+        let mut s = self.new_session(cache, device)?;
+        self.write_inputs(&mut s, cache, token)?;
+        let logits = self.step_body(cache, &s.x_in, &s.pos, &s.tables)?;
+        Ok(self.finish_step(cache, &logits)?.to_vec::<f32>()?)
+    }
+
+    /// The step's ops from the hidden state `x_in` of the token at the
+    /// position in `pos`: the same computation as `forward` for one token,
+    /// with every per-token value read on the device.
+    fn step_body(
+        &self,
+        cache: &mut KvCache,
+        x_in: &Tensor,
+        pos: &Tensor,
+        tables: &[(RopeParams, Tensor, Tensor)],
+    ) -> Result<Tensor> {
+        let cfg = &self.config;
+        let mut x = if cfg.arch == Arch::Gemma3 {
+            x_in.mul_scalar((cfg.n_embd as f32).sqrt() as f64)?
+        } else {
+            x_in.clone()
+        };
+        // This position's RoPE rows, one pair per settings.
+        let mut rows: Vec<(RopeParams, Tensor, Tensor)> = Vec::with_capacity(tables.len());
+        for (p, cos, sin) in tables {
+            rows.push((*p, cos.index_select(0, pos)?, sin.index_select(0, pos)?));
+        }
+        for il in 0..cfg.n_layer {
+            let lw = &self.weights.layers[il];
+            let (_, cos, sin) = rows
+                .iter()
+                .find(|(p, _, _)| *p == cfg.rope_for_layer(il))
+                .expect("rows were made for every layer's rope settings");
+            let layout = cfg.rope_for_layer(il).layout;
+            let attn = {
+                let h = x.rms_norm(Some(&lw.attn_norm), cfg.rms_eps as f64)?;
+                let mut qkv = h.qmatmul_many(&[&lw.wq, &lw.wk, &lw.wv])?.into_iter();
+                let mut heads = |n: usize, d: usize| -> Result<Tensor> {
+                    let p = qkv.next().expect("qmatmul_many returns one product per weight");
+                    Ok(p.reshape([1, n, d])?)
+                };
+                let q = heads(cfg.n_head, cfg.head_dim_k)?;
+                let k = heads(cfg.n_head_kv, cfg.head_dim_k)?;
+                let v = heads(cfg.n_head_kv, cfg.head_dim_v)?;
+                let (q, k) = match (&lw.q_norm, &lw.k_norm) {
+                    (Some(qn), Some(kn)) => (
+                        q.rms_norm(Some(qn), cfg.rms_eps as f64)?,
+                        k.rms_norm(Some(kn), cfg.rms_eps as f64)?,
+                    ),
+                    _ => (q, k),
+                };
+                let mut q = q.transpose(0, 1)?.rope(cos, sin, layout)?;
+                let k = k.transpose(0, 1)?.rope(cos, sin, layout)?;
+                let v = v.transpose(0, 1)?;
+                let scale = if cfg.arch == Arch::Gemma3 {
+                    q = q.mul_scalar(cfg.attn_scale as f64)?;
+                    1.0
+                } else {
+                    cfg.attn_scale
+                };
+                cache.write_at(il, &k, &v, pos)?;
+                let (kc, vc) = cache.layer(il);
+                let out = Tensor::attention_at(&q, kc, vc, pos, scale, cfg.window_for_layer(il))?;
+                out.transpose(0, 1)?.reshape([1, cfg.n_head * cfg.head_dim_v])?
+            };
+            let mut a = attn.qmatmul(&lw.wo)?;
+            if let Some(n) = &lw.post_attn_norm {
+                a = a.rms_norm(Some(n), cfg.rms_eps as f64)?;
+            }
+            x = x.add(&a)?;
+            let act = {
+                let h = x.rms_norm(Some(&lw.ffn_norm), cfg.rms_eps as f64)?;
+                let act = match cfg.arch {
+                    Arch::Llama => GateActivation::SwiGlu,
+                    Arch::Gemma3 => GateActivation::GeGlu,
+                };
+                h.qmatmul_gated(&lw.ffn_gate, &lw.ffn_up, act)?
+            };
+            let mut d = act.qmatmul(&lw.ffn_down)?;
+            if let Some(n) = &lw.post_ffn_norm {
+                d = d.rms_norm(Some(n), cfg.rms_eps as f64)?;
+            }
+            x = x.add(&d)?;
+        }
+        let h = x.rms_norm(Some(&self.weights.output_norm), cfg.rms_eps as f64)?;
+        let mut logits = h.qmatmul(&self.weights.output)?;
+        if let Some(cap) = cfg.final_logit_softcap {
+            logits = logits.mul_scalar(1.0 / cap as f64)?.tanh()?.mul_scalar(cap as f64)?;
+        }
+        Ok(logits)
+    }
+}
+
+/// Why a recorded step did not give logits.
+enum Fail {
+    /// The step itself failed (bad input, a lost device): the caller's error.
+    Step(LlmError),
+    /// Recording is not possible here: steps go op by op from now on.
+    Record(String),
+}
