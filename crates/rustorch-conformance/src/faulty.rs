@@ -153,7 +153,8 @@ impl FaultyBackend {
         self.name = name.to_string();
         self
     }
-    /// `supports` says no to this op (`Op::name`).
+    /// `supports` says no to this op (`Op::name`). `"write_into_at"`, which is a method of its
+    /// own rather than an op, answers unsupported when refused, as a backend without it does.
     pub fn refuse_op(mut self, name: &str) -> Self {
         self.refused_ops.insert(name.to_string());
         self
@@ -379,6 +380,44 @@ impl Backend for FaultyBackend {
         let inner = Arc::get_mut(&mut dst.inner)
             .ok_or_else(|| BackendError::invalid("write_into", "the destination's inner buffer is shared"))?;
         self.inner.write_into(inner, region, src)
+    }
+
+    fn write_into_at(
+        &self,
+        dst: &mut dyn DeviceBuffer,
+        region: &Layout,
+        step: usize,
+        max_pos: usize,
+        pos: TensorRef<'_>,
+        src: TensorRef<'_>,
+    ) -> Result<(), BackendError> {
+        const OP: &str = "write_into_at";
+        self.check_alive()?;
+        if self.refused_ops.contains(OP) {
+            // A device without the method, as the trait's default answers.
+            return Err(BackendError::unsupported(
+                self.device,
+                OP,
+                "refused by the fault-injecting device",
+            ));
+        }
+        let src = TensorRef {
+            buffer: self.own(OP, src.buffer)?,
+            layout: src.layout,
+        };
+        let pos = TensorRef {
+            buffer: self.own(OP, pos.buffer)?,
+            layout: pos.layout,
+        };
+        let device = self.device;
+        let dst = dst
+            .as_any_mut()
+            .and_then(|a| a.downcast_mut::<FaultyBuffer>())
+            .filter(|b| b.device == device)
+            .ok_or_else(|| BackendError::invalid(OP, format!("destination is not on {device}")))?;
+        let inner = Arc::get_mut(&mut dst.inner)
+            .ok_or_else(|| BackendError::invalid(OP, "the destination's inner buffer is shared"))?;
+        self.inner.write_into_at(inner, region, step, max_pos, pos, src)
     }
 
     fn run_pass(&self, pass: &mut (dyn FnMut() + Send)) {

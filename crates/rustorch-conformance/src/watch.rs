@@ -46,6 +46,17 @@ impl Backend for Watched {
     fn write_into(&self, dst: &mut dyn DeviceBuffer, region: &Layout, src: TensorRef<'_>) -> Result<(), BackendError> {
         self.inner.write_into(dst, region, src)
     }
+    fn write_into_at(
+        &self,
+        dst: &mut dyn DeviceBuffer,
+        region: &Layout,
+        step: usize,
+        max_pos: usize,
+        pos: TensorRef<'_>,
+        src: TensorRef<'_>,
+    ) -> Result<(), BackendError> {
+        self.inner.write_into_at(dst, region, step, max_pos, pos, src)
+    }
     fn run_pass(&self, pass: &mut (dyn FnMut() + Send)) {
         self.inner.run_pass(pass)
     }

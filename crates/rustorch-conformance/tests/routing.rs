@@ -862,3 +862,107 @@ fn op_times_come_from_the_device_timer() {
     let line = exec.profile().into_iter().find(|l| l.op == "exp").unwrap();
     assert_eq!(line.total, tick);
 }
+
+/// A position tensor (`write_slice_at`) of one i64, in host memory under `exec`.
+fn position(exec: &Arc<Executor>, value: i64) -> Tensor {
+    Tensor::from_storage_in(exec, CpuStorage::from_vec(vec![value]), [1]).unwrap()
+}
+
+#[test]
+fn write_slice_at_reads_the_position_on_the_device_or_else_on_the_host() {
+    // With the method the device reads the position itself: no download, so
+    // nothing waits for it (what a replayed CUDA graph needs). A device
+    // without it (the trait's default) still gets the write: the executor
+    // downloads the position and calls its `write_into` at the moved region.
+    for without_method in [false, true] {
+        let plugin = if without_method {
+            FaultyBackend::new().refuse_op("write_into_at")
+        } else {
+            FaultyBackend::new()
+        };
+        let (exec, plugin) = exec_with(traced(0), plugin);
+        let mut cache = Tensor::zeros_in(&exec, [2, 5, 3], DType::F16, PLUGIN).unwrap();
+        let mut want = Tensor::zeros_in(&exec, [2, 5, 3], DType::F16, Device::Cpu).unwrap();
+        for start in 0..=4 {
+            let token = arange_f32(&exec, &[2, 1, 3]).mul_scalar(start as f64 + 1.0).unwrap();
+            want.write_slice(1, start, &token).unwrap();
+            let (token, pos) = (
+                token.to_device(PLUGIN).unwrap(),
+                position(&exec, start as i64).to_device(PLUGIN).unwrap(),
+            );
+            let downloads = plugin.downloads();
+            cache.write_slice_at(1, &pos, &token).unwrap();
+            assert_eq!(
+                plugin.downloads() - downloads,
+                usize::from(without_method),
+                "without the method: {without_method}"
+            );
+            let ev = last_event(&exec);
+            assert_eq!(
+                (ev.op.as_str(), ev.device, ev.bytes_moved),
+                ("write_into_at", PLUGIN, 0)
+            );
+            assert_eq!(ev.reason.contains("on the host"), without_method, "{}", ev.reason);
+        }
+        assert_eq!(cache.device(), PLUGIN);
+        assert_eq!(cache.to_cpu_storage().unwrap(), want.to_cpu_storage().unwrap());
+        // A position in host memory moves to the device (counted), and one
+        // out of range writes nothing on either path.
+        let before = cache.to_cpu_storage().unwrap();
+        let token = arange_f32(&exec, &[2, 1, 3]).to_device(PLUGIN).unwrap();
+        let err = cache.write_slice_at(1, &position(&exec, 5), &token).unwrap_err();
+        assert!(err.to_string().contains("outside 0..=4"), "{err}");
+        assert_eq!(cache.to_cpu_storage().unwrap(), before);
+        cache.write_slice_at(1, &position(&exec, 0), &token).unwrap();
+        assert_eq!(last_event(&exec).bytes_moved, 8);
+    }
+}
+
+#[test]
+fn write_into_at_checks_its_bounds_before_any_device_sees_them() {
+    let (exec, plugin) = exec_with(traced(0), FaultyBackend::new().refuse_op("write_into_at"));
+    let mut dst = exec
+        .upload(CpuStorage::zeros(DType::F32, 12).as_host(), PLUGIN)
+        .unwrap();
+    let src = Operand {
+        buffer: exec
+            .upload(CpuStorage::from_vec(vec![1f32, 2.0]).as_host(), PLUGIN)
+            .unwrap(),
+        layout: Layout::contiguous([2]),
+    };
+    let pos = |v: i64| Operand {
+        buffer: exec.upload(CpuStorage::from_vec(vec![v]).as_host(), PLUGIN).unwrap(),
+        layout: Layout::contiguous([1]),
+    };
+    let region = Layout::contiguous([2]);
+    // Positions 0..=5 in steps of 2 reach element 11: inside. One more
+    // position would reach past the 12 elements, whatever `pos` holds.
+    exec.write_into_at(&mut dst, &region, 2, 5, &pos(5), &src).unwrap();
+    let downloads = plugin.downloads();
+    let err = exec.write_into_at(&mut dst, &region, 2, 6, &pos(0), &src).unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidArgument { message, .. } if message.contains("reaches past")),
+        "{err}"
+    );
+    // A position that is not one integer element.
+    let floats = Operand {
+        buffer: exec.upload(CpuStorage::from_vec(vec![0f32]).as_host(), PLUGIN).unwrap(),
+        layout: Layout::contiguous([1]),
+    };
+    let two = Operand {
+        buffer: exec
+            .upload(CpuStorage::from_vec(vec![0i32, 1]).as_host(), PLUGIN)
+            .unwrap(),
+        layout: Layout::contiguous([2]),
+    };
+    for bad in [&floats, &two] {
+        let err = exec.write_into_at(&mut dst, &region, 2, 5, bad, &src).unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+    }
+    // Refused before the position was read (the fallback downloads it).
+    assert_eq!(plugin.downloads(), downloads);
+    let host = exec.download(&dst).unwrap();
+    let mut want = [0f32; 12];
+    want[10..].copy_from_slice(&[1.0, 2.0]);
+    assert_eq!(host.as_slice::<f32>().unwrap(), &want[..]);
+}

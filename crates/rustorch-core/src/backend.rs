@@ -140,6 +140,38 @@ pub trait Backend: Send + Sync {
         ))
     }
 
+    /// `write_into` at a position read when the write runs: `region` is
+    /// the region for position 0, and the write goes `pos * step` elements
+    /// further, where `pos` is a one-element I32 or I64 tensor (shape `[1]`
+    /// or `[]`) on this device. A GPU reads `pos` in the kernel, on the
+    /// device, with no host synchronization: a captured graph replays its
+    /// launches with fixed arguments, so a KV-cache write whose token
+    /// position changes every decode step must take the position from
+    /// device memory, not from an argument.
+    ///
+    /// The caller guarantees (the executor checks, `check_write_at`) that
+    /// the region moved by any position in `0..=max_pos` lies inside
+    /// `dst`. A position outside that range must never write out of
+    /// bounds: it writes nothing and is `InvalidInput`. The default says
+    /// unsupported; the executor then reads `pos` on the host and calls
+    /// `write_into` with the moved region.
+    fn write_into_at(
+        &self,
+        dst: &mut dyn DeviceBuffer,
+        region: &Layout,
+        step: usize,
+        max_pos: usize,
+        pos: TensorRef<'_>,
+        src: TensorRef<'_>,
+    ) -> Result<(), BackendError> {
+        let _ = (dst, region, step, max_pos, pos, src);
+        Err(BackendError::unsupported(
+            self.device(),
+            "write_into_at",
+            "this backend cannot write at a position read from a tensor",
+        ))
+    }
+
     /// Runs `pass`, many ops in a row (a model's forward pass, a whole
     /// generation loop), with whatever this backend holds for such runs:
     /// the CPU keeps its worker threads spinning between the ops, a GPU
@@ -213,6 +245,65 @@ pub trait Replay: Send + Sync {
     /// Queues the recorded work again, reading what its input buffers hold
     /// now. Like an op, it returns once queued.
     fn replay(&self) -> Result<(), BackendError>;
+}
+
+/// What every `write_into_at` must hold before it writes (the executor
+/// checks it for the caller; a backend that launches raw pointers checks it
+/// again rather than trust its caller): `pos` is one I32 or I64 element
+/// inside its buffer, and `region` moved by up to `max_pos * step` elements
+/// stays inside a destination of `dst_len` elements. `Err` names the first
+/// problem.
+pub fn check_write_at(
+    dst_len: usize,
+    region: &Layout,
+    step: usize,
+    max_pos: usize,
+    pos: TensorRef<'_>,
+) -> Result<(), String> {
+    if !matches!(pos.dtype(), DType::I32 | DType::I64) {
+        return Err(format!("the position must be i32 or i64, not {}", pos.dtype()));
+    }
+    if pos.layout.numel() != 1 || pos.layout.rank() > 1 {
+        return Err(format!(
+            "the position must be one element (shape [1] or []), not shape {:?}",
+            pos.layout.dims()
+        ));
+    }
+    if pos.layout.storage_extent() > pos.buffer.len() {
+        return Err("the position's layout reaches past the end of its storage".into());
+    }
+    // An empty region writes nothing wherever it is moved (`Layout::shifted`).
+    let reach = if region.numel() == 0 {
+        Some(region.storage_extent())
+    } else {
+        max_pos
+            .checked_mul(step)
+            .and_then(|furthest| region.storage_extent().checked_add(furthest))
+    };
+    match reach {
+        Some(end) if end <= dst_len => Ok(()),
+        _ => Err(format!(
+            "the region {:?} moved by up to {max_pos} steps of {step} elements reaches past the destination's {dst_len} elements",
+            region.dims()
+        )),
+    }
+}
+
+/// The position of a `write_into_at` read from host memory (`pos`'s one
+/// element under `layout`, which `check_write_at` has accepted), checked to
+/// lie in `0..=max_pos`.
+pub fn write_pos_on_host(pos: &CpuStorage, layout: &Layout, max_pos: usize) -> Result<usize, String> {
+    let at = layout.offset();
+    let value = match pos {
+        CpuStorage::I32(v) => v.get(at).map(|&p| i64::from(p)),
+        CpuStorage::I64(v) => v.get(at).copied(),
+        other => return Err(format!("the position must be i32 or i64, not {}", other.dtype())),
+    }
+    .ok_or("the position's layout reaches past the end of its storage")?;
+    usize::try_from(value)
+        .ok()
+        .filter(|&p| p <= max_pos)
+        .ok_or_else(|| format!("write position {value} is outside 0..={max_pos}"))
 }
 
 /// Measures one op on its device (`Backend::timer`).

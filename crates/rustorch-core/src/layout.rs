@@ -164,6 +164,23 @@ impl Layout {
         })
     }
 
+    /// The same layout `elements` further into its storage: where a write
+    /// at a position read at run time lands (`Backend::write_into_at`
+    /// moves the region for position 0 by `pos * step`). An empty layout
+    /// stays where it is, as `narrow` keeps an empty view's offset: it
+    /// reads nothing, and a moved offset could pass the storage's end.
+    pub fn shifted(&self, elements: usize) -> Layout {
+        Layout {
+            shape: self.shape.clone(),
+            strides: self.strides.clone(),
+            offset: if self.numel() == 0 {
+                self.offset
+            } else {
+                self.offset.saturating_add(elements)
+            },
+        }
+    }
+
     pub fn unsqueeze(&self, op: &str, dim: isize) -> Result<Layout> {
         let d = normalize_dim(op, dim, self.rank() + 1)?;
         let mut dims = self.dims().to_vec();

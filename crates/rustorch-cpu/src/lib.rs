@@ -229,6 +229,33 @@ impl Backend for CpuBackend {
             .ok_or_else(|| BackendError::invalid("write_into", "destination is not a cpu buffer"))?;
         write::write_into(dst, region, src_storage, src.layout)
     }
+
+    fn write_into_at(
+        &self,
+        dst: &mut dyn DeviceBuffer,
+        region: &Layout,
+        step: usize,
+        max_pos: usize,
+        pos: TensorRef<'_>,
+        src: TensorRef<'_>,
+    ) -> Result<(), BackendError> {
+        let op = Op::Copy;
+        let src_storage = as_cpu(&op, src.buffer)?;
+        let pos_storage = as_cpu(&op, pos.buffer)?;
+        let dst = dst
+            .as_any_mut()
+            .and_then(|a| a.downcast_mut::<CpuStorage>())
+            .ok_or_else(|| BackendError::invalid("write_into_at", "destination is not a cpu buffer"))?;
+        write::write_into_at(
+            dst,
+            region,
+            step,
+            max_pos,
+            (pos_storage, pos.layout),
+            src_storage,
+            src.layout,
+        )
+    }
 }
 
 /// Registers the CPU backend (`rustorch_core::registry`).

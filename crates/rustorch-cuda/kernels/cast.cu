@@ -46,16 +46,19 @@ __device__ __forceinline__ i64 sat_i64(double d) {
 #define IDST_BOOL(v) ((u8)((v) != 0))
 
 // cast_A_B writes a contiguous output; cast_into_A_B writes the elements of
-// an existing buffer that `ly` selects (`Backend::write_into`: a KV cache
-// filled in place, f32 keys converted to the cache's f16 on the way).
+// an existing buffer that `ly` selects, moved as `at` says (common.cuh;
+// `Backend::write_into` and `write_into_at`: a KV cache filled in place,
+// f32 keys converted to the cache's f16 on the way).
 #define CAST(KIND, FROM, FT, TO, TT)                                                         \
     extern "C" __global__ void cast_##FROM##_##TO(const FT* x, Strided lx, TT* y, i64 n) {  \
         RT_GRID_STRIDE(i, n) { y[i] = KIND##DST_##TO(SRC_##FROM(x[strided_at(lx, i)])); }    \
     }                                                                                        \
     extern "C" __global__ void cast_into_##FROM##_##TO(const FT* x, Strided lx, TT* y,      \
-                                                        Strided ly, i64 n) {                \
+                                                        Strided ly, i64 n, WriteAt at) {    \
+        const i64 shift = write_shift(at);                                                   \
+        if (shift < 0) return;                                                               \
         RT_GRID_STRIDE(i, n) {                                                               \
-            y[strided_at(ly, i)] = KIND##DST_##TO(SRC_##FROM(x[strided_at(lx, i)]));         \
+            y[strided_at(ly, i) + shift] = KIND##DST_##TO(SRC_##FROM(x[strided_at(lx, i)])); \
         }                                                                                    \
     }
 #define CAST_FROM(KIND, FROM, FT)                                                            \

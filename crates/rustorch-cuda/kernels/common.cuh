@@ -37,6 +37,36 @@ __device__ __forceinline__ i64 strided_at(const Strided& s, i64 i) {
     return off;
 }
 
+// Where an in-place write lands (`Backend::write_into` and `write_into_at`,
+// the *_into kernels): element i of the region goes to
+// strided_at(ly, i) + p * step, with p read here, on the device, from `pos`
+// (an int, or a long long where `wide`), so that a CUDA graph replaying the
+// launch writes where the tensor says at each replay (a KV cache's token
+// position). A null `pos` is the plain write at ly (p = 0). A p outside
+// 0..=max_pos writes nothing and sets *bad for the launcher to report.
+// Mirrors `WriteAt` in src/launch.rs (same field order and sizes).
+struct WriteAt {
+    const void* pos;
+    i64 step;
+    i64 max_pos;
+    int* bad;
+    int wide;
+    int pad;
+};
+
+// The launch's shift in elements, or -1 when the position is out of range.
+// Every thread reads the same p and so makes the same choice: no thread
+// writes when one would be out of bounds.
+__device__ __forceinline__ i64 write_shift(const WriteAt& at) {
+    if (at.pos == 0) return 0;
+    const i64 p = at.wide ? *(const i64*)at.pos : (i64)*(const int*)at.pos;
+    if (p < 0 || p > at.max_pos) {
+        if (blockIdx.x == 0 && threadIdx.x == 0) *at.bad = 1;
+        return -1;
+    }
+    return p * at.step;
+}
+
 // f16 and bf16 travel as their bits (u16).
 __device__ __forceinline__ float f16_to_f32(u16 h) {
     float f;

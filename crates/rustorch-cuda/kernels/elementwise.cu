@@ -176,8 +176,10 @@ CLAMP_FLOAT(F32) CLAMP_FLOAT(F16) CLAMP_FLOAT(BF16) CLAMP_FLOAT(F64)
         }, { y[i] = xs[i]; })                                                                \
     }                                                                                        \
     extern "C" __global__ void copy_into_b##BYTES(const T* x, Strided lx, T* y, Strided ly, \
-                                                  i64 n) {                                  \
-        RT_GRID_STRIDE(i, n) { y[strided_at(ly, i)] = x[strided_at(lx, i)]; }                \
+                                                  i64 n, WriteAt at) {                      \
+        const i64 shift = write_shift(at);                                                   \
+        if (shift < 0) return;                                                               \
+        RT_GRID_STRIDE(i, n) { y[strided_at(ly, i) + shift] = x[strided_at(lx, i)]; }        \
     }                                                                                        \
     extern "C" __global__ void where_b##BYTES(const u8* c, Strided lc, const T* a, Strided la, \
                                               const T* b, Strided lb, T* y, i64 n) {        \

@@ -446,6 +446,18 @@ impl Backend for CudaBackend {
         crate::ops::write_into(self, dst, region, src)
     }
 
+    fn write_into_at(
+        &self,
+        dst: &mut dyn rustorch_core::backend::DeviceBuffer,
+        region: &rustorch_core::Layout,
+        step: usize,
+        max_pos: usize,
+        pos: TensorRef<'_>,
+        src: TensorRef<'_>,
+    ) -> Result<(), BackendError> {
+        crate::ops::write_into_at(self, dst, region, step, max_pos, pos, src)
+    }
+
     fn synchronize(&self) -> Result<(), BackendError> {
         self.not_recording("synchronize")?;
         self.stream.synchronize().map_err(|e| self.err("synchronize", e, 0))

@@ -19,6 +19,50 @@ pub(crate) struct Strided {
 // SAFETY: plain data with the C layout the kernels declare.
 unsafe impl DeviceRepr for Strided {}
 
+/// Where a `*_into` kernel's write lands (mirrors `struct WriteAt` in
+/// kernels/common.cuh): the region moved by `pos * step` elements, `pos`
+/// read by the kernel from device memory, so that a replayed graph writes
+/// where the tensor says at each replay; a position outside `0..=max_pos`
+/// writes nothing and sets the `i32` flag at `bad`. `NONE` (a null `pos`)
+/// is the plain write at the region.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct WriteAt {
+    pos: u64,
+    step: i64,
+    max_pos: i64,
+    bad: u64,
+    wide: i32,
+    pad: i32,
+}
+
+// SAFETY: plain data with the C layout the kernels declare.
+unsafe impl DeviceRepr for WriteAt {}
+
+impl WriteAt {
+    pub(crate) const NONE: WriteAt = WriteAt {
+        pos: 0,
+        step: 0,
+        max_pos: 0,
+        bad: 0,
+        wide: 0,
+        pad: 0,
+    };
+
+    /// A position read at `pos` (the device address of its one element, an
+    /// i64 where `wide`, else an i32), with the flag at `bad`.
+    pub(crate) fn at(pos: u64, wide: bool, step: usize, max_pos: usize, bad: u64) -> WriteAt {
+        WriteAt {
+            pos,
+            step: step as i64,
+            max_pos: max_pos as i64,
+            bad,
+            wide: i32::from(wide),
+            pad: 0,
+        }
+    }
+}
+
 impl Strided {
     /// `layout` read as a tensor of `out` (its shape broadcast to `out`:
     /// leading dims added and size-1 dims repeated with stride 0), or
@@ -214,5 +258,47 @@ mod tests {
         }
         let c = Strided::from_parts(&[2, 3, 4], &[12, 4, 1], 7).unwrap();
         assert_eq!((c.ndim, c.shape[0], c.stride[0], c.offset), (1, 24, 1, 7));
+    }
+
+    /// The structs passed by value match the kernels' declarations in
+    /// size and alignment, read from the PTX NVRTC makes of the `*_into`
+    /// kernels (a mismatch would shift every argument after it, with no
+    /// error at launch). Needs NVRTC, not a GPU; without it the test says
+    /// so, and fails where `CI` or `RUSTORCH_REQUIRE_NVRTC` is set.
+    #[test]
+    fn by_value_structs_match_the_kernel_parameters() {
+        if let Err(why) = crate::compile::nvrtc_version() {
+            let required = std::env::var_os("CI").is_some_and(|v| v == "true" || v == "1")
+                || std::env::var_os("RUSTORCH_REQUIRE_NVRTC").is_some();
+            assert!(!required, "NVRTC is required here: {why}");
+            eprintln!("by_value_structs_match_the_kernel_parameters: skipped: {why}");
+            return;
+        }
+        let strided = format!(".align 8 .b8 {{}}[{}]", std::mem::size_of::<Strided>());
+        let write_at = format!(".align 8 .b8 {{}}[{}]", std::mem::size_of::<WriteAt>());
+        for (module, kernel) in [("elementwise", "copy_into_b2"), ("cast", "cast_into_F32_F16")] {
+            let src = crate::KERNEL_SOURCES.iter().find(|(n, _)| *n == module).unwrap().1;
+            let ptx = crate::compile::compile_uncached(module, &crate::compile::full_source(src), "compute_80")
+                .unwrap()
+                .to_src();
+            let head = ptx
+                .split(".entry ")
+                .find(|e| e.starts_with(&format!("{kernel}(")))
+                .unwrap_or_else(|| panic!("no entry {kernel} in {module}"));
+            let params: Vec<String> = head[..head.find(')').unwrap()]
+                .split(',')
+                .map(|p| p.split_whitespace().collect::<Vec<_>>().join(" "))
+                .collect();
+            // (x, lx, y, ly, n, at)
+            assert_eq!(params.len(), 6, "{kernel}: {params:?}");
+            for (k, want) in [(1, &strided), (3, &strided), (5, &write_at)] {
+                let want = want.replace("{}", &format!("{kernel}_param_{k}"));
+                assert!(
+                    params[k].ends_with(&want),
+                    "{kernel} parameter {k}: {} is not {want}",
+                    params[k]
+                );
+            }
+        }
     }
 }

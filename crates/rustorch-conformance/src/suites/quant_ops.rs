@@ -1,5 +1,6 @@
 //! The quantized-weight ops as tensor ops (`QWeight`, `Tensor::qmatmul`,
-//! `QWeight::embedding`) and in-place writes (`Tensor::write_slice`).
+//! `QWeight::embedding`) and in-place writes (`Tensor::write_slice`, and
+//! `Tensor::write_slice_at` against the CPU's `write_slice`).
 //!
 //! References: `quant::matmul::qmatmul` (itself checked against exact
 //! products in quant_matmul.rs) and `quant::dequantize` (bit-exact with the
@@ -245,6 +246,235 @@ pub fn write_slice_converts_like_to_dtype(tg: &Target) {
     );
 }
 
+/// A position tensor for `write_slice_at`: `value` as i32 or i64, of shape
+/// `[1]` or `[]`, on the target (or left in host memory, for the executor
+/// to move).
+fn position(tg: &Target, value: i64, dtype: DType, scalar: bool, on_target: bool) -> Tensor {
+    let storage = match dtype {
+        DType::I32 => rustorch_core::CpuStorage::from_vec(vec![value as i32]),
+        _ => rustorch_core::CpuStorage::from_vec(vec![value]),
+    };
+    let shape = if scalar {
+        rustorch_core::Shape::scalar()
+    } else {
+        rustorch_core::Shape::from([1])
+    };
+    let host = Tensor::from_storage_in(&tg.exec, storage, shape).unwrap();
+    if on_target {
+        host.to_device(tg.device).unwrap()
+    } else {
+        host
+    }
+}
+
+/// `values` of `shape` as `dtype`, under `exec` (on the CPU).
+fn filled(exec: &std::sync::Arc<rustorch_core::Executor>, shape: &[usize], dtype: DType, seed: u32) -> Tensor {
+    let n = shape.iter().product();
+    let v: Vec<f32> = values(n, seed).iter().map(|x| (x * 100.0).round() / 8.0).collect();
+    Tensor::from_storage_in(exec, rustorch_core::CpuStorage::from_vec(v), shape.to_vec())
+        .unwrap()
+        .to_dtype(dtype)
+        .unwrap()
+}
+
+/// Asserts that the target's last `write_into_at` ran there with its own
+/// method, not the executor's fallback that reads the position on the host
+/// (which a captured CUDA graph could not replay).
+fn ran_on_device(tg: &Target, what: &str) {
+    let events = tg.exec.trace();
+    let e = events
+        .iter()
+        .rev()
+        .find(|e| e.op == "write_into_at")
+        .unwrap_or_else(|| panic!("{what}: no write_into_at in the trace"));
+    assert!(
+        e.device == tg.device && !e.reason.contains("on the host"),
+        "{what}: write_into_at ran on {} ({})",
+        e.device,
+        e.reason
+    );
+}
+
+/// `write_slice_at` writes exactly what the CPU's `write_slice` writes, for
+/// every position in range, with i32 and i64 positions of shape `[1]` and
+/// `[]` (on the target or in host memory): a KV cache `[Hkv, N, D]` in f16
+/// written one f32 token `[Hkv, 1, D]` at a time along dim 1, a transposed
+/// (strided) source, a destination that is itself a view at an offset, a
+/// last-dim write of integers, and a write of several rows at once.
+pub fn write_slice_at_equals_the_cpus_write_slice(tg: &Target) {
+    struct Case {
+        what: &'static str,
+        dst: (&'static [usize], DType),
+        /// The source's dims as made, and whether it is transposed (dims 1, 2) before writing.
+        src: (&'static [usize], DType, bool),
+        dim: isize,
+        /// The destination is rows 1.. of a larger buffer along dim 0.
+        dst_view: bool,
+    }
+    let cases = [
+        Case {
+            what: "kv cache, f32 token into f16",
+            dst: (&[2, 6, 4], DType::F16),
+            src: (&[2, 1, 4], DType::F32, false),
+            dim: 1,
+            dst_view: false,
+        },
+        Case {
+            what: "transposed source",
+            dst: (&[3, 5, 4], DType::F32),
+            src: (&[3, 4, 2], DType::F32, true),
+            dim: 1,
+            dst_view: false,
+        },
+        Case {
+            what: "destination view at an offset",
+            dst: (&[3, 7, 2], DType::BF16),
+            src: (&[3, 3, 2], DType::F32, false),
+            dim: 1,
+            dst_view: true,
+        },
+        Case {
+            what: "last dim, integers",
+            dst: (&[2, 3, 7], DType::I64),
+            src: (&[2, 3, 3], DType::I64, false),
+            dim: -1,
+            dst_view: false,
+        },
+        Case {
+            what: "first dim, several rows",
+            dst: (&[5, 3, 1], DType::F64),
+            src: (&[2, 3, 1], DType::F16, false),
+            dim: 0,
+            dst_view: false,
+        },
+    ];
+    for (k, c) in cases.iter().enumerate() {
+        let seed = 40 + 3 * k as u32;
+        // The case's tensors made on the CPU, moved to the target where
+        // asked, then viewed: moving copies a tensor contiguous, so views
+        // come after.
+        let here = |t: Tensor, on_target: bool| if on_target { tg.adopt(Ok(t)).unwrap() } else { t };
+        let make_dst = |on_target: bool| {
+            if c.dst_view {
+                let mut dims = c.dst.0.to_vec();
+                dims[0] += 1;
+                // The view owns the storage once the whole tensor is dropped here.
+                here(filled(&tg.cpu, &dims, c.dst.1, seed), on_target)
+                    .narrow(0, 1, c.dst.0[0])
+                    .unwrap()
+            } else {
+                here(filled(&tg.cpu, c.dst.0, c.dst.1, seed), on_target)
+            }
+        };
+        let make_src = |on_target: bool| {
+            let t = here(filled(&tg.cpu, c.src.0, c.src.1, seed + 1), on_target);
+            if c.src.2 {
+                t.transpose(1, 2).unwrap()
+            } else {
+                t
+            }
+        };
+        let (src, cpu_src) = (make_src(true), make_src(false));
+        let d = if c.dim < 0 {
+            (c.dst.0.len() as isize + c.dim) as usize
+        } else {
+            c.dim as usize
+        };
+        let max_pos = c.dst.0[d] - src.dims()[d];
+        for start in 0..=max_pos {
+            for (pdtype, scalar, on_target) in [
+                (DType::I32, false, true),
+                (DType::I64, true, true),
+                (DType::I64, false, false),
+            ] {
+                let what = format!(
+                    "{} at {start} ({pdtype}, scalar {scalar}, on target {on_target})",
+                    c.what
+                );
+                let mut want = make_dst(false);
+                want.write_slice(c.dim, start, &cpu_src).unwrap();
+                let mut got = make_dst(true);
+                let pos = position(tg, start as i64, pdtype, scalar, on_target);
+                tg.exec.clear_trace();
+                got.write_slice_at(c.dim, &pos, &src)
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                ran_on_device(tg, &what);
+                assert_eq!(got.device(), tg.device, "{what}");
+                assert_eq!(got.to_cpu_storage().unwrap(), want.to_cpu_storage().unwrap(), "{what}");
+            }
+        }
+    }
+}
+
+/// A position outside `0..=size - len`, of another dtype or size, and the
+/// `write_slice` mistakes (ranks, lengths, shared storage) are errors, with
+/// the destination unchanged; a good write still works after them.
+pub fn write_slice_at_rejects_bad_positions(tg: &Target) {
+    let mut cache = tg.adopt(Ok(filled(&tg.cpu, &[2, 5, 3], DType::F16, 60))).unwrap();
+    let src = tg.adopt(Ok(filled(&tg.cpu, &[2, 2, 3], DType::F32, 61))).unwrap();
+    let before = cache.to_cpu_storage().unwrap();
+    for (value, pdtype) in [
+        (-1i64, DType::I32),
+        (4, DType::I32),
+        (4, DType::I64),
+        (-5, DType::I64),
+        (1 << 40, DType::I64),
+        (i64::MIN, DType::I64),
+    ] {
+        let pos = position(tg, value, pdtype, false, true);
+        let err = cache.write_slice_at(1, &pos, &src).unwrap_err().to_string();
+        assert!(err.contains("outside 0..=3"), "position {value} ({pdtype}): {err}");
+        assert_eq!(cache.to_cpu_storage().unwrap(), before, "position {value} ({pdtype})");
+    }
+    let good = position(tg, 1, DType::I32, false, true);
+    for (bad, why) in [
+        (tg.from_vec(vec![1.0f32], [1]).unwrap(), "f32 position"),
+        (tg.from_vec(vec![1u8], [1]).unwrap(), "u8 position"),
+        (tg.from_vec(vec![1i64, 2], [2]).unwrap(), "two positions"),
+        (tg.from_vec(vec![1i32], [1, 1]).unwrap(), "position of rank 2"),
+        (tg.from_vec(Vec::<i64>::new(), [0]).unwrap(), "no position"),
+    ] {
+        assert!(cache.write_slice_at(1, &bad, &src).is_err(), "{why}");
+    }
+    // The shape mistakes write_slice rejects.
+    assert!(
+        cache.write_slice_at(0, &good, &src).is_err(),
+        "source longer than the dim"
+    );
+    assert!(
+        cache
+            .write_slice_at(1, &good, &src.reshape([2, 3, 2]).unwrap())
+            .is_err(),
+        "other dims differ"
+    );
+    assert!(
+        cache.write_slice_at(1, &good, &src.reshape([4, 3]).unwrap()).is_err(),
+        "ranks differ"
+    );
+    assert!(cache.write_slice_at(3, &good, &src).is_err(), "no such dim");
+    assert_eq!(cache.to_cpu_storage().unwrap(), before);
+    // A view shares the storage: refused, as by write_slice.
+    let view = cache.narrow(1, 0, 2).unwrap();
+    let err = cache.write_slice_at(1, &good, &src).unwrap_err().to_string();
+    assert!(err.contains("shared"), "{err}");
+    drop(view);
+    // An empty write checks its position too, and writes nothing.
+    let mut empty_dim = tg.zeros([2, 5, 0], DType::F32).unwrap();
+    let nothing = tg.zeros([2, 2, 0], DType::F32).unwrap();
+    empty_dim
+        .write_slice_at(1, &position(tg, 3, DType::I64, true, true), &nothing)
+        .unwrap();
+    assert!(empty_dim
+        .write_slice_at(1, &position(tg, 4, DType::I64, true, true), &nothing)
+        .is_err());
+    // The device is still good after the rejected positions.
+    cache.write_slice_at(1, &good, &src).unwrap();
+    let mut want = filled(&tg.cpu, &[2, 5, 3], DType::F16, 60);
+    want.write_slice(1, 1, &filled(&tg.cpu, &[2, 2, 3], DType::F32, 61))
+        .unwrap();
+    assert_eq!(cache.to_cpu_storage().unwrap(), want.to_cpu_storage().unwrap());
+}
+
 /// The checks of this group, in file order.
 pub const CASES: &[Check] = &[
     (
@@ -260,4 +490,12 @@ pub const CASES: &[Check] = &[
     ("bad_quantized_inputs_are_errors", bad_quantized_inputs_are_errors),
     ("write_slice_writes_in_place", write_slice_writes_in_place),
     ("write_slice_converts_like_to_dtype", write_slice_converts_like_to_dtype),
+    (
+        "write_slice_at_equals_the_cpus_write_slice",
+        write_slice_at_equals_the_cpus_write_slice,
+    ),
+    (
+        "write_slice_at_rejects_bad_positions",
+        write_slice_at_rejects_bad_positions,
+    ),
 ];

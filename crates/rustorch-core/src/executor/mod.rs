@@ -574,23 +574,8 @@ impl Executor {
             ));
         }
         let start = self.op_clock(backend.as_ref());
-        let (local, bytes_moved) = if src.buffer.device() == device {
-            (src.buffer.clone(), 0)
-        } else {
-            let moved = self
-                .move_for_op(&src.buffer, &backend)
-                .map_err(|e| self.backend_error(OP, device, e))?;
-            (moved, src.buffer.len() * src.buffer.dtype().size_in_bytes())
-        };
-        let others = Arc::strong_count(dst) - 1;
-        let target = Arc::get_mut(dst).ok_or_else(|| {
-            Error::invalid(
-                OP,
-                format!(
-                    "the destination's storage is shared with {others} other tensor(s) or view(s); drop them first"
-                ),
-            )
-        })?;
+        let (local, bytes_moved) = self.on_device(OP, &src.buffer, &backend)?;
+        let target = unique_target(OP, dst)?;
         let src_ref = TensorRef {
             buffer: local.as_ref(),
             layout: &src.layout,
@@ -614,6 +599,110 @@ impl Executor {
             });
         }
         Ok(())
+    }
+
+    /// `write_into` at a position read when the write runs
+    /// (`Backend::write_into_at`): `region` is the region for position 0,
+    /// moved by `pos * step` elements, where `pos` is a one-element I32 or
+    /// I64 tensor that `dst`'s device reads itself (a GPU in its kernel, so
+    /// a replayed CUDA graph writes where `pos` says at each replay). The
+    /// region moved by `max_pos` steps must lie inside `dst`, and a
+    /// position outside `0..=max_pos` is `InvalidInput` with nothing
+    /// written. `src` and `pos` move to `dst`'s device when they live
+    /// elsewhere; `dst` must not be shared, as for `write_into`.
+    ///
+    /// A backend without the method (the trait's default, unsupported)
+    /// still gets the write: the position is read on the host (a download
+    /// that waits for the device, so not for graph replay) and the moved
+    /// region goes to its `write_into`.
+    pub fn write_into_at(
+        &self,
+        dst: &mut Buffer,
+        region: &Layout,
+        step: usize,
+        max_pos: usize,
+        pos: &Operand,
+        src: &Operand,
+    ) -> Result<()> {
+        const OP: &str = "write_into_at";
+        let device = dst.device();
+        let backend = self.backend_or_err(device)?.clone();
+        if region.shape() != src.layout.shape() {
+            return Err(Error::shape(
+                OP,
+                "source shape differs from the destination region",
+                &[region.shape(), src.layout.shape()],
+            ));
+        }
+        let pos_ref = TensorRef {
+            buffer: pos.buffer.as_ref(),
+            layout: &pos.layout,
+        };
+        crate::backend::check_write_at(dst.len(), region, step, max_pos, pos_ref).map_err(|m| Error::invalid(OP, m))?;
+        let start = self.op_clock(backend.as_ref());
+        let (local_src, src_moved) = self.on_device(OP, &src.buffer, &backend)?;
+        let (local_pos, pos_moved) = self.on_device(OP, &pos.buffer, &backend)?;
+        let target = unique_target(OP, dst)?;
+        let src_ref = TensorRef {
+            buffer: local_src.as_ref(),
+            layout: &src.layout,
+        };
+        let pos_ref = TensorRef {
+            buffer: local_pos.as_ref(),
+            layout: &pos.layout,
+        };
+        let mut reason = "destination's device";
+        match backend.write_into_at(target, region, step, max_pos, pos_ref, src_ref) {
+            Ok(()) => {}
+            Err(BackendError::Unsupported { .. }) => {
+                // The documented fallback: the position read on the host
+                // from the buffer the caller gave (no copy of host memory).
+                let downloaded;
+                let host = match pos.buffer.as_any().downcast_ref::<crate::storage::CpuStorage>() {
+                    Some(s) => s,
+                    None => {
+                        downloaded = self.download(&pos.buffer)?;
+                        &downloaded
+                    }
+                };
+                let at =
+                    crate::backend::write_pos_on_host(host, &pos.layout, max_pos).map_err(|m| Error::invalid(OP, m))?;
+                backend
+                    .write_into(target, &region.shifted(at * step), src_ref)
+                    .map_err(|e| self.backend_error(OP, device, e))?;
+                reason = "destination's device (position read on the host: no write_into_at there)";
+            }
+            Err(e) => return Err(self.backend_error(OP, device, e)),
+        }
+        let elapsed = self.op_time(OP, device, start)?;
+        self.profile_op(|| OP.into(), [src.layout.shape()], elapsed);
+        if self.config.trace {
+            self.record(TraceEvent {
+                seq: 0,
+                op: OP.into(),
+                input_shapes: vec![src.layout.shape().clone(), pos.layout.shape().clone()],
+                dtype: src.buffer.dtype().to_string(),
+                device,
+                reason: reason.into(),
+                fallbacks: vec![],
+                bytes_moved: src_moved + pos_moved,
+                elapsed,
+            });
+        }
+        Ok(())
+    }
+
+    /// `buffer` on `backend`'s device for an in-place write there, and the
+    /// bytes moved to put it there (0 when it already was).
+    fn on_device(&self, op: &str, buffer: &Buffer, backend: &Arc<dyn Backend>) -> Result<(Buffer, usize)> {
+        let device = backend.device();
+        if buffer.device() == device {
+            return Ok((buffer.clone(), 0));
+        }
+        let moved = self
+            .move_for_op(buffer, backend)
+            .map_err(|e| self.backend_error(op, device, e))?;
+        Ok((moved, buffer.len() * buffer.dtype().size_in_bytes()))
     }
 
     /// Validates and runs one op, choosing the device, and returns its
@@ -976,5 +1065,17 @@ fn bad_outputs(device: Device, bufs: &[Buffer], want: &[TensorMeta]) -> Option<S
         } else {
             None
         }
+    })
+}
+
+/// The destination of an in-place write, which no other tensor may share:
+/// a write must not change what a view or a clone sees.
+fn unique_target<'a>(op: &str, dst: &'a mut Buffer) -> Result<&'a mut dyn crate::backend::DeviceBuffer> {
+    let others = Arc::strong_count(dst) - 1;
+    Arc::get_mut(dst).ok_or_else(|| {
+        Error::invalid(
+            op,
+            format!("the destination's storage is shared with {others} other tensor(s) or view(s); drop them first"),
+        )
     })
 }

@@ -26,4 +26,41 @@ impl Tensor {
         let exec = self.exec.clone();
         exec.write_into(&mut self.buffer, &region, &src.operand())
     }
+
+    /// `write_slice(dim, start, src)` with `start` the value of `pos` (one
+    /// i32 or i64 element, shape `[1]` or `[]`) read when the write runs,
+    /// by the device that holds this tensor: on a GPU the kernel reads it,
+    /// with no synchronization with the host.
+    ///
+    /// This exists for CUDA graphs: a captured decode step replays its
+    /// kernels with the arguments they were captured with, so the KV
+    /// cache's write position, which moves one token per step, cannot be
+    /// a host number in the launch. Keeping it in a device tensor that the
+    /// caller updates between replays lets the same graph write each new
+    /// token where it belongs.
+    ///
+    /// `pos` must lie in `0..=self.size(dim) - src.size(dim)`; any other
+    /// value is an error and writes nothing. Sharing rules, dtype
+    /// conversion and shape checks are `write_slice`'s. A backend without
+    /// its own position-reading write falls back to reading `pos` on the
+    /// host (`Executor::write_into_at`).
+    pub fn write_slice_at(&mut self, dim: isize, pos: &Tensor, src: &Tensor) -> Result<()> {
+        const OP: &str = "write_slice_at";
+        let d = self.shape().dim(OP, dim)?;
+        if src.rank() != self.rank() {
+            return Err(Error::shape(
+                OP,
+                "source and destination ranks differ",
+                &[self.shape(), src.shape()],
+            ));
+        }
+        let (size, len) = (self.dims()[d], src.dims()[d]);
+        // The region at position 0; `narrow` rejects a source longer than
+        // the destination along `dim`, so `max_pos` cannot underflow below.
+        let region = self.layout.narrow(OP, d as isize, 0, len)?;
+        let max_pos = size - len;
+        let step = self.layout.strides()[d];
+        let exec = self.exec.clone();
+        exec.write_into_at(&mut self.buffer, &region, step, max_pos, &pos.operand(), &src.operand())
+    }
 }

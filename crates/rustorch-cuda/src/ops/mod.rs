@@ -14,7 +14,7 @@ mod sort;
 
 use crate::backend::CudaBackend;
 use crate::launch::MAX_DIMS;
-use rustorch_core::backend::{Buffer, TensorRef};
+use rustorch_core::backend::{Backend, Buffer, TensorRef};
 use rustorch_core::op::{BinaryOp, ReduceOp, UnaryOp};
 use rustorch_core::{BackendError, DType, Op, TensorMeta};
 
@@ -177,19 +177,75 @@ pub(crate) fn write_into(
     region: &rustorch_core::Layout,
     src: TensorRef<'_>,
 ) -> Result<(), BackendError> {
-    use crate::launch::Strided;
+    write(b, "write_into", dst, region, src, None)
+}
+
+/// `Backend::write_into_at`: `write_into` at `region` moved by
+/// `pos * step` elements, `pos` read by the kernel on the device (no host
+/// synchronization in the write itself, so a captured graph replays it at
+/// whatever position the tensor then holds). A position outside
+/// `0..=max_pos` writes nothing; the kernel sets an `ErrorFlag`, read back
+/// here (a download that waits for the stream) and returned as the CPU's
+/// `InvalidInput`.
+pub(crate) fn write_into_at(
+    b: &CudaBackend,
+    dst: &mut dyn rustorch_core::backend::DeviceBuffer,
+    region: &rustorch_core::Layout,
+    step: usize,
+    max_pos: usize,
+    pos: TensorRef<'_>,
+    src: TensorRef<'_>,
+) -> Result<(), BackendError> {
+    const OP: &str = "write_into_at";
+    // The kernel adds `pos * step` to raw addresses: the bounds are checked
+    // here too, not only by the executor.
+    rustorch_core::backend::check_write_at(dst.len(), region, step, max_pos, pos)
+        .map_err(|m| BackendError::invalid(OP, m))?;
+    write(b, OP, dst, region, src, Some(At { pos, step, max_pos }))
+}
+
+/// A `write_into_at`'s position tensor and bounds (`check_write_at` has
+/// accepted them).
+struct At<'a> {
+    pos: TensorRef<'a>,
+    step: usize,
+    max_pos: usize,
+}
+
+/// One path for both writes: the same `*_into` kernel, given a null
+/// position for `write_into`.
+fn write(
+    b: &CudaBackend,
+    op: &str,
+    dst: &mut dyn rustorch_core::backend::DeviceBuffer,
+    region: &rustorch_core::Layout,
+    src: TensorRef<'_>,
+    at: Option<At<'_>>,
+) -> Result<(), BackendError> {
+    use crate::launch::{Strided, WriteAt};
     let dst_dtype = dst.dtype();
     let dst = dst
         .as_any()
         .downcast_ref::<crate::CudaBuffer>()
         .filter(|d| d.device == b.device)
-        .ok_or_else(|| BackendError::invalid("write_into", format!("the destination is not on {}", b.device)))?;
-    let x = b.own("write_into", src.buffer)?;
+        .ok_or_else(|| BackendError::invalid(op, format!("the destination is not on {}", b.device)))?;
+    let x = b.own(op, src.buffer)?;
+    let pos = match &at {
+        Some(a) => Some(b.own(op, a.pos.buffer)?),
+        None => None,
+    };
     let n = region.shape().numel();
     if n == 0 {
+        // Nothing to launch, but a bad position is still the caller's
+        // error, as on the CPU: read on the host (a rare, empty write).
+        if let Some(a) = &at {
+            let host = b.download(a.pos.buffer)?;
+            rustorch_core::backend::write_pos_on_host(&host, a.pos.layout, a.max_pos)
+                .map_err(|m| BackendError::invalid(op, m))?;
+        }
         return Ok(());
     }
-    let too_deep = || BackendError::unsupported(b.device, "write_into", "more dims than the kernels take");
+    let too_deep = || BackendError::unsupported(b.device, op, "more dims than the kernels take");
     let lx = Strided::broadcast(src.layout, region.shape()).ok_or_else(too_deep)?;
     let ly = Strided::broadcast(region, region.shape()).ok_or_else(too_deep)?;
     let name = if src.dtype() == dst_dtype {
@@ -200,7 +256,7 @@ pub(crate) fn write_into(
             _ => {
                 return Err(BackendError::unsupported(
                     b.device,
-                    "write_into",
+                    op,
                     "no conversion between these dtypes",
                 ))
             }
@@ -211,14 +267,32 @@ pub(crate) fn write_into(
     } else {
         "cast"
     };
-    // The executor checked both layouts against their buffers, and holds
-    // `dst` alone.
-    launch_into(b, module, &name, (x.ptr(), lx), (dst.ptr(), ly), n)
+    let (Some(a), Some(pos)) = (at, pos) else {
+        // The executor checked both layouts against their buffers, and
+        // holds `dst` alone.
+        return launch_into(b, module, &name, (x.ptr(), lx), (dst.ptr(), ly), n, WriteAt::NONE);
+    };
+    let bad = ErrorFlag::new(b)?;
+    let wide = a.pos.dtype() == DType::I64;
+    let pos_ptr = pos.ptr() + (a.pos.layout.offset() * a.pos.dtype().size_in_bytes()) as u64;
+    let write_at = WriteAt::at(pos_ptr, wide, a.step, a.max_pos, bad.ptr());
+    // `check_write_at` kept the region inside `dst` for every position the
+    // kernel accepts, and `pos`'s one element inside its buffer.
+    launch_into(b, module, &name, (x.ptr(), lx), (dst.ptr(), ly), n, write_at)?;
+    if bad.is_set(b)? {
+        let host = b.download(a.pos.buffer)?;
+        let msg = rustorch_core::backend::write_pos_on_host(&host, a.pos.layout, a.max_pos)
+            .err()
+            .unwrap_or_else(|| format!("the write position is outside 0..={}", a.max_pos));
+        return Err(BackendError::invalid(op, msg));
+    }
+    Ok(())
 }
 
 /// Launches a kernel that writes `n` source elements where `dst`'s layout
-/// points (`copy_into_bN`, `cast_into_A_B`: arguments src, its layout, dst,
-/// its layout, n). Callers keep both layouts inside their buffers.
+/// points, moved as `at` says (`copy_into_bN`, `cast_into_A_B`: arguments
+/// src, its layout, dst, its layout, n, at). Callers keep both layouts
+/// inside their buffers for every position `at` accepts.
 fn launch_into(
     b: &CudaBackend,
     module: &'static str,
@@ -226,14 +300,15 @@ fn launch_into(
     src: (u64, crate::launch::Strided),
     dst: (u64, crate::launch::Strided),
     n: usize,
+    at: crate::launch::WriteAt,
 ) -> Result<(), BackendError> {
     use cudarc::driver::PushKernelArg;
     let f = b.function(module, name)?;
     let n64 = n as i64;
     let mut args = b.stream.launch_builder(&f);
-    args.arg(&src.0).arg(&src.1).arg(&dst.0).arg(&dst.1).arg(&n64);
+    args.arg(&src.0).arg(&src.1).arg(&dst.0).arg(&dst.1).arg(&n64).arg(&at);
     // SAFETY: the argument list of every *_into kernel; the callers' layouts
-    // stay inside their buffers.
+    // stay inside their buffers, moved by any position `at` lets through.
     unsafe { args.launch(crate::launch::grid(n, b.sm_count)) }.map_err(|e| b.launch_err(name, e))?;
     Ok(())
 }
@@ -268,6 +343,7 @@ fn cat(
                 (b.own("cat", t.buffer)?.ptr(), lx),
                 (y.ptr(), ly),
                 n,
+                crate::launch::WriteAt::NONE,
             )?;
         }
         start += len;
