@@ -1,8 +1,11 @@
-//! Attention building blocks: rotary position embeddings and scaled
-//! dot-product attention.
+//! Attention building blocks: rotary position embeddings, scaled
+//! dot-product attention, and attention at positions held in a tensor.
 
+mod at;
 mod rope;
 mod sdpa;
+
+pub(crate) use at::attention_at;
 
 use super::{unsupported_dtype, CpuInput, CpuResult, CpuStorage};
 use half::{bf16, f16};

@@ -113,6 +113,7 @@ impl CpuBackend {
                     threads: cpu.threads as usize,
                 },
             ),
+            Op::AttentionAt { scale, window } => attention::attention_at(op, inputs, *scale, *window),
             Op::SwiGlu | Op::GeGlu => ggml::attention::gated(op, inputs),
             Op::Conv1d { .. }
             | Op::Conv2d { .. }

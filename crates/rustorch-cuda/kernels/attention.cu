@@ -17,6 +17,7 @@
 // propagates (the max below keeps NaN), as on the CPU.
 #include "common.cuh"
 
+// ---- BEGIN HOST-TESTABLE HELPERS (tests/attention_at_host.rs) -----------
 #define ATT_THREADS 128
 #define ATT_TILE 64
 #define NEG_INF (-__int_as_float(0x7f800000))
@@ -53,6 +54,8 @@ __device__ __forceinline__ float a_add(float a, float b) { return __fadd_rn(a, b
 __device__ __forceinline__ double a_add(double a, double b) { return __dadd_rn(a, b); }
 __device__ __forceinline__ float a_neg_inf(float) { return NEG_INF; }
 __device__ __forceinline__ double a_neg_inf(double) { return (double)NEG_INF; }
+
+// ---- END HOST-TESTABLE HELPERS ---------------------------------------------
 
 // The online-softmax state of one row; every thread of the block holds the
 // same copy (each computes it from shared memory in the same order).
@@ -333,3 +336,192 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS)
     const float inv = st.l == 0.0f ? 0.0f : 1.0f / st.l;
     for (i64 c = threadIdx.x; c < dv; c += blockDim.x) y[row * dv + c] = sacc[c] * inv;
 }
+
+// ---- Op::AttentionAt: flash decoding with the position on the device ----
+// q [H, T, D] (f32/f16/bf16), k [Hkv, N, D] and v [Hkv, N, Dv] (the cache at
+// its capacity N, f32/f16/bf16), each through its own strides (Str4, the
+// leading dim unused); pos one i32 or i64 element. Query row i sits at
+// p = pos + i and sees keys lo..=p, lo = max(0, p + 1 - window) (window 0:
+// none). Nothing here depends on a host value that changes per step: the
+// grid is (H*T rows, S splits) with S fixed by N, and every block reads pos
+// itself, so a CUDA graph can replay the launch for every token.
+//
+// attention_at_<Q>_<KV>: block (row, s) takes the s-th of S equal shares of
+// the row's visible keys. Its warps take keys in turn (warp w: keys
+// lo + w, lo + w + AT_WARPS, ...); in a warp, lane l holds features
+// l, l + 32, ... of the query, of the key and value rows it reads (so a
+// row is read coalesced) and of its accumulator, all in registers; the
+// score is a warp sum, and each warp keeps its own online softmax (running
+// max m, sum l, accumulator rescaled by exp(m_old - m_new)). The block then
+// merges its warps and writes its partial (m, l, acc[Dv]) to the scratch
+// `part`: m [rows, S], then l [rows, S], then acc [rows, S, Dv]. A block
+// without keys writes m = -inf, l = 0 (acc unwritten, never read).
+// attention_at_combine merges the S partials of a row (log-sum-exp: each
+// weighted by exp(m_s - max_s m_s)) and writes y [H, T, Dv] f32.
+//
+// A position outside 0..=N-T sets *bad (the launcher returns the CPU's
+// InvalidInput) and reads no key: every block then writes the empty marker.
+// NaN propagates (nan_max keeps it), as on the CPU; a row whose every score
+// is -inf is NaN, as the CPU's exp(-inf - -inf).
+
+// ---- BEGIN HOST-TESTABLE ATTENTION_AT (tests/attention_at_host.rs) ------
+#define AT_THREADS 128
+#define AT_WARPS (AT_THREADS / 32)
+// Largest head dim (D and Dv, multiples of 32; the launcher declines
+// others): features per lane in registers.
+#define AT_MAX_DIM 256
+#define AT_PER_LANE (AT_MAX_DIM / 32)
+
+__device__ __forceinline__ i64 at_pos(const void* pos, i64 off, int is64) {
+    return is64 ? ((const i64*)pos)[off] : (i64)((const int*)pos)[off];
+}
+
+template <typename QT, typename KT>
+__device__ void attention_at_part(const typename QT::store* q, Str4 lq, const typename KT::store* k,
+                                  Str4 lk, const typename KT::store* v, Str4 lv, const void* pos,
+                                  i64 pos_off, int pos64, float* part, i64 t, i64 n, i64 d, i64 dv,
+                                  i64 group, i64 window, float scale, int* bad) {
+    typedef typename KT::store KS;
+    __shared__ float s_m[AT_WARPS];
+    __shared__ float s_l[AT_WARPS];
+    __shared__ float s_acc[AT_WARPS][AT_MAX_DIM];
+    const i64 row = blockIdx.x, rows = gridDim.x;
+    const i64 splits = gridDim.y, slot = row * splits + blockIdx.y;
+    float* pm = part;
+    float* pl = part + rows * splits;
+    float* pacc = part + 2 * rows * splits + slot * dv;
+    const i64 i = row % t, h = row / t, hk = h / group;
+    const i64 p0 = at_pos(pos, pos_off, pos64);
+    i64 lo = 0, hi = 0;
+    if (p0 < 0 || p0 > n - t) {
+        if (threadIdx.x == 0) *bad = 1;
+    } else {
+        const i64 p = p0 + i;
+        const i64 first = (window > 0 && p + 1 > window) ? p + 1 - window : 0;
+        const i64 share = (p + 1 - first + splits - 1) / splits;
+        lo = first + (i64)blockIdx.y * share;
+        hi = lo + share < p + 1 ? lo + share : p + 1;
+    }
+    if (lo >= hi) {
+        if (threadIdx.x == 0) {
+            pm[slot] = NEG_INF;
+            pl[slot] = 0.0f;
+        }
+        return;
+    }
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int nd = (int)(d >> 5), ndv = (int)(dv >> 5);
+    const i64 qbase = lq.off + h * lq.s[1] + i * lq.s[2];
+    const i64 kbase = lk.off + hk * lk.s[1], vbase = lv.off + hk * lv.s[1];
+    float qr[AT_PER_LANE], acc[AT_PER_LANE];
+#pragma unroll
+    for (int r = 0; r < AT_PER_LANE; ++r) {
+        qr[r] = r < nd ? load(QT(), q[qbase + (lane + 32 * r) * lq.s[3]]) : 0.0f;
+        acc[r] = 0.0f;
+    }
+    float m = NEG_INF, l = 0.0f;
+    for (i64 j = lo + warp; j < hi; j += AT_WARPS) {
+        const KS* kr = k + kbase + j * lk.s[2];
+        const KS* vr = v + vbase + j * lv.s[2];
+        // The value row is loaded with the key row: its loads need not
+        // wait for the score.
+        float kx[AT_PER_LANE], vx[AT_PER_LANE];
+#pragma unroll
+        for (int r = 0; r < AT_PER_LANE; ++r) {
+            kx[r] = r < nd ? load(KT(), kr[(lane + 32 * r) * lk.s[3]]) : 0.0f;
+            vx[r] = r < ndv ? load(KT(), vr[(lane + 32 * r) * lv.s[3]]) : 0.0f;
+        }
+        float s = 0.0f;
+#pragma unroll
+        for (int r = 0; r < AT_PER_LANE; ++r) s += qr[r] * kx[r];
+        s = __fmul_rn(scale, warp_sum(s));
+        const float mnew = nan_max(m, s);
+        // A -inf score before any finite one adds nothing (exp(-inf) = 0
+        // later); keeping m = -inf avoids exp(-inf - -inf).
+        if (mnew == NEG_INF) continue;
+        const float corr = expf(m - mnew), w = expf(s - mnew);
+        l = l * corr + w;
+#pragma unroll
+        for (int r = 0; r < AT_PER_LANE; ++r) acc[r] = acc[r] * corr + w * vx[r];
+        m = mnew;
+    }
+    if (lane == 0) {
+        s_m[warp] = m;
+        s_l[warp] = l;
+    }
+#pragma unroll
+    for (int r = 0; r < AT_PER_LANE; ++r)
+        if (r < ndv) s_acc[warp][lane + 32 * r] = acc[r];
+    __syncthreads();
+    // The block's max; warps that saw no key (m = -inf) are left out.
+    float bm = NEG_INF;
+    for (int w = 0; w < AT_WARPS; ++w) bm = nan_max(bm, s_m[w]);
+    if (bm == NEG_INF) {
+        if (threadIdx.x == 0) {
+            pm[slot] = NEG_INF;
+            pl[slot] = 0.0f;
+        }
+        return;
+    }
+    float e[AT_WARPS];
+#pragma unroll
+    for (int w = 0; w < AT_WARPS; ++w) e[w] = s_m[w] == NEG_INF ? 0.0f : expf(s_m[w] - bm);
+    for (i64 c = threadIdx.x; c < dv; c += blockDim.x) {
+        float a = 0.0f;
+#pragma unroll
+        for (int w = 0; w < AT_WARPS; ++w)
+            if (s_m[w] != NEG_INF) a += s_acc[w][c] * e[w];
+        pacc[c] = a;
+    }
+    if (threadIdx.x == 0) {
+        float bl = 0.0f;
+#pragma unroll
+        for (int w = 0; w < AT_WARPS; ++w)
+            if (s_m[w] != NEG_INF) bl += s_l[w] * e[w];
+        pm[slot] = bm;
+        pl[slot] = bl;
+    }
+}
+
+#define ATTENTION_AT(QTY, KTY)                                                                  \
+    extern "C" __global__ void __launch_bounds__(AT_THREADS) attention_at_##QTY##_##KTY(       \
+        const QTY##T::store* q, Str4 lq, const KTY##T::store* k, Str4 lk,                       \
+        const KTY##T::store* v, Str4 lv, const void* pos, i64 pos_off, int pos64, float* part, \
+        i64 t, i64 n, i64 d, i64 dv, i64 group, i64 window, float scale, int* bad) {            \
+        attention_at_part<QTY##T, KTY##T>(q, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, \
+                                          d, dv, group, window, scale, bad);                   \
+    }
+ATTENTION_AT(F32, F32) ATTENTION_AT(F32, F16) ATTENTION_AT(F32, BF16)
+ATTENTION_AT(F16, F32) ATTENTION_AT(F16, F16) ATTENTION_AT(F16, BF16)
+ATTENTION_AT(BF16, F32) ATTENTION_AT(BF16, F16) ATTENTION_AT(BF16, BF16)
+
+// One block per row: the S partials of attention_at_* merged, y = acc / l.
+// S <= AT_MAX_SPLITS (the launcher's bound).
+#define AT_MAX_SPLITS 32
+extern "C" __global__ void __launch_bounds__(AT_THREADS)
+    attention_at_combine(const float* part, float* y, i64 splits, i64 dv) {
+    __shared__ float s_w[AT_MAX_SPLITS];
+    const i64 row = blockIdx.x, rows = gridDim.x;
+    const float* pm = part + row * splits;
+    const float* pl = part + rows * splits + row * splits;
+    const float* pacc = part + 2 * rows * splits + row * splits * dv;
+    float m = NEG_INF;
+    for (i64 s = 0; s < splits; ++s) m = nan_max(m, pm[s]);
+    // Each split's weight exp(m_s - m); empty splits (m_s = -inf) weigh 0
+    // and their accumulators, never written, are not read.
+    if (threadIdx.x < splits) s_w[threadIdx.x] = pm[threadIdx.x] == NEG_INF ? 0.0f : expf(pm[threadIdx.x] - m);
+    __syncthreads();
+    float l = 0.0f;
+    for (i64 s = 0; s < splits; ++s)
+        if (s_w[s] != 0.0f) l += pl[s] * s_w[s];
+    // l = 0: every score was -inf (or the position was refused): NaN, as
+    // the CPU's softmax of such a row.
+    const float inv = l == 0.0f ? __int_as_float(0x7fc00000) : 1.0f / l;
+    for (i64 c = threadIdx.x; c < dv; c += blockDim.x) {
+        float a = 0.0f;
+        for (i64 s = 0; s < splits; ++s)
+            if (s_w[s] != 0.0f) a += pacc[s * dv + c] * s_w[s];
+        y[row * dv + c] = a * inv;
+    }
+}
+// ---- END HOST-TESTABLE ATTENTION_AT ---------------------------------------

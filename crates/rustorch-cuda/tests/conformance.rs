@@ -76,6 +76,13 @@ fn tolerance(op: &str, dtype: DType) -> Tol {
         // key apart.
         return Tol { atol: 1e-2, rtol: 4e-3 };
     }
+    if op == "attention_at" {
+        // f32 throughout on both, but the GPU splits the keys over blocks
+        // and warps, each with its own online softmax merged at the end
+        // (log-sum-exp), and sums the dot products in another order with
+        // CUDA's expf: a few f32 ulp of each term.
+        return Tol { atol: 2e-5, rtol: 2e-5 };
+    }
     if op.starts_with("sdpa") && dtype == DType::F32 {
         // Online softmax over key tiles (the running sum and accumulator
         // rescaled when the max grows), CUDA's expf and another dot-product

@@ -46,6 +46,8 @@ enum Kind {
     Quant(QType, usize, usize),
     /// An f32 attention mask: 0, or -inf above the causal diagonal (`[T, L]`).
     CausalMask,
+    /// A position: every element `value`, of an integer dtype.
+    Position(i64, DType),
 }
 
 struct Spec {
@@ -193,6 +195,7 @@ fn make_input(rng: &mut Rng, dims: &[usize], kind: Kind, dtype: DType, view: Vie
             let v: Vec<f32> = (0..rows * cols).map(|_| rng.unit() as f32).collect();
             CpuStorage::U8(quant::quantize(qtype, &v).expect("a type with a quantizer"))
         }
+        Kind::Position(value, d) => CpuStorage::from_f64_iter(d, (0..n).map(|_| value as f64)),
         Kind::CausalMask => {
             let (t, l) = (dims[0], dims[1]);
             CpuStorage::F32(
@@ -239,6 +242,7 @@ fn run_specs(tg: &Target, specs: &[Spec], group: &str) {
                         Kind::Index(_) => DType::I64,
                         Kind::Quant(..) => DType::U8,
                         Kind::CausalMask => DType::F32,
+                        Kind::Position(_, d) => *d,
                     };
                     TensorMeta::new(dims.clone(), d)
                 })
@@ -720,6 +724,7 @@ fn other_specs() -> Vec<Spec> {
         },
         &[(&[1, 2, 3, 8], S), (&[1, 2, 5, 8], S), (&[1, 2, 5, 8], S), (&[3, 5], S)],
     ));
+    v.extend(attention_at_specs());
     let (rows, cols) = (16, 256);
     for q in QTYPES {
         v.push(spec(
@@ -760,6 +765,47 @@ fn other_specs() -> Vec<Spec> {
         v.push(Spec {
             op: Op::QMatMulGated { qtypes: [a, b], act },
             inputs: vec![(vec![3, cols], f32_), w(a), w(b)],
+        });
+    }
+    v
+}
+
+/// `Op::AttentionAt`: q of each float dtype over caches of f32, f16 and
+/// bf16, grouped-query heads, one and several query rows, windows, the
+/// first and the last positions, caches that a GPU splits over several
+/// blocks (600 and 9000 positions: 3 and 32 splits), head dims up to 256,
+/// and positions outside the cache (both backends must refuse them).
+fn attention_at_specs() -> Vec<Spec> {
+    let at = |window: Option<usize>| Op::AttentionAt { scale: 0.125, window };
+    let pos = |p: i64, d: DType| (vec![1], Kind::Position(p, d));
+    let mut v = Vec::new();
+    let i64_ = DType::I64;
+    // (H, Hkv, T, N, D, Dv, window, cache dtype, pos, pos dtype)
+    let cases = [
+        (6, 2, 3, 40, 64, 32, None, DType::F16, 17, i64_),
+        (6, 2, 1, 40, 64, 32, None, DType::F32, 0, DType::I32),
+        (6, 2, 3, 40, 64, 64, Some(5), DType::BF16, 37, i64_),
+        (6, 2, 3, 40, 64, 32, Some(2), DType::F32, 0, i64_),
+        (4, 1, 2, 600, 128, 128, None, DType::F16, 598, i64_),
+        (4, 4, 1, 600, 128, 64, Some(300), DType::BF16, 450, DType::I32),
+        (8, 2, 1, 300, 256, 256, Some(129), DType::F32, 299, i64_),
+        (2, 1, 2, 9000, 64, 64, None, DType::F16, 8990, i64_),
+        (2, 1, 1, 9000, 64, 32, Some(1000), DType::F32, 5000, i64_),
+        // Refused: past the end, negative, and a position that fits only
+        // for fewer query rows.
+        (6, 2, 3, 40, 64, 32, None, DType::F16, 38, i64_),
+        (6, 2, 1, 40, 64, 32, Some(4), DType::F16, -1, DType::I32),
+        (2, 1, 2, 600, 64, 32, None, DType::F32, 599, i64_),
+    ];
+    for (h, hkv, t, n, d, dv, window, cache, p, pd) in cases {
+        v.push(Spec {
+            op: at(window),
+            inputs: vec![
+                (vec![h, t, d], S),
+                (vec![hkv, n, d], Kind::Fixed(cache)),
+                (vec![hkv, n, dv], Kind::Fixed(cache)),
+                pos(p, pd),
+            ],
         });
     }
     v
@@ -806,9 +852,10 @@ fn variant(op: &Op) -> usize {
         Op::ConvTranspose2d { .. } => 34,
         Op::MaxPool2d { .. } => 35,
         Op::AvgPool2d { .. } => 36,
+        Op::AttentionAt { .. } => 37,
     }
 }
-const VARIANTS: usize = 37;
+const VARIANTS: usize = 38;
 
 fn elementwise(tg: &Target) {
     run_specs(tg, &elementwise_specs(), "elementwise");
@@ -839,6 +886,7 @@ fn every_variant_is_covered(_tg: &Target) {
                         Kind::Index(_) => DType::I64,
                         Kind::Quant(..) => DType::U8,
                         Kind::CausalMask => DType::F32,
+                        Kind::Position(_, d) => *d,
                     };
                     TensorMeta::new(dims.clone(), dt)
                 })

@@ -1,6 +1,8 @@
 //! layer_norm, rms_norm, batch_norm, rope and scaled dot-product attention
 //! against PyTorch (tests/fixtures/torch/nn.json, from
-//! tools/torch_fixtures/nn.py), plus error cases and the parallel paths.
+//! tools/torch_fixtures/nn.py), plus error cases and the parallel paths;
+//! attention at a position held in a tensor against scaled dot-product
+//! attention with the equivalent mask.
 
 use super::torch_common::{assert_close, fixture_tol, load, Case};
 use crate::{Case as Check, Target};
@@ -327,6 +329,247 @@ pub fn invalid_inputs_are_errors(tg: &Target) {
     );
 }
 
+/// One `attention_at` case: heads, query rows, cache capacity, head dims,
+/// position, window, cache dtype, and whether q is a transposed view.
+struct AtCase {
+    h: usize,
+    hkv: usize,
+    t: usize,
+    n: usize,
+    d: usize,
+    dv: usize,
+    pos: usize,
+    window: Option<usize>,
+    cache: DType,
+    q_transposed: bool,
+    pos_i32: bool,
+}
+
+/// `attention_at` equals `sdpa` over the cache's first pos + T positions
+/// with the keep-mask of the same positions (j <= p, p - j < w), the
+/// cache rounded to its dtype first (both then see the same values). The
+/// cache holds NaN from pos + T on: a read of a key or value there would
+/// make the output NaN. Head dims are multiples of 32 (the GPU's kernels).
+pub fn attention_at_matches_sdpa(tg: &Target) {
+    let base = AtCase {
+        h: 6,
+        hkv: 2,
+        t: 3,
+        n: 40,
+        d: 64,
+        dv: 32,
+        pos: 17,
+        window: None,
+        cache: DType::F32,
+        q_transposed: false,
+        pos_i32: false,
+    };
+    let cases = [
+        AtCase { t: 1, ..base },
+        AtCase { ..base },
+        AtCase { pos: 0, ..base },
+        AtCase { pos: 0, t: 1, ..base },
+        AtCase { pos: 37, ..base },
+        AtCase { pos: 39, t: 1, ..base },
+        AtCase {
+            window: Some(5),
+            pos: 30,
+            ..base
+        },
+        AtCase {
+            window: Some(1),
+            t: 1,
+            pos: 20,
+            ..base
+        },
+        AtCase {
+            window: Some(4),
+            pos: 2,
+            ..base
+        },
+        AtCase {
+            window: Some(100),
+            pos: 37,
+            pos_i32: true,
+            ..base
+        },
+        AtCase {
+            cache: DType::F16,
+            ..base
+        },
+        AtCase {
+            cache: DType::F16,
+            window: Some(8),
+            pos: 25,
+            t: 1,
+            ..base
+        },
+        AtCase {
+            cache: DType::BF16,
+            pos: 9,
+            ..base
+        },
+        AtCase {
+            q_transposed: true,
+            ..base
+        },
+        AtCase {
+            q_transposed: true,
+            cache: DType::F16,
+            t: 1,
+            pos: 33,
+            pos_i32: true,
+            ..base
+        },
+        // One kv head for all, wide heads, a cache the GPU splits over
+        // several blocks (600 positions: 3 splits), a window across splits.
+        AtCase {
+            h: 4,
+            hkv: 1,
+            t: 2,
+            n: 600,
+            d: 128,
+            dv: 128,
+            pos: 550,
+            ..base
+        },
+        AtCase {
+            h: 4,
+            hkv: 4,
+            t: 1,
+            n: 600,
+            d: 128,
+            dv: 64,
+            pos: 599,
+            window: Some(300),
+            cache: DType::F16,
+            ..base
+        },
+    ];
+    let (mut max_abs, mut max_rel) = (0.0f64, 0.0f64);
+    for (ci, c) in cases.iter().enumerate() {
+        let what = format!(
+            "attention_at case {ci}: H {} Hkv {} T {} N {} D {} Dv {} pos {} window {:?} cache {} q transposed {}",
+            c.h, c.hkv, c.t, c.n, c.d, c.dv, c.pos, c.window, c.cache, c.q_transposed
+        );
+        let seed = 100 + 10 * ci as u64;
+        let q = if c.q_transposed {
+            tg.randn([c.h, c.d, c.t], DType::F32, seed)
+                .unwrap()
+                .transpose(1, 2)
+                .unwrap()
+        } else {
+            tg.randn([c.h, c.t, c.d], DType::F32, seed).unwrap()
+        };
+        let end = c.pos + c.t;
+        let cache = |dims: [usize; 3], seed: u64| {
+            let mut x = Tensor::randn(dims, DType::F32, seed).unwrap().to_vec::<f32>().unwrap();
+            for (e, x) in x.iter_mut().enumerate() {
+                if (e / dims[2]) % dims[1] >= end {
+                    *x = f32::NAN;
+                }
+            }
+            tg.from_vec(x, dims).unwrap().to_dtype(c.cache).unwrap()
+        };
+        let k = cache([c.hkv, c.n, c.d], seed + 1);
+        let v = cache([c.hkv, c.n, c.dv], seed + 2);
+        let pos = if c.pos_i32 {
+            tg.scalar(c.pos as i32)
+        } else {
+            tg.from_vec(vec![c.pos as i64], [1]).unwrap()
+        };
+        let scale = 1.0 / (c.d as f32).sqrt();
+        let got = Tensor::attention_at(&q, &k, &v, &pos, scale, c.window).unwrap();
+        assert_eq!(got.dims(), &[c.h, c.t, c.dv], "{what}");
+        assert_eq!(got.dtype(), DType::F32, "{what}");
+        tg.check_ran_here(&what, Some(&got));
+        let keep: Vec<bool> = (0..c.t * end)
+            .map(|e| {
+                let (p, j) = (c.pos + e / end, e % end);
+                j <= p && c.window.is_none_or(|w| p - j < w)
+            })
+            .collect();
+        let mask = tg.from_vec(keep, [c.t, end]).unwrap();
+        let seen = |x: &Tensor| {
+            x.narrow(1, 0, end)
+                .unwrap()
+                .to_dtype(DType::F32)
+                .unwrap()
+                .unsqueeze(0)
+                .unwrap()
+        };
+        let want = Tensor::scaled_dot_product_attention(
+            &q.unsqueeze(0).unwrap(),
+            &seen(&k),
+            &seen(&v),
+            AttnMask::Explicit,
+            Some(&mask),
+            Some(scale as f64),
+        )
+        .unwrap();
+        let (g, w) = (got.to_f64_vec().unwrap(), want.to_f64_vec().unwrap());
+        assert_eq!(g.len(), w.len(), "{what}");
+        for (i, (g, w)) in g.iter().zip(&w).enumerate() {
+            let err = (g - w).abs();
+            assert!(
+                err <= 1e-5 + 1e-5 * w.abs(),
+                "{what}: element {i} is {g}, sdpa gives {w}"
+            );
+            max_abs = max_abs.max(err);
+            if w.abs() >= 1e-2 {
+                max_rel = max_rel.max(err / w.abs());
+            }
+        }
+    }
+    tg.note(format!(
+        "attention_at vs sdpa: {} cases, largest difference {max_abs:.2e} (relative, on outputs of at least 0.01: {max_rel:.2e})",
+        cases.len()
+    ));
+}
+
+/// Shapes, dtypes and windows are refused when the op is built; a position
+/// outside 0..=N-T when it runs (on a GPU through its error flag).
+pub fn attention_at_rejects_bad_inputs(tg: &Target) {
+    let q = tg.randn([4, 2, 64], DType::F32, 1).unwrap();
+    let k = tg.randn([2, 16, 64], DType::F16, 2).unwrap();
+    let v = tg.randn([2, 16, 32], DType::F16, 3).unwrap();
+    let at = |q: &Tensor, k: &Tensor, v: &Tensor, pos: &Tensor, window: Option<usize>| {
+        Tensor::attention_at(q, k, v, pos, 0.125, window)
+    };
+    let pos = |p: i64| tg.from_vec(vec![p], [1]).unwrap();
+    for p in [0, 7, 14] {
+        let out = at(&q, &k, &v, &pos(p), None).unwrap();
+        assert_eq!(out.dims(), &[4, 2, 32]);
+    }
+    assert!(at(&q, &k, &v, &pos(14), Some(3)).is_ok());
+    // Positions: negative, one past the end, far past it, as i32 too.
+    for p in [-1, 15, 16, 1 << 40, i64::MIN] {
+        let err = at(&q, &k, &v, &pos(p), None).unwrap_err();
+        assert!(err.to_string().contains("does not fit"), "pos {p}: {err}");
+    }
+    let err = at(&q, &k, &v, &tg.scalar(-3i32), Some(4)).unwrap_err();
+    assert!(err.to_string().contains("does not fit"), "{err}");
+    // Shapes: 4 query heads over 3 kv heads, D apart, N apart, rank 4.
+    let k3 = tg.randn([3, 16, 64], DType::F16, 4).unwrap();
+    let v3 = tg.randn([3, 16, 32], DType::F16, 5).unwrap();
+    assert!(at(&q, &k3, &v3, &pos(0), None).is_err(), "4 heads over 3");
+    let k48 = tg.randn([2, 16, 48], DType::F16, 6).unwrap();
+    assert!(at(&q, &k48, &v, &pos(0), None).is_err(), "D of q and k");
+    let v15 = tg.randn([2, 15, 32], DType::F16, 7).unwrap();
+    assert!(at(&q, &k, &v15, &pos(0), None).is_err(), "N of k and v");
+    let q4 = tg.randn([1, 4, 2, 64], DType::F32, 8).unwrap();
+    assert!(at(&q4, &k, &v, &pos(0), None).is_err(), "rank 4");
+    // Dtypes: k and v apart, f64 queries, a float position; pos of 2 elements.
+    let v32 = tg.randn([2, 16, 32], DType::F32, 9).unwrap();
+    assert!(at(&q, &k, &v32, &pos(0), None).is_err(), "k f16, v f32");
+    let q64 = tg.randn([4, 2, 64], DType::F64, 10).unwrap();
+    assert!(at(&q64, &k, &v, &pos(0), None).is_err(), "f64 queries");
+    assert!(at(&q, &k, &v, &tg.scalar(0.0f32), None).is_err(), "f32 position");
+    let two = tg.from_vec(vec![0i64, 1], [2]).unwrap();
+    assert!(at(&q, &k, &v, &two, None).is_err(), "two positions");
+    assert!(at(&q, &k, &v, &pos(0), Some(0)).is_err(), "empty window");
+}
+
 /// The checks of this group, in file order.
 pub const CASES: &[Check] = &[
     ("nn_ops_match_torch", nn_ops_match_torch),
@@ -334,4 +577,6 @@ pub const CASES: &[Check] = &[
     ("parallel_norms_match_serial", parallel_norms_match_serial),
     ("large_attention_matches_definition", large_attention_matches_definition),
     ("invalid_inputs_are_errors", invalid_inputs_are_errors),
+    ("attention_at_matches_sdpa", attention_at_matches_sdpa),
+    ("attention_at_rejects_bad_inputs", attention_at_rejects_bad_inputs),
 ];

@@ -610,6 +610,46 @@ pub fn infer_outputs(op: &Op, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> 
             }
             one([qd[0], qd[1], vd[2]], DType::F32)
         }
+        Op::AttentionAt { window, .. } => {
+            expect_inputs(op, inputs, 4)?;
+            let (q, k, v, pos) = (&inputs[0], &inputs[1], &inputs[2], &inputs[3]);
+            let half_or_f32 = |d: DType| matches!(d, DType::F32 | DType::F16 | DType::BF16);
+            if !half_or_f32(q.dtype)
+                || !half_or_f32(k.dtype)
+                || v.dtype != k.dtype
+                || !matches!(pos.dtype, DType::I32 | DType::I64)
+            {
+                return Err(Error::dtype(
+                    name,
+                    "expects q f32, f16 or bf16, k and v of one of those (the same), pos i32 or i64",
+                    &[q.dtype, k.dtype, v.dtype, pos.dtype],
+                ));
+            }
+            for t in [q, k, v] {
+                need_rank(op, t, 3, "q, k and v")?;
+            }
+            if pos.shape.rank() > 1 || pos.shape.numel() != 1 {
+                return Err(Error::shape(
+                    name,
+                    "pos must hold one element (shape [1] or [])",
+                    &[&pos.shape],
+                ));
+            }
+            let (qd, kd, vd) = (q.shape.dims(), k.shape.dims(), v.shape.dims());
+            let bad = kd[0] == 0 || !qd[0].is_multiple_of(kd[0]) || vd[0] != kd[0] || vd[1] != kd[1] || qd[2] != kd[2];
+            if bad {
+                return Err(Error::shape(
+                    name,
+                    "expects q [H, T, D], k [Hkv, N, D], v [Hkv, N, Dv] with H a multiple of Hkv",
+                    &[&q.shape, &k.shape, &v.shape],
+                ));
+            }
+            if *window == Some(0) {
+                // No key would be visible to any query.
+                return Err(Error::invalid(name, "a window must hold at least one position"));
+            }
+            one([qd[0], qd[1], vd[2]], DType::F32)
+        }
         Op::SwiGlu | Op::GeGlu => {
             expect_inputs(op, inputs, 2)?;
             let (x, g) = (&inputs[0], &inputs[1]);

@@ -400,6 +400,22 @@ pub enum Op {
         scale: f32,
         cpu: CpuHints,
     },
+    /// Attention over a key/value cache whose query position is read from a
+    /// tensor, so that nothing about the step is a host scalar (a CUDA
+    /// graph replays fixed kernel arguments). Inputs: q `[H, T, D]` (f32,
+    /// f16 or bf16), k `[Hkv, N, D]` and v `[Hkv, N, Dv]` (the cache at its
+    /// full capacity N, values as rows; f32, f16 or bf16, one dtype), pos
+    /// one i32 or i64 element (shape `[1]` or `[]`). Query row i sits at
+    /// position p = pos + i and attends keys j <= p, and p - j < w as well
+    /// with `window: Some(w)` (a sliding window, llama.cpp's standard SWA
+    /// rule); keys at or past pos + T are never read. Softmax of
+    /// `scale * q.k` in f32. H must be a multiple of Hkv. Output f32
+    /// `[H, T, Dv]`. pos < 0 or pos + T > N is an `InvalidInput` of the
+    /// backend.
+    AttentionAt {
+        scale: f32,
+        window: Option<usize>,
+    },
     /// `silu(x) * g` with GGML's arithmetic (`ggml_swiglu`), row by row over
     /// the last dim. Inputs: x, g f32 of one shape.
     SwiGlu,
@@ -462,9 +478,11 @@ impl Op {
             | Op::Embedding
             | Op::QEmbedding { .. } => OpClass::Indexing,
             Op::LayerNorm { .. } | Op::RmsNorm { .. } | Op::BatchNorm { .. } => OpClass::Normalization,
-            Op::Rope { .. } | Op::Sdpa { .. } | Op::CachedAttention { .. } | Op::FlashAttention { .. } => {
-                OpClass::Attention
-            }
+            Op::Rope { .. }
+            | Op::Sdpa { .. }
+            | Op::CachedAttention { .. }
+            | Op::FlashAttention { .. }
+            | Op::AttentionAt { .. } => OpClass::Attention,
             Op::SwiGlu | Op::GeGlu => OpClass::Activation,
             Op::Conv1d { .. }
             | Op::Conv2d { .. }
@@ -515,6 +533,7 @@ impl Op {
             Op::Sdpa { .. } => "sdpa".into(),
             Op::CachedAttention { .. } => "cached_attention".into(),
             Op::FlashAttention { .. } => "flash_attention".into(),
+            Op::AttentionAt { .. } => "attention_at".into(),
             Op::SwiGlu => "swiglu".into(),
             Op::GeGlu => "geglu".into(),
             Op::Conv1d { .. } => "conv1d".into(),

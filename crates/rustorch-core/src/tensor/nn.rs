@@ -194,6 +194,36 @@ impl Tensor {
         q.run1(&op, &[q, k, v, mask])
     }
 
+    /// Causal attention of queries at a position held in a tensor
+    /// (`Op::AttentionAt`), over a key/value cache at its full capacity:
+    /// the step's position lives on the device, so the same op (the same
+    /// kernel arguments, as a CUDA graph replays them) serves every step.
+    ///
+    /// q `[H, T, D]` (f32, f16 or bf16), k `[Hkv, N, D]` and v
+    /// `[Hkv, N, Dv]` (the cache, values as rows; f32, f16 or bf16, both
+    /// the same), `pos` one i32 or i64 element (shape `[1]` or `[]`); H a
+    /// multiple of Hkv (query head h reads key/value head h / (H / Hkv)).
+    /// Query row i is at position p = pos + i and attends the keys j with
+    /// j <= p and, with `window: Some(w)`, p - j < w (a sliding window as
+    /// Gemma 3's and llama.cpp's). The weights are
+    /// `softmax(scale * q . k_j)` over those keys, computed in f32 with the
+    /// maximum subtracted; keys at or past pos + T are never read. Returns
+    /// f32 `[H, T, Dv]`, as `cached_attention` does.
+    ///
+    /// Errors: shapes or dtypes that do not fit, and `Some(0)` as the
+    /// window, when the op is built; pos < 0 or pos + T > N when it runs
+    /// (the backend's `InvalidInput`; an empty output reads no position).
+    pub fn attention_at(
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        pos: &Tensor,
+        scale: f32,
+        window: Option<usize>,
+    ) -> Result<Tensor> {
+        q.run1(&Op::AttentionAt { scale, window }, &[q, k, v, pos])
+    }
+
     /// `silu(self) * g` for f32 tensors of one shape, with llama.cpp's
     /// arithmetic (`ggml_swiglu`): the gated feed-forward activation of
     /// Llama-family models.

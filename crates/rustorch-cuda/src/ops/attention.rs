@@ -3,6 +3,9 @@
 //! softmax over key tiles (any number of keys). Shared memory holds the
 //! query row, the output accumulator and two key tiles, so the head dims
 //! are limited (`fits`); `supports` declines larger ones.
+//! `Op::AttentionAt` is flash decoding: each row's keys split over S
+//! blocks, S fixed by the cache's capacity, the position read on the
+//! device, the partials merged by a second kernel (`attention_at`).
 
 use super::float_suffix;
 use crate::backend::CudaBackend;
@@ -15,6 +18,13 @@ use rustorch_core::{BackendError, DType, Layout, Op, TensorMeta};
 /// Threads per block and keys per tile (`ATT_THREADS`, `ATT_TILE`).
 const THREADS: u32 = 128;
 const TILE: usize = 64;
+/// `Op::AttentionAt`: threads per block (`AT_THREADS`), the largest head
+/// dim (`AT_MAX_DIM`), keys per split of the cache's capacity and the most
+/// splits (`AT_MAX_SPLITS`).
+const AT_THREADS: u32 = 128;
+const AT_MAX_DIM: usize = 256;
+const AT_KEYS_PER_SPLIT: usize = 256;
+const AT_MAX_SPLITS: usize = 32;
 /// Shared memory a block may use without opting in to more.
 const SHARED_LIMIT: usize = 48 * 1024;
 
@@ -106,8 +116,28 @@ pub(super) fn supported(op: &Op, inputs: &[TensorMeta]) -> bool {
             };
             inputs[0].dtype == DType::F32 && q.len() == 3 && dv.is_some_and(|&dv| fits(q[2], dv, 4))
         }
+        Op::AttentionAt { .. } => {
+            let [q, k, v, pos] = inputs else {
+                return false;
+            };
+            let float = |d: DType| matches!(d, DType::F32 | DType::F16 | DType::BF16);
+            float(q.dtype)
+                && float(k.dtype)
+                && v.dtype == k.dtype
+                && matches!(pos.dtype, DType::I32 | DType::I64)
+                && q.shape.rank() == 3
+                && v.shape.rank() == 3
+                && at_head_dims(q.shape.dims()[2], v.shape.dims()[2])
+        }
         _ => false,
     }
+}
+
+/// Head dims the `attention_at_*` kernels take: multiples of 32 up to
+/// `AT_MAX_DIM` (each lane of a warp holds every 32nd feature in registers).
+fn at_head_dims(d: usize, dv: usize) -> bool {
+    let ok = |x: usize| (32..=AT_MAX_DIM).contains(&x) && x.is_multiple_of(32);
+    ok(d) && ok(dv)
 }
 
 fn config(rows: usize, shared: usize) -> LaunchConfig {
@@ -334,6 +364,158 @@ pub(super) fn cached(
     Ok(y)
 }
 
+/// How many blocks share a row's keys for a cache of `capacity`
+/// positions: one per 256 positions, at most 32. It depends on the
+/// capacity only, never on the position, so the launch is the same for
+/// every step (a CUDA graph replays it); each block takes an equal share
+/// of the keys the row sees at that step.
+pub(super) fn at_splits(capacity: usize) -> usize {
+    capacity.div_ceil(AT_KEYS_PER_SPLIT).clamp(1, AT_MAX_SPLITS)
+}
+
+/// `Op::AttentionAt`: q [H, T, D] (f32, f16 or bf16), k [Hkv, N, D] and v
+/// [Hkv, N, Dv] (f32, f16 or bf16), pos one i32 or i64 element. Two
+/// launches and the error flag's read-back, nothing else on the host:
+/// `attention_at_<Q>_<KV>` over (H*T, S) blocks writes partial softmax
+/// states to scratch from `alloc`, `attention_at_combine` merges them.
+pub(super) fn attention_at(
+    b: &CudaBackend,
+    scale: f32,
+    window: Option<usize>,
+    inputs: &[TensorRef<'_>],
+    out: &TensorMeta,
+) -> Result<CudaBuffer, BackendError> {
+    let name = "attention_at";
+    let [q, k, v, pos] = inputs else {
+        return Err(BackendError::invalid(name, "expects q, k, v and pos"));
+    };
+    let suffix = |d: DType| match d {
+        DType::F32 | DType::F16 | DType::BF16 => float_suffix(d),
+        _ => None,
+    };
+    let (Some(qty), Some(kty)) = (suffix(q.dtype()), suffix(k.dtype())) else {
+        return Err(BackendError::invalid(name, "q, k and v must be f32, f16 or bf16"));
+    };
+    let pos64: i32 = match pos.dtype() {
+        DType::I64 => 1,
+        DType::I32 => 0,
+        _ => return Err(BackendError::invalid(name, "pos must be i32 or i64")),
+    };
+    let (qd, kd, vd) = (q.layout.dims(), k.layout.dims(), v.layout.dims());
+    if v.dtype() != k.dtype() || qd.len() != 3 || kd.len() != 3 || vd.len() != 3 || pos.layout.shape().numel() != 1 {
+        return Err(BackendError::invalid(
+            name,
+            "expects q, k, v of rank 3 (k and v of one dtype) and one position",
+        ));
+    }
+    let (h, t, d) = (qd[0], qd[1], qd[2]);
+    let (hkv, n, dv) = (kd[0], kd[1], vd[2]);
+    if hkv == 0 || !h.is_multiple_of(hkv) || vd[0] != hkv || vd[1] != n || kd[2] != d {
+        return Err(BackendError::invalid(
+            name,
+            "expects q [H, T, D], k [Hkv, N, D], v [Hkv, N, Dv] with H a multiple of Hkv",
+        ));
+    }
+    if window == Some(0) {
+        return Err(BackendError::invalid(name, "a window must hold at least one position"));
+    }
+    let y = b.alloc(DType::F32, out.shape.numel())?;
+    let rows = h * t;
+    if rows * dv == 0 {
+        // As on the CPU: nothing to compute, the position is not read.
+        return Ok(y);
+    }
+    check_rows(b, name, rows)?;
+    if !at_head_dims(d, dv) {
+        return Err(BackendError::unsupported(
+            b.device,
+            name,
+            "head dims must be multiples of 32 up to 256",
+        ));
+    }
+    let deep = || BackendError::invalid(name, "operands of at most 4 dims");
+    let (lq, lk, lv) = (
+        Str4::of(q.layout).ok_or_else(deep)?,
+        Str4::of(k.layout).ok_or_else(deep)?,
+        Str4::of(v.layout).ok_or_else(deep)?,
+    );
+    let splits = at_splits(n);
+    // m and l per (row, split), then the accumulators [rows, S, Dv].
+    let part = b.alloc(DType::F32, rows * splits * (dv + 2))?;
+    let bad = super::ErrorFlag::new(b)?;
+    let kernel = format!("attention_at_{qty}_{kty}");
+    let f = b.function("attention", &kernel)?;
+    let (qp, kp, vp, pp, partp, yp, badp) = (
+        b.own(name, q.buffer)?.ptr(),
+        b.own(name, k.buffer)?.ptr(),
+        b.own(name, v.buffer)?.ptr(),
+        b.own(name, pos.buffer)?.ptr(),
+        part.ptr(),
+        y.ptr(),
+        bad.ptr(),
+    );
+    let pos_off = pos.layout.offset() as i64;
+    let (t64, n64, d64, dv64, g64) = (t as i64, n as i64, d as i64, dv as i64, (h / hkv) as i64);
+    let window64 = window.map_or(0, |w| i64::try_from(w).unwrap_or(i64::MAX));
+    let mut args = b.stream.launch_builder(&f);
+    args.arg(&qp)
+        .arg(&lq)
+        .arg(&kp)
+        .arg(&lk)
+        .arg(&vp)
+        .arg(&lv)
+        .arg(&pp)
+        .arg(&pos_off)
+        .arg(&pos64)
+        .arg(&partp)
+        .arg(&t64)
+        .arg(&n64)
+        .arg(&d64)
+        .arg(&dv64)
+        .arg(&g64)
+        .arg(&window64)
+        .arg(&scale)
+        .arg(&badp);
+    let cfg = LaunchConfig {
+        grid_dim: (rows as u32, splits as u32, 1),
+        block_dim: (AT_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: attention_at_<Q>_<KV>(q, lq, k, lk, v, lv, pos, pos_off,
+    // pos64, part, t, n, d, dv, group, window, scale, bad): each layout is
+    // its input's own (checked by the executor), pos_off addresses pos's
+    // one element of the type pos64 names; a block reads keys and values
+    // only at positions below pos + T <= N, after checking that bound on
+    // the device; key/value head h / group < Hkv; d and dv are multiples
+    // of 32 up to AT_MAX_DIM (the lanes' register arrays); `part` holds
+    // rows * S * (dv + 2) floats for the grid's rows x S blocks, `bad` one
+    // i32.
+    unsafe { args.launch(cfg) }.map_err(|e| b.launch_err(&kernel, e))?;
+    let combine = "attention_at_combine";
+    let f = b.function("attention", combine)?;
+    let s64 = splits as i64;
+    let mut args = b.stream.launch_builder(&f);
+    args.arg(&partp).arg(&yp).arg(&s64).arg(&dv64);
+    let cfg = LaunchConfig {
+        grid_dim: (rows as u32, 1, 1),
+        block_dim: (AT_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: attention_at_combine(part, y, splits, dv): `part` as written
+    // above for gridDim.x = rows (every block wrote its m and l; an
+    // accumulator is read only where m is not -inf, i.e. was written);
+    // splits <= AT_MAX_SPLITS (its shared weights); `y` holds rows * dv
+    // floats.
+    unsafe { args.launch(cfg) }.map_err(|e| b.launch_err(combine, e))?;
+    if bad.is_set(b)? {
+        return Err(BackendError::invalid(
+            name,
+            format!("the position with {t} query rows does not fit a cache of {n} positions (pos < 0 or pos + T > N)"),
+        ));
+    }
+    Ok(y)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -352,6 +534,17 @@ mod tests {
         let m = Layout::contiguous_with_offset(Shape::from([2, 1, 3, 5]), 7);
         let s = Str4::broadcast(&m, &[2, 4, 3, 5]).unwrap();
         assert_eq!((s.s, s.off), ([15, 0, 5, 1], 7));
+    }
+
+    #[test]
+    fn attention_at_splits_follow_the_capacity() {
+        assert_eq!(at_splits(1), 1);
+        assert_eq!(at_splits(256), 1);
+        assert_eq!(at_splits(257), 2);
+        assert_eq!(at_splits(4096), 16);
+        assert_eq!(at_splits(1 << 20), AT_MAX_SPLITS);
+        assert!(at_head_dims(64, 64) && at_head_dims(256, 128) && at_head_dims(32, 256));
+        assert!(!at_head_dims(48, 64) && !at_head_dims(64, 288) && !at_head_dims(0, 64));
     }
 
     #[test]

@@ -100,8 +100,11 @@ pub(crate) fn supports(op: &Op, inputs: &[TensorMeta]) -> bool {
                         && (!matches!(op, Op::Embedding) || m.shape.rank() < MAX_DIMS)
                 })
         }
-        // Head dims limited by one block's shared memory (attention.rs).
-        Op::Sdpa { .. } | Op::CachedAttention { .. } | Op::FlashAttention { .. } => attention::supported(op, inputs),
+        // Head dims limited by one block's shared memory, or by registers
+        // for AttentionAt (attention.rs).
+        Op::Sdpa { .. } | Op::CachedAttention { .. } | Op::FlashAttention { .. } | Op::AttentionAt { .. } => {
+            attention::supported(op, inputs)
+        }
         // Direct kernels for the float dtypes (conv.rs).
         Op::BatchNorm { .. } | Op::Conv1d { .. } | Op::Conv2d { .. } | Op::ConvTranspose2d { .. } => {
             float && inputs.iter().all(|m| m.dtype == inputs[0].dtype)
@@ -164,6 +167,7 @@ pub(crate) fn execute(
         Op::MaxPool2d { .. } | Op::AvgPool2d { .. } => conv::pool(b, op, &inputs[0], out)?,
         Op::Sdpa { mask, scale } => attention::sdpa(b, *mask, *scale, inputs, out)?,
         Op::CachedAttention { .. } | Op::FlashAttention { .. } => attention::cached(b, op, inputs, out)?,
+        Op::AttentionAt { scale, window } => attention::attention_at(b, *scale, *window, inputs, out)?,
         _ => elementwise::run(b, op, inputs, out)?,
     };
     Ok(vec![std::sync::Arc::new(buf)])
