@@ -84,9 +84,7 @@ pub fn run(args: &GenerateArgs) -> Result<(), CliError> {
         if !ended && budget < args.n_predict {
             // llama.cpp stops the same way without context shifting; say so
             // rather than end as if the reply were finished.
-            eprintln!(
-                "\nstopped after {generated} tokens: the context of {n_ctx} tokens is full (raise -c)"
-            );
+            eprintln!("\nstopped after {generated} tokens: the context of {n_ctx} tokens is full (raise -c)");
         }
         let gen_time = t_gen.elapsed();
         Ok::<_, CliError>((prompt_time, generated, gen_time))

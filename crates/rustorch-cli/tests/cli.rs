@@ -84,14 +84,36 @@ fn greedy_generation_prints_llama_cpp_continuation() {
 #[test]
 fn a_full_context_is_said() {
     let model = real_model("smollm2");
-    let o = cli(["-m", &model, "-p", "Once upon a time", "-n", "100", "-c", "16", "--temp", "0"]);
+    let o = cli([
+        "-m",
+        &model,
+        "-p",
+        "Once upon a time",
+        "-n",
+        "100",
+        "-c",
+        "16",
+        "--temp",
+        "0",
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("the context of 16 tokens is full (raise -c)"),
         "{}",
         stderr(&o)
     );
-    let o = cli(["-m", &model, "-p", "Once upon a time", "-n", "4", "-c", "64", "--temp", "0"]);
+    let o = cli([
+        "-m",
+        &model,
+        "-p",
+        "Once upon a time",
+        "-n",
+        "4",
+        "-c",
+        "64",
+        "--temp",
+        "0",
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(!stderr(&o).contains("is full"), "{}", stderr(&o));
     let o = cli([

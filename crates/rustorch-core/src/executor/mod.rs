@@ -434,7 +434,9 @@ impl Executor {
             (Ok(replay), Some(Ok(r))) => Ok((replay, r)),
             (_, Some(Err(e))) => Err(e),
             (Err(e), _) => Err(self.backend_error("capture", device, e).into()),
-            (Ok(_), None) => Err(Error::invalid("capture", "the backend kept a recording without running the pass").into()),
+            (Ok(_), None) => {
+                Err(Error::invalid("capture", "the backend kept a recording without running the pass").into())
+            }
         }
     }
 

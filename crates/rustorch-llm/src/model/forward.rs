@@ -159,7 +159,7 @@ impl Model {
 
     /// The errors a pass must give before it changes the cache: no tokens,
     /// a token outside the vocabulary, no room left in the cache.
-    fn check_tokens(&self, cache: &KvCache, tokens: &[u32]) -> Result<()> {
+    pub(super) fn check_tokens(&self, cache: &KvCache, tokens: &[u32]) -> Result<()> {
         let n_vocab = self.config.n_vocab;
         if tokens.is_empty() {
             return Err(LlmError::InvalidArgument("forward needs at least one token".into()));
