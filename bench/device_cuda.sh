@@ -31,8 +31,9 @@ rc=0
 grep -E "random cases ran|fixture comparisons|checks need|checks failed|differ from the CPU|^test result|^failures|^    cuda::" \
     /tmp/rustorch-cuda-conformance.log | cut -c1-2000
 # Faults on the GPU itself: out of memory under a cap, and a real kernel
-# fault (each in its own process: the fault spoils the CUDA context).
-for t in out_of_memory lost_device; do
+# fault (each in its own process: the fault spoils the CUDA context); recorded
+# passes (CUDA graphs) replayed with new inputs, and what cannot be recorded.
+for t in out_of_memory lost_device capture; do
     "$bin/$t" --nocapture 2>&1 | grep -E "^test |panicked|skipped" || rc=1
 done
 echo "== single ops, RusTorch vs PyTorch (median ms; ratio = PyTorch time / RusTorch time, >1 is faster)"

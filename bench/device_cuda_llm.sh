@@ -41,8 +41,10 @@
 # unpacked once into /tmp/rt33/bin, again whenever a carried copy differs); llama.cpp's programs
 # from /tmp/llamacpp-cuda/bin (tools/build_llamacpp_cuda_device.sh's build of this session, or the
 # bundle .device-llamacpp-cuda/llamacpp-cuda.tar.xz.NN carried back in, in one call or stashed over
-# several); models from .device-model/smollm2.part.* and .device-model/gemma3.part.* (the files of
-# tools/fetch_models.py split in pieces, checked against its sizes and sha256 once joined);
+# several; tools/build_llamacpp_cuda_here.sh builds that bundle off the device, CUDA 13.0 from
+# PyPI wheels, so no device minutes go to building); models from .device-model/smollm2.part.* and
+# .device-model/gemma3.part.* (the files of tools/fetch_models.py split in pieces, checked against
+# its sizes and sha256 once joined);
 # mkmodel.py and gguf-py from .device-llamacpp/src.tar.xz (tools/pack_llamacpp_src.sh).
 # Tables go to stdout (markdown) and to $OUT/llm-PART.md; raw logs to /tmp/rt33/logs.
 # Environment: KLD_CTX (512), KLD_CHUNKS (all of the text), KLD_NGLS ("all 0 half"),

@@ -137,7 +137,7 @@ fn what_cannot_be_recorded_fails_the_capture_and_the_gpu_works_on() {
         .capture(GPU, 1 << 20, move || {
             let out = doomed.add(&doomed)?;
             drop(doomed);
-            Ok(out)
+            Ok::<_, Error>(out)
         })
         .unwrap();
     exec.replay(GPU, rec.as_ref()).unwrap();
