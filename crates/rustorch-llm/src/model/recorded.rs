@@ -18,7 +18,8 @@
 //! replays, the rest replay. A recording belongs to one cache (its buffers'
 //! addresses are in it). Anything that cannot be recorded turns recording
 //! off for the model with a notice, and steps run op by op as before.
-//! `RUSTORCH_CUDA_GRAPHS=0` turns it off from the start.
+//! Until its first run on a GPU has been checked against the op-by-op steps
+//! (bench/device_cuda_llm.sh), recording is opt-in: `RUSTORCH_CUDA_GRAPHS=1`.
 
 use super::config::{Arch, RopeParams};
 use super::kv_cache::KvCache;
@@ -66,9 +67,10 @@ struct Session {
 const ARENA_FACTOR: usize = 2;
 const ARENA_MIN: usize = 4 << 20;
 
+/// `RUSTORCH_CUDA_GRAPHS=1` (see the module's comment).
 fn graphs_allowed() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| !std::env::var("RUSTORCH_CUDA_GRAPHS").is_ok_and(|v| v == "0"))
+    *ON.get_or_init(|| std::env::var("RUSTORCH_CUDA_GRAPHS").is_ok_and(|v| v == "1"))
 }
 
 impl Model {
