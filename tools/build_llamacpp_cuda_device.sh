@@ -30,6 +30,9 @@
 #
 # Environment: CUDA_ARCH (90; 90-real drops the PTX, same sm_90 code, smaller bundle), CUDA_FLAGS
 # (e.g. -allow-unsupported-compiler, should nvcc refuse the host's gcc), CUDA_HOME (/usr/local/cuda).
+# tools/build_llamacpp_cuda_here.sh builds the same bundle on a CPU host instead (CUDA from PyPI
+# wheels): it sources this file for its functions and sets JOBS, AVX512=OFF, EXTRA_CMAKE (more -D
+# options), RUN_LIBS (where ldd finds the CUDA libraries) and BUILD_NOTE (a line of BUILD_INFO).
 # Files: /tmp/llamacpp-cuda/{src,build,bin,pack}, log /tmp/llamacpp-cuda/build.log, marker
 # /tmp/llamacpp-cuda/DONE (the exit status). A full build takes about 6 minutes on 16 cores.
 set -uo pipefail
@@ -73,7 +76,7 @@ cpu_flags() { # cmake -D options for ggml-cpu: prints them
         -DGGML_AVX_VNNI=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF)
     local fl
     fl="$(grep -m1 '^flags' /proc/cpuinfo)"
-    if grep -qw avx512f <<< "$fl" && grep -qw avx512vbmi <<< "$fl" && grep -qw avx512_vnni <<< "$fl" && grep -qw avx512_bf16 <<< "$fl"; then
+    if [ "${AVX512:-auto}" = auto ] && grep -qw avx512f <<< "$fl" && grep -qw avx512vbmi <<< "$fl" && grep -qw avx512_vnni <<< "$fl" && grep -qw avx512_bf16 <<< "$fl"; then
         f+=(-DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON)
     else
         f+=(-DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF)
@@ -96,8 +99,9 @@ run_build() {
         -DGGML_CUDA_NCCL=OFF -DGGML_CCACHE=OFF -DGGML_OPENMP=ON $(cpu_flags) \
         -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
         -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TOOLS=ON \
+        ${EXTRA_CMAKE[@]+"${EXTRA_CMAKE[@]}"} \
         || { echo "configure failed"; echo 3 > "$W/DONE"; return; }
-    "$CMAKE" --build "$W/build" -j "$(nproc)" --target "${TARGETS[@]}" \
+    "$CMAKE" --build "$W/build" -j "${JOBS:-$(nproc)}" --target "${TARGETS[@]}" \
         || { echo "build failed"; echo 4 > "$W/DONE"; return; }
     echo "built in $(( $(date +%s) - t0 )) s"
     collect; rc=$?
@@ -110,6 +114,7 @@ run_build() {
 # bundle into $W/pack. Libraries are copied under the name the programs ask for (the soname).
 collect() {
     local b="$W/build/bin" t lib name
+    local RUN_LIBS="${RUN_LIBS:-$CUDA_HOME/lib64}" # where the CUDA libraries (and libcuda) are found
     rm -rf "${W:?}/bin" "${W:?}/pack" && mkdir -p "$W/bin" "$W/pack"
     for t in "${TARGETS[@]}"; do
         [ -x "$b/$t" ] || { echo "missing $b/$t"; return 5; }
@@ -120,11 +125,12 @@ collect() {
                 *) continue ;;
             esac
             [ -e "$W/bin/$name" ] || strip --strip-unneeded -o "$W/bin/$name" "$(readlink -f "$lib")"
-        done < <(LD_LIBRARY_PATH="$b:$CUDA_HOME/lib64" ldd "$b/$t" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}')
+        done < <(LD_LIBRARY_PATH="$b:$RUN_LIBS" ldd "$b/$t" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}')
     done
     chmod +x "$W/bin"/*
     {
         echo "llama.cpp CUDA build for RusTorch issue 33 ($(date -u +%Y-%m-%dT%H:%M:%SZ))"
+        [ -z "${BUILD_NOTE:-}" ] || echo "$BUILD_NOTE"
         cat "$W/src/PACK_INFO"
         echo "nvcc: $("$NVCC" --version | grep -o 'release [0-9.]*, V[0-9.]*')"
         echo "gcc: $(gcc -dumpfullversion); cmake: $("$CMAKE" --version | head -1)"
@@ -134,20 +140,20 @@ collect() {
         echo "files:"
         (cd "$W/bin" && ls -l | tail -n +2)
         echo "llama-bench needs:"
-        LD_LIBRARY_PATH="$W/bin:$CUDA_HOME/lib64" ldd "$W/bin/llama-bench"
+        LD_LIBRARY_PATH="$W/bin:$RUN_LIBS" ldd "$W/bin/llama-bench"
     } > "$W/bin/BUILD_INFO"
     # The programs must load from the bundle alone (plus CUDA's and the system's libraries).
     local t2
     for t2 in "${TARGETS[@]}"; do
-        if LD_LIBRARY_PATH="$W/bin:$CUDA_HOME/lib64" ldd "$W/bin/$t2" | grep -q 'not found'; then
-            echo "$t2 misses libraries:"; LD_LIBRARY_PATH="$W/bin:$CUDA_HOME/lib64" ldd "$W/bin/$t2" | grep 'not found'
+        if LD_LIBRARY_PATH="$W/bin:$RUN_LIBS" ldd "$W/bin/$t2" | grep -q 'not found'; then
+            echo "$t2 misses libraries:"; LD_LIBRARY_PATH="$W/bin:$RUN_LIBS" ldd "$W/bin/$t2" | grep 'not found'
             return 6
         fi
     done
     # RUNPATH $ORIGIN: found without LD_LIBRARY_PATH too (bench/device_cuda_llm.sh sets it anyway).
-    LD_LIBRARY_PATH="$CUDA_HOME/lib64" ldd "$W/bin/llama-bench" | grep -q 'not found' \
+    LD_LIBRARY_PATH="$RUN_LIBS" ldd "$W/bin/llama-bench" | grep -q 'not found' \
         && echo "note: the programs find their libraries only with LD_LIBRARY_PATH=$W/bin (no RUNPATH \$ORIGIN)"
-    LD_LIBRARY_PATH="$CUDA_HOME/lib64" "$W/bin/llama-bench" --list-devices 2>&1 | tail -3
+    LD_LIBRARY_PATH="$RUN_LIBS" "$W/bin/llama-bench" --list-devices 2>&1 | tail -3
     tar -C "$W" -cf - bin | xz -9 -T"$(nproc)" | split -b 15M -d -a 2 - "$W/pack/llamacpp-cuda.tar.xz."
     du -b "$W"/pack/* | awk '{s += $1; printf "%s %d bytes\n", $2, $1} END {printf "bundle: %.1f MiB compressed\n", s / 1048576}'
     [ "$(ls "$W"/pack | wc -l)" -le 6 ] || echo "WARNING: more than 6 pieces; \$OUT takes at most 8 files"
@@ -196,6 +202,9 @@ state() { # prints the state; copies the bundle to $OUT when done
     echo "llama.cpp CUDA build: not started (or the machine was given back: /tmp is empty)"
     return 3
 }
+
+# Sourced (tools/build_llamacpp_cuda_here.sh): the functions only.
+[ "${BASH_SOURCE[0]}" = "$0" ] || return 0
 
 case "${1:-}" in
 start)
