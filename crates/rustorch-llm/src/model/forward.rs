@@ -271,27 +271,7 @@ impl Model {
             let attn = {
                 let h = x.rms_norm(Some(&lw.attn_norm), cfg.rms_eps as f64)?;
                 inspect("attn_norm", il, &h)?;
-                // One quantization of h for the three projections. Each
-                // product is consumed by its reshape: a shadowed binding
-                // would hold its storage to the end of the block, through
-                // attention (at a 512-token prompt, more than the hidden
-                // state).
-                let mut qkv = h.qmatmul_many(&[&lw.wq, &lw.wk, &lw.wv])?.into_iter();
-                drop(h);
-                let mut heads = |n: usize, d: usize| -> Result<Tensor> {
-                    let p = qkv.next().expect("qmatmul_many returns one product per weight");
-                    Ok(p.reshape([t, n, d])?)
-                };
-                let q = heads(cfg.n_head, cfg.head_dim_k)?;
-                let k = heads(cfg.n_head_kv, cfg.head_dim_k)?;
-                let v = heads(cfg.n_head_kv, cfg.head_dim_v)?;
-                let (q, k) = match (&lw.q_norm, &lw.k_norm) {
-                    (Some(qn), Some(kn)) => (
-                        q.rms_norm(Some(qn), cfg.rms_eps as f64)?,
-                        k.rms_norm(Some(kn), cfg.rms_eps as f64)?,
-                    ),
-                    _ => (q, k),
-                };
+                let (q, k, v) = self.qkv_heads(il, h)?;
                 // [T, H, D] -> [H, T, D]: heads outermost, as attention wants.
                 // (Shadowing would keep the unroped q and k alive to the end
                 // of the block; each is dropped as its roped copy is made.)
@@ -368,6 +348,47 @@ impl Model {
             return Ok(None);
         }
 
+        Ok(Some(self.output_logits(&x, inspect)?))
+    }
+
+    /// Layer `il`'s queries, keys and values `[T, heads, d]` from its
+    /// normed input rows `h` (`attn_norm`), after Gemma's per-head norms.
+    /// One quantization of `h` serves the three products; `h` is taken so
+    /// that it is freed before the heads are used, and each product is
+    /// consumed by its reshape (a shadowed binding would hold its storage
+    /// through attention: at a 512-token prompt, more than the hidden
+    /// state).
+    pub(super) fn qkv_heads(&self, il: usize, h: Tensor) -> Result<(Tensor, Tensor, Tensor)> {
+        let cfg = &self.config;
+        let lw = &self.weights.layers[il];
+        let t = h.dims()[0];
+        let mut qkv = h.qmatmul_many(&[&lw.wq, &lw.wk, &lw.wv])?.into_iter();
+        drop(h);
+        let mut heads = |n: usize, d: usize| -> Result<Tensor> {
+            let p = qkv.next().expect("qmatmul_many returns one product per weight");
+            Ok(p.reshape([t, n, d])?)
+        };
+        let q = heads(cfg.n_head, cfg.head_dim_k)?;
+        let k = heads(cfg.n_head_kv, cfg.head_dim_k)?;
+        let v = heads(cfg.n_head_kv, cfg.head_dim_v)?;
+        let (q, k) = match (&lw.q_norm, &lw.k_norm) {
+            (Some(qn), Some(kn)) => (
+                q.rms_norm(Some(qn), cfg.rms_eps as f64)?,
+                k.rms_norm(Some(kn), cfg.rms_eps as f64)?,
+            ),
+            _ => (q, k),
+        };
+        Ok((q, k, v))
+    }
+
+    /// The logits of the last block's output rows `x`: the output norm, the
+    /// output product and Gemma's final soft cap.
+    pub(super) fn output_logits(
+        &self,
+        x: &Tensor,
+        inspect: &mut (dyn FnMut(&str, usize, &Tensor) -> Result<()> + Send),
+    ) -> Result<Tensor> {
+        let cfg = &self.config;
         let h = x.rms_norm(Some(&self.weights.output_norm), cfg.rms_eps as f64)?;
         inspect("result_norm", usize::MAX, &h)?;
         let mut logits = h.qmatmul(&self.weights.output)?;
@@ -375,7 +396,7 @@ impl Model {
         if let Some(cap) = cfg.final_logit_softcap {
             logits = logits.mul_scalar(1.0 / cap as f64)?.tanh()?.mul_scalar(cap as f64)?;
         }
-        Ok(Some(logits))
+        Ok(logits)
     }
 
     /// `x + feed_forward(x)` (`l_out`) for the block's input rows `x`
@@ -405,7 +426,7 @@ impl Model {
     }
 
     /// One block's feed-forward output for the rows `x` (`ffn_inp`).
-    fn feed_forward(
+    pub(super) fn feed_forward(
         &self,
         il: usize,
         x: &Tensor,

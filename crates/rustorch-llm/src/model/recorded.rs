@@ -26,7 +26,6 @@ use super::kv_cache::KvCache;
 use super::rope;
 use super::Model;
 use crate::error::{LlmError, Result};
-use rustorch::op::GateActivation;
 use rustorch::{DType, Device, Replay, Tensor};
 use std::sync::Mutex;
 
@@ -258,21 +257,7 @@ impl Model {
             let layout = cfg.rope_for_layer(il).layout;
             let attn = {
                 let h = x.rms_norm(Some(&lw.attn_norm), cfg.rms_eps as f64)?;
-                let mut qkv = h.qmatmul_many(&[&lw.wq, &lw.wk, &lw.wv])?.into_iter();
-                let mut heads = |n: usize, d: usize| -> Result<Tensor> {
-                    let p = qkv.next().expect("qmatmul_many returns one product per weight");
-                    Ok(p.reshape([1, n, d])?)
-                };
-                let q = heads(cfg.n_head, cfg.head_dim_k)?;
-                let k = heads(cfg.n_head_kv, cfg.head_dim_k)?;
-                let v = heads(cfg.n_head_kv, cfg.head_dim_v)?;
-                let (q, k) = match (&lw.q_norm, &lw.k_norm) {
-                    (Some(qn), Some(kn)) => (
-                        q.rms_norm(Some(qn), cfg.rms_eps as f64)?,
-                        k.rms_norm(Some(kn), cfg.rms_eps as f64)?,
-                    ),
-                    _ => (q, k),
-                };
+                let (q, k, v) = self.qkv_heads(il, h)?;
                 let mut q = q.transpose(0, 1)?.rope(cos, sin, layout)?;
                 let k = k.transpose(0, 1)?.rope(cos, sin, layout)?;
                 let v = v.transpose(0, 1)?;
@@ -292,26 +277,9 @@ impl Model {
                 a = a.rms_norm(Some(n), cfg.rms_eps as f64)?;
             }
             x = x.add(&a)?;
-            let act = {
-                let h = x.rms_norm(Some(&lw.ffn_norm), cfg.rms_eps as f64)?;
-                let act = match cfg.arch {
-                    Arch::Llama => GateActivation::SwiGlu,
-                    Arch::Gemma3 => GateActivation::GeGlu,
-                };
-                h.qmatmul_gated(&lw.ffn_gate, &lw.ffn_up, act)?
-            };
-            let mut d = act.qmatmul(&lw.ffn_down)?;
-            if let Some(n) = &lw.post_ffn_norm {
-                d = d.rms_norm(Some(n), cfg.rms_eps as f64)?;
-            }
-            x = x.add(&d)?;
+            x = x.add(&self.feed_forward(il, &x, &mut |_, _, _| Ok(()))?)?;
         }
-        let h = x.rms_norm(Some(&self.weights.output_norm), cfg.rms_eps as f64)?;
-        let mut logits = h.qmatmul(&self.weights.output)?;
-        if let Some(cap) = cfg.final_logit_softcap {
-            logits = logits.mul_scalar(1.0 / cap as f64)?.tanh()?.mul_scalar(cap as f64)?;
-        }
-        Ok(logits)
+        self.output_logits(&x, &mut |_, _, _| Ok(()))
     }
 }
 
