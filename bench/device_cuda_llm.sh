@@ -49,7 +49,8 @@
 # Tables go to stdout (markdown) and to $OUT/llm-PART.md; raw logs to /tmp/rt33/logs.
 # Environment: KLD_CTX (512), KLD_CHUNKS (all of the text), KLD_NGLS ("all 0 half"),
 # GREEDY_PROMPTS (ci | all), GREEDY_N (48), BENCH_REPS (5), SPEED_CPU (1: also tg128 on -b cpu),
-# SPEED_WARM (1: one untimed rustorch-cli start per model first).
+# SPEED_WARM (1: one untimed rustorch-cli start per model first), SPEED_GRAPHS (1: also tg128 with
+# decode steps recorded as CUDA graphs, RUSTORCH_CUDA_GRAPHS=1; the verdict still uses the plain run).
 # Exit status: 0 when every check of the part passed, 1 when one failed, 2 when something to run
 # it with is missing.
 set -uo pipefail
@@ -444,6 +445,12 @@ PY
             "$CLI" bench -m "$f" -b cpu -p 0 -n 128 -r 2 -o json > "$W/logs/speed-$m-cpu.json" 2> "$W/logs/speed-$m-cpu.err" \
                 || rm -f "$W/logs/speed-$m-cpu.json"
         fi
+        # Decode steps recorded as a CUDA graph (opt-in until checked; its stderr says if
+        # recording was turned off).
+        if [ "${SPEED_GRAPHS:-1}" = 1 ]; then
+            RUSTORCH_CUDA_GRAPHS=1 "$CLI" bench -m "$f" -b cuda -p 0 -n 128 -r "$reps" -o json \
+                > "$W/logs/speed-$m-graphs.json" 2> "$W/logs/speed-$m-graphs.err" || rm -f "$W/logs/speed-$m-graphs.json"
+        fi
         printf '%s ok\n' "$m" >> "$list"
     done
     python3 - "$list" "$W/logs" <<'PY' || rc=1
@@ -470,16 +477,17 @@ def mib(path):
     except (OSError, ValueError, IndexError):
         return None
 bad = False
-print("| model | llama pp512 t/s | ours pp512 t/s | pp ratio | llama tg128 t/s | ours tg128 t/s | tg ratio | ours -b cpu tg128 | BW fraction ours / llama | GPU MiB ours / llama | weights+KV MiB | load ms | verdict |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+print("| model | llama pp512 t/s | ours pp512 t/s | pp ratio | llama tg128 t/s | ours tg128 t/s | tg ratio | ours tg128 recorded (ratio) | ours -b cpu tg128 | BW fraction ours / llama | GPU MiB ours / llama | weights+KV MiB | load ms | verdict |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for line in open(sys.argv[1]):
     p = line.split()
     m = p[0]
     if p[1] != "ok":
-        print(f"| {m} | {p[1]} |" + " |" * 10 + " FAIL |")
+        print(f"| {m} | {p[1]} |" + " |" * 11 + " FAIL |")
         bad = True
         continue
     ll, us, cpu = tests(f"{logs}/speed-{m}-llama.json"), tests(f"{logs}/speed-{m}-ours.json"), tests(f"{logs}/speed-{m}-cpu.json")
+    gr = tests(f"{logs}/speed-{m}-graphs.json")
     g = lambda d, k: d.get(k, {}).get("avg_ts")
     lpp, upp, ltg, utg, ctg = g(ll, "pp512"), g(us, "pp512"), g(ll, "tg128"), g(us, "tg128"), g(cpu, "tg128")
     rpp = upp / lpp if upp and lpp else None
@@ -491,7 +499,9 @@ for line in open(sys.argv[1]):
     t = us.get("tg128") or us.get("pp512") or {}
     wkv = (t.get("model_size", 0) + t.get("kv_bytes", 0)) / 2**20 if t else None
     f = lambda v, d=1: "?" if v is None else f"{v:.{d}f}"
-    print(f"| {m} | {f(lpp)} | {f(upp)} | {f(rpp, 2)} | {f(ltg)} | {f(utg)} | {f(rtg, 2)} | {f(ctg)} | {frac(utg)} / {frac(ltg)} "
+    gtg = g(gr, "tg128")
+    rec = f"{f(gtg)} ({f(gtg / ltg, 2)})" if gtg and ltg else "?"
+    print(f"| {m} | {f(lpp)} | {f(upp)} | {f(rpp, 2)} | {f(ltg)} | {f(utg)} | {f(rtg, 2)} | {rec} | {f(ctg)} | {frac(utg)} / {frac(ltg)} "
           f"| {f(mib(f'{logs}/speed-{m}-ours.mib'), 0)} / {f(mib(f'{logs}/speed-{m}-llama.mib'), 0)} | {f(wkv, 0)} | {f(t.get('load_ms'), 0)} | {'pass' if ok else 'FAIL'} |")
 print()
 print(f"memory bandwidth measured here (PyTorch, 2 GiB): copy {bw.get('membw_copy_gbps', '?')} GB/s (read + write), "
