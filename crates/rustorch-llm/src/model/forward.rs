@@ -94,9 +94,12 @@ impl Model {
         self.check_tokens(cache, tokens)?;
         if let ([token], Logits::Last) = (tokens, which) {
             // A decode step: replayed from a recording where the model runs
-            // on one GPU (`recorded`).
-            if let Some(logits) = self.run_pass(|| self.recorded_step(cache, *token))? {
-                return Ok(logits);
+            // on one GPU (`recorded`). Checked first, so that other steps
+            // (every CPU one) do not enter a pass for nothing.
+            if self.recording_device(cache).is_some() {
+                if let Some(logits) = self.run_pass(|| self.recorded_step(cache, *token))? {
+                    return Ok(logits);
+                }
             }
         }
         let batches = row_chunks(tokens.len(), ubatch_rows());

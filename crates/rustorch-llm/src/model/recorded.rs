@@ -76,7 +76,7 @@ impl Model {
     /// The GPU every part of the model and `cache` lives on, when a decode
     /// step could be recorded there (one device, not the CPU, values stored
     /// as rows, no tracing or profiling, not turned off).
-    fn recording_device(&self, cache: &KvCache) -> Option<Device> {
+    pub(super) fn recording_device(&self, cache: &KvCache) -> Option<Device> {
         let d = self.placement.output;
         let cfg = self.exec.config();
         let ok = graphs_allowed()
