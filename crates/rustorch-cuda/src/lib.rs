@@ -10,8 +10,10 @@
 //! device's architecture on first use and cached on disk (`compile`); dense
 //! products go to cuBLAS. Work is queued on one stream per device: only
 //! downloads, `synchronize`, the tracing timer, the indexing ops (which
-//! read back a flag for out-of-range indices) and integer division and
-//! powers (a flag for zero divisors and negative exponents) wait for it, and a fault
+//! read back a flag for out-of-range indices), `attention_at` and
+//! `write_into_at` (a flag for positions outside the cache) and integer
+//! division and powers (a flag for zero divisors and negative exponents)
+//! wait for it, and a fault
 //! in queued work surfaces as `BackendError::DeviceLost` from whichever call
 //! finds it. A pass of ops can be recorded once as a CUDA graph and replayed
 //! (`capture`). Ops it cannot run yet it declines in `supports`, and the
