@@ -35,6 +35,7 @@
 #   bash bench/device_cuda_llm.sh greedy [MODEL...]
 #   bash bench/device_cuda_llm.sh speed [MODEL...]
 #   bash bench/device_cuda_llm.sh warm                # rustorch's kernels compiled once (~76 s)
+#   bash bench/device_cuda_llm.sh smoke [MODEL]       # generation op by op and as CUDA graphs, compared
 #   bash bench/device_cuda_llm.sh info                # what is here: binaries, models, jobs
 #
 # What it reads: .device-cli/rustorch-cli.xz (rustorch-cli built with --features cuda, stripped;
@@ -76,6 +77,13 @@ for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
     [ -d "$d" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$d"
 done
 export RUSTORCH_CUDA_CACHE=/tmp/rustorch-cuda-cache
+# rustorch's kernels as machine code made off the device (crates/rustorch-cuda/examples/
+# kernel_cache.rs with the device's NVRTC version, packed in .device-kcache/kcache.tar.xz): the
+# first start loads them instead of compiling for a minute or more. A version mismatch only misses.
+if [ -f "$root/.device-kcache/kcache.tar.xz" ] && ! cmp -s "$root/.device-kcache/kcache.tar.xz" "$W/kcache.tar.xz"; then
+    mkdir -p "$RUSTORCH_CUDA_CACHE" && tar -xJf "$root/.device-kcache/kcache.tar.xz" -C "$RUSTORCH_CUDA_CACHE" \
+        && cp "$root/.device-kcache/kcache.tar.xz" "$W/kcache.tar.xz"
+fi
 
 # Carried pieces into the store (the next call's tree may not carry them again).
 stash_carried() {
@@ -584,6 +592,22 @@ warm)
     t0=$(date +%s)
     "$CLI" bench -m "$f" -b cuda -p 16 -n 2 -r 1 > "$W/logs/warm.log" 2>&1 || { tail -5 "$W/logs/warm.log"; exit 1; }
     log "rustorch-cli -b cuda first start (kernel cache $RUSTORCH_CUDA_CACHE) took $(( $(date +%s) - t0 )) s"
+    ;;
+smoke)
+    # rustorch-cli -b cuda on one model (default: the tiny one of `warm`), decode steps op by op
+    # and recorded as a CUDA graph (RUSTORCH_CUDA_GRAPHS=1): the text of each, whether they agree.
+    ensure_cli || exit 2
+    f="${1:+$(model_file "$1")}"
+    f="${f:-$W/models/tiny-f16.gguf}"
+    [ -f "$f" ] || { log "smoke: no $f (run warm first)"; exit 2; }
+    for g in 0 1; do
+        RUSTORCH_CUDA_GRAPHS=$g "$CLI" -m "$f" -b cuda -p "Once upon a time" -n "${SMOKE_N:-64}" --temp 0 \
+            > "$W/logs/smoke-$g.txt" 2> "$W/logs/smoke-$g.err"
+        echo "RUSTORCH_CUDA_GRAPHS=$g: exit $?"
+        tail -4 "$W/logs/smoke-$g.err"
+    done
+    if cmp -s "$W/logs/smoke-0.txt" "$W/logs/smoke-1.txt"; then echo "smoke: same text"; else
+        echo "smoke: texts differ"; head -c 600 "$W/logs/smoke-0.txt"; echo; echo ---; head -c 600 "$W/logs/smoke-1.txt"; echo; fi
     ;;
 info)
     stash_carried
