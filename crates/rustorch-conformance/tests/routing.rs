@@ -966,3 +966,26 @@ fn write_into_at_checks_its_bounds_before_any_device_sees_them() {
     want[10..].copy_from_slice(&[1.0, 2.0]);
     assert_eq!(host.as_slice::<f32>().unwrap(), &want[..]);
 }
+
+#[test]
+fn a_scalar_goes_to_the_device_once_per_value() {
+    let (exec, plugin) = exec_with(traced(0), FaultyBackend::new());
+    let a = arange_f32(&exec, &[2, 3]).to_device(PLUGIN).unwrap();
+    assert_eq!(plugin.uploads(), 1);
+    let x = a.mul_scalar(0.5).unwrap();
+    assert_eq!(x.device(), PLUGIN);
+    assert_eq!(plugin.uploads(), 2, "the scalar is uploaded the first time");
+    let y = x.mul_scalar(0.5).unwrap().add_scalar(1.0).unwrap();
+    assert_eq!(plugin.uploads(), 3, "0.5 is on the device already; 1.0 is new");
+    let z = y.mul_scalar(0.5).unwrap().add_scalar(1.0).unwrap();
+    assert_eq!(plugin.uploads(), 3, "both scalars are reused");
+    // The shared scalars are read, never written: results stay right.
+    let want: Vec<f32> = (0..6)
+        .map(|i| ((i as f32 * 0.5 - 3.0) * 0.25 + 1.0) * 0.5 + 1.0)
+        .collect();
+    assert_eq!(z.to_vec::<f32>().unwrap(), want);
+    // Another dtype is another scalar.
+    let h = a.to_dtype(DType::F16).unwrap().mul_scalar(0.5).unwrap();
+    assert_eq!(h.dtype(), DType::F16);
+    assert_eq!(plugin.uploads(), 4);
+}

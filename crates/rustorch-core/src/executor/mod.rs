@@ -53,7 +53,27 @@ pub struct Executor {
     capturing: Mutex<Option<Device>>,
     /// Whether `capturing` holds a device: routing reads this per op.
     any_capture: std::sync::atomic::AtomicBool,
+    /// One-element tensors of scalars already copied to a device
+    /// (`device_scalar`), so that `x.mul_scalar(s)` on a GPU uploads `s`
+    /// once, not per call, and can be recorded in a capture afterwards.
+    scalars: Mutex<Vec<(Device, crate::dtype::DType, ScalarBits, Buffer)>>,
 }
+
+/// A scalar's exact bits, as a cache key (f64 has no `Eq`).
+type ScalarBits = (u8, u64);
+
+fn scalar_bits(s: crate::dtype::Scalar) -> ScalarBits {
+    use crate::dtype::Scalar;
+    match s {
+        Scalar::Bool(b) => (0, b as u64),
+        Scalar::Int(i) => (1, i as u64),
+        Scalar::Float(f) => (2, f.to_bits()),
+        Scalar::Complex(re, im) => (3, (re.to_bits() as u64) << 32 | im.to_bits() as u64),
+    }
+}
+
+/// How many device scalars `device_scalar` keeps (a model uses a few dozen).
+const MAX_DEVICE_SCALARS: usize = 512;
 
 impl std::fmt::Debug for Executor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -94,6 +114,7 @@ impl Executor {
             profiler: profile::Profiler::default(),
             capturing: Mutex::new(None),
             any_capture: std::sync::atomic::AtomicBool::new(false),
+            scalars: Mutex::new(Vec::new()),
         };
         for b in backends {
             let _ = e.register(b);
@@ -490,6 +511,35 @@ impl Executor {
     pub fn upload(&self, host: crate::storage::HostSlice<'_>, device: Device) -> Result<Buffer> {
         let b = self.backend_or_err(device)?;
         b.upload(host).map_err(|e| self.backend_error("upload", device, e))
+    }
+
+    /// The one-element buffer holding `s` as `dtype` on `device`: made by
+    /// `make` the first time, then shared (callers only read it). A scalar
+    /// op on a GPU then copies its scalar over once, and a recorded pass
+    /// (`capture`) can use scalars that an earlier run copied.
+    pub(crate) fn device_scalar(
+        &self,
+        device: Device,
+        dtype: crate::dtype::DType,
+        s: crate::dtype::Scalar,
+        make: impl FnOnce() -> Result<Buffer>,
+    ) -> Result<Buffer> {
+        let key = scalar_bits(s);
+        let found = self.scalars.lock().ok().and_then(|v| {
+            v.iter()
+                .find(|e| e.0 == device && e.1 == dtype && e.2 == key)
+                .map(|e| e.3.clone())
+        });
+        if let Some(b) = found {
+            return Ok(b);
+        }
+        let b = make()?;
+        if let Ok(mut v) = self.scalars.lock() {
+            if v.len() < MAX_DEVICE_SCALARS {
+                v.push((device, dtype, key, b.clone()));
+            }
+        }
+        Ok(b)
     }
 
     /// `len` zeros of `dtype`, made on `device` (`Backend::alloc_zeroed`).

@@ -3,8 +3,10 @@
 //! `+ - * /` and unary `-` operators on `&Tensor` (returning `Result`).
 
 use super::Tensor;
+use crate::device::Device;
 use crate::dtype::{DType, Scalar};
 use crate::error::{Error, Result};
+use crate::layout::Layout;
 use crate::op::{BinaryOp, CmpOp, Op, UnaryOp};
 use crate::shape::Shape;
 
@@ -157,9 +159,20 @@ impl Tensor {
     /// A 0-d tensor holding `s` in `dtype`, on this tensor's device and
     /// executor, so it broadcasts against this tensor.
     fn scalar_like(&self, s: Scalar, dtype: DType) -> Result<Tensor> {
-        Tensor::full(Shape::scalar(), s, dtype)?
-            .with_executor(self.executor())?
-            .to_device(self.device())
+        let on_host = || Tensor::full(Shape::scalar(), s, dtype)?.with_executor(self.executor());
+        let device = self.device();
+        if device == Device::Cpu {
+            return on_host();
+        }
+        // Copied to the device once per value (the executor keeps it).
+        let buffer = self
+            .executor()
+            .device_scalar(device, dtype, s, || Ok(on_host()?.to_device(device)?.buffer().clone()))?;
+        Ok(Tensor::from_parts(
+            buffer,
+            Layout::contiguous(Shape::scalar()),
+            self.executor().clone(),
+        ))
     }
 
     fn binary_scalar(&self, s: Scalar, op: BinaryOp) -> Result<Tensor> {
