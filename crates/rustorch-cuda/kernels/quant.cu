@@ -846,6 +846,26 @@ __device__ __forceinline__ void q_dequant_rows(const u8* w, i64 row_stride, i64 
     }
 }
 
+// The same into f16 (as bits), for the tensor-core GEMM of long prompts:
+// the products then read half the bytes and run at f16 tensor-core speed,
+// accumulating in f32 (llama.cpp's cuBLAS path rounds its operands alike).
+template <class T>
+__device__ __forceinline__ void q_dequant_rows_h(const u8* w, i64 row_stride, i64 rows, i64 cpr, u16* y) {
+    RT_GRID_STRIDE(t, rows * cpr) {
+        i64 r = t / cpr;
+        float v[T::CH];
+        q_row_chunk<T>(w + r * row_stride, t - r * cpr, v);
+        u16* o = y + t * T::CH;
+#pragma unroll
+        for (int i = 0; i < T::CH; ++i) o[i] = f32_to_f16(v[i]);
+    }
+}
+
+// Activations to f16 for the same GEMM (round to nearest even).
+extern "C" __global__ void f32_to_f16_n(const float* x, u16* y, i64 n) {
+    RT_GRID_STRIDE(i, n) { y[i] = f32_to_f16(x[i]); }
+}
+
 // ---- embedding: row ids[p] of `vocab` rows, dequantized, into y[p, :] -----
 // One thread per output chunk. An id outside 0..vocab is never read
 // through: its chunk is written as zeros and `bad` is set, which the
@@ -900,6 +920,10 @@ __device__ __forceinline__ void q_matvec(const u8* w, i64 row_stride, i64 n, i64
     extern "C" __global__ void qdequant_##NAME(const u8* w, i64 row_stride, i64 rows, i64 cpr, \
                                                float* y) {                                   \
         q_dequant_rows<T>(w, row_stride, rows, cpr, y);                                      \
+    }                                                                                        \
+    extern "C" __global__ void qdequant_h_##NAME(const u8* w, i64 row_stride, i64 rows,      \
+                                                 i64 cpr, u16* y) {                          \
+        q_dequant_rows_h<T>(w, row_stride, rows, cpr, y);                                    \
     }                                                                                        \
     extern "C" __global__ void __launch_bounds__(32 * QMV_WARPS) qmatvec_##NAME(             \
         const u8* w, i64 row_stride, i64 n, i64 k, const float* x, int m, float* y) {        \

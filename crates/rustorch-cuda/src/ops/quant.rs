@@ -17,12 +17,14 @@
 //!   the order of the f32 scaling and summation.
 //! - Other types (F32, F16, BF16) with at most `MATVEC_MAX_ROWS` rows take
 //!   the f32 matvec (one warp per output column, the blocks decoded to
-//!   f32); with more rows than these limits the weight is dequantized to
-//!   f32, a tile of rows at a time, and cuBLAS multiplies (`x @ W^T`).
-//!   Both compute in f32 from f32 activations, whereas the CPU first
-//!   quantizes the activations to the type's dot type: results differ from
-//!   the CPU's by that quantization's error (tests/quant_tol/mod.rs has
-//!   the tolerances and where they come from).
+//!   f32); with more rows than these limits the weight is dequantized, a
+//!   tile of rows at a time, and cuBLAS multiplies (`x @ W^T`): in f16 on
+//!   the tensor cores with f32 accumulation (weight and activations
+//!   rounded to f16, as llama.cpp's cuBLAS path does) for the quantized
+//!   types and F16, in f32 for F32 and BF16. The CPU instead quantizes the
+//!   activations to the type's dot type: results differ from the CPU's by
+//!   that quantization's error (tests/quant_tol/mod.rs has the tolerances
+//!   and where they come from).
 //! - `QMatMuls` is one product per weight, each exactly the `QMatMul`
 //!   of that weight; `QMatMulGated` is the two products followed by the
 //!   SwiGLU/GeGLU kernel of elementwise.cu written over the gate product,
@@ -200,6 +202,8 @@ struct Activations {
     /// the first product that needs them (the several products of
     /// `QMatMuls` and `QMatMulGated` share them).
     quantized: [std::cell::OnceCell<QuantActs>; 2],
+    /// The activations in f16 for the tensor-core GEMM, made once.
+    half: std::cell::OnceCell<CudaBuffer>,
 }
 
 /// Activations quantized for the MMVQ kernels (kernels/quant.cu's
@@ -217,6 +221,24 @@ struct QuantActs {
 }
 
 impl Activations {
+    /// The activations rounded to f16, contiguous `[m, k]` (computed once).
+    fn half(&self, b: &CudaBackend) -> Result<u64, BackendError> {
+        if let Some(h) = self.half.get() {
+            return Ok(h.ptr());
+        }
+        let n = self.m * self.k;
+        let h = b.alloc(DType::F16, n)?;
+        let kernel = "f32_to_f16_n";
+        let f = b.function("quant", kernel)?;
+        let (xp, hp, n64) = (self.ptr, h.ptr(), n as i64);
+        let mut args = b.stream.launch_builder(&f);
+        args.arg(&xp).arg(&hp).arg(&n64);
+        // SAFETY: f32_to_f16_n(x, y, n): x holds the m * k contiguous f32
+        // activations, y as many f16.
+        unsafe { args.launch(grid(n, b.sm_count)) }.map_err(|e| b.launch_err(kernel, e))?;
+        Ok(self.half.get_or_init(|| h).ptr())
+    }
+
     /// The activations quantized to `layout` (computed once).
     fn quantized(&self, b: &CudaBackend, layout: ActLayout) -> Result<&QuantActs, BackendError> {
         let cell = &self.quantized[layout as usize];
@@ -244,6 +266,7 @@ impl Activations {
                 k,
                 _copy: None,
                 quantized: Default::default(),
+                half: Default::default(),
             });
         }
         // Any other layout (transposed, stepped, broadcast rows): one
@@ -260,6 +283,7 @@ impl Activations {
             k,
             _copy: Some(copy),
             quantized: Default::default(),
+            half: Default::default(),
         })
     }
 }
@@ -539,10 +563,25 @@ fn dequant_gemm(
     if too_big(m) || too_big(n) || too_big(k) {
         return Err(BackendError::unsupported(b.device, name, "a dimension past 2^31"));
     }
+    // Quantized and f16 weights go through f16 tensor cores (the weight
+    // dequantized to f16, the activations rounded to f16 once, f32
+    // accumulation); f32 and bf16 weights stay in f32, which their values
+    // need (bf16's range is f32's).
+    let half = !matches!(qtype, QType::F32 | QType::BF16);
+    let (elem, tile_dtype, data_type) = if half {
+        (2, DType::F16, cudaDataType::CUDA_R_16F)
+    } else {
+        (4, DType::F32, cudaDataType::CUDA_R_32F)
+    };
+    let xp = if half { x.half(b)? } else { x.ptr };
     // At least one row (n >= 1 and k >= 1 here), at most all of them.
-    let tile_rows = (TILE_BYTES / (4 * k)).max(1).min(n);
-    let tile = b.alloc(DType::F32, tile_rows * k)?;
-    let kernel = format!("qdequant_{ty}");
+    let tile_rows = (TILE_BYTES / (elem * k)).max(1).min(n);
+    let tile = b.alloc(tile_dtype, tile_rows * k)?;
+    let kernel = if half {
+        format!("qdequant_h_{ty}")
+    } else {
+        format!("qdequant_{ty}")
+    };
     let f = b.function("quant", &kernel)?;
     let cpr = (k / chunk_len(qtype)) as i64;
     let (one, zero) = (1f32, 0f32);
@@ -552,15 +591,16 @@ fn dequant_gemm(
         let (wp, rows64, tp) = (w.ptr + (j0 as i64 * w.row_stride) as u64, tn as i64, tile.ptr());
         let mut args = b.stream.launch_builder(&f);
         args.arg(&wp).arg(&w.row_stride).arg(&rows64).arg(&cpr).arg(&tp);
-        // SAFETY: qdequant_T(w, row_stride, rows, cpr, y): rows j0..j0 + tn
-        // of the weight (inside it), each of cpr chunks, into the tile of
-        // tile_rows * k >= tn * k f32.
+        // SAFETY: qdequant_T / qdequant_h_T(w, row_stride, rows, cpr, y):
+        // rows j0..j0 + tn of the weight (inside it), each of cpr chunks,
+        // into the tile of tile_rows * k >= tn * k f32 (f16).
         unsafe { args.launch(grid(tn * cpr as usize, b.sm_count)) }.map_err(|e| b.launch_err(&kernel, e))?;
         // Row-major Y[m, n] = X[m, k] W[n, k]^T is column-major
         // Y^T (n x m, ld n) = W (k x n col-major, transposed) X^T (k x m,
         // ld k): for the tile, rows j0.. of Y^T, i.e. y + j0 with ld n.
-        // SAFETY: the tile holds tn rows of k f32 (lda k), x holds m rows
-        // of k (ldb k), and y's columns j0..j0 + tn of m rows of n (ldc n)
+        // SAFETY: the tile holds tn rows of k values (lda k), x (or its f16
+        // copy) m rows of k (ldb k), both of `data_type`; y's columns
+        // j0..j0 + tn of m rows of n f32 (ldc n)
         // lie inside y; the handle is bound to this backend's stream, so
         // the GEMM runs after the dequantization and before the next tile's.
         let status = unsafe {
@@ -573,11 +613,11 @@ fn dequant_gemm(
                 k as i32,
                 &one as *const f32 as *const _,
                 tp as *const _,
-                cudaDataType::CUDA_R_32F,
+                data_type,
                 k as i32,
                 (tn * k) as i64,
-                x.ptr as *const _,
-                cudaDataType::CUDA_R_32F,
+                xp as *const _,
+                data_type,
                 k as i32,
                 (m * k) as i64,
                 &zero as *const f32 as *const _,
