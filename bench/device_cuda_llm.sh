@@ -39,6 +39,7 @@
 #   bash bench/device_cuda_llm.sh speed [MODEL...]
 #   bash bench/device_cuda_llm.sh warm                # rustorch's kernels compiled once (~76 s)
 #   bash bench/device_cuda_llm.sh smoke [MODEL]       # generation op by op and as CUDA graphs, compared
+#   bash bench/device_cuda_llm.sh graphs [MODEL...]   # greedy op by op against recorded steps (tokens, logits)
 #   bash bench/device_cuda_llm.sh info                # what is here: binaries, models, jobs
 #
 # What it reads: .device-cli/rustorch-cli.xz (rustorch-cli built with --features cuda, stripped;
@@ -648,6 +649,58 @@ warm)
     t0=$(date +%s)
     "$CLI" bench -m "$f" -b cuda -p 16 -n 2 -r 1 > "$W/logs/warm.log" 2>&1 || { tail -5 "$W/logs/warm.log"; exit 1; }
     log "rustorch-cli -b cuda first start (kernel cache $RUSTORCH_CUDA_CACHE) took $(( $(date +%s) - t0 )) s"
+    ;;
+graphs)
+    # Recorded decode steps (RUSTORCH_CUDA_GRAPHS=1) against op-by-op steps: rustorch-cli greedy on
+    # the greedy prompts, both ways; per model, prompts with identical tokens, the largest top-1 logit
+    # difference over the steps both took alike, and whether the steps were recorded at all.
+    stash_carried
+    ensure_cli || exit 2
+    join_sources
+    [ $# -gt 0 ] || set -- smollm2-q4_1 smollm2-q4_k_m
+    {
+        echo "### graphs ($(date -u +%Y-%m-%dT%H:%M:%SZ))"
+        echo
+        gpu_line
+        echo
+        echo "| model | prompts | same tokens | max top-1 logit diff | recorded? | op-by-op ms | recorded ms |"
+        echo "| --- | --- | --- | --- | --- | --- | --- |"
+    } | emit graphs
+    rc=0
+    for m in "$@"; do
+        f="$(model_file "$m")"
+        [ -f "$f" ] || { echo "| $m | missing | | | | | |" | emit graphs; rc=1; continue; }
+        fam="${m%%-*}"
+        [ "$fam" = smollm2rand ] && fam=smollm2
+        prompts="$(render_prompts "$fam")" || { rc=1; continue; }
+        ms=()
+        for g in 0 1; do
+            t0=$(date +%s%N)
+            RUSTORCH_CUDA_GRAPHS=$g "$CLI" greedy -m "$f" -f "$prompts" -n "${GREEDY_N:-48}" -c 4096 -b cuda \
+                > "$W/greedy/$m-g$g.jsonl" 2> "$W/logs/graphs-$m-g$g.err" || rc=1
+            ms+=($(( ($(date +%s%N) - t0) / 1000000 )))
+        done
+        rec="yes"
+        grep -q "op by op" "$W/logs/graphs-$m-g1.err" && rec="no: $(grep -m1 "op by op" "$W/logs/graphs-$m-g1.err" | cut -c1-160)"
+        python3 - "$W/greedy/$m-g0.jsonl" "$W/greedy/$m-g1.jsonl" "$m" "$rec" "${ms[0]}" "${ms[1]}" <<'PY' | emit graphs || rc=1
+import json, sys
+a = {r["id"]: r for r in map(json.loads, filter(str.strip, open(sys.argv[1])))}
+b = {r["id"]: r for r in map(json.loads, filter(str.strip, open(sys.argv[2])))}
+same, worst = 0, 0.0
+for i, ra in a.items():
+    rb = b.get(i)
+    if rb is None:
+        continue
+    same += ra["tokens"] == rb["tokens"]
+    for ta, tb, xa, xb in zip(ra["tokens"], rb["tokens"], ra["top"], rb["top"]):
+        if ta != tb:
+            break
+        worst = max(worst, abs(xa[1] - xb[1]))
+print(f"| {sys.argv[3]} | {len(a)} | {same} | {worst:.4f} | {sys.argv[4]} | {sys.argv[5]} | {sys.argv[6]} |")
+sys.exit(0 if len(a) == len(b) and a else 1)
+PY
+    done
+    exit $rc
     ;;
 smoke)
     # rustorch-cli -b cuda on one model (default: the tiny one of `warm`), decode steps op by op

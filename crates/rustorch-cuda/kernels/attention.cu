@@ -525,3 +525,63 @@ extern "C" __global__ void __launch_bounds__(AT_THREADS)
     }
 }
 // ---- END HOST-TESTABLE ATTENTION_AT ---------------------------------------
+
+// ---- Op::FlashAttention for long batches: cuBLAS on the tensor cores -----
+// The launcher (attention.rs, flash_gemm) multiplies S = Q K^T per key/value
+// head with cuBLAS (Q and the f16 cache in f16, f32 accumulation), then
+// att_softmax_rows turns each row of S into probabilities P (f16, as
+// llama.cpp's CUDA flash attention rounds them), then cuBLAS multiplies
+// O = P V. Q's rows of the heads that share a key/value head are adjacent
+// in the f16 copy att_q_to_f16 makes ([Hq, T, D] contiguous).
+
+// q [Hq, T, D] through its strides, into y [Hq, T, D] contiguous f16.
+extern "C" __global__ void att_q_to_f16(const float* q, Str4 lq, i64 t, i64 d, i64 n, u16* y) {
+    RT_GRID_STRIDE(e, n) {
+        const i64 c = e % d, r = e / d, i = r % t, h = r / t;
+        y[e] = f32_to_f16(q[lq.off + h * lq.s[1] + i * lq.s[2] + c * lq.s[3]]);
+    }
+}
+
+// One block per row of S [rows, L] (row r is query row r % T of its head):
+// x_j = S[r, j] * scale + mask[r % T, j]; P[r, j] = exp(x_j - max) / sum,
+// rounded to f16. A row that sees no key (max -inf) is zeros, as the
+// kernel above writes it.
+extern "C" __global__ void __launch_bounds__(256)
+    att_softmax_rows(const float* s, i64 l, i64 t, const float* mask, Str4 lm, float scale, u16* p) {
+    __shared__ float red[32];
+    const i64 r = blockIdx.x;
+    const float* sr = s + r * l;
+    const i64 mbase = lm.off + (r % t) * lm.s[2];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    float mx = NEG_INF;
+    for (i64 j = threadIdx.x; j < l; j += blockDim.x) {
+        const float x = __fadd_rn(__fmul_rn(sr[j], scale), mask[mbase + j * lm.s[3]]);
+        mx = nan_max(mx, x);
+    }
+    for (int o = 16; o > 0; o >>= 1) mx = nan_max(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if (lane == 0) red[warp] = mx;
+    __syncthreads();
+    mx = red[0];
+    for (int w = 1; w < nw; ++w) mx = nan_max(mx, red[w]);
+    __syncthreads();
+    u16* pr = p + r * l;
+    if (mx == NEG_INF) {
+        for (i64 j = threadIdx.x; j < l; j += blockDim.x) pr[j] = 0;
+        return;
+    }
+    float sum = 0.0f;
+    for (i64 j = threadIdx.x; j < l; j += blockDim.x) {
+        const float x = __fadd_rn(__fmul_rn(sr[j], scale), mask[mbase + j * lm.s[3]]);
+        sum += expf(x - mx);
+    }
+    sum = warp_sum(sum);
+    if (lane == 0) red[warp] = sum;
+    __syncthreads();
+    sum = 0.0f;
+    for (int w = 0; w < nw; ++w) sum += red[w];
+    const float inv = 1.0f / sum;
+    for (i64 j = threadIdx.x; j < l; j += blockDim.x) {
+        const float x = __fadd_rn(__fmul_rn(sr[j], scale), mask[mbase + j * lm.s[3]]);
+        pr[j] = f32_to_f16(expf(x - mx) * inv);
+    }
+}

@@ -327,6 +327,12 @@ pub(super) fn cached(
         Str4::of(v.layout).ok_or_else(deep)?,
         Str4::of(m.layout).ok_or_else(deep)?,
     );
+    if flash && t >= GEMM_MIN_ROWS {
+        let dims = GemmDims { hq, hkv, t, l, d, dv };
+        if flash_gemm(b, dims, scale, [q, k, v, m], [&lq, &lk, &lv, &lm], &y)? {
+            return Ok(y);
+        }
+    }
     let f = b.function("attention", name)?;
     let (qp, kp, vp, mp, yp) = (
         b.own(name, q.buffer)?.ptr(),
@@ -362,6 +368,184 @@ pub(super) fn cached(
     // holds Hq * T * Dv elements, the shared memory d + dv + 2 tiles.
     unsafe { args.launch(config(rows, shared_bytes(d, dv, 4))) }.map_err(|e| b.launch_err(name, e))?;
     Ok(y)
+}
+
+/// Query rows from which `Op::FlashAttention` multiplies with cuBLAS on
+/// the tensor cores (`flash_gemm`) rather than one block per row, which
+/// reads the keys and values once per row: a prompt's batch, not a decode
+/// step or the conformance suite's small cases.
+const GEMM_MIN_ROWS: usize = 64;
+/// Scratch for the scores (f32) and probabilities (f16) of `flash_gemm`:
+/// key/value heads go in batches that fit it.
+const GEMM_SCRATCH_BYTES: usize = 768 << 20;
+
+#[derive(Clone, Copy)]
+struct GemmDims {
+    hq: usize,
+    hkv: usize,
+    t: usize,
+    l: usize,
+    d: usize,
+    dv: usize,
+}
+
+/// `Op::FlashAttention` as S = Q K^T (cuBLAS, f16 operands, f32
+/// accumulation), P = softmax(S * scale + mask) rounded to f16
+/// (`att_softmax_rows`), O = P V (cuBLAS), per key/value head with the
+/// query heads that share it as one matrix of group * T rows. `Ok(false)`
+/// where the operands do not suit it (the per-row kernel then runs): rows
+/// of the cache not contiguous, or one head's scores past the scratch.
+fn flash_gemm(
+    b: &CudaBackend,
+    g: GemmDims,
+    scale: f32,
+    [q, k, v, m]: [&TensorRef<'_>; 4],
+    [lq, lk, lv, lm]: [&Str4; 4],
+    y: &CudaBuffer,
+) -> Result<bool, BackendError> {
+    use cudarc::cublas::sys::{
+        cublasComputeType_t, cublasGemmAlgo_t, cublasGemmStridedBatchedEx, cublasOperation_t, cublasStatus_t,
+        cudaDataType,
+    };
+    let name = "flash_attention";
+    let group = g.hq / g.hkv;
+    let rows = group * g.t; // per key/value head
+    let per_head = rows * g.l * (4 + 2);
+    let fits_i32 = |x: usize| i32::try_from(x).is_ok();
+    if lk.s[3] != 1
+        || lv.s[3] != 1
+        || (lk.s[2] as usize) < g.d
+        || (lv.s[2] as usize) < g.dv
+        || per_head > GEMM_SCRATCH_BYTES
+        || ![rows, g.l, g.d, g.dv, lk.s[2] as usize, lv.s[2] as usize]
+            .into_iter()
+            .all(fits_i32)
+    {
+        return Ok(false);
+    }
+    let heads_per_batch = (GEMM_SCRATCH_BYTES / per_head).clamp(1, g.hkv);
+    let q16 = b.alloc(DType::F16, g.hq * g.t * g.d)?;
+    let scores = b.alloc(DType::F32, heads_per_batch * rows * g.l)?;
+    let probs = b.alloc(DType::F16, heads_per_batch * rows * g.l)?;
+    // Q in f16, [Hq, T, D] contiguous.
+    let f = b.function("attention", "att_q_to_f16")?;
+    let (qp, q16p) = (b.own(name, q.buffer)?.ptr(), q16.ptr());
+    let (t64, d64, n64) = (g.t as i64, g.d as i64, (g.hq * g.t * g.d) as i64);
+    let mut args = b.stream.launch_builder(&f);
+    args.arg(&qp).arg(lq).arg(&t64).arg(&d64).arg(&n64).arg(&q16p);
+    // SAFETY: att_q_to_f16(q, lq, t, d, n, y): lq is q's own layout of
+    // [Hq, T, D] (checked by the executor), y holds n = Hq*T*D f16.
+    unsafe { args.launch(crate::launch::grid(g.hq * g.t * g.d, b.sm_count)) }
+        .map_err(|e| b.launch_err("att_q_to_f16", e))?;
+    let (kp, vp, mp) = (
+        b.own(name, k.buffer)?.ptr() + (lk.off * 2) as u64,
+        b.own(name, v.buffer)?.ptr() + (lv.off * 2) as u64,
+        b.own(name, m.buffer)?.ptr(),
+    );
+    let softmax = b.function("attention", "att_softmax_rows")?;
+    let (one, zero) = (1f32, 0f32);
+    let blas_err = |what: &str, st: cublasStatus_t| BackendError::Device {
+        device: b.device,
+        message: format!("{name}: cublasGemmStridedBatchedEx ({what}): {st:?}"),
+    };
+    let mut h0 = 0;
+    while h0 < g.hkv {
+        let nh = heads_per_batch.min(g.hkv - h0);
+        let (kh, vh) = (
+            kp + (h0 as i64 * lk.s[1] * 2) as u64,
+            vp + (h0 as i64 * lv.s[1] * 2) as u64,
+        );
+        let qh = q16p + (h0 * rows * g.d * 2) as u64;
+        let yh = y.ptr() + (h0 * rows * g.dv * 4) as u64;
+        // S[rows, L] = Q'[rows, D] K[L, D]^T: column-major S^T (L x rows,
+        // ld L) = K^T (op T of K as D x L, ld = its row stride) Q'^T.
+        // SAFETY: per head of this batch, K holds L rows of D f16 at its
+        // row stride (>= D) from kh + h * its head stride, Q' rows x D
+        // contiguous f16 from qh + h * rows * D, S rows x L f32; the handle
+        // runs on the backend's stream, in order with the kernels.
+        let st = unsafe {
+            cublasGemmStridedBatchedEx(
+                *b.blas.handle(),
+                cublasOperation_t::CUBLAS_OP_T,
+                cublasOperation_t::CUBLAS_OP_N,
+                g.l as i32,
+                rows as i32,
+                g.d as i32,
+                &one as *const f32 as *const _,
+                kh as *const _,
+                cudaDataType::CUDA_R_16F,
+                lk.s[2] as i32,
+                lk.s[1],
+                qh as *const _,
+                cudaDataType::CUDA_R_16F,
+                g.d as i32,
+                (rows * g.d) as i64,
+                &zero as *const f32 as *const _,
+                scores.ptr() as *mut _,
+                cudaDataType::CUDA_R_32F,
+                g.l as i32,
+                (rows * g.l) as i64,
+                nh as i32,
+                cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        };
+        if st != cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+            return Err(blas_err("scores", st));
+        }
+        let (sp, pp, l64) = (scores.ptr(), probs.ptr(), g.l as i64);
+        let mut args = b.stream.launch_builder(&softmax);
+        args.arg(&sp).arg(&l64).arg(&t64).arg(&mp).arg(lm).arg(&scale).arg(&pp);
+        let cfg = LaunchConfig {
+            grid_dim: ((nh * rows) as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: att_softmax_rows(s, l, t, mask, lm, scale, p): nh * rows
+        // rows of L f32 scores in, as many f16 out; row r's mask row is
+        // r % T of the [T, L] mask through its own layout.
+        unsafe { args.launch(cfg) }.map_err(|e| b.launch_err("att_softmax_rows", e))?;
+        // O[rows, Dv] = P[rows, L] V[L, Dv]: column-major O^T (Dv x rows,
+        // ld Dv) = V^T (Dv x L: V's rows, ld = its row stride) P^T (L x
+        // rows, ld L).
+        // SAFETY: V holds L rows of Dv f16 at its row stride (>= Dv) per
+        // head, P rows x L f16, O rows x Dv f32 inside y ([Hq, T, Dv] is
+        // [Hkv, rows, Dv]).
+        let st = unsafe {
+            cublasGemmStridedBatchedEx(
+                *b.blas.handle(),
+                cublasOperation_t::CUBLAS_OP_N,
+                cublasOperation_t::CUBLAS_OP_N,
+                g.dv as i32,
+                rows as i32,
+                g.l as i32,
+                &one as *const f32 as *const _,
+                vh as *const _,
+                cudaDataType::CUDA_R_16F,
+                lv.s[2] as i32,
+                lv.s[1],
+                pp as *const _,
+                cudaDataType::CUDA_R_16F,
+                g.l as i32,
+                (rows * g.l) as i64,
+                &zero as *const f32 as *const _,
+                yh as *mut _,
+                cudaDataType::CUDA_R_32F,
+                g.dv as i32,
+                (rows * g.dv) as i64,
+                nh as i32,
+                cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        };
+        if st != cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+            return Err(blas_err("values", st));
+        }
+        h0 += nh;
+    }
+    // Scratch freed in stream order, after the GEMMs that read it.
+    drop((q16, scores, probs));
+    Ok(true)
 }
 
 /// How many blocks share a row's keys for a cache of `capacity`
