@@ -67,6 +67,15 @@ __device__ __forceinline__ i64 write_shift(const WriteAt& at) {
     return p * at.step;
 }
 
+// GELU's tanh form in f32, as the CPU computes it: shared by Op::GeGlu
+// (elementwise.cu) and the fused gated products (quant.cu), which must
+// give the same values.
+__device__ __forceinline__ float op_gelu_tanh(float x) {
+    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+// SiLU(x) * g as Op::SwiGlu computes it (elementwise.cu, quant.cu).
+__device__ __forceinline__ float op_swiglu(float x, float g) { return x / (1.0f + expf(-x)) * g; }
+
 // f16 and bf16 travel as their bits (u16).
 __device__ __forceinline__ float f16_to_f32(u16 h) {
     float f;

@@ -27,9 +27,8 @@ __device__ __forceinline__ double op_sigmoid(double x) { return 1.0 / (1.0 + exp
 template <typename A> __device__ __forceinline__ A op_relu(A x) { return x < (A)0 ? (A)0 : x; }
 __device__ __forceinline__ float  op_gelu(float x)  { return 0.5f * x * erfcf(-x * 0.70710678118654752f); }
 __device__ __forceinline__ double op_gelu(double x) { return 0.5 * x * erfc(-x * 0.70710678118654752); }
-__device__ __forceinline__ float op_gelu_tanh(float x) {
-    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
-}
+// op_gelu_tanh(float) is in common.cuh (the fused gated products of
+// quant.cu use it too).
 __device__ __forceinline__ double op_gelu_tanh(double x) {
     return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
 }
@@ -244,8 +243,7 @@ INT_CMPS(BOOL, u8)
 // ---- gated activations (Op::SwiGlu, Op::GeGlu): f32, x and g of one shape -
 extern "C" __global__ void swiglu_F32(const float* x, Strided lx, const float* g, Strided lg, float* y, i64 n) {
     RT_GRID_STRIDE(i, n) {
-        float v = x[strided_at(lx, i)];
-        y[i] = v / (1.0f + expf(-v)) * g[strided_at(lg, i)];
+        y[i] = op_swiglu(x[strided_at(lx, i)], g[strided_at(lg, i)]);
     }
 }
 extern "C" __global__ void geglu_F32(const float* x, Strided lx, const float* g, Strided lg, float* y, i64 n) {

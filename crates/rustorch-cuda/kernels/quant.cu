@@ -1059,6 +1059,29 @@ __device__ __forceinline__ void q_mmvq(const u8* w, i64 row_stride, i64 n, const
     }
 }
 
+// One activation row through both weights of a gated feed-forward: the
+// warp of output column j takes gate row j and up row j (each exactly as
+// q_mmvq takes it, so the two sums are q_mmvq's bit for bit) and writes
+// act(gate) * up as Op::SwiGlu / Op::GeGlu compute it: one launch instead
+// of two products and the activation's kernel (a decode step's).
+template <class T>
+__device__ __forceinline__ void q_mmvq_gated(const u8* wg, i64 sg, const u8* wu, i64 su, i64 n, const QActs& a,
+                                             int act, float* y) {
+    i64 j = (i64)blockIdx.x * QMMVQ_WARPS + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (j >= n) return;  // whole warps: the shuffles below have all 32 lanes
+    float ag[1][1], au[1][1];
+    q_mmvq_lane<T, 1, 1>(wg + j * sg, sg, 1, a, 1, lane, ag);
+    q_mmvq_lane<T, 1, 1>(wu + j * su, su, 1, a, 1, lane, au);
+    float g = ag[0][0], u = au[0][0];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        g += __shfl_xor_sync(0xffffffffu, g, o);
+        u += __shfl_xor_sync(0xffffffffu, u, o);
+    }
+    if (lane == 0) y[j] = act == 0 ? op_swiglu(g, u) : op_gelu_tanh(g) * u;
+}
+
 #define Q_MMVQ_KERNEL(NAME, T, M)                                                            \
     extern "C" __global__ void __launch_bounds__(32 * QMMVQ_WARPS) qmmvq_##NAME##_m##M(      \
         const u8* w, i64 row_stride, i64 n, i64 k, const int* aq, const float* ad,           \
@@ -1066,6 +1089,12 @@ __device__ __forceinline__ void q_mmvq(const u8* w, i64 row_stride, i64 n, const
         QActs a = {aq, ad, asum, as, k};                                                     \
         q_mmvq<T, M>(w, row_stride, n, a, m, y);                                             \
     }
-#define Q_MMVQ_KERNELS(NAME, T) \
-    Q_MMVQ_KERNEL(NAME, T, 1) Q_MMVQ_KERNEL(NAME, T, 2) Q_MMVQ_KERNEL(NAME, T, 4) Q_MMVQ_KERNEL(NAME, T, 8)
+#define Q_MMVQ_KERNELS(NAME, T)                                                              \
+    Q_MMVQ_KERNEL(NAME, T, 1) Q_MMVQ_KERNEL(NAME, T, 2) Q_MMVQ_KERNEL(NAME, T, 4) Q_MMVQ_KERNEL(NAME, T, 8) \
+    extern "C" __global__ void __launch_bounds__(32 * QMMVQ_WARPS) qmmvq_gated_##NAME(       \
+        const u8* wg, i64 sg, const u8* wu, i64 su, i64 n, i64 k, const int* aq, const float* ad, \
+        const int* asum, const float* as, int act, float* y) {                               \
+        QActs a = {aq, ad, asum, as, k};                                                     \
+        q_mmvq_gated<T>(wg, sg, wu, su, n, a, act, y);                                       \
+    }
 Q_MMVQ_TYPES(Q_MMVQ_KERNELS)

@@ -29,7 +29,9 @@
 //!   of that weight; `QMatMulGated` is the two products followed by the
 //!   SwiGLU/GeGLU kernel of elementwise.cu written over the gate product,
 //!   so its values are those of `QMatMuls` then `Op::SwiGlu`/`Op::GeGlu`
-//!   here, bit for bit.
+//!   here, bit for bit; for one activation row and gate and up of one
+//!   MMVQ type, one kernel computes both sums and the activation
+//!   (`qmmvq_gated_T`), with the same values.
 
 use super::index::{first_bad, index_suffix};
 use crate::backend::CudaBackend;
@@ -172,6 +174,9 @@ pub(super) fn run(
         Op::QMatMulGated { qtypes, act } => {
             arity(3)?;
             let x = Activations::new(b, &name, &inputs[0])?;
+            if let Some(y) = gated_mmvq(b, &name, *qtypes, *act, &x, &inputs[1], &inputs[2], &outputs[0])? {
+                return Ok(vec![y]);
+            }
             let gate = product(b, &name, qtypes[0], &x, &inputs[1])?;
             let up = product(b, &name, qtypes[1], &x, &inputs[2])?;
             if gate.len != up.len || gate.len != outputs[0].shape.numel() {
@@ -545,6 +550,76 @@ fn mmvq_product(
         r0 += rows;
     }
     Ok(())
+}
+
+/// A decode step's gated feed-forward in one launch (`qmmvq_gated_T`):
+/// one activation row, gate and up of one MMVQ type. The values are those
+/// of the two products and the activation's kernel (the same sums, the
+/// same activation code). `None` where it does not apply.
+#[allow(clippy::too_many_arguments)]
+fn gated_mmvq(
+    b: &CudaBackend,
+    name: &str,
+    qtypes: [QType; 2],
+    act: GateActivation,
+    x: &Activations,
+    wg: &TensorRef<'_>,
+    wu: &TensorRef<'_>,
+    out: &TensorMeta,
+) -> Result<Option<CudaBuffer>, BackendError> {
+    let (Some((layout, align)), Some(ty)) = (mmvq_layout(qtypes[0]), kernel_type(qtypes[0])) else {
+        return Ok(None);
+    };
+    if x.m != 1 || qtypes[0] != qtypes[1] || x.k == 0 {
+        return Ok(None);
+    }
+    let (g, u) = (
+        Weight::new(b, name, qtypes[0], wg, align)?,
+        Weight::new(b, name, qtypes[1], wu, align)?,
+    );
+    let n = g.rows;
+    if u.rows != n || g.cols != x.k || u.cols != x.k || out.shape.numel() != n {
+        return Ok(None);
+    }
+    let y = b.alloc(DType::F32, n)?;
+    if n == 0 {
+        return Ok(Some(y));
+    }
+    let qa = x.quantized(b, layout)?;
+    let kernel = format!("qmmvq_gated_{ty}");
+    let f = b.function("quant", &kernel)?;
+    let blocks = u32::try_from(n.div_ceil(MMVQ_WARPS))
+        .map_err(|_| BackendError::unsupported(b.device, kernel.clone(), "more weight rows than a grid holds"))?;
+    let cfg = LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: ((32 * MMVQ_WARPS) as u32, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let as_ = if layout == ActLayout::Q32 { qa.s } else { 0 };
+    let (n64, k64, yp) = (n as i64, x.k as i64, y.ptr());
+    let act32: i32 = match act {
+        GateActivation::SwiGlu => 0,
+        GateActivation::GeGlu => 1,
+    };
+    let mut args = b.stream.launch_builder(&f);
+    args.arg(&g.ptr)
+        .arg(&g.row_stride)
+        .arg(&u.ptr)
+        .arg(&u.row_stride)
+        .arg(&n64)
+        .arg(&k64)
+        .arg(&qa.q)
+        .arg(&qa.d)
+        .arg(&qa.sum)
+        .arg(&as_)
+        .arg(&act32)
+        .arg(&yp);
+    // SAFETY: qmmvq_gated_T(wg, sg, wu, su, n, k, aq, ad, asum, as, act,
+    // y): gate and up hold n rows of k values at their row strides, aligned
+    // for the type's loads (Weight::new); the quantized activations hold
+    // the one row of k values; y holds n f32.
+    unsafe { args.launch(cfg) }.map_err(|e| b.launch_err(&kernel, e))?;
+    Ok(Some(y))
 }
 
 /// The batched path: tiles of weight rows dequantized to f32
