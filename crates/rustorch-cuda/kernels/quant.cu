@@ -1082,6 +1082,32 @@ __device__ __forceinline__ void q_mmvq_gated(const u8* wg, i64 sg, const u8* wu,
     if (lane == 0) y[j] = act == 0 ? op_swiglu(g, u) : op_gelu_tanh(g) * u;
 }
 
+// One activation row through up to three weights of one type (the query,
+// key and value projections of a decode step) in one launch: blocks
+// 0..b0 take weight 0, the next b1 weight 1, the rest weight 2; each
+// column exactly as q_mmvq computes it for m = 1.
+struct QMulti {
+    const u8* w[3];
+    i64 stride[3];
+    i64 n[3];
+    float* y[3];
+    i64 first_block[3];
+};
+template <class T>
+__device__ __forceinline__ void q_mmvq_multi(const QMulti& p, int count, const QActs& a) {
+    int i = 0;
+    while (i + 1 < count && (i64)blockIdx.x >= p.first_block[i + 1]) ++i;
+    const i64 j = ((i64)blockIdx.x - p.first_block[i]) * QMMVQ_WARPS + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (j >= p.n[i]) return;  // whole warps
+    float acc[1][1];
+    q_mmvq_lane<T, 1, 1>(p.w[i] + j * p.stride[i], p.stride[i], 1, a, 1, lane, acc);
+    float s = acc[0][0];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0) p.y[i][j] = s;
+}
+
 #define Q_MMVQ_KERNEL(NAME, T, M)                                                            \
     extern "C" __global__ void __launch_bounds__(32 * QMMVQ_WARPS) qmmvq_##NAME##_m##M(      \
         const u8* w, i64 row_stride, i64 n, i64 k, const int* aq, const float* ad,           \
@@ -1096,5 +1122,11 @@ __device__ __forceinline__ void q_mmvq_gated(const u8* wg, i64 sg, const u8* wu,
         const int* asum, const float* as, int act, float* y) {                               \
         QActs a = {aq, ad, asum, as, k};                                                     \
         q_mmvq_gated<T>(wg, sg, wu, su, n, a, act, y);                                       \
+    }                                                                                        \
+    extern "C" __global__ void __launch_bounds__(32 * QMMVQ_WARPS) qmmvq_multi_##NAME(       \
+        QMulti p, int count, i64 k, const int* aq, const float* ad, const int* asum,         \
+        const float* as) {                                                                   \
+        QActs a = {aq, ad, asum, as, k};                                                     \
+        q_mmvq_multi<T>(p, count, a);                                                        \
     }
 Q_MMVQ_TYPES(Q_MMVQ_KERNELS)

@@ -26,7 +26,8 @@
 //!   that quantization's error (tests/quant_tol/mod.rs has the tolerances
 //!   and where they come from).
 //! - `QMatMuls` is one product per weight, each exactly the `QMatMul`
-//!   of that weight; `QMatMulGated` is the two products followed by the
+//!   of that weight (for one activation row and weights of one MMVQ type,
+//!   all in one launch, `qmmvq_multi_T`); `QMatMulGated` is the two products followed by the
 //!   SwiGLU/GeGLU kernel of elementwise.cu written over the gate product,
 //!   so its values are those of `QMatMuls` then `Op::SwiGlu`/`Op::GeGlu`
 //!   here, bit for bit; for one activation row and gate and up of one
@@ -165,6 +166,9 @@ pub(super) fn run(
         Op::QMatMuls { qtypes } => {
             arity(1 + qtypes.len())?;
             let x = Activations::new(b, &name, &inputs[0])?;
+            if let Some(ys) = multi_mmvq(b, &name, qtypes, &x, &inputs[1..])? {
+                return Ok(ys);
+            }
             qtypes
                 .iter()
                 .zip(&inputs[1..])
@@ -550,6 +554,90 @@ fn mmvq_product(
         r0 += rows;
     }
     Ok(())
+}
+
+/// `QMulti` in kernels/quant.cu: up to three weights of one launch.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct QMulti {
+    w: [u64; 3],
+    stride: [i64; 3],
+    n: [i64; 3],
+    y: [u64; 3],
+    first_block: [i64; 3],
+}
+
+// SAFETY: plain data with the C layout the kernels declare.
+unsafe impl cudarc::driver::DeviceRepr for QMulti {}
+
+/// A decode step's products of one activation row with two or three
+/// weights of one MMVQ type (`QMatMuls`: the query, key and value
+/// projections) in one launch (`qmmvq_multi_T`), each column as
+/// `qmmvq_T_m1` computes it. `None` where it does not apply (other row
+/// counts, mixed types: each product then launches on its own).
+fn multi_mmvq(
+    b: &CudaBackend,
+    name: &str,
+    qtypes: &[QType],
+    x: &Activations,
+    ws: &[TensorRef<'_>],
+) -> Result<Option<Vec<CudaBuffer>>, BackendError> {
+    let Some(&q0) = qtypes.first() else { return Ok(None) };
+    let (Some((layout, align)), Some(ty)) = (mmvq_layout(q0), kernel_type(q0)) else {
+        return Ok(None);
+    };
+    if x.m != 1 || x.k == 0 || !(2..=3).contains(&qtypes.len()) || qtypes.iter().any(|&q| q != q0) {
+        return Ok(None);
+    }
+    let weights = ws
+        .iter()
+        .map(|w| Weight::new(b, name, q0, w, align))
+        .collect::<Result<Vec<_>, _>>()?;
+    if weights.iter().any(|w| w.cols != x.k || w.rows == 0) {
+        return Ok(None);
+    }
+    let ys = weights
+        .iter()
+        .map(|w| b.alloc(DType::F32, w.rows))
+        .collect::<Result<Vec<_>, _>>()?;
+    let qa = x.quantized(b, layout)?;
+    let mut p = QMulti::default();
+    let mut blocks = 0usize;
+    for (i, (w, y)) in weights.iter().zip(&ys).enumerate() {
+        p.w[i] = w.ptr;
+        p.stride[i] = w.row_stride;
+        p.n[i] = w.rows as i64;
+        p.y[i] = y.ptr();
+        p.first_block[i] = blocks as i64;
+        blocks += w.rows.div_ceil(MMVQ_WARPS);
+    }
+    let kernel = format!("qmmvq_multi_{ty}");
+    let f = b.function("quant", &kernel)?;
+    let grid_blocks = u32::try_from(blocks)
+        .map_err(|_| BackendError::unsupported(b.device, kernel.clone(), "more weight rows than a grid holds"))?;
+    let cfg = LaunchConfig {
+        grid_dim: (grid_blocks, 1, 1),
+        block_dim: ((32 * MMVQ_WARPS) as u32, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let count = weights.len() as i32;
+    let as_ = if layout == ActLayout::Q32 { qa.s } else { 0 };
+    let k64 = x.k as i64;
+    let mut args = b.stream.launch_builder(&f);
+    args.arg(&p)
+        .arg(&count)
+        .arg(&k64)
+        .arg(&qa.q)
+        .arg(&qa.d)
+        .arg(&qa.sum)
+        .arg(&as_);
+    // SAFETY: qmmvq_multi_T(p, count, k, aq, ad, asum, as): for each of
+    // the `count` weights, n rows of k values at its row stride (aligned
+    // for the type's loads, Weight::new) and an output of n f32; blocks
+    // first_block[i].. take weight i, as many as its rows need; the
+    // quantized activations hold the one row of k values.
+    unsafe { args.launch(cfg) }.map_err(|e| b.launch_err(&kernel, e))?;
+    Ok(Some(ys))
 }
 
 /// A decode step's gated feed-forward in one launch (`qmmvq_gated_T`):
