@@ -37,7 +37,14 @@ pub fn qmatmul_gated_equals_the_products_then_the_activation(tg: &Target) {
         let bytes = quant::quantize(qtype, &values(rows * cols, seed)).unwrap();
         tg.qweight(qtype, rows, cols, bytes).unwrap()
     };
-    for (gq, uq) in [(QType::Q4_1, QType::Q8_0), (QType::Q4K, QType::Q6K)] {
+    // Mixed types, and one type for both (a GPU may then fuse the whole
+    // op into one kernel for a single row: the bits must stay the same).
+    for (gq, uq) in [
+        (QType::Q4_1, QType::Q8_0),
+        (QType::Q4K, QType::Q6K),
+        (QType::Q4K, QType::Q4K),
+        (QType::Q8_0, QType::Q8_0),
+    ] {
         let (gate, up) = (weight(gq, n, 31), weight(uq, n, 32));
         for m in [1usize, 3, 40, 64] {
             let x = tg.from_vec(values(m * cols, 7 + m as u32), [m, cols]).unwrap();
@@ -62,6 +69,33 @@ pub fn qmatmul_gated_equals_the_products_then_the_activation(tg: &Target) {
 }
 
 pub fn qmatmul_many_equals_one_product_per_weight(tg: &Target) {
+    // Weights of one type, one activation row (the query, key and value
+    // projections of a decode step, which a GPU may compute in one launch).
+    let cols = 512;
+    for qtype in [QType::Q4K, QType::Q6K, QType::Q8_0, QType::Q4_1] {
+        let x = tg.from_vec(values(cols, 40), [1, cols]).unwrap();
+        let ws: Vec<QWeight> = [96usize, 32, 40]
+            .into_iter()
+            .enumerate()
+            .map(|(i, rows)| {
+                let bytes = quant::quantize(qtype, &values(rows * cols, 50 + i as u32)).unwrap();
+                tg.qweight(qtype, rows, cols, bytes).unwrap()
+            })
+            .collect();
+        for take in [2, 3] {
+            let refs: Vec<&QWeight> = ws[..take].iter().collect();
+            let many = x.qmatmul_many(&refs).unwrap();
+            for (w, got) in ws.iter().zip(&many) {
+                let want = x.qmatmul(w).unwrap();
+                assert_eq!(got.dims(), want.dims());
+                let (g, e) = (got.to_vec::<f32>().unwrap(), want.to_vec::<f32>().unwrap());
+                assert!(
+                    g.iter().zip(&e).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{qtype}, {take} weights"
+                );
+            }
+        }
+    }
     // Q4_1 pairs with Q8_1 activations, Q8_0 and Q5_0 with Q8_0, Q6_K with
     // Q8_K: three dot types, one of them shared.
     let cols = 256;
