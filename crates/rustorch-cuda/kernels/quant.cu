@@ -916,6 +916,73 @@ __device__ __forceinline__ void q_matvec(const u8* w, i64 row_stride, i64 n, i64
     }
 }
 
+// The float weights' matvec with 16-byte loads (8 f16/bf16 or 4 f32 values
+// a lane and step, rows and x 16-byte aligned, k a multiple of 8): one
+// warp per output column as q_matvec, but each load fills a lane instead
+// of two bytes of it, so a decode step reads F16 weights near the memory's
+// speed. The launcher takes q_matvec where the alignment does not hold.
+// WK: 0 f16, 1 bf16, 2 f32.
+template <int WK>
+__device__ __forceinline__ void w_matvec(const u8* w, i64 row_stride, i64 n, i64 k, const float* x, int m, float* y) {
+    const int V = WK == 2 ? 4 : 8;
+    i64 j = (i64)blockIdx.x * QMV_WARPS + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (j >= n) return;  // whole warps
+    const uint4* row = reinterpret_cast<const uint4*>(w + j * row_stride);
+    float acc[QMV_MAX_ROWS];
+#pragma unroll
+    for (int r = 0; r < QMV_MAX_ROWS; ++r) acc[r] = 0.0f;
+    const i64 chunks = k / V;
+    for (i64 c = lane; c < chunks; c += 32) {
+        const uint4 u = row[c];
+        const u32 parts[4] = {u.x, u.y, u.z, u.w};
+        float v[8];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            if (WK == 0) {
+                v[2 * i] = f16_to_f32((u16)(parts[i] & 0xffffu));
+                v[2 * i + 1] = f16_to_f32((u16)(parts[i] >> 16));
+            } else if (WK == 1) {
+                v[2 * i] = __uint_as_float(parts[i] << 16);
+                v[2 * i + 1] = __uint_as_float(parts[i] & 0xffff0000u);
+            } else {
+                v[i] = __uint_as_float(parts[i]);
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < QMV_MAX_ROWS; ++r) {
+            if (r < m) {
+                const float4* xr = reinterpret_cast<const float4*>(x + (i64)r * k + c * V);
+                float s = acc[r];
+#pragma unroll
+                for (int h = 0; h < V / 4; ++h) {
+                    const float4 q = xr[h];
+                    s = fmaf(v[4 * h], q.x, s);
+                    s = fmaf(v[4 * h + 1], q.y, s);
+                    s = fmaf(v[4 * h + 2], q.z, s);
+                    s = fmaf(v[4 * h + 3], q.w, s);
+                }
+                acc[r] = s;
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < QMV_MAX_ROWS; ++r) {
+        if (r < m) {
+            float s = acc[r];
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+            if (lane == 0) y[(i64)r * n + j] = s;
+        }
+    }
+}
+#define W_MATVEC(NAME, WK)                                                                   \
+    extern "C" __global__ void __launch_bounds__(32 * QMV_WARPS) wmatvec_##NAME(             \
+        const u8* w, i64 row_stride, i64 n, i64 k, const float* x, int m, float* y) {        \
+        w_matvec<WK>(w, row_stride, n, k, x, m, y);                                          \
+    }
+W_MATVEC(F16, 0) W_MATVEC(BF16, 1) W_MATVEC(F32, 2)
+
 #define Q_KERNELS(NAME, T)                                                                   \
     extern "C" __global__ void qdequant_##NAME(const u8* w, i64 row_stride, i64 rows, i64 cpr, \
                                                float* y) {                                   \

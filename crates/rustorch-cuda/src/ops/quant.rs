@@ -400,7 +400,18 @@ fn product(
 
 /// The decode path: `qmatvec_T`, one warp per output column.
 fn matvec(b: &CudaBackend, ty: &str, w: &Weight, x: &Activations, y: &CudaBuffer) -> Result<(), BackendError> {
-    let kernel = format!("qmatvec_{ty}");
+    // Float weights with 16-byte aligned rows and activations take the
+    // kernel with 16-byte loads (`wmatvec_T`); the rest decode per chunk.
+    let wide = matches!(ty, "F16" | "BF16" | "F32")
+        && w.ptr.is_multiple_of(16)
+        && w.row_stride.rem_euclid(16) == 0
+        && x.ptr.is_multiple_of(16)
+        && x.k.is_multiple_of(8);
+    let kernel = if wide {
+        format!("wmatvec_{ty}")
+    } else {
+        format!("qmatvec_{ty}")
+    };
     let f = b.function("quant", &kernel)?;
     let blocks = u32::try_from(w.rows.div_ceil(MATVEC_WARPS))
         .map_err(|_| BackendError::unsupported(b.device, kernel.clone(), "more weight rows than a grid holds"))?;
@@ -418,10 +429,11 @@ fn matvec(b: &CudaBackend, ty: &str, w: &Weight, x: &Activations, y: &CudaBuffer
         .arg(&x.ptr)
         .arg(&m32)
         .arg(&yp);
-    // SAFETY: qmatvec_T(w, row_stride, n, k, x, m, y): rows 0..n of
-    // `row_stride` bytes hold k values each (the executor checked the
-    // weight's layout against its buffer), x is contiguous [m, k] with
-    // m <= QMV_MAX_ROWS, y holds m * n f32.
+    // SAFETY: qmatvec_T / wmatvec_T(w, row_stride, n, k, x, m, y): rows
+    // 0..n of `row_stride` bytes hold k values each (the executor checked
+    // the weight's layout against its buffer), x is contiguous [m, k] with
+    // m <= QMV_MAX_ROWS, y holds m * n f32; for wmatvec_T the rows and x
+    // start 16-byte aligned and k is a multiple of 8 (checked above).
     unsafe { args.launch(cfg) }.map_err(|e| b.launch_err(&kernel, e))?;
     Ok(())
 }
