@@ -841,8 +841,17 @@ __device__ __forceinline__ void q_dequant_rows(const u8* w, i64 row_stride, i64 
         float v[T::CH];
         q_row_chunk<T>(w + r * row_stride, t - r * cpr, v);
         float* o = y + t * T::CH;
+        if constexpr (T::CH % 4 == 0) {
+            // 16-byte stores (the chunk's 4 * CH bytes start 16-byte
+            // aligned: y is an allocation's start): a quarter of the store
+            // instructions and memory transactions of scalar stores.
+            float4* o4 = reinterpret_cast<float4*>(o);
 #pragma unroll
-        for (int i = 0; i < T::CH; ++i) o[i] = v[i];
+            for (int i = 0; i < T::CH / 4; ++i) o4[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+        } else {
+#pragma unroll
+            for (int i = 0; i < T::CH; ++i) o[i] = v[i];
+        }
     }
 }
 
@@ -856,8 +865,23 @@ __device__ __forceinline__ void q_dequant_rows_h(const u8* w, i64 row_stride, i6
         float v[T::CH];
         q_row_chunk<T>(w + r * row_stride, t - r * cpr, v);
         u16* o = y + t * T::CH;
+        if constexpr (T::CH % 8 == 0) {
+            // 16-byte stores of 8 halves (the chunk's 2 * CH bytes start
+            // 16-byte aligned): a warp's scalar 2-byte stores, 64 bytes
+            // apart, each touched its own sector.
+            uint4* o4 = reinterpret_cast<uint4*>(o);
 #pragma unroll
-        for (int i = 0; i < T::CH; ++i) o[i] = f32_to_f16(v[i]);
+            for (int i = 0; i < T::CH / 8; ++i) {
+                u32 h[4];
+#pragma unroll
+                for (int p = 0; p < 4; ++p)
+                    h[p] = (u32)f32_to_f16(v[8 * i + 2 * p]) | ((u32)f32_to_f16(v[8 * i + 2 * p + 1]) << 16);
+                o4[i] = make_uint4(h[0], h[1], h[2], h[3]);
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < T::CH; ++i) o[i] = f32_to_f16(v[i]);
+        }
     }
 }
 
