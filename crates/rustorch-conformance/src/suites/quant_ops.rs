@@ -71,13 +71,24 @@ pub fn qmatmul_gated_equals_the_products_then_the_activation(tg: &Target) {
 pub fn qmatmul_many_equals_one_product_per_weight(tg: &Target) {
     // Weights of one type, one activation row (the query, key and value
     // projections of a decode step, which a GPU may compute in one launch).
+    // Also mixed types, of which a GPU may group those of one type.
     let cols = 512;
-    for qtype in [QType::Q4K, QType::Q6K, QType::Q8_0, QType::Q4_1] {
+    let sets: [[QType; 3]; 6] = [
+        [QType::Q4K; 3],
+        [QType::Q6K; 3],
+        [QType::Q8_0; 3],
+        [QType::Q4_1; 3],
+        [QType::Q4K, QType::Q4K, QType::Q6K],
+        [QType::Q6K, QType::Q4K, QType::Q6K],
+    ];
+    for set in sets {
+        let qtype = set[0];
         let x = tg.from_vec(values(cols, 40), [1, cols]).unwrap();
         let ws: Vec<QWeight> = [96usize, 32, 40]
             .into_iter()
+            .zip(set)
             .enumerate()
-            .map(|(i, rows)| {
+            .map(|(i, (rows, qtype))| {
                 let bytes = quant::quantize(qtype, &values(rows * cols, 50 + i as u32)).unwrap();
                 tg.qweight(qtype, rows, cols, bytes).unwrap()
             })
@@ -91,7 +102,7 @@ pub fn qmatmul_many_equals_one_product_per_weight(tg: &Target) {
                 let (g, e) = (got.to_vec::<f32>().unwrap(), want.to_vec::<f32>().unwrap());
                 assert!(
                     g.iter().zip(&e).all(|(a, b)| a.to_bits() == b.to_bits()),
-                    "{qtype}, {take} weights"
+                    "{qtype} first, {take} weights"
                 );
             }
         }

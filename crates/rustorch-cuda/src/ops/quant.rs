@@ -26,8 +26,8 @@
 //!   that quantization's error (tests/quant_tol/mod.rs has the tolerances
 //!   and where they come from).
 //! - `QMatMuls` is one product per weight, each exactly the `QMatMul`
-//!   of that weight (for one activation row and weights of one MMVQ type,
-//!   all in one launch, `qmmvq_multi_T`); `QMatMulGated` is the two products followed by the
+//!   of that weight (for one activation row, the weights of one MMVQ type
+//!   share a launch, `qmmvq_multi_T`); `QMatMulGated` is the two products followed by the
 //!   SwiGLU/GeGLU kernel of elementwise.cu written over the gate product,
 //!   so its values are those of `QMatMuls` then `Op::SwiGlu`/`Op::GeGlu`
 //!   here, bit for bit; for one activation row and gate and up of one
@@ -166,8 +166,8 @@ pub(super) fn run(
         Op::QMatMuls { qtypes } => {
             arity(1 + qtypes.len())?;
             let x = Activations::new(b, &name, &inputs[0])?;
-            if let Some(ys) = multi_mmvq(b, &name, qtypes, &x, &inputs[1..])? {
-                return Ok(ys);
+            if x.m == 1 {
+                return products_of_one_row(b, &name, qtypes, &x, &inputs[1..]);
             }
             qtypes
                 .iter()
@@ -582,23 +582,61 @@ struct QMulti {
 // SAFETY: plain data with the C layout the kernels declare.
 unsafe impl cudarc::driver::DeviceRepr for QMulti {}
 
-/// A decode step's products of one activation row with two or three
-/// weights of one MMVQ type (`QMatMuls`: the query, key and value
-/// projections) in one launch (`qmmvq_multi_T`), each column as
-/// `qmmvq_T_m1` computes it. `None` where it does not apply (other row
-/// counts, mixed types: each product then launches on its own).
-fn multi_mmvq(
+/// `QMatMuls` for one activation row (a decode step's query, key and value
+/// projections): the weights of one MMVQ type, two or three at a time, in
+/// one launch each (`multi_mmvq`), the others one by one; the outputs in
+/// the weights' order, each as its own `QMatMul` computes it.
+fn products_of_one_row(
     b: &CudaBackend,
     name: &str,
     qtypes: &[QType],
     x: &Activations,
     ws: &[TensorRef<'_>],
+) -> Result<Vec<CudaBuffer>, BackendError> {
+    let mut out: Vec<Option<CudaBuffer>> = (0..qtypes.len()).map(|_| None).collect();
+    let mut done = vec![false; qtypes.len()];
+    for i in 0..qtypes.len() {
+        if done[i] || mmvq_layout(qtypes[i]).is_none() {
+            continue;
+        }
+        let group: Vec<usize> = (i..qtypes.len())
+            .filter(|&j| !done[j] && qtypes[j] == qtypes[i])
+            .take(3)
+            .collect();
+        if group.len() < 2 {
+            continue;
+        }
+        let refs: Vec<&TensorRef<'_>> = group.iter().map(|&j| &ws[j]).collect();
+        if let Some(ys) = multi_mmvq(b, name, qtypes[i], x, &refs)? {
+            for (&j, y) in group.iter().zip(ys) {
+                out[j] = Some(y);
+                done[j] = true;
+            }
+        }
+    }
+    out.into_iter()
+        .enumerate()
+        .map(|(j, y)| match y {
+            Some(y) => Ok(y),
+            None => product(b, name, qtypes[j], x, &ws[j]),
+        })
+        .collect()
+}
+
+/// Products of one activation row with two or three weights of one MMVQ
+/// type in one launch (`qmmvq_multi_T`), each column as `qmmvq_T_m1`
+/// computes it. `None` where it does not apply.
+fn multi_mmvq(
+    b: &CudaBackend,
+    name: &str,
+    q0: QType,
+    x: &Activations,
+    ws: &[&TensorRef<'_>],
 ) -> Result<Option<Vec<CudaBuffer>>, BackendError> {
-    let Some(&q0) = qtypes.first() else { return Ok(None) };
     let (Some((layout, align)), Some(ty)) = (mmvq_layout(q0), kernel_type(q0)) else {
         return Ok(None);
     };
-    if x.m != 1 || x.k == 0 || !(2..=3).contains(&qtypes.len()) || qtypes.iter().any(|&q| q != q0) {
+    if x.m != 1 || x.k == 0 || !(2..=3).contains(&ws.len()) {
         return Ok(None);
     }
     let weights = ws
