@@ -136,3 +136,75 @@ fn a_placement_for_another_layer_count_is_an_error() {
     .expect("3 layers for a 30-layer model");
     assert!(err.to_string().contains("placement names 3 layers"), "{err}");
 }
+
+/// A device that runs out of memory in the middle of generation (within
+/// the greedy steps after the prompt). The weights live there in its own
+/// layout, so the products cannot fall back to the CPU: the step fails
+/// with an error that says so (no panic, no hang), the steps before it
+/// gave the all-CPU model's bits, and the KV cache keeps its length (the
+/// failed token is not in it, so a retry or the next chat turn starts from
+/// a consistent cache).
+#[test]
+fn out_of_memory_mid_generation_is_an_error_and_the_cache_stays_consistent() {
+    let path = llamacpp::model_path("smollm2-q4_k_m");
+    let want = run(&Model::load(&path).unwrap());
+    let exec_with = |plugin: &Arc<FaultyBackend>| {
+        Arc::new(
+            Executor::with_backends(
+                ExecutorConfig {
+                    // Tracing also keeps decode steps op by op (no recorded
+                    // steps), whose bits are the CPU's.
+                    trace: true,
+                    min_offload_elems: usize::MAX,
+                    ..ExecutorConfig::default()
+                },
+                vec![plugin.clone() as Arc<dyn Backend>],
+            )
+            .unwrap(),
+        )
+    };
+    let load = |exec: &Arc<Executor>| {
+        Model::load_placed(
+            &path,
+            exec,
+            |cfg| Placement::offload(PLUGIN, cfg.n_layer + 1, cfg.n_layer),
+            |_, _| {},
+        )
+        .unwrap()
+    };
+    // The device's units of work for loading and for the prompt + 3 steps.
+    let probe = Arc::new(FaultyBackend::new());
+    let model = load(&exec_with(&probe));
+    let loaded = probe.uploads() + probe.executes();
+    run(&model);
+    let whole = probe.uploads() + probe.executes() - loaded;
+    drop(model);
+    // Out of memory two thirds of the way through: within the third step.
+    let plugin = Arc::new(FaultyBackend::new().oom_after(loaded + 2 * whole / 3));
+    let model = load(&exec_with(&plugin));
+    let prompt = model.tokenizer().encode("The capital of France is", true, true);
+    let mut cache = model.new_flash_cache(64).unwrap();
+    let (steps, err, len_before, len_after) = model.run_pass(|| {
+        let mut steps = vec![model
+            .forward(&mut cache, &prompt, Logits::Last)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap()];
+        loop {
+            let next = rustorch_llm::model::argmax(steps.last().unwrap());
+            let before = cache.len();
+            match model.forward_last(&mut cache, &[next]) {
+                Ok(l) => steps.push(l),
+                Err(e) => return (steps, e.to_string(), before, cache.len()),
+            }
+            assert!(steps.len() <= want.len(), "the device never ran out of memory");
+        }
+    });
+    assert!(err.contains("out of memory"), "the error does not say why: {err}");
+    assert_eq!(len_after, len_before, "the failed step left a token in the cache");
+    assert!(steps.len() >= 2, "the failure came before the steps: {err}");
+    for (step, (g, w)) in steps.iter().zip(&want).enumerate() {
+        let differ = g.iter().zip(w).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+        assert_eq!(differ, 0, "{differ} logits of step {step} differ from the CPU's");
+    }
+}
