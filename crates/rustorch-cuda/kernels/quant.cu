@@ -833,54 +833,39 @@ __device__ __forceinline__ void q_mmvq_lane(const u8* w, i64 row_stride, int row
 // ---- END HOST-TESTABLE DECODERS ------------------------------------------
 
 // ---- dequantization: `rows` rows of `cpr` chunks into y[rows, cpr * CH] ---
-// One thread per chunk (cuBLAS then multiplies the f32 rows).
-template <class T>
-__device__ __forceinline__ void q_dequant_rows(const u8* w, i64 row_stride, i64 rows, i64 cpr, float* y) {
-    RT_GRID_STRIDE(t, rows * cpr) {
-        i64 r = t / cpr;
-        float v[T::CH];
-        q_row_chunk<T>(w + r * row_stride, t - r * cpr, v);
-        float* o = y + t * T::CH;
-        if constexpr (T::CH % 4 == 0) {
-            // 16-byte stores (the chunk's 4 * CH bytes start 16-byte
-            // aligned: y is an allocation's start): a quarter of the store
-            // instructions and memory transactions of scalar stores.
-            float4* o4 = reinterpret_cast<float4*>(o);
-#pragma unroll
-            for (int i = 0; i < T::CH / 4; ++i) o4[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
-        } else {
-#pragma unroll
-            for (int i = 0; i < T::CH; ++i) o[i] = v[i];
-        }
-    }
+// One thread per chunk; cuBLAS then multiplies the rows: f32 ones, or f16
+// ones (as bits) for the tensor-core GEMM of long prompts, which reads
+// half the bytes and accumulates in f32 (llama.cpp's cuBLAS path rounds
+// its operands alike). A chunk's values go out in 16-byte stores where the
+// chunk is a whole number of them (its bytes then start 16-byte aligned: y
+// is an allocation's start): a warp's scalar stores, a chunk apart, each
+// touched its own memory sector (ncu on the H200: 0.3 TB/s).
+__device__ __forceinline__ void q_store16(float* o, const float* v) {
+    *reinterpret_cast<float4*>(o) = make_float4(v[0], v[1], v[2], v[3]);
 }
+__device__ __forceinline__ void q_store16(u16* o, const float* v) {
+    u32 h[4];
+#pragma unroll
+    for (int p = 0; p < 4; ++p) h[p] = (u32)f32_to_f16(v[2 * p]) | ((u32)f32_to_f16(v[2 * p + 1]) << 16);
+    *reinterpret_cast<uint4*>(o) = make_uint4(h[0], h[1], h[2], h[3]);
+}
+__device__ __forceinline__ void q_store1(float* o, float v) { *o = v; }
+__device__ __forceinline__ void q_store1(u16* o, float v) { *o = f32_to_f16(v); }
 
-// The same into f16 (as bits), for the tensor-core GEMM of long prompts:
-// the products then read half the bytes and run at f16 tensor-core speed,
-// accumulating in f32 (llama.cpp's cuBLAS path rounds its operands alike).
-template <class T>
-__device__ __forceinline__ void q_dequant_rows_h(const u8* w, i64 row_stride, i64 rows, i64 cpr, u16* y) {
+template <class T, class O>
+__device__ __forceinline__ void q_dequant_rows(const u8* w, i64 row_stride, i64 rows, i64 cpr, O* y) {
+    constexpr int PER_STORE = 16 / (int)sizeof(O);
     RT_GRID_STRIDE(t, rows * cpr) {
         i64 r = t / cpr;
         float v[T::CH];
         q_row_chunk<T>(w + r * row_stride, t - r * cpr, v);
-        u16* o = y + t * T::CH;
-        if constexpr (T::CH % 8 == 0) {
-            // 16-byte stores of 8 halves (the chunk's 2 * CH bytes start
-            // 16-byte aligned): a warp's scalar 2-byte stores, 64 bytes
-            // apart, each touched its own sector.
-            uint4* o4 = reinterpret_cast<uint4*>(o);
+        O* o = y + t * T::CH;
+        if constexpr (T::CH % PER_STORE == 0) {
 #pragma unroll
-            for (int i = 0; i < T::CH / 8; ++i) {
-                u32 h[4];
-#pragma unroll
-                for (int p = 0; p < 4; ++p)
-                    h[p] = (u32)f32_to_f16(v[8 * i + 2 * p]) | ((u32)f32_to_f16(v[8 * i + 2 * p + 1]) << 16);
-                o4[i] = make_uint4(h[0], h[1], h[2], h[3]);
-            }
+            for (int i = 0; i < T::CH / PER_STORE; ++i) q_store16(o + PER_STORE * i, v + PER_STORE * i);
         } else {
 #pragma unroll
-            for (int i = 0; i < T::CH; ++i) o[i] = f32_to_f16(v[i]);
+            for (int i = 0; i < T::CH; ++i) q_store1(o + i, v[i]);
         }
     }
 }
@@ -1010,11 +995,11 @@ W_MATVEC(F16, 0) W_MATVEC(BF16, 1) W_MATVEC(F32, 2)
 #define Q_KERNELS(NAME, T)                                                                   \
     extern "C" __global__ void qdequant_##NAME(const u8* w, i64 row_stride, i64 rows, i64 cpr, \
                                                float* y) {                                   \
-        q_dequant_rows<T>(w, row_stride, rows, cpr, y);                                      \
+        q_dequant_rows<T, float>(w, row_stride, rows, cpr, y);                               \
     }                                                                                        \
     extern "C" __global__ void qdequant_h_##NAME(const u8* w, i64 row_stride, i64 rows,      \
                                                  i64 cpr, u16* y) {                          \
-        q_dequant_rows_h<T>(w, row_stride, rows, cpr, y);                                    \
+        q_dequant_rows<T, u16>(w, row_stride, rows, cpr, y);                                 \
     }                                                                                        \
     extern "C" __global__ void __launch_bounds__(32 * QMV_WARPS) qmatvec_##NAME(             \
         const u8* w, i64 row_stride, i64 n, i64 k, const float* x, int m, float* y) {        \

@@ -403,10 +403,8 @@ fn flash_gemm(
     [lq, lk, lv, lm]: [&Str4; 4],
     y: &CudaBuffer,
 ) -> Result<bool, BackendError> {
-    use cudarc::cublas::sys::{
-        cublasComputeType_t, cublasGemmAlgo_t, cublasGemmStridedBatchedEx, cublasOperation_t, cublasStatus_t,
-        cudaDataType,
-    };
+    use super::matmul::{gemm_f32_acc, GemmOperand};
+    use cudarc::cublas::sys::{cublasOperation_t, cudaDataType};
     let name = "flash_attention";
     let group = g.hq / g.hkv;
     let rows = group * g.t; // per key/value head
@@ -443,11 +441,6 @@ fn flash_gemm(
         b.own(name, m.buffer)?.ptr(),
     );
     let softmax = b.function("attention", "att_softmax_rows")?;
-    let (one, zero) = (1f32, 0f32);
-    let blas_err = |what: &str, st: cublasStatus_t| BackendError::Device {
-        device: b.device,
-        message: format!("{name}: cublasGemmStridedBatchedEx ({what}): {st:?}"),
-    };
     let mut h0 = 0;
     while h0 < g.hkv {
         let nh = heads_per_batch.min(g.hkv - h0);
@@ -461,38 +454,34 @@ fn flash_gemm(
         // ld L) = K^T (op T of K as D x L, ld = its row stride) Q'^T.
         // SAFETY: per head of this batch, K holds L rows of D f16 at its
         // row stride (>= D) from kh + h * its head stride, Q' rows x D
-        // contiguous f16 from qh + h * rows * D, S rows x L f32; the handle
-        // runs on the backend's stream, in order with the kernels.
-        let st = unsafe {
-            cublasGemmStridedBatchedEx(
-                *b.blas.handle(),
-                cublasOperation_t::CUBLAS_OP_T,
-                cublasOperation_t::CUBLAS_OP_N,
-                g.l as i32,
-                rows as i32,
-                g.d as i32,
-                &one as *const f32 as *const _,
-                kh as *const _,
-                cudaDataType::CUDA_R_16F,
-                lk.s[2] as i32,
-                lk.s[1],
-                qh as *const _,
-                cudaDataType::CUDA_R_16F,
-                g.d as i32,
-                (rows * g.d) as i64,
-                &zero as *const f32 as *const _,
-                scores.ptr() as *mut _,
-                cudaDataType::CUDA_R_32F,
-                g.l as i32,
-                (rows * g.l) as i64,
+        // contiguous f16 from qh + h * rows * D, S rows x L f32.
+        unsafe {
+            gemm_f32_acc(
+                b,
+                "flash_attention (scores)",
+                (cublasOperation_t::CUBLAS_OP_T, cublasOperation_t::CUBLAS_OP_N),
+                (g.l as i32, rows as i32, g.d as i32),
+                GemmOperand {
+                    ptr: kh,
+                    ld: lk.s[2] as i32,
+                    batch_stride: lk.s[1],
+                    dtype: cudaDataType::CUDA_R_16F,
+                },
+                GemmOperand {
+                    ptr: qh,
+                    ld: g.d as i32,
+                    batch_stride: (rows * g.d) as i64,
+                    dtype: cudaDataType::CUDA_R_16F,
+                },
+                GemmOperand {
+                    ptr: scores.ptr(),
+                    ld: g.l as i32,
+                    batch_stride: (rows * g.l) as i64,
+                    dtype: cudaDataType::CUDA_R_32F,
+                },
                 nh as i32,
-                cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
             )
-        };
-        if st != cublasStatus_t::CUBLAS_STATUS_SUCCESS {
-            return Err(blas_err("scores", st));
-        }
+        }?;
         let (sp, pp, l64) = (scores.ptr(), probs.ptr(), g.l as i64);
         let mut args = b.stream.launch_builder(&softmax);
         args.arg(&sp).arg(&l64).arg(&t64).arg(&mp).arg(lm).arg(&scale).arg(&pp);
@@ -511,36 +500,33 @@ fn flash_gemm(
         // SAFETY: V holds L rows of Dv f16 at its row stride (>= Dv) per
         // head, P rows x L f16, O rows x Dv f32 inside y ([Hq, T, Dv] is
         // [Hkv, rows, Dv]).
-        let st = unsafe {
-            cublasGemmStridedBatchedEx(
-                *b.blas.handle(),
-                cublasOperation_t::CUBLAS_OP_N,
-                cublasOperation_t::CUBLAS_OP_N,
-                g.dv as i32,
-                rows as i32,
-                g.l as i32,
-                &one as *const f32 as *const _,
-                vh as *const _,
-                cudaDataType::CUDA_R_16F,
-                lv.s[2] as i32,
-                lv.s[1],
-                pp as *const _,
-                cudaDataType::CUDA_R_16F,
-                g.l as i32,
-                (rows * g.l) as i64,
-                &zero as *const f32 as *const _,
-                yh as *mut _,
-                cudaDataType::CUDA_R_32F,
-                g.dv as i32,
-                (rows * g.dv) as i64,
+        unsafe {
+            gemm_f32_acc(
+                b,
+                "flash_attention (values)",
+                (cublasOperation_t::CUBLAS_OP_N, cublasOperation_t::CUBLAS_OP_N),
+                (g.dv as i32, rows as i32, g.l as i32),
+                GemmOperand {
+                    ptr: vh,
+                    ld: lv.s[2] as i32,
+                    batch_stride: lv.s[1],
+                    dtype: cudaDataType::CUDA_R_16F,
+                },
+                GemmOperand {
+                    ptr: pp,
+                    ld: g.l as i32,
+                    batch_stride: (rows * g.l) as i64,
+                    dtype: cudaDataType::CUDA_R_16F,
+                },
+                GemmOperand {
+                    ptr: yh,
+                    ld: g.dv as i32,
+                    batch_stride: (rows * g.dv) as i64,
+                    dtype: cudaDataType::CUDA_R_32F,
+                },
                 nh as i32,
-                cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
             )
-        };
-        if st != cublasStatus_t::CUBLAS_STATUS_SUCCESS {
-            return Err(blas_err("values", st));
-        }
+        }?;
         h0 += nh;
     }
     // Scratch freed in stream order, after the GEMMs that read it.

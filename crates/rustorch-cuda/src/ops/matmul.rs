@@ -185,3 +185,72 @@ pub(super) fn matmul(b: &CudaBackend, inputs: &[TensorRef<'_>], out: &TensorMeta
     }
     Ok(y)
 }
+
+/// One operand of `gemm_f32_acc`: its address, leading dimension and
+/// batch stride (in elements), and its element type.
+#[derive(Clone, Copy)]
+pub(super) struct GemmOperand {
+    pub ptr: u64,
+    pub ld: i32,
+    pub batch_stride: i64,
+    pub dtype: cudaDataType,
+}
+
+/// `batch` column-major products C (m x n) = op_a(A) op_b(B) with f32
+/// accumulation (alpha 1, beta 0), the batched operands a stride apart: the
+/// quantized products' and flash attention's GEMMs. `what` names the
+/// caller in an error.
+///
+/// # Safety
+/// Each operand's pointer, leading dimension and batch stride must address
+/// memory of this backend holding the matrices the dims describe (C
+/// writable), for the whole batch, until the stream has run the GEMM.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn gemm_f32_acc(
+    b: &CudaBackend,
+    what: &str,
+    (op_a, op_b): (cublasOperation_t, cublasOperation_t),
+    (m, n, k): (i32, i32, i32),
+    a: GemmOperand,
+    bm: GemmOperand,
+    c: GemmOperand,
+    batch: i32,
+) -> Result<(), BackendError> {
+    let (one, zero) = (1f32, 0f32);
+    // SAFETY: the caller's contract; the handle is bound to this backend's
+    // stream, so the GEMM runs in order with the kernels around it.
+    let status = unsafe {
+        cublasGemmStridedBatchedEx(
+            *b.blas.handle(),
+            op_a,
+            op_b,
+            m,
+            n,
+            k,
+            &one as *const f32 as *const _,
+            a.ptr as *const _,
+            a.dtype,
+            a.ld,
+            a.batch_stride,
+            bm.ptr as *const _,
+            bm.dtype,
+            bm.ld,
+            bm.batch_stride,
+            &zero as *const f32 as *const _,
+            c.ptr as *mut _,
+            c.dtype,
+            c.ld,
+            c.batch_stride,
+            batch,
+            cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+        )
+    };
+    if status != cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+        return Err(BackendError::Device {
+            device: b.device,
+            message: format!("{what}: cublasGemmStridedBatchedEx: {status:?}"),
+        });
+    }
+    Ok(())
+}

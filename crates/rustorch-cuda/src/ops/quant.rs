@@ -35,12 +35,11 @@
 //!   (`qmmvq_gated_T`), with the same values.
 
 use super::index::{first_bad, index_suffix};
+use super::matmul::{gemm_f32_acc, GemmOperand};
 use crate::backend::CudaBackend;
 use crate::buffer::CudaBuffer;
 use crate::launch::{grid, Strided};
-use cudarc::cublas::sys::{
-    cublasComputeType_t, cublasGemmAlgo_t, cublasGemmStridedBatchedEx, cublasOperation_t, cublasStatus_t, cudaDataType,
-};
+use cudarc::cublas::sys::{cublasOperation_t, cudaDataType};
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 use rustorch_core::backend::TensorRef;
 use rustorch_core::op::GateActivation;
@@ -797,7 +796,6 @@ fn dequant_gemm(
     };
     let f = b.function("quant", &kernel)?;
     let cpr = (k / chunk_len(qtype)) as i64;
-    let (one, zero) = (1f32, 0f32);
     let mut j0 = 0;
     while j0 < n {
         let tn = tile_rows.min(n - j0);
@@ -813,42 +811,35 @@ fn dequant_gemm(
         // ld k): for the tile, rows j0.. of Y^T, i.e. y + j0 with ld n.
         // SAFETY: the tile holds tn rows of k values (lda k), x (or its f16
         // copy) m rows of k (ldb k), both of `data_type`; y's columns
-        // j0..j0 + tn of m rows of n f32 (ldc n)
-        // lie inside y; the handle is bound to this backend's stream, so
-        // the GEMM runs after the dequantization and before the next tile's.
-        let status = unsafe {
-            cublasGemmStridedBatchedEx(
-                *b.blas.handle(),
-                cublasOperation_t::CUBLAS_OP_T,
-                cublasOperation_t::CUBLAS_OP_N,
-                tn as i32,
-                m as i32,
-                k as i32,
-                &one as *const f32 as *const _,
-                tp as *const _,
-                data_type,
-                k as i32,
-                (tn * k) as i64,
-                xp as *const _,
-                data_type,
-                k as i32,
-                (m * k) as i64,
-                &zero as *const f32 as *const _,
-                (y.ptr() + (j0 * 4) as u64) as *mut _,
-                cudaDataType::CUDA_R_32F,
-                n as i32,
-                (m * n) as i64,
+        // j0..j0 + tn of m rows of n f32 (ldc n) lie inside y; the GEMM
+        // runs after the dequantization and before the next tile's.
+        unsafe {
+            gemm_f32_acc(
+                b,
+                name,
+                (cublasOperation_t::CUBLAS_OP_T, cublasOperation_t::CUBLAS_OP_N),
+                (tn as i32, m as i32, k as i32),
+                GemmOperand {
+                    ptr: tp,
+                    ld: k as i32,
+                    batch_stride: (tn * k) as i64,
+                    dtype: data_type,
+                },
+                GemmOperand {
+                    ptr: xp,
+                    ld: k as i32,
+                    batch_stride: (m * k) as i64,
+                    dtype: data_type,
+                },
+                GemmOperand {
+                    ptr: y.ptr() + (j0 * 4) as u64,
+                    ld: n as i32,
+                    batch_stride: (m * n) as i64,
+                    dtype: cudaDataType::CUDA_R_32F,
+                },
                 1,
-                cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
             )
-        };
-        if status != cublasStatus_t::CUBLAS_STATUS_SUCCESS {
-            return Err(BackendError::Device {
-                device: b.device,
-                message: format!("{name}: cublasGemmStridedBatchedEx: {status:?}"),
-            });
-        }
+        }?;
         j0 += tn;
     }
     // The tile is freed in stream order (cudarc frees asynchronously on
