@@ -532,15 +532,7 @@ extern "C" __global__ void __launch_bounds__(AT_THREADS)
 // att_softmax_rows turns each row of S into probabilities P (f16, as
 // llama.cpp's CUDA flash attention rounds them), then cuBLAS multiplies
 // O = P V. Q's rows of the heads that share a key/value head are adjacent
-// in the f16 copy att_q_to_f16 makes ([Hq, T, D] contiguous).
-
-// q [Hq, T, D] through its strides, into y [Hq, T, D] contiguous f16.
-extern "C" __global__ void att_q_to_f16(const float* q, Str4 lq, i64 t, i64 d, i64 n, u16* y) {
-    RT_GRID_STRIDE(e, n) {
-        const i64 c = e % d, r = e / d, i = r % t, h = r / t;
-        y[e] = f32_to_f16(q[lq.off + h * lq.s[1] + i * lq.s[2] + c * lq.s[3]]);
-    }
-}
+// in Q's contiguous f16 copy ([Hq, T, D], made by the cast op's kernel).
 
 // One block per row of S [rows, L] (row r is query row r % T of its head):
 // x_j = S[r, j] * scale + mask[r % T, j]; P[r, j] = exp(x_j - max) / sum,

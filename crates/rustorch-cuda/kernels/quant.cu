@@ -870,10 +870,6 @@ __device__ __forceinline__ void q_dequant_rows(const u8* w, i64 row_stride, i64 
     }
 }
 
-// Activations to f16 for the same GEMM (round to nearest even).
-extern "C" __global__ void f32_to_f16_n(const float* x, u16* y, i64 n) {
-    RT_GRID_STRIDE(i, n) { y[i] = f32_to_f16(x[i]); }
-}
 
 // ---- embedding: row ids[p] of `vocab` rows, dequantized, into y[p, :] -----
 // One thread per output chunk. An id outside 0..vocab is never read

@@ -329,7 +329,7 @@ pub(super) fn cached(
     );
     if flash && t >= GEMM_MIN_ROWS {
         let dims = GemmDims { hq, hkv, t, l, d, dv };
-        if flash_gemm(b, dims, scale, [q, k, v, m], [&lq, &lk, &lv, &lm], &y)? {
+        if flash_gemm(b, dims, scale, [q, k, v, m], [&lk, &lv, &lm], &y)? {
             return Ok(y);
         }
     }
@@ -400,7 +400,7 @@ fn flash_gemm(
     g: GemmDims,
     scale: f32,
     [q, k, v, m]: [&TensorRef<'_>; 4],
-    [lq, lk, lv, lm]: [&Str4; 4],
+    [lk, lv, lm]: [&Str4; 3],
     y: &CudaBuffer,
 ) -> Result<bool, BackendError> {
     use super::matmul::{gemm_f32_acc, GemmOperand};
@@ -422,19 +422,17 @@ fn flash_gemm(
         return Ok(false);
     }
     let heads_per_batch = (GEMM_SCRATCH_BYTES / per_head).clamp(1, g.hkv);
-    let q16 = b.alloc(DType::F16, g.hq * g.t * g.d)?;
+    // Q in f16, [Hq, T, D] contiguous (the cast op's kernel).
+    let q16 = super::elementwise::run(
+        b,
+        &Op::Cast { to: DType::F16 },
+        std::slice::from_ref(q),
+        &TensorMeta::new(q.layout.shape().clone(), DType::F16),
+    )?;
+    let q16p = q16.ptr();
+    let t64 = g.t as i64;
     let scores = b.alloc(DType::F32, heads_per_batch * rows * g.l)?;
     let probs = b.alloc(DType::F16, heads_per_batch * rows * g.l)?;
-    // Q in f16, [Hq, T, D] contiguous.
-    let f = b.function("attention", "att_q_to_f16")?;
-    let (qp, q16p) = (b.own(name, q.buffer)?.ptr(), q16.ptr());
-    let (t64, d64, n64) = (g.t as i64, g.d as i64, (g.hq * g.t * g.d) as i64);
-    let mut args = b.stream.launch_builder(&f);
-    args.arg(&qp).arg(lq).arg(&t64).arg(&d64).arg(&n64).arg(&q16p);
-    // SAFETY: att_q_to_f16(q, lq, t, d, n, y): lq is q's own layout of
-    // [Hq, T, D] (checked by the executor), y holds n = Hq*T*D f16.
-    unsafe { args.launch(crate::launch::grid(g.hq * g.t * g.d, b.sm_count)) }
-        .map_err(|e| b.launch_err("att_q_to_f16", e))?;
     let (kp, vp, mp) = (
         b.own(name, k.buffer)?.ptr() + (lk.off * 2) as u64,
         b.own(name, v.buffer)?.ptr() + (lv.off * 2) as u64,

@@ -198,7 +198,9 @@ pub(super) fn run(
 }
 
 /// The activations as a contiguous f32 matrix `[m, k]` on the device.
-struct Activations {
+struct Activations<'a> {
+    /// The op's input as it came (what the f16 copy is cast from).
+    input: TensorRef<'a>,
     /// Address of element 0.
     ptr: u64,
     m: usize,
@@ -228,22 +230,19 @@ struct QuantActs {
     _buf: CudaBuffer,
 }
 
-impl Activations {
-    /// The activations rounded to f16, contiguous `[m, k]` (computed once).
+impl<'a> Activations<'a> {
+    /// The activations rounded to f16, contiguous `[m, k]` (computed once,
+    /// by the cast op's kernel).
     fn half(&self, b: &CudaBackend) -> Result<u64, BackendError> {
         if let Some(h) = self.half.get() {
             return Ok(h.ptr());
         }
-        let n = self.m * self.k;
-        let h = b.alloc(DType::F16, n)?;
-        let kernel = "f32_to_f16_n";
-        let f = b.function("quant", kernel)?;
-        let (xp, hp, n64) = (self.ptr, h.ptr(), n as i64);
-        let mut args = b.stream.launch_builder(&f);
-        args.arg(&xp).arg(&hp).arg(&n64);
-        // SAFETY: f32_to_f16_n(x, y, n): x holds the m * k contiguous f32
-        // activations, y as many f16.
-        unsafe { args.launch(grid(n, b.sm_count)) }.map_err(|e| b.launch_err(kernel, e))?;
+        let h = super::elementwise::run(
+            b,
+            &Op::Cast { to: DType::F16 },
+            std::slice::from_ref(&self.input),
+            &TensorMeta::new(self.input.layout.shape().clone(), DType::F16),
+        )?;
         Ok(self.half.get_or_init(|| h).ptr())
     }
 
@@ -257,7 +256,7 @@ impl Activations {
         Ok(cell.get_or_init(|| q))
     }
 
-    fn new(b: &CudaBackend, name: &str, x: &TensorRef<'_>) -> Result<Activations, BackendError> {
+    fn new(b: &CudaBackend, name: &str, x: &TensorRef<'a>) -> Result<Activations<'a>, BackendError> {
         let dims = x.layout.dims();
         let Some((&k, lead)) = dims.split_last() else {
             return Err(BackendError::invalid(name, "activations need at least one dim"));
@@ -269,6 +268,7 @@ impl Activations {
         if x.layout.is_contiguous() {
             let base = b.own(name, x.buffer)?.ptr();
             return Ok(Activations {
+                input: *x,
                 ptr: base + (x.layout.offset() * 4) as u64,
                 m,
                 k,
@@ -286,6 +286,7 @@ impl Activations {
             &TensorMeta::new(x.layout.shape().clone(), DType::F32),
         )?;
         Ok(Activations {
+            input: *x,
             ptr: copy.ptr(),
             m,
             k,
