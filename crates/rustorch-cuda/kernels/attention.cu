@@ -176,7 +176,7 @@ __device__ void sdpa_row(const typename TT::store* q, Str4 lq, const typename TT
     extern "C" __global__ void __launch_bounds__(ATT_THREADS) sdpa_##TY(                     \
         const TY##T::store* q, Str4 lq, const TY##T::store* k, Str4 lk, const TY##T::store* v, \
         Str4 lv, const void* mask, Str4 lm, int mask_kind, int causal, TY##T::store* y, i64 hq, \
-        i64 tq, i64 tk, i64 d, i64 dv, i64 group, double scale) {                            \
+        i64 tq, i64 tk, i64 d, i64 dv, i64 group, double scale) { rt_kernel_entry();                            \
         sdpa_row<TY##T>(q, lq, k, lk, v, lv, mask, lm, mask_kind, causal, y, hq, tq, tk, d, dv, \
                         group, scale);                                                       \
     }
@@ -223,7 +223,7 @@ __device__ void cache_scores(const float* sq, const u16* k, i64 kbase, Str4 lk, 
 extern "C" __global__ void __launch_bounds__(ATT_THREADS)
     cached_attention(const float* q, Str4 lq, const u16* k, Str4 lk, const u16* vt, Str4 lv,
                      const float* mask, Str4 lm, float* y, i64 t, i64 l, i64 d, i64 dv, i64 group,
-                     float scale) {
+                     float scale) { rt_kernel_entry();
     extern __shared__ __align__(16) unsigned char att_smem[];
     float* sq = (float*)att_smem;
     float* sacc = sq + d;
@@ -293,7 +293,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS)
 extern "C" __global__ void __launch_bounds__(ATT_THREADS)
     flash_attention(const float* q, Str4 lq, const u16* k, Str4 lk, const u16* v, Str4 lv,
                     const float* mask, Str4 lm, float* y, i64 t, i64 l, i64 d, i64 dv, i64 group,
-                    float scale, i64 tiled_rows) {
+                    float scale, i64 tiled_rows) { rt_kernel_entry();
     extern __shared__ __align__(16) unsigned char att_smem[];
     float* sq = (float*)att_smem;
     float* sacc = sq + d;
@@ -487,7 +487,7 @@ __device__ void attention_at_part(const typename QT::store* q, Str4 lq, const ty
     extern "C" __global__ void __launch_bounds__(AT_THREADS) attention_at_##QTY##_##KTY(       \
         const QTY##T::store* q, Str4 lq, const KTY##T::store* k, Str4 lk,                       \
         const KTY##T::store* v, Str4 lv, const void* pos, i64 pos_off, int pos64, float* part, \
-        i64 t, i64 n, i64 d, i64 dv, i64 group, i64 window, float scale, int* bad) {            \
+        i64 t, i64 n, i64 d, i64 dv, i64 group, i64 window, float scale, int* bad) { rt_kernel_entry();            \
         attention_at_part<QTY##T, KTY##T>(q, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, \
                                           d, dv, group, window, scale, bad);                   \
     }
@@ -499,7 +499,7 @@ ATTENTION_AT(BF16, F32) ATTENTION_AT(BF16, F16) ATTENTION_AT(BF16, BF16)
 // S <= AT_MAX_SPLITS (the launcher's bound).
 #define AT_MAX_SPLITS 32
 extern "C" __global__ void __launch_bounds__(AT_THREADS)
-    attention_at_combine(const float* part, float* y, i64 splits, i64 dv) {
+    attention_at_combine(const float* part, float* y, i64 splits, i64 dv) { rt_kernel_entry();
     __shared__ float s_w[AT_MAX_SPLITS];
     const i64 row = blockIdx.x, rows = gridDim.x;
     const float* pm = part + row * splits;
@@ -539,7 +539,7 @@ extern "C" __global__ void __launch_bounds__(AT_THREADS)
 // rounded to f16. A row that sees no key (max -inf) is zeros, as the
 // kernel above writes it.
 extern "C" __global__ void __launch_bounds__(256)
-    att_softmax_rows(const float* s, i64 l, i64 t, const float* mask, Str4 lm, float scale, u16* p) {
+    att_softmax_rows(const float* s, i64 l, i64 t, const float* mask, Str4 lm, float scale, u16* p) { rt_kernel_entry();
     __shared__ float red[32];
     const i64 r = blockIdx.x;
     const float* sr = s + r * l;

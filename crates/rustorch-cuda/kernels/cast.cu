@@ -50,11 +50,11 @@ __device__ __forceinline__ i64 sat_i64(double d) {
 // `Backend::write_into` and `write_into_at`: a KV cache filled in place,
 // f32 keys converted to the cache's f16 on the way).
 #define CAST(KIND, FROM, FT, TO, TT)                                                         \
-    extern "C" __global__ void cast_##FROM##_##TO(const FT* x, Strided lx, TT* y, i64 n) {  \
+    extern "C" __global__ void cast_##FROM##_##TO(const FT* x, Strided lx, TT* y, i64 n) { rt_kernel_entry();  \
         RT_GRID_STRIDE(i, n) { y[i] = KIND##DST_##TO(SRC_##FROM(x[strided_at(lx, i)])); }    \
     }                                                                                        \
     extern "C" __global__ void cast_into_##FROM##_##TO(const FT* x, Strided lx, TT* y,      \
-                                                        Strided ly, i64 n, WriteAt at) {    \
+                                                        Strided ly, i64 n, WriteAt at) { rt_kernel_entry();    \
         const i64 shift = write_shift(at);                                                   \
         if (shift < 0) return;                                                               \
         RT_GRID_STRIDE(i, n) {                                                               \

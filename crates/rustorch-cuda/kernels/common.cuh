@@ -12,6 +12,23 @@ typedef unsigned long long u64;
 
 #define RT_MAX_DIMS 8
 
+// Programmatic dependent launch (src/launch.rs, Hopper on): a kernel may
+// be scheduled while the kernel before it in the stream still runs. Every
+// kernel therefore starts with rt_kernel_entry, before it touches memory
+// another kernel writes or reads: it waits until the kernel before it has
+// finished and its writes are visible (a kernel that is not launched that
+// way returns at once), then lets the next kernel be scheduled. Only reads
+// of memory no kernel writes (a product's weights, for a prefetch) may come
+// first. The wait is unconditional and first, before any early return:
+// a kernel whose blocks all left without waiting would let the kernel after
+// it overtake the one before.
+__device__ __forceinline__ void rt_kernel_entry() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // A tensor's layout: element i (row-major over `shape`) is at
 // offset + sum(index_d * stride_d), in elements. Mirrors `Strided` in
 // src/launch.rs (same field order and sizes).

@@ -49,7 +49,7 @@ __device__ __forceinline__ double r_sqrt(double a) { return __dsqrt_rn(a); }
         const TY##T::store* x, Strided lx, const TY##T::store* mean, Str4 lmean,             \
         const TY##T::store* var, Str4 lvar, const TY##T::store* wt, Str4 lw,                 \
         const TY##T::store* bias, Str4 lb, TY##T::store* y, i64 n, i64 c, i64 inner,         \
-        double eps) {                                                                        \
+        double eps) { rt_kernel_entry();                                                                        \
         typedef TY##T::acc A;                                                                \
         RT_GRID_STRIDE(i, n) {                                                               \
             const i64 ch = (i / inner) % c;                                                  \
@@ -72,7 +72,7 @@ __device__ __forceinline__ double r_sqrt(double a) { return __dsqrt_rn(a); }
     extern "C" __global__ void conv2d_##TY(const TY##T::store* x, Str4 lx,                   \
                                            const TY##T::store* wt, Str4 lw,                  \
                                            const TY##T::store* bias, Str4 lb,                \
-                                           TY##T::store* y, i64 total, ConvGeom g) {         \
+                                           TY##T::store* y, i64 total, ConvGeom g) { rt_kernel_entry();         \
         typedef TY##T::acc A;                                                                \
         const i64 og = g.o / g.groups, cg = g.c / g.groups;                                  \
         RT_GRID_STRIDE(t, total) {                                                           \
@@ -108,7 +108,7 @@ __device__ __forceinline__ double r_sqrt(double a) { return __dsqrt_rn(a); }
                                                      const TY##T::store* wt, Str4 lw,        \
                                                      const TY##T::store* bias, Str4 lb,      \
                                                      TY##T::store* y, i64 total,             \
-                                                     ConvGeom g) {                           \
+                                                     ConvGeom g) { rt_kernel_entry();                           \
         typedef TY##T::acc A;                                                                \
         const i64 og = g.o / g.groups, cg = g.c / g.groups;                                  \
         RT_GRID_STRIDE(t, total) {                                                           \
@@ -144,7 +144,7 @@ __device__ __forceinline__ double r_sqrt(double a) { return __dsqrt_rn(a); }
 // Max: taps in the CPU's order (rows, then columns), a NaN kept once seen.
 #define MAX_POOL(TY)                                                                         \
     extern "C" __global__ void max_pool2d_##TY(const TY##T::store* x, Str4 lx,               \
-                                               TY##T::store* y, i64 total, ConvGeom g) {     \
+                                               TY##T::store* y, i64 total, ConvGeom g) { rt_kernel_entry();     \
         typedef TY##T::acc A;                                                                \
         RT_GRID_STRIDE(t, total) {                                                           \
             i64 r = t;                                                                       \
@@ -174,7 +174,7 @@ __device__ __forceinline__ double r_sqrt(double a) { return __dsqrt_rn(a); }
 #define AVG_POOL(TY)                                                                         \
     extern "C" __global__ void avg_pool2d_##TY(const TY##T::store* x, Str4 lx,               \
                                                TY##T::store* y, i64 total, ConvGeom g,       \
-                                               int count_pad) {                              \
+                                               int count_pad) { rt_kernel_entry();                              \
         typedef TY##T::acc A;                                                                \
         RT_GRID_STRIDE(t, total) {                                                           \
             i64 r = t;                                                                       \

@@ -40,11 +40,11 @@ __device__ __forceinline__ double op_softplus(double x) { return x > 20.0 ? x : 
 
 #define UNARY_FLOAT(NAME, TY, FN)                                                            \
     extern "C" __global__ void unary_##NAME##_##TY(const TY##T::store* x, Strided lx,       \
-                                                    TY##T::store* y, i64 n) {               \
+                                                    TY##T::store* y, i64 n) { rt_kernel_entry();               \
         RT_GRID_STRIDE(i, n) { y[i] = store(TY##T(), FN(load(TY##T(), x[strided_at(lx, i)]))); } \
     }                                                                                        \
     extern "C" __global__ void unary_##NAME##_##TY##_v(const TY##T::store* x, Strided lx,   \
-                                                        TY##T::store* y, i64 n) {           \
+                                                        TY##T::store* y, i64 n) { rt_kernel_entry();           \
         typedef TY##T::store S;                                                              \
         const int V = 16 / sizeof(S);                                                        \
         const S* xs = x + lx.offset;                                                         \
@@ -95,7 +95,7 @@ template <typename A> __device__ __forceinline__ A op_minimum(A a, A b) {
 #define BINARY_FLOAT(NAME, TY, FN)                                                           \
     extern "C" __global__ void binary_##NAME##_##TY(const TY##T::store* a, Strided la,      \
                                                      const TY##T::store* b, Strided lb,     \
-                                                     TY##T::store* y, i64 n) {              \
+                                                     TY##T::store* y, i64 n) { rt_kernel_entry();              \
         RT_GRID_STRIDE(i, n) {                                                               \
             y[i] = store(TY##T(), FN(load(TY##T(), a[strided_at(la, i)]),                    \
                                      load(TY##T(), b[strided_at(lb, i)])));                  \
@@ -103,7 +103,7 @@ template <typename A> __device__ __forceinline__ A op_minimum(A a, A b) {
     }                                                                                        \
     extern "C" __global__ void binary_##NAME##_##TY##_v(const TY##T::store* a, Strided la,  \
                                                          const TY##T::store* b, Strided lb, \
-                                                         TY##T::store* y, i64 n) {          \
+                                                         TY##T::store* y, i64 n) { rt_kernel_entry();          \
         typedef TY##T::store S;                                                              \
         const int V = 16 / sizeof(S);                                                        \
         const S* as = a + la.offset;                                                         \
@@ -131,7 +131,7 @@ BINARY_ALL_FLOATS(minimum, op_minimum)
 #define CMP_FLOAT(NAME, TY, EXPR)                                                            \
     extern "C" __global__ void cmp_##NAME##_##TY(const TY##T::store* a, Strided la,         \
                                                   const TY##T::store* b, Strided lb,        \
-                                                  u8* y, i64 n) {                           \
+                                                  u8* y, i64 n) { rt_kernel_entry();                           \
         RT_GRID_STRIDE(i, n) {                                                               \
             TY##T::acc x = load(TY##T(), a[strided_at(la, i)]);                              \
             TY##T::acc z = load(TY##T(), b[strided_at(lb, i)]);                              \
@@ -151,7 +151,7 @@ CMP_ALL_FLOATS(ge, x >= z)
 // ---- clamp: bounds given in the compute type; a missing bound is NaN -----
 #define CLAMP_FLOAT(TY)                                                                      \
     extern "C" __global__ void clamp_##TY(const TY##T::store* x, Strided lx, TY##T::store* y, \
-                                          i64 n, double lo, double hi) {                    \
+                                          i64 n, double lo, double hi) { rt_kernel_entry();                    \
         RT_GRID_STRIDE(i, n) {                                                               \
             TY##T::acc v = load(TY##T(), x[strided_at(lx, i)]);                              \
             TY##T::acc l = (TY##T::acc)lo, h = (TY##T::acc)hi;                               \
@@ -164,10 +164,10 @@ CLAMP_FLOAT(F32) CLAMP_FLOAT(F16) CLAMP_FLOAT(BF16) CLAMP_FLOAT(F64)
 
 // ---- where and copy: any dtype, moved by element size --------------------
 #define BY_SIZE(BYTES, T)                                                                    \
-    extern "C" __global__ void copy_b##BYTES(const T* x, Strided lx, T* y, i64 n) {          \
+    extern "C" __global__ void copy_b##BYTES(const T* x, Strided lx, T* y, i64 n) { rt_kernel_entry();          \
         RT_GRID_STRIDE(i, n) { y[i] = x[strided_at(lx, i)]; }                                \
     }                                                                                        \
-    extern "C" __global__ void copy_b##BYTES##_v(const T* x, Strided lx, T* y, i64 n) {      \
+    extern "C" __global__ void copy_b##BYTES##_v(const T* x, Strided lx, T* y, i64 n) { rt_kernel_entry();      \
         const int V = 16 / sizeof(T);                                                        \
         const T* xs = x + lx.offset;                                                         \
         RT_VEC_LOOP(V, n, {                                                                  \
@@ -175,13 +175,13 @@ CLAMP_FLOAT(F32) CLAMP_FLOAT(F16) CLAMP_FLOAT(BF16) CLAMP_FLOAT(F64)
         }, { y[i] = xs[i]; })                                                                \
     }                                                                                        \
     extern "C" __global__ void copy_into_b##BYTES(const T* x, Strided lx, T* y, Strided ly, \
-                                                  i64 n, WriteAt at) {                      \
+                                                  i64 n, WriteAt at) { rt_kernel_entry();                      \
         const i64 shift = write_shift(at);                                                   \
         if (shift < 0) return;                                                               \
         RT_GRID_STRIDE(i, n) { y[strided_at(ly, i) + shift] = x[strided_at(lx, i)]; }        \
     }                                                                                        \
     extern "C" __global__ void where_b##BYTES(const u8* c, Strided lc, const T* a, Strided la, \
-                                              const T* b, Strided lb, T* y, i64 n) {        \
+                                              const T* b, Strided lb, T* y, i64 n) { rt_kernel_entry();        \
         RT_GRID_STRIDE(i, n) {                                                               \
             y[i] = c[strided_at(lc, i)] ? a[strided_at(la, i)] : b[strided_at(lb, i)];       \
         }                                                                                    \
@@ -202,7 +202,7 @@ template <typename T, typename U> __device__ __forceinline__ T wabs(T a) { retur
 
 #define INT_BINARY(NAME, TY, T, U, EXPR)                                                     \
     extern "C" __global__ void binary_##NAME##_##TY(const T* a, Strided la, const T* b,     \
-                                                     Strided lb, T* y, i64 n) {             \
+                                                     Strided lb, T* y, i64 n) { rt_kernel_entry();             \
         RT_GRID_STRIDE(i, n) {                                                               \
             T x = a[strided_at(la, i)], z = b[strided_at(lb, i)];                            \
             y[i] = (EXPR);                                                                   \
@@ -214,13 +214,13 @@ template <typename T, typename U> __device__ __forceinline__ T wabs(T a) { retur
     INT_BINARY(mul, TY, T, U, (wmul<T, U>(x, z)))                                            \
     INT_BINARY(maximum, TY, T, U, (x < z ? z : x))                                           \
     INT_BINARY(minimum, TY, T, U, (z < x ? z : x))                                           \
-    extern "C" __global__ void unary_neg_##TY(const T* x, Strided lx, T* y, i64 n) {        \
+    extern "C" __global__ void unary_neg_##TY(const T* x, Strided lx, T* y, i64 n) { rt_kernel_entry();        \
         RT_GRID_STRIDE(i, n) { y[i] = wneg<T, U>(x[strided_at(lx, i)]); }                    \
     }                                                                                        \
-    extern "C" __global__ void unary_abs_##TY(const T* x, Strided lx, T* y, i64 n) {        \
+    extern "C" __global__ void unary_abs_##TY(const T* x, Strided lx, T* y, i64 n) { rt_kernel_entry();        \
         RT_GRID_STRIDE(i, n) { y[i] = wabs<T, U>(x[strided_at(lx, i)]); }                    \
     }                                                                                        \
-    extern "C" __global__ void unary_relu_##TY(const T* x, Strided lx, T* y, i64 n) {       \
+    extern "C" __global__ void unary_relu_##TY(const T* x, Strided lx, T* y, i64 n) { rt_kernel_entry();       \
         RT_GRID_STRIDE(i, n) { T v = x[strided_at(lx, i)]; y[i] = v < (T)0 ? (T)0 : v; }     \
     }
 INT_TYPE(I32, int, u32_t)
@@ -229,7 +229,7 @@ INT_TYPE(U8, u8, u8)
 
 #define INT_CMP(NAME, TY, T, OP)                                                             \
     extern "C" __global__ void cmp_##NAME##_##TY(const T* a, Strided la, const T* b,        \
-                                                  Strided lb, u8* y, i64 n) {               \
+                                                  Strided lb, u8* y, i64 n) { rt_kernel_entry();               \
         RT_GRID_STRIDE(i, n) { y[i] = (a[strided_at(la, i)] OP b[strided_at(lb, i)]) ? 1 : 0; } \
     }
 #define INT_CMPS(TY, T)                                                                      \
@@ -241,12 +241,12 @@ INT_CMPS(U8, u8)
 INT_CMPS(BOOL, u8)
 
 // ---- gated activations (Op::SwiGlu, Op::GeGlu): f32, x and g of one shape -
-extern "C" __global__ void swiglu_F32(const float* x, Strided lx, const float* g, Strided lg, float* y, i64 n) {
+extern "C" __global__ void swiglu_F32(const float* x, Strided lx, const float* g, Strided lg, float* y, i64 n) { rt_kernel_entry();
     RT_GRID_STRIDE(i, n) {
         y[i] = op_swiglu(x[strided_at(lx, i)], g[strided_at(lg, i)]);
     }
 }
-extern "C" __global__ void geglu_F32(const float* x, Strided lx, const float* g, Strided lg, float* y, i64 n) {
+extern "C" __global__ void geglu_F32(const float* x, Strided lx, const float* g, Strided lg, float* y, i64 n) { rt_kernel_entry();
     RT_GRID_STRIDE(i, n) { y[i] = op_gelu_tanh(x[strided_at(lx, i)]) * g[strided_at(lg, i)]; }
 }
 
@@ -276,10 +276,10 @@ INT_DIV_POW(U8, u8, u8, (z == 0 ? 0 : (u8)(x / z)))
 // Sets *bad when any element of `b` (its own layout, n elements) is a zero
 // divisor (`div`) or a negative exponent (`pow`).
 #define INT_CHECK(TY, T)                                                                     \
-    extern "C" __global__ void int_check_div_##TY(const T* b, Strided lb, i64 n, int* bad) { \
+    extern "C" __global__ void int_check_div_##TY(const T* b, Strided lb, i64 n, int* bad) { rt_kernel_entry(); \
         RT_GRID_STRIDE(i, n) { if (b[strided_at(lb, i)] == (T)0) *bad = 1; }                 \
     }                                                                                        \
-    extern "C" __global__ void int_check_pow_##TY(const T* b, Strided lb, i64 n, int* bad) { \
+    extern "C" __global__ void int_check_pow_##TY(const T* b, Strided lb, i64 n, int* bad) { rt_kernel_entry(); \
         RT_GRID_STRIDE(i, n) { if (b[strided_at(lb, i)] < (T)0) *bad = 1; }                  \
     }
 INT_CHECK(I32, int)
@@ -291,7 +291,7 @@ INT_CHECK(U8, u8)
 // compared in i64. Lower bound first, then upper, as on the CPU, so every
 // element becomes `hi` when lo > hi.
 #define INT_CLAMP(TY, T)                                                                     \
-    extern "C" __global__ void clamp_##TY(const T* x, Strided lx, T* y, i64 n, i64 lo, i64 hi) { \
+    extern "C" __global__ void clamp_##TY(const T* x, Strided lx, T* y, i64 n, i64 lo, i64 hi) { rt_kernel_entry(); \
         RT_GRID_STRIDE(i, n) {                                                               \
             i64 v = (i64)x[strided_at(lx, i)];                                               \
             if (v < lo) v = lo;                                                              \
@@ -310,4 +310,4 @@ INT_BINARY(minimum, BOOL, u8, u8, ((x & z) ? 1 : 0))
 // Writes to `address` (outside every allocation): the device-fault tests'
 // way to lose the context as a broken kernel would
 // (`CudaBackend::provoke_fault_for_tests`).
-extern "C" __global__ void provoke_fault(u32* address) { *(volatile u32*)address = 1; }
+extern "C" __global__ void provoke_fault(u32* address) { rt_kernel_entry(); *(volatile u32*)address = 1; }

@@ -16,7 +16,7 @@
 #define INDEX_GATHER(BYTES, T, IDX, I)                                                       \
     extern "C" __global__ void index_gather_b##BYTES##_##IDX(                                \
         const T* x, Strided xs, i64 sd, i64 size, const I* idx, Strided li, T* y, i64 n,   \
-        int* bad) {                                                                          \
+        int* bad) { rt_kernel_entry();                                                                          \
         RT_GRID_STRIDE(i, n) {                                                               \
             i64 v = (i64)idx[strided_at(li, i)];                                             \
             if (v < 0 || v >= size) {                                                        \
@@ -88,7 +88,7 @@ __device__ __forceinline__ u32 sc_add(BOOLT, u32 a, u32 x) { return a | x; }
     extern "C" __global__ void scatter_add_##TY##_##IDX(                                     \
         TY##T::store* y, Strided yw, const I* idx, Strided iw, i64 isd,                      \
         const TY##T::store* src, Strided sw, i64 ssd, i64 n, i64 inner, i64 dsize, i64 k,    \
-        int* bad) {                                                             \
+        int* bad) { rt_kernel_entry();                                                             \
         RT_GRID_STRIDE(i, n) {                                                               \
             i64 t = (i / inner) % dsize;                                                     \
             i64 yo = strided_at(yw, i), io = strided_at(iw, i), so = strided_at(sw, i);      \

@@ -981,39 +981,57 @@ __device__ __forceinline__ void w_matvec(const u8* w, i64 row_stride, i64 n, i64
         }
     }
 }
+// A warp's weight rows, fetched into L2 before rt_kernel_entry: the
+// weights are written by no kernel, so while the kernel before this one
+// (the activations' quantization) still runs, the product's memory reads
+// are already under way (src/launch.rs). One 128-byte line per lane and step.
+__device__ __forceinline__ void q_prefetch_l2(const u8* p, i64 bytes) {
+    const u64 first = (u64)p & ~(u64)127;
+    const i64 span = (i64)((u64)p - first) + bytes;
+    for (i64 o = (i64)(threadIdx.x & 31) * 128; o < span; o += 32 * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(first + o));
+}
+__device__ __forceinline__ void q_prefetch_columns(const u8* w, i64 row_stride, i64 n, i64 j0, int r) {
+    if (j0 < n) q_prefetch_l2(w + j0 * row_stride, (n - j0 < r ? n - j0 : r) * row_stride);
+}
+
 #define W_MATVEC(NAME, WK)                                                                   \
     extern "C" __global__ void __launch_bounds__(32 * QMV_WARPS) wmatvec_##NAME(             \
         const u8* w, i64 row_stride, i64 n, i64 k, const float* x, int m, float* y) {        \
+        q_prefetch_columns(w, row_stride, n, (i64)blockIdx.x * QMV_WARPS + (threadIdx.x >> 5), 1); \
+        rt_kernel_entry();                                                                   \
         w_matvec<WK>(w, row_stride, n, k, x, m, y);                                          \
     }
 W_MATVEC(F16, 0) W_MATVEC(BF16, 1) W_MATVEC(F32, 2)
 
 #define Q_KERNELS(NAME, T)                                                                   \
     extern "C" __global__ void qdequant_##NAME(const u8* w, i64 row_stride, i64 rows, i64 cpr, \
-                                               float* y) {                                   \
+                                               float* y) { rt_kernel_entry();                                   \
         q_dequant_rows<T, float>(w, row_stride, rows, cpr, y);                               \
     }                                                                                        \
     extern "C" __global__ void qdequant_h_##NAME(const u8* w, i64 row_stride, i64 rows,      \
-                                                 i64 cpr, u16* y) {                          \
+                                                 i64 cpr, u16* y) { rt_kernel_entry();                          \
         q_dequant_rows<T, u16>(w, row_stride, rows, cpr, y);                                 \
     }                                                                                        \
     extern "C" __global__ void __launch_bounds__(32 * QMV_WARPS) qmatvec_##NAME(             \
         const u8* w, i64 row_stride, i64 n, i64 k, const float* x, int m, float* y) {        \
+        q_prefetch_columns(w, row_stride, n, (i64)blockIdx.x * QMV_WARPS + (threadIdx.x >> 5), 1); \
+        rt_kernel_entry();                                                                   \
         q_matvec<T>(w, row_stride, n, k, x, m, y);                                           \
     }                                                                                        \
     extern "C" __global__ void qembed_##NAME##_I32(const u8* w, i64 row_stride, i64 vocab,   \
                                                    const int* ids, Strided li, i64 n_ids,    \
-                                                   i64 cpr, float* y, int* bad) {            \
+                                                   i64 cpr, float* y, int* bad) { rt_kernel_entry();            \
         q_embed<T, int>(w, row_stride, vocab, ids, li, n_ids, cpr, y, bad);                  \
     }                                                                                        \
     extern "C" __global__ void qembed_##NAME##_I64(const u8* w, i64 row_stride, i64 vocab,   \
                                                    const i64* ids, Strided li, i64 n_ids,    \
-                                                   i64 cpr, float* y, int* bad) {            \
+                                                   i64 cpr, float* y, int* bad) { rt_kernel_entry();            \
         q_embed<T, i64>(w, row_stride, vocab, ids, li, n_ids, cpr, y, bad);                  \
     }                                                                                        \
     extern "C" __global__ void qembed_##NAME##_U8(const u8* w, i64 row_stride, i64 vocab,    \
                                                   const u8* ids, Strided li, i64 n_ids,      \
-                                                  i64 cpr, float* y, int* bad) {             \
+                                                  i64 cpr, float* y, int* bad) { rt_kernel_entry();             \
         q_embed<T, u8>(w, row_stride, vocab, ids, li, n_ids, cpr, y, bad);                   \
     }
 Q_TYPES(Q_KERNELS)
@@ -1032,7 +1050,7 @@ __device__ __forceinline__ int q_warp_sum(int v, int width) {
 }
 
 // QA_32: one warp per 32-value block, lane i quantizes value i.
-extern "C" __global__ void qact_q8_32(const float* x, i64 blocks, signed char* q, float* d, int* sum, float* s) {
+extern "C" __global__ void qact_q8_32(const float* x, i64 blocks, signed char* q, float* d, int* sum, float* s) { rt_kernel_entry();
     i64 t = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
     if (t >= blocks) return;  // whole warps
@@ -1053,7 +1071,7 @@ extern "C" __global__ void qact_q8_32(const float* x, i64 blocks, signed char* q
 
 // QA_K: one warp per 256-value block; lane l quantizes values l + 32 j
 // (coalesced loads), so value l + 32 j lies in 16-value group 2 j + l / 16.
-extern "C" __global__ void qact_q8_k(const float* x, i64 blocks, signed char* q, float* d, int* bsum) {
+extern "C" __global__ void qact_q8_k(const float* x, i64 blocks, signed char* q, float* d, int* bsum) { rt_kernel_entry();
     i64 t = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
     if (t >= blocks) return;  // whole warps
@@ -1184,6 +1202,10 @@ __device__ __forceinline__ void q_mmvq_multi(const QMulti& p, int count, const Q
     extern "C" __global__ void __launch_bounds__(32 * QMMVQ_WARPS) qmmvq_##NAME##_m##M(      \
         const u8* w, i64 row_stride, i64 n, i64 k, const int* aq, const float* ad,           \
         const int* asum, const float* as, int m, float* y) {                                 \
+        q_prefetch_columns(w, row_stride, n,                                                 \
+                           ((i64)blockIdx.x * QMMVQ_WARPS + (threadIdx.x >> 5)) * QMMVQ_R(M), \
+                           QMMVQ_R(M));                                                      \
+        rt_kernel_entry();                                                                   \
         QActs a = {aq, ad, asum, as, k};                                                     \
         q_mmvq<T, M>(w, row_stride, n, a, m, y);                                             \
     }
@@ -1192,12 +1214,21 @@ __device__ __forceinline__ void q_mmvq_multi(const QMulti& p, int count, const Q
     extern "C" __global__ void __launch_bounds__(32 * QMMVQ_WARPS) qmmvq_gated_##NAME(       \
         const u8* wg, i64 sg, const u8* wu, i64 su, i64 n, i64 k, const int* aq, const float* ad, \
         const int* asum, const float* as, int act, float* y) {                               \
+        const i64 j = (i64)blockIdx.x * QMMVQ_WARPS + (threadIdx.x >> 5);                    \
+        q_prefetch_columns(wg, sg, n, j, 1);                                                 \
+        q_prefetch_columns(wu, su, n, j, 1);                                                 \
+        rt_kernel_entry();                                                                   \
         QActs a = {aq, ad, asum, as, k};                                                     \
         q_mmvq_gated<T>(wg, sg, wu, su, n, a, act, y);                                       \
     }                                                                                        \
     extern "C" __global__ void __launch_bounds__(32 * QMMVQ_WARPS) qmmvq_multi_##NAME(       \
         QMulti p, int count, i64 k, const int* aq, const float* ad, const int* asum,         \
         const float* as) {                                                                   \
+        int i = 0;                                                                           \
+        while (i + 1 < count && (i64)blockIdx.x >= p.first_block[i + 1]) ++i;                \
+        q_prefetch_columns(p.w[i], p.stride[i], p.n[i],                                      \
+                           ((i64)blockIdx.x - p.first_block[i]) * QMMVQ_WARPS + (threadIdx.x >> 5), 1); \
+        rt_kernel_entry();                                                                   \
         QActs a = {aq, ad, asum, as, k};                                                     \
         q_mmvq_multi<T>(p, count, a);                                                        \
     }

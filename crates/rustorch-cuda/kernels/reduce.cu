@@ -72,7 +72,7 @@ template <bool MAX> __device__ Best block_best(Best b, double* sv, i64* si) {
 #define REDUCE_MOMENTS(TY)                                                                   \
     extern "C" __global__ void reduce_moments_##TY(const TY##T::store* x, Strided lo, Strided li, \
                                                    TY##T::store* y, i64 n_inner, int kind,  \
-                                                   int correction) {                        \
+                                                   int correction) { rt_kernel_entry();                        \
         __shared__ double smem[32];                                                          \
         i64 o = blockIdx.x;                                                                  \
         if (kind == 2) {                                                                     \
@@ -108,7 +108,7 @@ template <bool MAX> __device__ Best block_best(Best b, double* sv, i64* si) {
 #define REDUCE_BEST(TY)                                                                      \
     extern "C" __global__ void reduce_best_##TY(const TY##T::store* x, Strided lo, Strided li, \
                                                 TY##T::store* y, i64* yi, i64 n_inner,      \
-                                                int is_max) {                                \
+                                                int is_max) { rt_kernel_entry();                                \
         __shared__ double sv[32];                                                            \
         __shared__ i64 si[32];                                                               \
         i64 o = blockIdx.x;                                                                  \
@@ -129,7 +129,7 @@ template <bool MAX> __device__ Best block_best(Best b, double* sv, i64* si) {
 #define SOFTMAX(TY)                                                                          \
     extern "C" __global__ void softmax_##TY(const TY##T::store* x, Strided lo, Strided li,  \
                                             TY##T::store* y, Strided yo, Strided yi,        \
-                                            i64 n_inner, int log_out) {                     \
+                                            i64 n_inner, int log_out) { rt_kernel_entry();                     \
         __shared__ double sv[32];                                                            \
         __shared__ i64 si[32];                                                               \
         i64 o = blockIdx.x;                                                                  \
@@ -156,7 +156,7 @@ template <bool MAX> __device__ Best block_best(Best b, double* sv, i64* si) {
 #define RMS_NORM(TY)                                                                         \
     extern "C" __global__ void rms_norm_##TY(const TY##T::store* x, Strided lo, Strided li, \
                                              const TY##T::store* w, Strided lw,             \
-                                             TY##T::store* y, i64 n_inner, double eps) {    \
+                                             TY##T::store* y, i64 n_inner, double eps) { rt_kernel_entry();    \
         __shared__ double smem[32];                                                          \
         i64 o = blockIdx.x;                                                                  \
         double q = 0.0;                                                                      \
@@ -184,7 +184,7 @@ template <bool MAX> __device__ Best block_best(Best b, double* sv, i64* si) {
     extern "C" __global__ void layer_norm_##TY(const TY##T::store* x, Strided lo, Strided li, \
                                                const TY##T::store* w, Strided lw,           \
                                                const TY##T::store* bb, Strided lb,          \
-                                               TY##T::store* y, i64 n_inner, double eps) {  \
+                                               TY##T::store* y, i64 n_inner, double eps) { rt_kernel_entry();  \
         __shared__ double smem[32];                                                          \
         i64 o = blockIdx.x;                                                                  \
         double shift = (double)load(TY##T(), AT(x, lo, li, o, 0));                           \
@@ -216,7 +216,7 @@ template <bool MAX> __device__ Best block_best(Best b, double* sv, i64* si) {
 #define CUMSUM(TY, ACC)                                                                      \
     extern "C" __global__ void cumsum_##TY(const TY##T::store* x, Strided lo, Strided li,   \
                                            TY##T::store* y, Strided yo, Strided yi,         \
-                                           i64 rows, i64 len) {                             \
+                                           i64 rows, i64 len) { rt_kernel_entry();                             \
         RT_GRID_STRIDE(o, rows) {                                                            \
             ACC a = 0;                                                                       \
             for (i64 r = 0; r < len; ++r) {                                                  \
@@ -231,7 +231,7 @@ CUMSUM(F32, double) CUMSUM(F16, float) CUMSUM(BF16, float) CUMSUM(F64, double)
 // signed overflow would be undefined), as the CPU computes them.
 #define CUMSUM_INT(NAME, T)                                                                  \
     extern "C" __global__ void cumsum_##NAME(const T* x, Strided lo, Strided li, i64* y,    \
-                                             Strided yo, Strided yi, i64 rows, i64 len) {   \
+                                             Strided yo, Strided yi, i64 rows, i64 len) { rt_kernel_entry();   \
         RT_GRID_STRIDE(o, rows) {                                                            \
             u64 a = 0;                                                                       \
             for (i64 r = 0; r < len; ++r) {                                                  \
@@ -383,21 +383,21 @@ __device__ void rms_norm_rows(const typename TY::store* x, const Strided& lo, co
 
 #define ROWS_IN_REGISTERS(TY)                                                                \
     extern "C" __global__ void softmax_warp_##TY(const TY##T::store* x, Strided lo, TY##T::store* y, \
-                                                 Strided yo, i64 n, int log_out, i64 rows) { \
+                                                 Strided yo, i64 n, int log_out, i64 rows) { rt_kernel_entry(); \
         softmax_rows<TY##T, true>(x, lo, y, yo, n, log_out, rows);                          \
     }                                                                                        \
     extern "C" __global__ void softmax_block_##TY(const TY##T::store* x, Strided lo, TY##T::store* y, \
-                                                  Strided yo, i64 n, int log_out, i64 rows) { \
+                                                  Strided yo, i64 n, int log_out, i64 rows) { rt_kernel_entry(); \
         softmax_rows<TY##T, false>(x, lo, y, yo, n, log_out, rows);                         \
     }                                                                                        \
     extern "C" __global__ void rms_norm_warp_##TY(const TY##T::store* x, Strided lo,        \
                                                   const TY##T::store* w, Strided lw,        \
-                                                  TY##T::store* y, i64 n, double eps, i64 rows) { \
+                                                  TY##T::store* y, i64 n, double eps, i64 rows) { rt_kernel_entry(); \
         rms_norm_rows<TY##T, true>(x, lo, w, lw, y, n, eps, rows);                          \
     }                                                                                        \
     extern "C" __global__ void rms_norm_block_##TY(const TY##T::store* x, Strided lo,       \
                                                    const TY##T::store* w, Strided lw,       \
-                                                   TY##T::store* y, i64 n, double eps, i64 rows) { \
+                                                   TY##T::store* y, i64 n, double eps, i64 rows) { rt_kernel_entry(); \
         rms_norm_rows<TY##T, false>(x, lo, w, lw, y, n, eps, rows);                         \
     }
 ROWS_IN_REGISTERS(F32) ROWS_IN_REGISTERS(F16) ROWS_IN_REGISTERS(BF16)
@@ -458,7 +458,7 @@ __device__ __forceinline__ void moments_join(double& n, double& s, double& m2, d
 #define REDUCE_SPLIT(TY)                                                                     \
     extern "C" __global__ void reduce_moments_part_##TY(const TY##T::store* x, Strided lo,  \
                                                         Strided li, double* part, i64 n_inner, \
-                                                        i64 chunk, int need_m2) {            \
+                                                        i64 chunk, int need_m2) { rt_kernel_entry();            \
         __shared__ double smem[32];                                                          \
         i64 o = blockIdx.y, c = blockIdx.x;                                                  \
         i64 lo_r = c * chunk, hi_r = lo_r + chunk < n_inner ? lo_r + chunk : n_inner;        \
@@ -498,7 +498,7 @@ __device__ __forceinline__ void moments_join(double& n, double& s, double& m2, d
     }                                                                                        \
     extern "C" __global__ void reduce_moments_join_##TY(const double* part, TY##T::store* y, \
                                                         i64 rows, i64 chunks, int kind,     \
-                                                        int correction) {                   \
+                                                        int correction) { rt_kernel_entry();                   \
         /* One warp per row: lane l joins chunks l, l+32, ... in order, */                   \
         /* then the lanes join in a fixed tree (same bits every run). */                     \
         i64 o = blockIdx.x;                                                                  \
@@ -527,7 +527,7 @@ __device__ __forceinline__ void moments_join(double& n, double& s, double& m2, d
     }                                                                                        \
     extern "C" __global__ void reduce_best_part_##TY(const TY##T::store* x, Strided lo,     \
                                                      Strided li, double* pv, i64* pi,       \
-                                                     i64 n_inner, i64 chunk, int is_max) {  \
+                                                     i64 n_inner, i64 chunk, int is_max) { rt_kernel_entry();  \
         __shared__ double sv[32];                                                            \
         __shared__ i64 si[32];                                                               \
         i64 o = blockIdx.y, c = blockIdx.x;                                                  \
@@ -542,7 +542,7 @@ __device__ __forceinline__ void moments_join(double& n, double& s, double& m2, d
     }                                                                                        \
     extern "C" __global__ void reduce_best_join_##TY(const double* pv, const i64* pi,       \
                                                      TY##T::store* y, i64* yi, i64 rows,    \
-                                                     i64 chunks, int is_max) {              \
+                                                     i64 chunks, int is_max) { rt_kernel_entry();              \
         i64 o = (i64)blockIdx.x * blockDim.x + threadIdx.x;                                  \
         if (o >= rows) return;                                                               \
         Best b; b.v = pv[o * chunks]; b.i = pi[o * chunks];                                  \
@@ -721,7 +721,7 @@ __device__ u64 fold_range(const typename K::store* x, const Strided& lo, const S
 // order (`reduce_fold_join`, `reduce_best_join_*`).
 #define REDUCE_INT(TY)                                                                       \
     extern "C" __global__ void reduce_fold_##TY(const Int##TY::store* x, Strided lo, Strided li, \
-                                                i64* y, i64 n_inner, int prod) {            \
+                                                i64* y, i64 n_inner, int prod) { rt_kernel_entry();            \
         i64 o = blockIdx.x;                                                                  \
         u64 a = prod ? fold_range<Int##TY, true>(x, lo, li, o, 0, n_inner)                   \
                      : fold_range<Int##TY, false>(x, lo, li, o, 0, n_inner);                 \
@@ -729,7 +729,7 @@ __device__ u64 fold_range(const typename K::store* x, const Strided& lo, const S
     }                                                                                        \
     extern "C" __global__ void reduce_best_##TY(const Int##TY::store* x, Strided lo, Strided li, \
                                                 Int##TY::store* y, i64* yi, i64 n_inner,    \
-                                                int is_max) {                                \
+                                                int is_max) { rt_kernel_entry();                                \
         i64 o = blockIdx.x;                                                                  \
         IBest b = is_max ? ibest_range<Int##TY, true>(x, lo, li, o, 0, n_inner)              \
                          : ibest_range<Int##TY, false>(x, lo, li, o, 0, n_inner);            \
@@ -740,7 +740,7 @@ __device__ u64 fold_range(const typename K::store* x, const Strided& lo, const S
     }                                                                                        \
     extern "C" __global__ void reduce_fold_part_##TY(const Int##TY::store* x, Strided lo,   \
                                                      Strided li, u64* part, i64 n_inner,    \
-                                                     i64 chunk, int prod) {                  \
+                                                     i64 chunk, int prod) { rt_kernel_entry();                  \
         i64 o = blockIdx.y, c = blockIdx.x;                                                  \
         i64 lo_r = c * chunk, hi_r = lo_r + chunk < n_inner ? lo_r + chunk : n_inner;        \
         u64 a = prod ? fold_range<Int##TY, true>(x, lo, li, o, lo_r, hi_r)                   \
@@ -749,7 +749,7 @@ __device__ u64 fold_range(const typename K::store* x, const Strided& lo, const S
     }                                                                                        \
     extern "C" __global__ void reduce_best_part_##TY(const Int##TY::store* x, Strided lo,   \
                                                      Strided li, i64* pv, i64* pi,          \
-                                                     i64 n_inner, i64 chunk, int is_max) {  \
+                                                     i64 n_inner, i64 chunk, int is_max) { rt_kernel_entry();  \
         i64 o = blockIdx.y, c = blockIdx.x;                                                  \
         i64 lo_r = c * chunk, hi_r = lo_r + chunk < n_inner ? lo_r + chunk : n_inner;        \
         IBest b = is_max ? ibest_range<Int##TY, true>(x, lo, li, o, lo_r, hi_r)              \
@@ -758,7 +758,7 @@ __device__ u64 fold_range(const typename K::store* x, const Strided& lo, const S
     }                                                                                        \
     extern "C" __global__ void reduce_best_join_##TY(const i64* pv, const i64* pi,          \
                                                      Int##TY::store* y, i64* yi, i64 rows,  \
-                                                     i64 chunks, int is_max) {              \
+                                                     i64 chunks, int is_max) { rt_kernel_entry();              \
         i64 o = (i64)blockIdx.x * blockDim.x + threadIdx.x;                                  \
         if (o >= rows) return;                                                               \
         IBest b; b.v = pv[o * chunks]; b.i = pi[o * chunks];                                 \
@@ -771,7 +771,7 @@ __device__ u64 fold_range(const typename K::store* x, const Strided& lo, const S
     }
 REDUCE_INT(I32) REDUCE_INT(I64) REDUCE_INT(U8) REDUCE_INT(BOOL)
 
-extern "C" __global__ void reduce_fold_join(const u64* part, i64* y, i64 rows, i64 chunks, int prod) {
+extern "C" __global__ void reduce_fold_join(const u64* part, i64* y, i64 rows, i64 chunks, int prod) { rt_kernel_entry();
     i64 o = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (o >= rows) return;
     u64 a = part[o * chunks];

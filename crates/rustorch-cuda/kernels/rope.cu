@@ -23,7 +23,7 @@ __device__ __forceinline__ double rt_fma(double a, double b, double c) { return 
                                          const TY##T::store* cs, Strided lc,               \
                                          const TY##T::store* sn, Strided ls,               \
                                          TY##T::store* y, i64 n, i64 t, i64 d, i64 half,  \
-                                         int interleaved) {                                \
+                                         int interleaved) { rt_kernel_entry();                                \
         RT_GRID_STRIDE(i, n) {                                                               \
             i64 r = i / d, f = i - r * d;                                                    \
             if (f >= 2 * half) {                                                             \

@@ -141,7 +141,7 @@ __device__ void sort_take(const typename K::T* x, Strided lo, Strided li, const 
 
 // One step (kk, j) of the network over every row of the scratch (p a power
 // of two, so positions e and e ^ j stay in one row).
-extern "C" __global__ void sort_stage(u64* keys, u32* idx, i64 total, i64 p, i64 kk, i64 j) {
+extern "C" __global__ void sort_stage(u64* keys, u32* idx, i64 total, i64 p, i64 kk, i64 j) { rt_kernel_entry();
     RT_GRID_STRIDE(t, total) {
         const i64 o = t / p, e = t - o * p;
         bitonic_step(keys + o * p, idx + o * p, e, kk, j);
@@ -152,18 +152,18 @@ extern "C" __global__ void sort_stage(u64* keys, u32* idx, i64 total, i64 p, i64
     extern "C" __global__ void sort_rows_##NAME(const K##NAME::T* x, Strided lo, Strided li, \
                                                 i64 len, i64 p, i64 k, int descending,       \
                                                 K##NAME::T* y, i64* yidx, Strided yo,        \
-                                                Strided yi) {                                \
+                                                Strided yi) { rt_kernel_entry();                                \
         sort_rows<K##NAME>(x, lo, li, len, p, k, descending, y, yidx, yo, yi);               \
     }                                                                                        \
     extern "C" __global__ void sort_keys_##NAME(const K##NAME::T* x, Strided lo, Strided li, \
                                                 i64 len, i64 p, int descending, u64* keys,   \
-                                                u32* idx, i64 total) {                       \
+                                                u32* idx, i64 total) { rt_kernel_entry();                       \
         sort_keys<K##NAME>(x, lo, li, len, p, descending, keys, idx, total);                 \
     }                                                                                        \
     extern "C" __global__ void sort_take_##NAME(const K##NAME::T* x, Strided lo, Strided li, \
                                                 const u32* idx, i64 p, i64 k, K##NAME::T* y, \
                                                 i64* yidx, Strided yo, Strided yi,           \
-                                                i64 total) {                                 \
+                                                i64 total) { rt_kernel_entry();                                 \
         sort_take<K##NAME>(x, lo, li, idx, p, k, y, yidx, yo, yi, total);                    \
     }
 SORT(F32) SORT(F16) SORT(BF16) SORT(F64) SORT(I32) SORT(I64) SORT(U8) SORT(BOOL)

@@ -35,6 +35,10 @@ pub struct CudaBackend {
     pub(crate) staging: crate::transfer::Staging,
     /// `RUSTORCH_CUDA_TRANSFER`: one copy method for every size.
     transfer_forced: Option<crate::transfer::Method>,
+    /// Whether launches let a kernel start while the one before it ends
+    /// (`launch::Launch`): compute capability 9.0 on, unless
+    /// `RUSTORCH_CUDA_PDL=0`.
+    pub(crate) overlap_launches: bool,
 }
 
 /// The driver's default memory pool of one device, kept as a cache: freed
@@ -135,6 +139,7 @@ impl CudaBackend {
             pool,
             staging: Default::default(),
             transfer_forced,
+            overlap_launches: major >= 9 && std::env::var("RUSTORCH_CUDA_PDL").map_or(true, |v| v != "0"),
         })
     }
 
@@ -313,10 +318,9 @@ impl CudaBackend {
     /// the lost-device path only.
     #[doc(hidden)]
     pub fn provoke_fault_for_tests(&self) -> Result<(), BackendError> {
-        use cudarc::driver::PushKernelArg;
         let f = self.function("elementwise", "provoke_fault")?;
         let address: u64 = 8;
-        let mut args = self.stream.launch_builder(&f);
+        let mut args = crate::launch::Launch::new(self, &f);
         args.arg(&address);
         // SAFETY: not safe for the context, on purpose (see above); the
         // host's memory is untouched.

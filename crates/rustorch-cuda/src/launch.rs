@@ -1,8 +1,82 @@
 //! What kernels take: `Strided` (a layout, mirroring `struct Strided` in
 //! kernels/common.cuh) and launch sizes.
 
-use cudarc::driver::{DeviceRepr, LaunchConfig};
+use cudarc::driver::sys;
+use cudarc::driver::{CudaFunction, DeviceRepr, DriverError, LaunchConfig};
 use rustorch_core::{Layout, Shape};
+use std::ffi::c_void;
+
+/// A kernel launch on the backend's stream, built as cudarc's
+/// `launch_builder` is (one `arg` per kernel parameter, by reference), but
+/// sent with `cuLaunchKernelEx` so that it can carry programmatic
+/// dependent launch (Hopper on): the kernel may be scheduled while the one
+/// before it in the stream still runs, and waits for that one's results at
+/// `rt_kernel_entry` (kernels/common.cuh), which every kernel runs first.
+/// What it overlaps is the gap between two kernels (the launch, the
+/// scheduling of blocks, a product's weight prefetch): a decode step is
+/// a chain of a few hundred small kernels.
+pub(crate) struct Launch<'a> {
+    func: &'a CudaFunction,
+    stream: sys::CUstream,
+    ctx: &'a cudarc::driver::CudaContext,
+    overlap: bool,
+    args: Vec<*mut c_void>,
+}
+
+impl<'a> Launch<'a> {
+    pub(crate) fn new(b: &'a crate::CudaBackend, func: &'a CudaFunction) -> Launch<'a> {
+        Launch {
+            func,
+            stream: b.stream.cu_stream(),
+            ctx: &b.ctx,
+            overlap: b.overlap_launches,
+            args: Vec::with_capacity(16),
+        }
+    }
+
+    /// The next kernel parameter, read by the driver at `launch`.
+    pub(crate) fn arg<T: DeviceRepr>(&mut self, v: &'a T) -> &mut Self {
+        self.args.push(v as *const T as *mut c_void);
+        self
+    }
+
+    /// Queues the kernel.
+    ///
+    /// # Safety
+    /// The arguments must match the kernel's parameters in number, order
+    /// and type, and every address among them must be valid for what the
+    /// kernel does with it.
+    pub(crate) unsafe fn launch(&mut self, cfg: LaunchConfig) -> Result<(), DriverError> {
+        self.ctx.bind_to_thread()?;
+        // SAFETY: zero is a valid bit pattern for the attribute (a plain C struct and union).
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let config = sys::CUlaunchConfig {
+            gridDimX: cfg.grid_dim.0,
+            gridDimY: cfg.grid_dim.1,
+            gridDimZ: cfg.grid_dim.2,
+            blockDimX: cfg.block_dim.0,
+            blockDimY: cfg.block_dim.1,
+            blockDimZ: cfg.block_dim.2,
+            sharedMemBytes: cfg.shared_mem_bytes,
+            hStream: self.stream,
+            attrs: &mut attr,
+            numAttrs: u32::from(self.overlap),
+        };
+        // SAFETY: the caller vouches for the parameters; `config`, `attr`
+        // and the values behind `args` outlive the call, which copies them.
+        unsafe {
+            sys::cuLaunchKernelEx(
+                &config,
+                self.func.cu_function(),
+                self.args.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        }
+        .result()
+    }
+}
 
 pub(crate) const MAX_DIMS: usize = 8;
 

@@ -17,7 +17,7 @@
 use crate::backend::CudaBackend;
 use crate::launch::Strided;
 use cudarc::driver::sys::{self, CUdeviceptr};
-use cudarc::driver::{CudaEvent, DriverError, PushKernelArg};
+use cudarc::driver::{CudaEvent, DriverError};
 use rustorch_core::BackendError;
 use std::sync::Mutex;
 
@@ -338,7 +338,7 @@ impl CudaBackend {
         let f = self.function("elementwise", name)?;
         let layout = Strided::from_parts(&[n], &[1], 0).expect("one dim");
         let n64 = n as i64;
-        let mut args = self.stream.launch_builder(&f);
+        let mut args = crate::launch::Launch::new(self, &f);
         args.arg(&from).arg(&layout).arg(&to).arg(&n64);
         let per_thread = if aligned { 16 } else { 1 };
         // SAFETY: copy_b1(_v)(x, layout, y, n) over `n` bytes that both

@@ -31,7 +31,13 @@ fn every_kernel_compiles_for_sm80_and_sm90() {
     for (name, src) in KERNEL_SOURCES {
         for arch in ["compute_80", "compute_90"] {
             match compile_uncached(name, &full_source(src), arch) {
-                Ok(ptx) => kernels += ptx.to_src().matches(".entry ").count(),
+                Ok(ptx) => {
+                    let ptx = ptx.to_src();
+                    kernels += ptx.matches(".entry ").count();
+                    if arch == "compute_90" {
+                        failures.extend(entries_touching_memory_before_the_wait(name, &ptx));
+                    }
+                }
                 Err(e) => failures.push(e),
             }
         }
@@ -44,6 +50,29 @@ fn every_kernel_compiles_for_sm80_and_sm90() {
     );
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
     assert!(kernels > 0, "no kernel entry points in the PTX");
+}
+
+/// Kernels are launched so that they may start while the kernel before
+/// them still runs (src/launch.rs): each must wait for it
+/// (`griddepcontrol.wait`, kernels/common.cuh's `rt_kernel_entry`) before
+/// it reads or writes global memory. Only prefetches may come first. The
+/// entries of `ptx` that break this, one message each.
+fn entries_touching_memory_before_the_wait(module: &str, ptx: &str) -> Vec<String> {
+    let mut bad = Vec::new();
+    for entry in ptx.split(".entry ").skip(1) {
+        let name = &entry[..entry.find('(').unwrap_or(0)];
+        let Some(wait) = entry.find("griddepcontrol.wait") else {
+            bad.push(format!("{module}: kernel {name} never runs rt_kernel_entry"));
+            continue;
+        };
+        let before = &entry[..wait];
+        for access in ["ld.global", "st.global", "atom.", "red.", "ld.shared", "st.shared"] {
+            if before.contains(access) {
+                bad.push(format!("{module}: kernel {name} has {access} before rt_kernel_entry"));
+            }
+        }
+    }
+    bad
 }
 
 /// NVRTC also makes machine code (what the backend loads, so that the

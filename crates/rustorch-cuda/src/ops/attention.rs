@@ -10,7 +10,7 @@
 use super::float_suffix;
 use crate::backend::CudaBackend;
 use crate::buffer::CudaBuffer;
-use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{DeviceRepr, LaunchConfig};
 use rustorch_core::backend::TensorRef;
 use rustorch_core::op::AttnMask;
 use rustorch_core::{BackendError, DType, Layout, Op, TensorMeta};
@@ -226,7 +226,7 @@ pub(super) fn sdpa(
         y.ptr(),
     );
     let (hq64, tq64, tk64, d64, dv64, g64) = (hq as i64, tq as i64, tk as i64, d as i64, dv as i64, group as i64);
-    let mut args = b.stream.launch_builder(&f);
+    let mut args = crate::launch::Launch::new(b, &f);
     args.arg(&qp)
         .arg(&lq)
         .arg(&kp)
@@ -342,7 +342,7 @@ pub(super) fn cached(
         y.ptr(),
     );
     let (t64, l64, d64, dv64, g64) = (t as i64, l as i64, d as i64, dv as i64, (hq / hkv) as i64);
-    let mut args = b.stream.launch_builder(&f);
+    let mut args = crate::launch::Launch::new(b, &f);
     args.arg(&qp)
         .arg(&lq)
         .arg(&kp)
@@ -481,7 +481,7 @@ fn flash_gemm(
             )
         }?;
         let (sp, pp, l64) = (scores.ptr(), probs.ptr(), g.l as i64);
-        let mut args = b.stream.launch_builder(&softmax);
+        let mut args = crate::launch::Launch::new(b, &softmax);
         args.arg(&sp).arg(&l64).arg(&t64).arg(&mp).arg(lm).arg(&scale).arg(&pp);
         let cfg = LaunchConfig {
             grid_dim: ((nh * rows) as u32, 1, 1),
@@ -625,7 +625,7 @@ pub(super) fn attention_at(
     let pos_off = pos.layout.offset() as i64;
     let (t64, n64, d64, dv64, g64) = (t as i64, n as i64, d as i64, dv as i64, (h / hkv) as i64);
     let window64 = window.map_or(0, |w| i64::try_from(w).unwrap_or(i64::MAX));
-    let mut args = b.stream.launch_builder(&f);
+    let mut args = crate::launch::Launch::new(b, &f);
     args.arg(&qp)
         .arg(&lq)
         .arg(&kp)
@@ -662,7 +662,7 @@ pub(super) fn attention_at(
     let combine = "attention_at_combine";
     let f = b.function("attention", combine)?;
     let s64 = splits as i64;
-    let mut args = b.stream.launch_builder(&f);
+    let mut args = crate::launch::Launch::new(b, &f);
     args.arg(&partp).arg(&yp).arg(&s64).arg(&dv64);
     let cfg = LaunchConfig {
         grid_dim: (rows as u32, 1, 1),

@@ -7,7 +7,7 @@ use super::float_suffix;
 use crate::backend::CudaBackend;
 use crate::buffer::CudaBuffer;
 use crate::launch::{grid, Strided};
-use cudarc::driver::{DeviceRepr, PushKernelArg};
+use cudarc::driver::DeviceRepr;
 use rustorch_core::backend::TensorRef;
 use rustorch_core::{BackendError, Layout, Op, TensorMeta};
 
@@ -120,7 +120,7 @@ pub(super) fn batch_norm(
     let kernel = format!("batch_norm_{ty}");
     let f = b.function("conv", &kernel)?;
     let (xp, yp, n64, c64, inner64) = (b.own(name, x.buffer)?.ptr(), y.ptr(), n as i64, c as i64, inner as i64);
-    let mut args = b.stream.launch_builder(&f);
+    let mut args = crate::launch::Launch::new(b, &f);
     args.arg(&xp)
         .arg(&lx)
         .arg(&mp)
@@ -270,7 +270,7 @@ pub(super) fn conv(
         y.ptr(),
         n as i64,
     );
-    let mut args = b.stream.launch_builder(&f);
+    let mut args = crate::launch::Launch::new(b, &f);
     args.arg(&xp)
         .arg(&lx)
         .arg(&wp)
@@ -331,7 +331,7 @@ pub(super) fn pool(b: &CudaBackend, op: &Op, x: &TensorRef<'_>, out: &TensorMeta
     };
     let f = b.function("conv", &kernel)?;
     let (xp, yp, n64, cp) = (b.own(&name, x.buffer)?.ptr(), y.ptr(), n as i64, count_pad as i32);
-    let mut args = b.stream.launch_builder(&f);
+    let mut args = crate::launch::Launch::new(b, &f);
     args.arg(&xp).arg(&lx).arg(&yp).arg(&n64).arg(&g);
     if !max {
         args.arg(&cp);

@@ -5,7 +5,7 @@ use super::{cast_suffix, float_suffix};
 use crate::backend::CudaBackend;
 use crate::buffer::CudaBuffer;
 use crate::launch::{grid, Strided};
-use cudarc::driver::{LaunchArgs, PushKernelArg};
+
 use rustorch_core::backend::TensorRef;
 use rustorch_core::op::BinaryOp;
 use rustorch_core::{BackendError, DType, Op, TensorMeta};
@@ -84,7 +84,7 @@ pub(super) fn run(
         Op::Clamp { min, max } => (min.unwrap_or(f64::NAN), max.unwrap_or(f64::NAN)),
         _ => (0.0, 0.0),
     };
-    let mut args: LaunchArgs<'_> = b.stream.launch_builder(&f);
+    let mut args = crate::launch::Launch::new(b, &f);
     for (p, l) in ptrs.iter().zip(&layouts) {
         args.arg(p).arg(l);
     }
@@ -170,7 +170,7 @@ fn int_check(b: &CudaBackend, o: BinaryOp, rhs: &TensorRef<'_>) -> Result<(), Ba
     let kernel = format!("int_check_{what}_{ty}");
     let f = b.function("elementwise", &kernel)?;
     let (xp, n64, bp) = (b.own(what, rhs.buffer)?.ptr(), n as i64, bad.ptr());
-    let mut args = b.stream.launch_builder(&f);
+    let mut args = crate::launch::Launch::new(b, &f);
     args.arg(&xp).arg(&l).arg(&n64).arg(&bp);
     // SAFETY: int_check_*(x, lx, n, bad): the operand's own layout over its
     // n elements (checked by the executor), `bad` one i32.

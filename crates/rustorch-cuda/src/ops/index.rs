@@ -16,7 +16,6 @@
 use crate::backend::CudaBackend;
 use crate::buffer::CudaBuffer;
 use crate::launch::{grid, Strided};
-use cudarc::driver::PushKernelArg;
 use rustorch_core::backend::{Backend, TensorRef};
 use rustorch_core::{BackendError, DType, Layout, Op, TensorMeta};
 
@@ -134,7 +133,7 @@ pub(super) fn run(
         bad.ptr(),
     );
     let (n64, size64) = (n as i64, plan.size as i64);
-    let mut args = b.stream.launch_builder(&f);
+    let mut args = crate::launch::Launch::new(b, &f);
     args.arg(&xp)
         .arg(&plan.xs)
         .arg(&plan.sd)
@@ -276,7 +275,7 @@ pub(super) fn scatter_add(
         let f = b.function("elementwise", &copy)?;
         let lx = Strided::broadcast(dst.layout, &out.shape).ok_or_else(deep)?;
         let (xp, yp, n64) = (b.own(name, dst.buffer)?.ptr(), y.ptr(), n_out as i64);
-        let mut args = b.stream.launch_builder(&f);
+        let mut args = crate::launch::Launch::new(b, &f);
         args.arg(&xp).arg(&lx).arg(&yp).arg(&n64);
         // SAFETY: copy_bN(x, lx, y, n): the destination's own layout, `y`
         // holds `n` elements of the same size.
@@ -303,7 +302,7 @@ pub(super) fn scatter_add(
         bad.ptr(),
     );
     let (n64, inner64, dsize64, k64) = (n as i64, inner as i64, dd[dim] as i64, k as i64);
-    let mut args = b.stream.launch_builder(&f);
+    let mut args = crate::launch::Launch::new(b, &f);
     args.arg(&yp)
         .arg(&yw)
         .arg(&ip)

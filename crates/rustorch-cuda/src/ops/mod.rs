@@ -306,10 +306,9 @@ fn launch_into(
     n: usize,
     at: crate::launch::WriteAt,
 ) -> Result<(), BackendError> {
-    use cudarc::driver::PushKernelArg;
     let f = b.function(module, name)?;
     let n64 = n as i64;
-    let mut args = b.stream.launch_builder(&f);
+    let mut args = crate::launch::Launch::new(b, &f);
     args.arg(&src.0).arg(&src.1).arg(&dst.0).arg(&dst.1).arg(&n64).arg(&at);
     // SAFETY: the argument list of every *_into kernel; the callers' layouts
     // stay inside their buffers, moved by any position `at` lets through.

@@ -40,7 +40,7 @@ use crate::backend::CudaBackend;
 use crate::buffer::CudaBuffer;
 use crate::launch::{grid, Strided};
 use cudarc::cublas::sys::{cublasOperation_t, cudaDataType};
-use cudarc::driver::{LaunchConfig, PushKernelArg};
+use cudarc::driver::LaunchConfig;
 use rustorch_core::backend::TensorRef;
 use rustorch_core::op::GateActivation;
 use rustorch_core::quant::QType;
@@ -421,7 +421,7 @@ fn matvec(b: &CudaBackend, ty: &str, w: &Weight, x: &Activations, y: &CudaBuffer
         shared_mem_bytes: 0,
     };
     let (n64, k64, m32, yp) = (w.rows as i64, x.k as i64, x.m as i32, y.ptr());
-    let mut args = b.stream.launch_builder(&f);
+    let mut args = crate::launch::Launch::new(b, &f);
     args.arg(&w.ptr)
         .arg(&w.row_stride)
         .arg(&n64)
@@ -486,7 +486,7 @@ fn quantize_activations(b: &CudaBackend, x: &Activations, layout: ActLayout) -> 
         ActLayout::K => "qact_q8_k",
     };
     let f = b.function("quant", kernel)?;
-    let mut args = b.stream.launch_builder(&f);
+    let mut args = crate::launch::Launch::new(b, &f);
     args.arg(&x.ptr).arg(&blocks64).arg(&q).arg(&d).arg(&sum);
     if layout == ActLayout::Q32 {
         args.arg(&s);
@@ -545,7 +545,7 @@ fn mmvq_product(
         };
         let yp = y.ptr() + (4 * r0 * n) as u64;
         let rows32 = rows as i32;
-        let mut args = b.stream.launch_builder(&f);
+        let mut args = crate::launch::Launch::new(b, &f);
         args.arg(&w.ptr)
             .arg(&w.row_stride)
             .arg(&n64)
@@ -673,7 +673,7 @@ fn multi_mmvq(
     let count = weights.len() as i32;
     let as_ = if layout == ActLayout::Q32 { qa.s } else { 0 };
     let k64 = x.k as i64;
-    let mut args = b.stream.launch_builder(&f);
+    let mut args = crate::launch::Launch::new(b, &f);
     args.arg(&p)
         .arg(&count)
         .arg(&k64)
@@ -739,7 +739,7 @@ fn gated_mmvq(
         GateActivation::SwiGlu => 0,
         GateActivation::GeGlu => 1,
     };
-    let mut args = b.stream.launch_builder(&f);
+    let mut args = crate::launch::Launch::new(b, &f);
     args.arg(&g.ptr)
         .arg(&g.row_stride)
         .arg(&u.ptr)
@@ -801,7 +801,7 @@ fn dequant_gemm(
     while j0 < n {
         let tn = tile_rows.min(n - j0);
         let (wp, rows64, tp) = (w.ptr + (j0 as i64 * w.row_stride) as u64, tn as i64, tile.ptr());
-        let mut args = b.stream.launch_builder(&f);
+        let mut args = crate::launch::Launch::new(b, &f);
         args.arg(&wp).arg(&w.row_stride).arg(&rows64).arg(&cpr).arg(&tp);
         // SAFETY: qdequant_T / qdequant_h_T(w, row_stride, rows, cpr, y):
         // rows j0..j0 + tn of the weight (inside it), each of cpr chunks,
@@ -872,7 +872,7 @@ fn gated_in_place(
         .ok_or_else(|| BackendError::unsupported(b.device, kernel, "more dims than the kernels take"))?;
     let f = b.function("elementwise", kernel)?;
     let (gp, up_p, n64) = (gate.ptr(), up.ptr(), n as i64);
-    let mut args = b.stream.launch_builder(&f);
+    let mut args = crate::launch::Launch::new(b, &f);
     args.arg(&gp).arg(&l).arg(&up_p).arg(&l).arg(&gp).arg(&n64);
     // SAFETY: swiglu_F32 / geglu_F32(x, lx, g, lg, y, n): gate and up hold
     // n contiguous f32 each; y is x, which each thread reads at its own
@@ -923,7 +923,7 @@ fn embedding(
     let cpr = table.cols / chunk_len(qtype);
     let (ip, yp, bp) = (b.own(name, ids.buffer)?.ptr(), y.ptr(), bad.ptr());
     let (vocab64, n64, cpr64) = (table.rows as i64, n_ids as i64, cpr as i64);
-    let mut args = b.stream.launch_builder(&f);
+    let mut args = crate::launch::Launch::new(b, &f);
     args.arg(&table.ptr)
         .arg(&table.row_stride)
         .arg(&vocab64)

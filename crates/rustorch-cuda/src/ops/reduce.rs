@@ -6,7 +6,7 @@ use super::float_suffix;
 use crate::backend::CudaBackend;
 use crate::buffer::CudaBuffer;
 use crate::launch::{grid, per_row, Strided};
-use cudarc::driver::{LaunchConfig, PushKernelArg};
+use cudarc::driver::LaunchConfig;
 use rustorch_core::backend::TensorRef;
 use rustorch_core::op::ReduceOp;
 use rustorch_core::{BackendError, DType, Layout, Op, TensorMeta};
@@ -93,7 +93,7 @@ pub(super) fn reduce(
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut args = b.stream.launch_builder(&part);
+        let mut args = crate::launch::Launch::new(b, &part);
         args.arg(&xp).arg(&lo).arg(&li);
         let need_m2 = (kind >= 3) as i32;
         if best {
@@ -104,7 +104,7 @@ pub(super) fn reduce(
         // SAFETY: reduce_*_part_*(x, lo, li, partials, n, chunk, flag): the
         // grid is chunks x rows, each block writing its own partial.
         unsafe { args.launch(cfg) }.map_err(|e| b.launch_err(&part_name, e))?;
-        let mut args = b.stream.launch_builder(&join);
+        let mut args = crate::launch::Launch::new(b, &join);
         if best {
             args.arg(&pvp)
                 .arg(&pip)
@@ -142,7 +142,7 @@ pub(super) fn reduce(
         format!("reduce_moments_{ty}")
     };
     let f = b.function("reduce", &name)?;
-    let mut args = b.stream.launch_builder(&f);
+    let mut args = crate::launch::Launch::new(b, &f);
     args.arg(&xp).arg(&lo).arg(&li);
     if best {
         args.arg(&vals).arg(&idx).arg(&n64).arg(&is_max);
@@ -248,7 +248,7 @@ fn reduce_int(
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut args = b.stream.launch_builder(&part);
+        let mut args = crate::launch::Launch::new(b, &part);
         args.arg(&xp).arg(&lo).arg(&li).arg(&pvp);
         if best {
             args.arg(&pip);
@@ -258,7 +258,7 @@ fn reduce_int(
         // reduce_best_part_*(x, lo, li, pv, pi, n, chunk, is_max): the grid
         // is chunks x rows, each block writing its own partial of `parts`.
         unsafe { args.launch(cfg) }.map_err(|e| b.launch_err(&part_name, e))?;
-        let mut args = b.stream.launch_builder(&join);
+        let mut args = crate::launch::Launch::new(b, &join);
         args.arg(&pvp);
         if best {
             args.arg(&pip).arg(&vals).arg(&idx);
@@ -279,7 +279,7 @@ fn reduce_int(
         format!("reduce_fold_{ty}")
     };
     let f = b.function("reduce", &name)?;
-    let mut args = b.stream.launch_builder(&f);
+    let mut args = crate::launch::Launch::new(b, &f);
     args.arg(&xp).arg(&lo).arg(&li);
     if best {
         args.arg(&vals).arg(&idx);
@@ -370,7 +370,7 @@ pub(super) fn softmax(
         let kernel = format!("softmax_{mode}_{ty}");
         let f = b.function("reduce", &kernel)?;
         let rows64 = rows as i64;
-        let mut args = b.stream.launch_builder(&f);
+        let mut args = crate::launch::Launch::new(b, &f);
         args.arg(&xp)
             .arg(&lo)
             .arg(&yp)
@@ -386,7 +386,7 @@ pub(super) fn softmax(
     }
     let kernel = format!("softmax_{ty}");
     let f = b.function("reduce", &kernel)?;
-    let mut args = b.stream.launch_builder(&f);
+    let mut args = crate::launch::Launch::new(b, &f);
     args.arg(&xp)
         .arg(&lo)
         .arg(&li)
@@ -437,7 +437,7 @@ pub(super) fn rms_norm(
         let kernel = format!("rms_norm_{mode}_{ty}");
         let f = b.function("reduce", &kernel)?;
         let rows64 = rows as i64;
-        let mut args = b.stream.launch_builder(&f);
+        let mut args = crate::launch::Launch::new(b, &f);
         args.arg(&xp)
             .arg(&lo)
             .arg(&wp)
@@ -454,7 +454,7 @@ pub(super) fn rms_norm(
     }
     let kernel = format!("rms_norm_{ty}");
     let f = b.function("reduce", &kernel)?;
-    let mut args = b.stream.launch_builder(&f);
+    let mut args = crate::launch::Launch::new(b, &f);
     args.arg(&xp)
         .arg(&lo)
         .arg(&li)
@@ -519,7 +519,7 @@ pub(super) fn layer_norm(
     let kernel = format!("layer_norm_{ty}");
     let f = b.function("reduce", &kernel)?;
     let (xp, yp, n64) = (b.own(&op.name(), x.buffer)?.ptr(), y.ptr(), n_inner as i64);
-    let mut args = b.stream.launch_builder(&f);
+    let mut args = crate::launch::Launch::new(b, &f);
     args.arg(&xp)
         .arg(&lo)
         .arg(&li)
@@ -563,7 +563,7 @@ pub(super) fn cumsum(
     let kernel = format!("cumsum_{ty}");
     let f = b.function("reduce", &kernel)?;
     let (xp, yp, rows64, len64) = (b.own("cumsum", x.buffer)?.ptr(), y.ptr(), rows as i64, len as i64);
-    let mut args = b.stream.launch_builder(&f);
+    let mut args = crate::launch::Launch::new(b, &f);
     args.arg(&xp)
         .arg(&lo)
         .arg(&li)

@@ -5,7 +5,6 @@ use super::float_suffix;
 use crate::backend::CudaBackend;
 use crate::buffer::CudaBuffer;
 use crate::launch::{grid, Strided};
-use cudarc::driver::PushKernelArg;
 use rustorch_core::backend::TensorRef;
 use rustorch_core::op::RopeLayout;
 use rustorch_core::{BackendError, TensorMeta};
@@ -52,7 +51,7 @@ pub(super) fn rope(
     );
     let (n64, t64, d64, h64) = (n as i64, t as i64, d as i64, half as i64);
     let interleaved = matches!(layout, RopeLayout::Interleaved) as i32;
-    let mut args = b.stream.launch_builder(&f);
+    let mut args = crate::launch::Launch::new(b, &f);
     args.arg(&xp)
         .arg(&lx)
         .arg(&cp)

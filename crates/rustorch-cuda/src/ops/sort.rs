@@ -9,7 +9,7 @@ use super::reduce::split;
 use crate::backend::CudaBackend;
 use crate::buffer::CudaBuffer;
 use crate::launch::grid;
-use cudarc::driver::{LaunchConfig, PushKernelArg};
+use cudarc::driver::LaunchConfig;
 use rustorch_core::backend::{Buffer, TensorRef};
 use rustorch_core::{BackendError, DType, Layout, TensorMeta};
 use std::sync::Arc;
@@ -96,7 +96,7 @@ pub(super) fn sort(
         }
         let kernel = format!("sort_rows_{ty}");
         let f = b.function("sort", &kernel)?;
-        let mut args = b.stream.launch_builder(&f);
+        let mut args = crate::launch::Launch::new(b, &f);
         args.arg(&xp)
             .arg(&lo)
             .arg(&li)
@@ -128,7 +128,7 @@ pub(super) fn sort(
     let (kp, xi, total64) = (keys.ptr(), idx.ptr(), total as i64);
     let fill = format!("sort_keys_{ty}");
     let f = b.function("sort", &fill)?;
-    let mut args = b.stream.launch_builder(&f);
+    let mut args = crate::launch::Launch::new(b, &f);
     args.arg(&xp)
         .arg(&lo)
         .arg(&li)
@@ -147,7 +147,7 @@ pub(super) fn sort(
         let mut j = kk / 2;
         while j > 0 {
             let (kk64, j64) = (kk as i64, j as i64);
-            let mut args = b.stream.launch_builder(&stage);
+            let mut args = crate::launch::Launch::new(b, &stage);
             args.arg(&kp).arg(&xi).arg(&total64).arg(&p64).arg(&kk64).arg(&j64);
             // SAFETY: sort_stage(keys, idx, total, p, kk, j): positions e and
             // e ^ j (j < p, p a power of two) stay inside each row of p pairs.
@@ -159,7 +159,7 @@ pub(super) fn sort(
     let take = format!("sort_take_{ty}");
     let f = b.function("sort", &take)?;
     let n64 = n_out as i64;
-    let mut args = b.stream.launch_builder(&f);
+    let mut args = crate::launch::Launch::new(b, &f);
     args.arg(&xp)
         .arg(&lo)
         .arg(&li)
