@@ -791,21 +791,22 @@ template <int ACT> __device__ __forceinline__ void q_act_piece(const QActs& a, i
 }
 
 // One lane's share of a warp's MMVQ: weight rows w, w + row_stride, ..
-// (`rows` of them, at most R) against activation rows 0..m (m <= M). Lane
-// l takes the 32-value pieces l, l + 32, ... of the rows: each weight
-// piece is decoded once and multiplied by every activation row, each
-// activation piece loaded once for all R weight rows. acc[r][i] is then
-// the lane's part of output (r, i), to be summed over the lanes.
+// (`rows` of them, at most R) against activation rows 0..m (m <= M). The
+// lane takes the 32-value pieces first, first + step, ... of the rows
+// (step: the lanes of its team, 32 per warp): each weight piece is decoded
+// once and multiplied by every activation row, each activation piece
+// loaded once for all R weight rows. acc[r][i] is then the lane's part of
+// output (r, i), to be summed over the team's lanes (q_team_sum).
 template <class T, int M, int R>
-__device__ __forceinline__ void q_mmvq_lane(const u8* w, i64 row_stride, int rows, const QActs& a, int m, int lane,
-                                            float (&acc)[M][R]) {
+__device__ __forceinline__ void q_mmvq_lane(const u8* w, i64 row_stride, int rows, const QActs& a, int m, int first,
+                                            int step, float (&acc)[M][R]) {
     const int per_block = T::QK / 32;
     const i64 pieces = a.k >> 5;
 #pragma unroll
     for (int r = 0; r < M; ++r)
 #pragma unroll
         for (int i = 0; i < R; ++i) acc[r][i] = 0.0f;
-    for (i64 c = lane; c < pieces; c += 32) {
+    for (i64 c = first; c < pieces; c += step) {
         const i64 blk = c / per_block;
         const int s = (int)(c - blk * per_block);
         QWU u[R];
@@ -981,24 +982,24 @@ __device__ __forceinline__ void w_matvec(const u8* w, i64 row_stride, i64 n, i64
         }
     }
 }
-// A warp's weight rows, fetched into L2 before rt_kernel_entry: the
+// A team's weight rows, fetched into L2 before rt_kernel_entry: the
 // weights are written by no kernel, so while the kernel before this one
 // (the activations' quantization) still runs, the product's memory reads
 // are already under way (src/launch.rs). One 128-byte line per lane and step.
-__device__ __forceinline__ void q_prefetch_l2(const u8* p, i64 bytes) {
-    const u64 first = (u64)p & ~(u64)127;
-    const i64 span = (i64)((u64)p - first) + bytes;
-    for (i64 o = (i64)(threadIdx.x & 31) * 128; o < span; o += 32 * 128)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(first + o));
-}
-__device__ __forceinline__ void q_prefetch_columns(const u8* w, i64 row_stride, i64 n, i64 j0, int r) {
-    if (j0 < n) q_prefetch_l2(w + j0 * row_stride, (n - j0 < r ? n - j0 : r) * row_stride);
+__device__ __forceinline__ void q_prefetch_rows(const u8* w, i64 row_stride, i64 n, i64 j0, int r, int first,
+                                                int step) {
+    if (j0 >= n) return;
+    const i64 bytes = (n - j0 < r ? n - j0 : r) * row_stride;
+    const u64 line0 = (u64)(w + j0 * row_stride) & ~(u64)127;
+    const i64 span = (i64)((u64)(w + j0 * row_stride) - line0) + bytes;
+    for (i64 o = (i64)first * 128; o < span; o += (i64)step * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(line0 + o));
 }
 
 #define W_MATVEC(NAME, WK)                                                                   \
     extern "C" __global__ void __launch_bounds__(32 * QMV_WARPS) wmatvec_##NAME(             \
         const u8* w, i64 row_stride, i64 n, i64 k, const float* x, int m, float* y) {        \
-        q_prefetch_columns(w, row_stride, n, (i64)blockIdx.x * QMV_WARPS + (threadIdx.x >> 5), 1); \
+        q_prefetch_rows(w, row_stride, n, (i64)blockIdx.x * QMV_WARPS + (threadIdx.x >> 5), 1, threadIdx.x & 31, 32); \
         rt_kernel_entry();                                                                   \
         w_matvec<WK>(w, row_stride, n, k, x, m, y);                                          \
     }
@@ -1015,7 +1016,7 @@ W_MATVEC(F16, 0) W_MATVEC(BF16, 1) W_MATVEC(F32, 2)
     }                                                                                        \
     extern "C" __global__ void __launch_bounds__(32 * QMV_WARPS) qmatvec_##NAME(             \
         const u8* w, i64 row_stride, i64 n, i64 k, const float* x, int m, float* y) {        \
-        q_prefetch_columns(w, row_stride, n, (i64)blockIdx.x * QMV_WARPS + (threadIdx.x >> 5), 1); \
+        q_prefetch_rows(w, row_stride, n, (i64)blockIdx.x * QMV_WARPS + (threadIdx.x >> 5), 1, threadIdx.x & 31, 32); \
         rt_kernel_entry();                                                                   \
         q_matvec<T>(w, row_stride, n, k, x, m, y);                                           \
     }                                                                                        \
@@ -1124,52 +1125,82 @@ extern "C" __global__ void qact_q8_k(const float* x, i64 blocks, signed char* q,
 }
 
 // ---- MMVQ: y[r, j] = sum_i x[r, i] W[j, i] for m <= M activation rows ----
-// One warp per QMMVQ_R(M) output columns, QMMVQ_WARPS warps per block; the
-// lanes' parts (q_mmvq_lane) summed by a butterfly of shuffles.
+// QMMVQ_WARPS warps per block, in teams of `tw` warps (1, 2 or 4; the
+// launcher's choice, from the row length): a team takes QMMVQ_R(M) output
+// columns, its 32 tw lanes a share of the pieces each (q_mmvq_lane), so a
+// long row (a decode step's feed-forward down product) is read by more
+// lanes at once. The lanes' parts are summed by a butterfly of shuffles in
+// each warp, then the team's warps in order through shared memory: the
+// same k gives the same team and so the same bits in every MMVQ kernel.
+struct QTeam {
+    int warp, lane, tw, first, step;
+    i64 index;  // the team's index in the grid
+};
+__device__ __forceinline__ QTeam q_team(int tw) {
+    QTeam t;
+    t.warp = threadIdx.x >> 5;
+    t.lane = threadIdx.x & 31;
+    t.tw = tw;
+    t.first = (t.warp % tw) * 32 + t.lane;
+    t.step = 32 * tw;
+    t.index = (i64)blockIdx.x * (QMMVQ_WARPS / tw) + t.warp / tw;
+    return t;
+}
+// v summed over the team's lanes, in every lane of the team's first warp.
+// Every thread of the block calls it (a barrier where tw > 1); slot: one
+// of N values being summed at once.
+template <int N>
+__device__ __forceinline__ float q_team_sum(const QTeam& t, float v, int slot, float (&part)[QMMVQ_WARPS][N]) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (t.tw == 1) return v;
+    if (t.lane == 0) part[t.warp][slot] = v;
+    __syncthreads();
+    const int w0 = t.warp - t.warp % t.tw;
+    float s = part[w0][slot];
+    for (int w = 1; w < t.tw; ++w) s += part[w0 + w][slot];
+    return s;
+}
+
 template <class T, int M>
-__device__ __forceinline__ void q_mmvq(const u8* w, i64 row_stride, i64 n, const QActs& a, int m, float* y) {
+__device__ __forceinline__ void q_mmvq(const u8* w, i64 row_stride, i64 n, const QActs& a, int m, int tw, float* y) {
     const int R = QMMVQ_R(M);
-    i64 j0 = ((i64)blockIdx.x * QMMVQ_WARPS + (threadIdx.x >> 5)) * R;
-    int lane = threadIdx.x & 31;
-    if (j0 >= n) return;  // whole warps: the shuffles below have all 32 lanes
-    int rows = n - j0 < R ? (int)(n - j0) : R;
+    const QTeam t = q_team(tw);
+    const i64 j0 = t.index * R;
+    // Teams past the last column still take part in the barriers.
+    const int rows = j0 >= n ? 0 : (n - j0 < R ? (int)(n - j0) : R);
     float acc[M][R];
-    q_mmvq_lane<T, M, R>(w + j0 * row_stride, row_stride, rows, a, m, lane, acc);
+    q_mmvq_lane<T, M, R>(w + (rows > 0 ? j0 * row_stride : 0), row_stride, rows, a, rows > 0 ? m : 0, t.first,
+                         t.step, acc);
+    __shared__ float part[QMMVQ_WARPS][M * R];
 #pragma unroll
     for (int r = 0; r < M; ++r) {
 #pragma unroll
         for (int i = 0; i < R; ++i) {
-            if (r < m && i < rows) {
-                float s = acc[r][i];
-#pragma unroll
-                for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-                if (lane == 0) y[(i64)r * n + j0 + i] = s;
-            }
+            float s = q_team_sum(t, acc[r][i], r * R + i, part);
+            if (t.first == 0 && r < m && i < rows) y[(i64)r * n + j0 + i] = s;
         }
     }
 }
 
 // One activation row through both weights of a gated feed-forward: the
-// warp of output column j takes gate row j and up row j (each exactly as
+// team of output column j takes gate row j and up row j (each exactly as
 // q_mmvq takes it, so the two sums are q_mmvq's bit for bit) and writes
 // act(gate) * up as Op::SwiGlu / Op::GeGlu compute it: one launch instead
 // of two products and the activation's kernel (a decode step's).
 template <class T>
 __device__ __forceinline__ void q_mmvq_gated(const u8* wg, i64 sg, const u8* wu, i64 su, i64 n, const QActs& a,
-                                             int act, float* y) {
-    i64 j = (i64)blockIdx.x * QMMVQ_WARPS + (threadIdx.x >> 5);
-    int lane = threadIdx.x & 31;
-    if (j >= n) return;  // whole warps: the shuffles below have all 32 lanes
+                                             int act, int tw, float* y) {
+    const QTeam t = q_team(tw);
+    const i64 j = t.index;
+    const int live = j < n;
     float ag[1][1], au[1][1];
-    q_mmvq_lane<T, 1, 1>(wg + j * sg, sg, 1, a, 1, lane, ag);
-    q_mmvq_lane<T, 1, 1>(wu + j * su, su, 1, a, 1, lane, au);
-    float g = ag[0][0], u = au[0][0];
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        g += __shfl_xor_sync(0xffffffffu, g, o);
-        u += __shfl_xor_sync(0xffffffffu, u, o);
-    }
-    if (lane == 0) y[j] = act == 0 ? op_swiglu(g, u) : op_gelu_tanh(g) * u;
+    q_mmvq_lane<T, 1, 1>(wg + (live ? j * sg : 0), sg, live, a, live, t.first, t.step, ag);
+    q_mmvq_lane<T, 1, 1>(wu + (live ? j * su : 0), su, live, a, live, t.first, t.step, au);
+    __shared__ float part[QMMVQ_WARPS][2];
+    const float g = q_team_sum(t, ag[0][0], 0, part);
+    const float u = q_team_sum(t, au[0][0], 1, part);
+    if (t.first == 0 && live) y[j] = act == 0 ? op_swiglu(g, u) : op_gelu_tanh(g) * u;
 }
 
 // One activation row through up to three weights of one type (the query,
@@ -1183,53 +1214,55 @@ struct QMulti {
     float* y[3];
     i64 first_block[3];
 };
-template <class T>
-__device__ __forceinline__ void q_mmvq_multi(const QMulti& p, int count, const QActs& a) {
+__device__ __forceinline__ int q_multi_weight(const QMulti& p, int count) {
     int i = 0;
     while (i + 1 < count && (i64)blockIdx.x >= p.first_block[i + 1]) ++i;
-    const i64 j = ((i64)blockIdx.x - p.first_block[i]) * QMMVQ_WARPS + (threadIdx.x >> 5);
-    const int lane = threadIdx.x & 31;
-    if (j >= p.n[i]) return;  // whole warps
+    return i;
+}
+template <class T>
+__device__ __forceinline__ void q_mmvq_multi(const QMulti& p, int count, const QActs& a, int tw) {
+    const int i = q_multi_weight(p, count);
+    QTeam t = q_team(tw);
+    const i64 j = t.index - p.first_block[i] * (QMMVQ_WARPS / tw);
+    const int live = j < p.n[i];
     float acc[1][1];
-    q_mmvq_lane<T, 1, 1>(p.w[i] + j * p.stride[i], p.stride[i], 1, a, 1, lane, acc);
-    float s = acc[0][0];
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (lane == 0) p.y[i][j] = s;
+    q_mmvq_lane<T, 1, 1>(p.w[i] + (live ? j * p.stride[i] : 0), p.stride[i], live, a, live, t.first, t.step, acc);
+    __shared__ float part[QMMVQ_WARPS][1];
+    const float s = q_team_sum(t, acc[0][0], 0, part);
+    if (t.first == 0 && live) p.y[i][j] = s;
 }
 
 #define Q_MMVQ_KERNEL(NAME, T, M)                                                            \
     extern "C" __global__ void __launch_bounds__(32 * QMMVQ_WARPS) qmmvq_##NAME##_m##M(      \
         const u8* w, i64 row_stride, i64 n, i64 k, const int* aq, const float* ad,           \
-        const int* asum, const float* as, int m, float* y) {                                 \
-        q_prefetch_columns(w, row_stride, n,                                                 \
-                           ((i64)blockIdx.x * QMMVQ_WARPS + (threadIdx.x >> 5)) * QMMVQ_R(M), \
-                           QMMVQ_R(M));                                                      \
+        const int* asum, const float* as, int m, int tw, float* y) {                         \
+        const QTeam t = q_team(tw);                                                          \
+        q_prefetch_rows(w, row_stride, n, t.index * QMMVQ_R(M), QMMVQ_R(M), t.first, t.step); \
         rt_kernel_entry();                                                                   \
         QActs a = {aq, ad, asum, as, k};                                                     \
-        q_mmvq<T, M>(w, row_stride, n, a, m, y);                                             \
+        q_mmvq<T, M>(w, row_stride, n, a, m, tw, y);                                         \
     }
 #define Q_MMVQ_KERNELS(NAME, T)                                                              \
     Q_MMVQ_KERNEL(NAME, T, 1) Q_MMVQ_KERNEL(NAME, T, 2) Q_MMVQ_KERNEL(NAME, T, 4) Q_MMVQ_KERNEL(NAME, T, 8) \
     extern "C" __global__ void __launch_bounds__(32 * QMMVQ_WARPS) qmmvq_gated_##NAME(       \
         const u8* wg, i64 sg, const u8* wu, i64 su, i64 n, i64 k, const int* aq, const float* ad, \
-        const int* asum, const float* as, int act, float* y) {                               \
-        const i64 j = (i64)blockIdx.x * QMMVQ_WARPS + (threadIdx.x >> 5);                    \
-        q_prefetch_columns(wg, sg, n, j, 1);                                                 \
-        q_prefetch_columns(wu, su, n, j, 1);                                                 \
+        const int* asum, const float* as, int act, int tw, float* y) {                       \
+        const QTeam t = q_team(tw);                                                          \
+        q_prefetch_rows(wg, sg, n, t.index, 1, t.first, t.step);                             \
+        q_prefetch_rows(wu, su, n, t.index, 1, t.first, t.step);                             \
         rt_kernel_entry();                                                                   \
         QActs a = {aq, ad, asum, as, k};                                                     \
-        q_mmvq_gated<T>(wg, sg, wu, su, n, a, act, y);                                       \
+        q_mmvq_gated<T>(wg, sg, wu, su, n, a, act, tw, y);                                   \
     }                                                                                        \
     extern "C" __global__ void __launch_bounds__(32 * QMMVQ_WARPS) qmmvq_multi_##NAME(       \
         QMulti p, int count, i64 k, const int* aq, const float* ad, const int* asum,         \
-        const float* as) {                                                                   \
-        int i = 0;                                                                           \
-        while (i + 1 < count && (i64)blockIdx.x >= p.first_block[i + 1]) ++i;                \
-        q_prefetch_columns(p.w[i], p.stride[i], p.n[i],                                      \
-                           ((i64)blockIdx.x - p.first_block[i]) * QMMVQ_WARPS + (threadIdx.x >> 5), 1); \
+        const float* as, int tw) {                                                           \
+        const int i = q_multi_weight(p, count);                                              \
+        const QTeam t = q_team(tw);                                                          \
+        q_prefetch_rows(p.w[i], p.stride[i], p.n[i], t.index - p.first_block[i] * (QMMVQ_WARPS / tw), 1, \
+                        t.first, t.step);                                                    \
         rt_kernel_entry();                                                                   \
         QActs a = {aq, ad, asum, as, k};                                                     \
-        q_mmvq_multi<T>(p, count, a);                                                        \
+        q_mmvq_multi<T>(p, count, a, tw);                                                    \
     }
 Q_MMVQ_TYPES(Q_MMVQ_KERNELS)

@@ -150,25 +150,34 @@ static void qactk(const float* x, i64 rows, i64 k, HostActs& a) {
         a.d[t] = __fdiv_rn(1.0f, iscale);
     }
 }
-// One pass of at most M activation rows, warp by warp: each warp's lanes
-// (q_mmvq_lane), summed in the order of the kernel's shuffle butterfly.
+// One pass of at most M activation rows, team by team: each team's
+// 32 tw lanes (q_mmvq_lane), summed per warp in the order of the kernel's
+// shuffle butterfly, then over the team's warps in order (q_team_sum). tw
+// as the launcher picks it (mmvq_team_warps in src/ops/quant.rs).
 template <class T, int M>
 static void mmvq_pass(const u8* w, i64 row_bytes, i64 n, const QActs& a, int m, float* y) {
     const int R = QMMVQ_R(M);
+    const i64 pieces = a.k / 32;
+    const int tw = M == 1 ? (pieces >= 128 ? 4 : pieces >= 48 ? 2 : 1) : 1;
     for (i64 j0 = 0; j0 < n; j0 += R) {
         int rows = n - j0 < R ? (int)(n - j0) : R;
-        static float lanes[32][M][R];
-        for (int l = 0; l < 32; ++l) q_mmvq_lane<T, M, R>(w + j0 * row_bytes, row_bytes, rows, a, m, l, lanes[l]);
+        static float lanes[128][M][R];
+        for (int l = 0; l < 32 * tw; ++l)
+            q_mmvq_lane<T, M, R>(w + j0 * row_bytes, row_bytes, rows, a, m, l, 32 * tw, lanes[l]);
         for (int r = 0; r < m; ++r)
             for (int i = 0; i < rows; ++i) {
-                float s[32];
-                for (int l = 0; l < 32; ++l) s[l] = lanes[l][r][i];
-                for (int o = 16; o > 0; o >>= 1) {
-                    float t[32];
-                    for (int l = 0; l < 32; ++l) t[l] = s[l] + s[l ^ o];
-                    for (int l = 0; l < 32; ++l) s[l] = t[l];
+                float total = 0.0f;
+                for (int wi = 0; wi < tw; ++wi) {
+                    float s[32];
+                    for (int l = 0; l < 32; ++l) s[l] = lanes[32 * wi + l][r][i];
+                    for (int o = 16; o > 0; o >>= 1) {
+                        float t[32];
+                        for (int l = 0; l < 32; ++l) t[l] = s[l] + s[l ^ o];
+                        for (int l = 0; l < 32; ++l) s[l] = t[l];
+                    }
+                    total = wi == 0 ? s[0] : total + s[0];
                 }
-                y[r * n + j0 + i] = s[0];
+                y[r * n + j0 + i] = total;
             }
     }
 }

@@ -96,6 +96,29 @@ fn mmvq_kernel_rows(rows: usize) -> (usize, usize) {
     let m = rows.next_power_of_two().clamp(1, MMVQ_PASS_ROWS);
     (m, if m >= 4 { 2 } else { 1 })
 }
+
+/// Warps that share one output column of a one-row MMVQ launch (`tw` in
+/// quant.cu, 1, 2 or 4): enough that each lane takes one or two of the
+/// row's 32-value pieces, so that a decode step's product has its whole
+/// weight in flight at once instead of each warp walking a long row (the
+/// H200 read a 5632-value row's product at 0.7 TB/s one warp a column).
+/// Several activation rows (`kernel_m > 1`) keep one warp a column: their
+/// products already reuse each weight load. The value depends only on the
+/// row length and the kernel, so that every kernel summing one row (the
+/// plain, grouped and gated ones) gives the same bits.
+fn mmvq_team_warps(k: usize, kernel_m: usize) -> usize {
+    let pieces = k / 32;
+    match (kernel_m, pieces) {
+        (1, 128..) => 4,
+        (1, 48..) => 2,
+        _ => 1,
+    }
+}
+
+/// Output columns of one MMVQ block whose teams have `tw` warps.
+fn mmvq_teams(tw: usize) -> usize {
+    MMVQ_WARPS / tw
+}
 /// Bytes of f32 weights dequantized at a time for cuBLAS: a whole layer's
 /// weight in one go (4096 x 14336 is 235 MB), while an LM head of 128k
 /// rows (2 GB in f32) goes in tiles rather than doubling its footprint.
@@ -525,9 +548,11 @@ fn mmvq_product(
     while r0 < x.m {
         let rows = (x.m - r0).min(MMVQ_PASS_ROWS);
         let (mk, per_warp) = mmvq_kernel_rows(rows);
+        let tw = mmvq_team_warps(k, mk);
+        let tw32 = tw as i32;
         let kernel = format!("qmmvq_{ty}_m{mk}");
         let f = b.function("quant", &kernel)?;
-        let blocks = u32::try_from(n.div_ceil(per_warp * MMVQ_WARPS))
+        let blocks = u32::try_from(n.div_ceil(per_warp * mmvq_teams(tw)))
             .map_err(|_| BackendError::unsupported(b.device, kernel.clone(), "more weight rows than a grid holds"))?;
         let cfg = LaunchConfig {
             grid_dim: (blocks, 1, 1),
@@ -555,8 +580,9 @@ fn mmvq_product(
             .arg(&asum)
             .arg(&as_)
             .arg(&rows32)
+            .arg(&tw32)
             .arg(&yp);
-        // SAFETY: qmmvq_T_M(w, row_stride, n, k, aq, ad, asum, as, m, y):
+        // SAFETY: qmmvq_T_M(w, row_stride, n, k, aq, ad, asum, as, m, tw, y):
         // rows 0..n of `row_stride` bytes hold k values each, at addresses
         // and strides aligned for the type's loads (Weight::new); aq, ad,
         // asum, as point at activation row r0 of the quantized layout, of
@@ -651,6 +677,8 @@ fn multi_mmvq(
         .map(|w| b.alloc(DType::F32, w.rows))
         .collect::<Result<Vec<_>, _>>()?;
     let qa = x.quantized(b, layout)?;
+    let tw = mmvq_team_warps(x.k, 1);
+    let tw32 = tw as i32;
     let mut p = QMulti::default();
     let mut blocks = 0usize;
     for (i, (w, y)) in weights.iter().zip(&ys).enumerate() {
@@ -659,7 +687,7 @@ fn multi_mmvq(
         p.n[i] = w.rows as i64;
         p.y[i] = y.ptr();
         p.first_block[i] = blocks as i64;
-        blocks += w.rows.div_ceil(MMVQ_WARPS);
+        blocks += w.rows.div_ceil(mmvq_teams(tw));
     }
     let kernel = format!("qmmvq_multi_{ty}");
     let f = b.function("quant", &kernel)?;
@@ -680,8 +708,9 @@ fn multi_mmvq(
         .arg(&qa.q)
         .arg(&qa.d)
         .arg(&qa.sum)
-        .arg(&as_);
-    // SAFETY: qmmvq_multi_T(p, count, k, aq, ad, asum, as): for each of
+        .arg(&as_)
+        .arg(&tw32);
+    // SAFETY: qmmvq_multi_T(p, count, k, aq, ad, asum, as, tw): for each of
     // the `count` weights, n rows of k values at its row stride (aligned
     // for the type's loads, Weight::new) and an output of n f32; blocks
     // first_block[i].. take weight i, as many as its rows need; the
@@ -726,7 +755,9 @@ fn gated_mmvq(
     let qa = x.quantized(b, layout)?;
     let kernel = format!("qmmvq_gated_{ty}");
     let f = b.function("quant", &kernel)?;
-    let blocks = u32::try_from(n.div_ceil(MMVQ_WARPS))
+    let tw = mmvq_team_warps(x.k, 1);
+    let tw32 = tw as i32;
+    let blocks = u32::try_from(n.div_ceil(mmvq_teams(tw)))
         .map_err(|_| BackendError::unsupported(b.device, kernel.clone(), "more weight rows than a grid holds"))?;
     let cfg = LaunchConfig {
         grid_dim: (blocks, 1, 1),
@@ -751,9 +782,10 @@ fn gated_mmvq(
         .arg(&qa.sum)
         .arg(&as_)
         .arg(&act32)
+        .arg(&tw32)
         .arg(&yp);
     // SAFETY: qmmvq_gated_T(wg, sg, wu, su, n, k, aq, ad, asum, as, act,
-    // y): gate and up hold n rows of k values at their row strides, aligned
+    // tw, y): gate and up hold n rows of k values at their row strides, aligned
     // for the type's loads (Weight::new); the quantized activations hold
     // the one row of k values; y holds n f32.
     unsafe { args.launch(cfg) }.map_err(|e| b.launch_err(&kernel, e))?;
