@@ -100,7 +100,9 @@ impl CpuBackend {
             Op::IndexSelect { .. } | Op::Gather { .. } | Op::ScatterAdd { .. } | Op::Embedding => {
                 index::execute(op, inputs, outputs)
             }
-            Op::LayerNorm { .. } | Op::RmsNorm { .. } | Op::BatchNorm { .. } => norm::execute(op, inputs, outputs),
+            Op::LayerNorm { .. } | Op::RmsNorm { .. } | Op::AddRmsNorm { .. } | Op::BatchNorm { .. } => {
+                norm::execute(op, inputs, outputs)
+            }
             Op::Rope { .. } | Op::Sdpa { .. } => attention::execute(op, inputs, outputs),
             Op::CachedAttention { scale } => ggml::attention::cached_attention(op, inputs, *scale),
             Op::FlashAttention { scale, cpu } => ggml::flash_attn::flash_attention(

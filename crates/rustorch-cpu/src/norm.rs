@@ -25,6 +25,9 @@ use rustorch_core::op::{Op, TensorMeta};
 const TASK_ELEMS: usize = 1 << 14;
 
 pub fn execute(op: &Op, inputs: &[CpuInput<'_>], _outputs: &[TensorMeta]) -> CpuResult {
+    if let Op::AddRmsNorm { eps } = *op {
+        return add_rms_norm(op, inputs, eps);
+    }
     match inputs[0].dtype() {
         DType::F32 => run::<f32>(op, inputs),
         DType::F64 => run::<f64>(op, inputs),
@@ -78,13 +81,30 @@ fn rms_norm<T: FloatElem>(
     let x = input_slice::<T>(op, inputs[0])?;
     let n = inputs[0].dims().last().copied().unwrap_or(1);
     let w = param::<T>(op, inputs, has_weight, 1)?;
-    let w = w.as_deref();
+    Ok(rms_rows::<T>(&x, n, w.as_deref(), eps))
+}
+
+/// Rows of `n` values of `x` RMS-normalized, times `w` where given.
+fn rms_rows<T: FloatElem>(x: &[T], n: usize, w: Option<&[T::Acc]>, eps: f64) -> Vec<T> {
     let eps = T::Acc::from_f64(eps);
-    Ok(map_rows::<T>(&x, n, |_, xr, out| {
+    map_rows::<T>(x, n, |_, xr, out| {
         let ms = T::Acc::mean_sq(xr);
         let inv_rms = T::Acc::ONE / (ms + eps).sqrt();
         T::Acc::affine(xr, out, (T::Acc::ZERO, T::Acc::ZERO), inv_rms, w, None);
-    }))
+    })
+}
+
+/// `Op::AddRmsNorm` (f32 only, as `op::infer` checks): the sum as
+/// `Binary(Add)` makes it (one f32 add a value), then `rms_norm` of the
+/// sum with the weight: the values of the two ops.
+fn add_rms_norm(op: &Op, inputs: &[CpuInput<'_>], eps: f64) -> CpuResult {
+    let x = input_slice::<f32>(op, inputs[0])?;
+    let a = input_slice::<f32>(op, inputs[1])?;
+    let n = inputs[0].dims().last().copied().unwrap_or(1);
+    let w = param::<f32>(op, inputs, true, 2)?;
+    let sum: Vec<f32> = x.iter().zip(a.iter()).map(|(p, q)| p + q).collect();
+    let normed = rms_rows::<f32>(&sum, n, w.as_deref(), eps);
+    Ok(vec![CpuStorage::from_vec(sum), CpuStorage::from_vec(normed)])
 }
 
 fn layer_norm<T: FloatElem>(

@@ -497,7 +497,7 @@ ATTENTION_AT(BF16, F32) ATTENTION_AT(BF16, F16) ATTENTION_AT(BF16, BF16)
 
 // One block per row: the S partials of attention_at_* merged, y = acc / l.
 // S <= AT_MAX_SPLITS (the launcher's bound).
-#define AT_MAX_SPLITS 32
+#define AT_MAX_SPLITS 64
 extern "C" __global__ void __launch_bounds__(AT_THREADS)
     attention_at_combine(const float* part, float* y, i64 splits, i64 dv) { rt_kernel_entry();
     __shared__ float s_w[AT_MAX_SPLITS];

@@ -346,27 +346,50 @@ __device__ void softmax_rows(const typename TY::store* x, const Strided& lo, typ
     }
 }
 
-template <typename TY, bool WARP>
-__device__ void rms_norm_rows(const typename TY::store* x, const Strided& lo, const typename TY::store* w,
-                              const Strided& lw, typename TY::store* y, i64 n64, double eps, i64 rows) {
+// ADD (Op::AddRmsNorm, f32): the row is x + a (a's rows at the same
+// offsets as x's), added as the binary add kernel does, written to s, then
+// normalized exactly as the plain norm normalizes a tensor holding it.
+template <typename TY, bool WARP, bool ADD>
+__device__ void rms_norm_rows(const typename TY::store* x, const Strided& lo, const typename TY::store* a,
+                              const typename TY::store* w, const Strided& lw, typename TY::store* s,
+                              typename TY::store* y, i64 n64, double eps, i64 rows) {
     __shared__ double ssum[32];
     i64 o; int t, nt;
     if (!row_of<WARP>(rows, o, t, nt)) return;
     const int n = (int)n64;
     const typename TY::store* xr = x + strided_at(lo, o);
     typename TY::store* yr = y + o * n64;
-    float v[ROW_PER], wv[ROW_PER];
+    float v[ROW_PER], wv[ROW_PER], av[ROW_PER];
     double q = 0.0;
+    if (ADD) {
+        // Every load of the row before the first store of the sum: the
+        // compiler cannot know that s aliases neither x nor a nor w, so a
+        // store between them would make each load wait for the one before.
+        const typename TY::store* ar = a + strided_at(lo, o);
+#pragma unroll
+        for (int k = 0; k < ROW_PER; ++k) {
+            int r = t + k * nt;
+            av[k] = r < n ? (float)load(TY(), ar[r]) : 0.0f;
+        }
+    }
 #pragma unroll
     for (int k = 0; k < ROW_PER; ++k) {
         int r = t + k * nt;
         v[k] = r < n ? (float)load(TY(), xr[r]) : 0.0f;
+        if (ADD) v[k] = v[k] + av[k];
         // The weights are read before the reduction, not after it: their
         // loads then overlap the row's instead of adding a memory round
         // trip (a decode step's norm is one block, bound by that latency).
         // The host sends contiguous weights only (one stride of 1).
         wv[k] = (w && r < n) ? (float)load(TY(), w[lw.offset + r]) : 1.0f;
         q += (double)v[k] * (double)v[k];
+    }
+    if (ADD) {
+#pragma unroll
+        for (int k = 0; k < ROW_PER; ++k) {
+            int r = t + k * nt;
+            if (r < n) s[o * n64 + r] = store(TY(), v[k]);
+        }
     }
     q = row_sum<WARP>(q, ssum);
     float scale = (float)(1.0 / sqrt(q / (double)n64 + eps));
@@ -393,14 +416,27 @@ __device__ void rms_norm_rows(const typename TY::store* x, const Strided& lo, co
     extern "C" __global__ void rms_norm_warp_##TY(const TY##T::store* x, Strided lo,        \
                                                   const TY##T::store* w, Strided lw,        \
                                                   TY##T::store* y, i64 n, double eps, i64 rows) { rt_kernel_entry(); \
-        rms_norm_rows<TY##T, true>(x, lo, w, lw, y, n, eps, rows);                          \
+        rms_norm_rows<TY##T, true, false>(x, lo, 0, w, lw, 0, y, n, eps, rows);             \
     }                                                                                        \
     extern "C" __global__ void rms_norm_block_##TY(const TY##T::store* x, Strided lo,       \
                                                    const TY##T::store* w, Strided lw,       \
                                                    TY##T::store* y, i64 n, double eps, i64 rows) { rt_kernel_entry(); \
-        rms_norm_rows<TY##T, false>(x, lo, w, lw, y, n, eps, rows);                         \
+        rms_norm_rows<TY##T, false, false>(x, lo, 0, w, lw, 0, y, n, eps, rows);            \
     }
 ROWS_IN_REGISTERS(F32) ROWS_IN_REGISTERS(F16) ROWS_IN_REGISTERS(BF16)
+
+// Op::AddRmsNorm: s = x + a and y = rms_norm(s) * w, x and a contiguous
+// rows at the offsets lo gives.
+extern "C" __global__ void add_rms_norm_warp_F32(const float* x, Strided lo, const float* a, const float* w,
+                                                 Strided lw, float* s, float* y, i64 n, double eps, i64 rows) {
+    rt_kernel_entry();
+    rms_norm_rows<F32T, true, true>(x, lo, a, w, lw, s, y, n, eps, rows);
+}
+extern "C" __global__ void add_rms_norm_block_F32(const float* x, Strided lo, const float* a, const float* w,
+                                                  Strided lw, float* s, float* y, i64 n, double eps, i64 rows) {
+    rt_kernel_entry();
+    rms_norm_rows<F32T, false, true>(x, lo, a, w, lw, s, y, n, eps, rows);
+}
 
 // ---- rows split over several blocks --------------------------------------
 // Few long rows (a sum over a whole tensor) would leave all but a few SMs

@@ -68,6 +68,41 @@ pub fn qmatmul_gated_equals_the_products_then_the_activation(tg: &Target) {
     assert!(x.qmatmul_gated(&gate, &up, GateActivation::SwiGlu).is_err());
 }
 
+/// `add_rms_norm` gives the bits of `add` then `rms_norm` on the target
+/// (a GPU fuses them into one launch), for rows a warp and a block hold,
+/// a strided input, and a row longer than a block (its parts then).
+pub fn add_rms_norm_equals_add_then_rms_norm(tg: &Target) {
+    for (rows, n) in [(1usize, 64usize), (3, 2048), (2, 9000)] {
+        let x = tg.from_vec(values(rows * n, 3), [rows, n]).unwrap();
+        let a = tg.from_vec(values(rows * n, 4), [rows, n]).unwrap();
+        let w = tg.from_vec(values(n, 5), [n]).unwrap();
+        let (s, y) = x.add_rms_norm(&a, &w, 1e-6).unwrap();
+        let want_s = x.add(&a).unwrap();
+        let want_y = want_s.rms_norm(Some(&w), 1e-6).unwrap();
+        for (got, want, what) in [(&s, &want_s, "sum"), (&y, &want_y, "norm")] {
+            let (p, q) = (got.to_vec::<f32>().unwrap(), want.to_vec::<f32>().unwrap());
+            assert!(
+                p.iter().zip(&q).all(|(u, v)| u.to_bits() == v.to_bits()),
+                "{rows} x {n}: the {what} differs"
+            );
+        }
+    }
+    // A strided x (a transposed view).
+    let x = tg
+        .from_vec(values(32 * 8, 6), [32, 8])
+        .unwrap()
+        .transpose(0, 1)
+        .unwrap();
+    let a = tg.from_vec(values(8 * 32, 7), [8, 32]).unwrap();
+    let w = tg.from_vec(values(32, 8), [32]).unwrap();
+    let (_, y) = x.add_rms_norm(&a, &w, 1e-5).unwrap();
+    let want = x.add(&a).unwrap().rms_norm(Some(&w), 1e-5).unwrap();
+    assert_eq!(y.to_vec::<f32>().unwrap(), want.to_vec::<f32>().unwrap());
+    // Shapes that do not match are errors.
+    let b = tg.from_vec(values(16, 9), [2, 8]).unwrap();
+    assert!(x.add_rms_norm(&b, &w, 1e-5).is_err());
+}
+
 pub fn qmatmul_many_equals_one_product_per_weight(tg: &Target) {
     // Weights of one type, one activation row (the query, key and value
     // projections of a decode step, which a GPU may compute in one launch).
@@ -529,6 +564,10 @@ pub const CASES: &[Check] = &[
     (
         "qmatmul_many_equals_one_product_per_weight",
         qmatmul_many_equals_one_product_per_weight,
+    ),
+    (
+        "add_rms_norm_equals_add_then_rms_norm",
+        add_rms_norm_equals_add_then_rms_norm,
     ),
     ("qmatmul_op_gives_the_kernel_bits", qmatmul_op_gives_the_kernel_bits),
     ("qembedding_dequantizes_the_rows", qembedding_dequantizes_the_rows),

@@ -587,6 +587,19 @@ fn other_specs() -> Vec<Spec> {
             },
             &[(&[4, 9000], S)],
         ),
+        // f32 only; rows a warp, a block, and more than a block holds.
+        spec(
+            Op::AddRmsNorm { eps: 1e-6 },
+            &[(&[3, 16], f32_), (&[3, 16], f32_), (&[16], f32_)],
+        ),
+        spec(
+            Op::AddRmsNorm { eps: 1e-5 },
+            &[(&[4, 700], f32_), (&[4, 700], f32_), (&[700], f32_)],
+        ),
+        spec(
+            Op::AddRmsNorm { eps: 1e-6 },
+            &[(&[2, 9000], f32_), (&[2, 9000], f32_), (&[9000], f32_)],
+        ),
         spec(
             Op::BatchNorm {
                 eps: 1e-5,
@@ -853,9 +866,10 @@ fn variant(op: &Op) -> usize {
         Op::MaxPool2d { .. } => 35,
         Op::AvgPool2d { .. } => 36,
         Op::AttentionAt { .. } => 37,
+        Op::AddRmsNorm { .. } => 38,
     }
 }
-const VARIANTS: usize = 38;
+const VARIANTS: usize = 39;
 
 fn elementwise(tg: &Target) {
     run_specs(tg, &elementwise_specs(), "elementwise");

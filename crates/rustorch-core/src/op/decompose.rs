@@ -2,7 +2,7 @@
 //! fused kernel still runs the op where its inputs are, instead of the
 //! executor moving everything to another device.
 
-use super::{CpuHints, GateActivation, Op};
+use super::{BinaryOp, CpuHints, GateActivation, Op};
 
 /// Where a step (or the whole decomposition's output) takes a value from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,6 +65,22 @@ impl Op {
                     })
                     .collect(),
                 outputs: (0..qtypes.len()).map(|step| Output { step, index: 0 }).collect(),
+            }),
+            Op::AddRmsNorm { eps } => Some(Decomposition {
+                steps: vec![
+                    Step {
+                        op: Op::Binary(BinaryOp::Add),
+                        inputs: vec![Input(0), Input(1)],
+                    },
+                    Step {
+                        op: Op::RmsNorm {
+                            eps: *eps,
+                            has_weight: true,
+                        },
+                        inputs: vec![Output { step: 0, index: 0 }, Input(2)],
+                    },
+                ],
+                outputs: vec![Output { step: 0, index: 0 }, Output { step: 1, index: 0 }],
             }),
             _ => None,
         }

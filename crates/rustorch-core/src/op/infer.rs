@@ -459,6 +459,33 @@ pub fn infer_outputs(op: &Op, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> 
             same_dtype(op, inputs)?;
             one(&x.shape, x.dtype)
         }
+        Op::AddRmsNorm { .. } => {
+            expect_inputs(op, inputs, 3)?;
+            let (x, a, w) = (&inputs[0], &inputs[1], &inputs[2]);
+            if x.dtype != DType::F32 {
+                return Err(Error::dtype(name, "takes f32", &[x.dtype]));
+            }
+            same_dtype(op, inputs)?;
+            if x.shape.rank() == 0 || a.shape != x.shape {
+                return Err(Error::shape(
+                    name,
+                    "x and a need one shape of rank >= 1",
+                    &[&x.shape, &a.shape],
+                ));
+            }
+            let last = *x.shape.dims().last().unwrap_or(&0);
+            if w.shape.dims() != [last] {
+                return Err(Error::shape(
+                    name,
+                    "weight must be 1-D with the last dim's size",
+                    &[&x.shape, &w.shape],
+                ));
+            }
+            Ok(vec![
+                TensorMeta::new(x.shape.clone(), x.dtype),
+                TensorMeta::new(x.shape.clone(), x.dtype),
+            ])
+        }
         Op::BatchNorm {
             has_weight, has_bias, ..
         } => {

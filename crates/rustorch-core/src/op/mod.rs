@@ -360,6 +360,14 @@ pub enum Op {
         eps: f64,
         has_weight: bool,
     },
+    /// A residual add and the RMS norm of its sum (a decode step's block
+    /// boundary): inputs x, a (f32, one shape) and the norm's weight (1-D,
+    /// the last dim's size); outputs s = x + a and `RmsNorm` of s with the
+    /// weight, the values of `Binary(Add)` and `RmsNorm` (one launch
+    /// instead of two on a GPU).
+    AddRmsNorm {
+        eps: f64,
+    },
     /// Inference batch norm over dim 1. Inputs: x, running_mean,
     /// running_var, then weight and bias when present.
     BatchNorm {
@@ -477,7 +485,9 @@ impl Op {
             | Op::ScatterAdd { .. }
             | Op::Embedding
             | Op::QEmbedding { .. } => OpClass::Indexing,
-            Op::LayerNorm { .. } | Op::RmsNorm { .. } | Op::BatchNorm { .. } => OpClass::Normalization,
+            Op::LayerNorm { .. } | Op::RmsNorm { .. } | Op::AddRmsNorm { .. } | Op::BatchNorm { .. } => {
+                OpClass::Normalization
+            }
             Op::Rope { .. }
             | Op::Sdpa { .. }
             | Op::CachedAttention { .. }
@@ -523,6 +533,7 @@ impl Op {
             Op::Cat { .. } => "cat".into(),
             Op::LayerNorm { .. } => "layer_norm".into(),
             Op::RmsNorm { .. } => "rms_norm".into(),
+            Op::AddRmsNorm { .. } => "add_rms_norm".into(),
             Op::BatchNorm { .. } => "batch_norm".into(),
             Op::Rope {
                 layout: RopeLayout::NeoX,

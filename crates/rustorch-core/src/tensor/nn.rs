@@ -43,6 +43,17 @@ impl Tensor {
         self.run1(&op, &inputs)
     }
 
+    /// `(self + a, rms_norm(self + a, weight, eps))` in one op (f32): a
+    /// residual add and the norm that follows it, the same values as
+    /// `add` then `rms_norm` (one GPU launch instead of two).
+    pub fn add_rms_norm(&self, a: &Tensor, weight: &Tensor, eps: f64) -> Result<(Tensor, Tensor)> {
+        let mut out = self.run_op(&Op::AddRmsNorm { eps }, &[self, a, weight])?.into_iter();
+        match (out.next(), out.next()) {
+            (Some(s), Some(n)) => Ok((s, n)),
+            _ => Err(Error::invalid("add_rms_norm", "the op gave fewer than two outputs")),
+        }
+    }
+
     /// Inference-mode batch normalization over dim 1 of an [N, C, ...]
     /// tensor, with running statistics, as
     /// `torch.nn.functional.batch_norm(x, mean, var, weight, bias, training=False, eps=eps)`.

@@ -13,7 +13,7 @@ use rustorch_core::{BackendError, DType, Shape, TensorMeta};
 
 /// `t` as a contiguous tensor of `shape` (its batch dims broadcast): the
 /// copy op, which reads its input broadcast to the output's shape.
-fn contiguous(b: &CudaBackend, t: &TensorRef<'_>, shape: &Shape) -> Result<CudaBuffer, BackendError> {
+pub(super) fn contiguous(b: &CudaBackend, t: &TensorRef<'_>, shape: &Shape) -> Result<CudaBuffer, BackendError> {
     super::elementwise::run(
         b,
         &rustorch_core::Op::Copy,

@@ -81,6 +81,11 @@ pub(crate) fn supports(op: &Op, inputs: &[TensorMeta]) -> bool {
         }
         Op::Softmax { .. } | Op::LogSoftmax { .. } => float,
         Op::RmsNorm { .. } => float && inputs.iter().all(|m| m.dtype == inputs[0].dtype),
+        // f32 rows a block holds in registers (reduce::add_rms_norm).
+        Op::AddRmsNorm { .. } => {
+            inputs.iter().all(|m| m.dtype == DType::F32)
+                && inputs[0].shape.dims().last().is_some_and(|&n| n <= 8 * 1024)
+        }
         Op::LayerNorm { .. } => float && inputs.iter().all(|m| m.dtype == inputs[0].dtype),
         // Floats, integers and bools (i64 output); complex stays with the CPU.
         Op::Cumsum { .. } => first.and_then(cast_suffix).is_some(),
@@ -142,6 +147,10 @@ pub(crate) fn execute(
             return sort::sort(b, "sort", &inputs[0], *dim, len, *descending, outputs);
         }
         Op::TopK { k, dim, largest } => return sort::sort(b, "topk", &inputs[0], *dim, *k, *largest, outputs),
+        Op::AddRmsNorm { eps } => {
+            let outs = reduce::add_rms_norm(b, op, *eps, inputs, outputs)?;
+            return Ok(outs.into_iter().map(|buf| std::sync::Arc::new(buf) as Buffer).collect());
+        }
         Op::QMatMul { .. } | Op::QMatMuls { .. } | Op::QMatMulGated { .. } | Op::QEmbedding { .. } => {
             // Several outputs for QMatMuls.
             let outs = quant::run(b, op, inputs, outputs)?;

@@ -312,6 +312,69 @@ fn split_rows(b: &CudaBackend, rows: usize, n: usize) -> Option<(usize, usize)> 
     Some((chunk, n.div_ceil(chunk)))
 }
 
+/// `Op::AddRmsNorm` (f32): s = x + a and the RMS norm of s times the
+/// weight in one launch (`add_rms_norm_{warp,block}_F32`, the plain norm's
+/// code with the add before it), for rows that fit in registers (`supports`
+/// declines longer ones: they run as the add and the norm, the op's
+/// decomposition); strided inputs are copied first.
+pub(super) fn add_rms_norm(
+    b: &CudaBackend,
+    op: &Op,
+    eps: f64,
+    inputs: &[TensorRef<'_>],
+    out: &[TensorMeta],
+) -> Result<Vec<CudaBuffer>, BackendError> {
+    let (x, a, w) = (&inputs[0], &inputs[1], &inputs[2]);
+    let n = x.layout.dims().last().copied().unwrap_or(1);
+    let rows = if n == 0 { 0 } else { x.layout.shape().numel() / n };
+    let Some((mode, cfg)) = rows_in_registers("F32", true, rows, n) else {
+        return Err(BackendError::unsupported(
+            b.device,
+            op.name(),
+            "strided inputs or rows longer than a block holds",
+        ));
+    };
+    too_many_rows(b, rows)?;
+    let s = b.alloc(out[0].dtype, out[0].shape.numel())?;
+    let y = b.alloc(out[1].dtype, out[1].shape.numel())?;
+    if rows == 0 || n == 0 {
+        return Ok(vec![s, y]);
+    }
+    // Each input's first element, from a contiguous copy where it is strided.
+    let mut copies = Vec::new();
+    let mut at = |t: &TensorRef<'_>| -> Result<u64, BackendError> {
+        if t.layout.is_contiguous() {
+            return Ok(b.own(&op.name(), t.buffer)?.ptr() + 4 * t.layout.offset() as u64);
+        }
+        let c = super::matmul::contiguous(b, t, t.layout.shape())?;
+        let p = c.ptr();
+        copies.push(c);
+        Ok(p)
+    };
+    let (xp, ap, wp) = (at(x)?, at(a)?, at(w)?);
+    let lo = Strided::from_parts(&[rows], &[n], 0).expect("one dim");
+    let lw = Strided::from_parts(&[n], &[1], 0).expect("one dim");
+    let (sp, yp, n64, rows64) = (s.ptr(), y.ptr(), n as i64, rows as i64);
+    let kernel = format!("add_rms_norm_{mode}_F32");
+    let f = b.function("reduce", &kernel)?;
+    let mut args = crate::launch::Launch::new(b, &f);
+    args.arg(&xp)
+        .arg(&lo)
+        .arg(&ap)
+        .arg(&wp)
+        .arg(&lw)
+        .arg(&sp)
+        .arg(&yp)
+        .arg(&n64)
+        .arg(&eps)
+        .arg(&rows64);
+    // SAFETY: add_rms_norm_{warp,block}_F32(x, lo, a, w, lw, s, y, n, eps,
+    // rows): x, a and w contiguous f32 from their offsets (checked above),
+    // rows * n values each (n for w); s and y hold rows * n.
+    unsafe { args.launch(cfg) }.map_err(|e| b.launch_err(&kernel, e))?;
+    Ok(vec![s, y])
+}
+
 /// The kernels that hold a row in registers (kernels/reduce.cu, `ROW_PER`
 /// values per thread): one warp per row up to 32 * ROW_PER elements, else
 /// one block per row, sized to the row, up to 1024 * ROW_PER; `None` (the

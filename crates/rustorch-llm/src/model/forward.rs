@@ -391,9 +391,20 @@ impl Model {
         x: &Tensor,
         inspect: &mut (dyn FnMut(&str, usize, &Tensor) -> Result<()> + Send),
     ) -> Result<Tensor> {
-        let cfg = &self.config;
-        let h = x.rms_norm(Some(&self.weights.output_norm), cfg.rms_eps as f64)?;
+        let h = x.rms_norm(Some(&self.weights.output_norm), self.config.rms_eps as f64)?;
         inspect("result_norm", usize::MAX, &h)?;
+        self.logits_of_normed(&h, inspect)
+    }
+
+    /// The logits of the last block's output rows already through the
+    /// output norm (`result_norm`): the output product and Gemma's final
+    /// soft cap.
+    pub(super) fn logits_of_normed(
+        &self,
+        h: &Tensor,
+        inspect: &mut (dyn FnMut(&str, usize, &Tensor) -> Result<()> + Send),
+    ) -> Result<Tensor> {
+        let cfg = &self.config;
         let mut logits = h.qmatmul(&self.weights.output)?;
         inspect("result_output", usize::MAX, &logits)?;
         if let Some(cap) = cfg.final_logit_softcap {
@@ -435,16 +446,30 @@ impl Model {
         x: &Tensor,
         inspect: &mut (dyn FnMut(&str, usize, &Tensor) -> Result<()> + Send),
     ) -> Result<Tensor> {
+        let h = x.rms_norm(Some(&self.weights.layers[il].ffn_norm), self.config.rms_eps as f64)?;
+        inspect("ffn_norm", il, &h)?;
+        self.feed_forward_normed(il, h, inspect)
+    }
+
+    /// One block's feed-forward output for its input rows already through
+    /// the feed-forward norm (`ffn_norm`), which is freed once the gated
+    /// product has read it.
+    pub(super) fn feed_forward_normed(
+        &self,
+        il: usize,
+        h: Tensor,
+        inspect: &mut (dyn FnMut(&str, usize, &Tensor) -> Result<()> + Send),
+    ) -> Result<Tensor> {
         let cfg = &self.config;
         let lw = &self.weights.layers[il];
         let act = {
-            let h = x.rms_norm(Some(&lw.ffn_norm), cfg.rms_eps as f64)?;
-            inspect("ffn_norm", il, &h)?;
             let act = match cfg.arch {
                 Arch::Llama => GateActivation::SwiGlu,
                 Arch::Gemma3 => GateActivation::GeGlu,
             };
-            h.qmatmul_gated(&lw.ffn_gate, &lw.ffn_up, act)?
+            let act = h.qmatmul_gated(&lw.ffn_gate, &lw.ffn_up, act)?;
+            drop(h);
+            act
         };
         let mut d = act.qmatmul(&lw.ffn_down)?;
         drop(act);

@@ -252,6 +252,11 @@ impl Model {
         for (p, cos, sin) in tables {
             rows.push((*p, cos.index_select(0, pos)?, sin.index_select(0, pos)?));
         }
+        // Each residual add and the norm after it are one op (add_rms_norm):
+        // h is the normed input of the next attention (or, after the last
+        // block, of the output product).
+        let eps = cfg.rms_eps as f64;
+        let mut h = x.rms_norm(Some(&self.weights.layers[0].attn_norm), eps)?;
         for il in 0..cfg.n_layer {
             let lw = &self.weights.layers[il];
             let (_, cos, sin) = rows
@@ -260,7 +265,6 @@ impl Model {
                 .expect("rows were made for every layer's rope settings");
             let layout = cfg.rope_for_layer(il).layout;
             let attn = {
-                let h = x.rms_norm(Some(&lw.attn_norm), cfg.rms_eps as f64)?;
                 let (q, k, v) = self.qkv_heads(il, h)?;
                 let mut q = q.transpose(0, 1)?.rope(cos, sin, layout)?;
                 let k = k.transpose(0, 1)?.rope(cos, sin, layout)?;
@@ -278,12 +282,18 @@ impl Model {
             };
             let mut a = attn.qmatmul(&lw.wo)?;
             if let Some(n) = &lw.post_attn_norm {
-                a = a.rms_norm(Some(n), cfg.rms_eps as f64)?;
+                a = a.rms_norm(Some(n), eps)?;
             }
-            x = x.add(&a)?;
-            x = x.add(&self.feed_forward(il, &x, &mut |_, _, _| Ok(()))?)?;
+            let (sum, ffn_in) = x.add_rms_norm(&a, &lw.ffn_norm, eps)?;
+            let d = self.feed_forward_normed(il, ffn_in, &mut |_, _, _| Ok(()))?;
+            let next_norm = match self.weights.layers.get(il + 1) {
+                Some(next) => &next.attn_norm,
+                None => &self.weights.output_norm,
+            };
+            (x, h) = sum.add_rms_norm(&d, next_norm, eps)?;
         }
-        self.output_logits(&x, &mut |_, _, _| Ok(()))
+        drop(x);
+        self.logits_of_normed(&h, &mut |_, _, _| Ok(()))
     }
 }
 
