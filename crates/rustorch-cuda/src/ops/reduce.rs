@@ -326,7 +326,7 @@ pub(super) fn add_rms_norm(
 ) -> Result<Vec<CudaBuffer>, BackendError> {
     let (x, a, w) = (&inputs[0], &inputs[1], &inputs[2]);
     let n = x.layout.dims().last().copied().unwrap_or(1);
-    let rows = if n == 0 { 0 } else { x.layout.shape().numel() / n };
+    let rows = x.layout.shape().numel().checked_div(n).unwrap_or(0);
     let Some((mode, cfg)) = rows_in_registers("F32", true, rows, n) else {
         return Err(BackendError::unsupported(
             b.device,
