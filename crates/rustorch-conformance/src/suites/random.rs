@@ -786,7 +786,7 @@ fn other_specs() -> Vec<Spec> {
 /// `Op::AttentionAt`: q of each float dtype over caches of f32, f16 and
 /// bf16, grouped-query heads, one and several query rows, windows, the
 /// first and the last positions, caches that a GPU splits over several
-/// blocks (600 and 9000 positions: 3 and 32 splits), head dims up to 256,
+/// blocks (600 and 9000 positions: 10 and 64 splits), head dims up to 256,
 /// and positions outside the cache (both backends must refuse them).
 fn attention_at_specs() -> Vec<Spec> {
     let at = |window: Option<usize>| Op::AttentionAt { scale: 0.125, window };
