@@ -370,9 +370,16 @@ fn cat(
 pub(super) struct ErrorFlag(crate::CudaBuffer);
 
 impl ErrorFlag {
+    /// A cleared flag. Inside a captured pass it is left as the arena
+    /// gives it: nothing reads it there (`is_set`), and clearing it would
+    /// put a memset between the kernels of every replay (three a layer in
+    /// a decode step: the KV-cache writes and attention), each a graph node
+    /// of its own that also keeps the next kernel from starting early.
     pub(super) fn new(b: &CudaBackend) -> Result<ErrorFlag, BackendError> {
         let flag = b.alloc(DType::I32, 1)?;
-        flag.zero(&b.stream).map_err(|e| b.launch_err("error flag", e))?;
+        if !b.usage.capturing() {
+            flag.zero(&b.stream).map_err(|e| b.launch_err("error flag", e))?;
+        }
         Ok(ErrorFlag(flag))
     }
 
