@@ -13,7 +13,8 @@
 //!
 //! Each test runs once to warm up (the whole prompt for pp, one token for
 //! tg, as llama-bench does), then `-r` timed repetitions with the cache
-//! cleared before each. The figure is tokens/s per repetition, as mean ±
+//! cleared before each; a repetition ends when the last logits are read
+//! back (all of its GPU work done). The figure is tokens/s per repetition, as mean ±
 //! sample standard deviation. With `-d D` each repetition first fills D
 //! positions as a prompt (untimed), so that the test runs at that depth
 //! (`tg128 @ d1024`), as llama-bench's `-d`.
@@ -290,6 +291,7 @@ fn prompt(model: &Model, cache: &mut KvCache, n: usize, rng: &mut Lcg) -> Result
     let n_vocab = model.config().n_vocab;
     let mut done = 0;
     model.run_pass(|| {
+        let mut logits = None;
         while done < n {
             let len = (n - done).min(UBATCH);
             let batch: Vec<u32> = (0..len)
@@ -298,8 +300,15 @@ fn prompt(model: &Model, cache: &mut KvCache, n: usize, rng: &mut Lcg) -> Result
                     _ => rng.below(n_vocab),
                 })
                 .collect();
-            model.forward(cache, &batch, Logits::Last)?;
+            logits = Some(model.forward(cache, &batch, Logits::Last)?);
             done += len;
+        }
+        // The last position's logits read back, as a caller samples from
+        // them (llama-bench synchronizes after each decode): on a GPU the
+        // pass is queued work until then, and the time would stop before
+        // the GPU did.
+        if let Some(l) = logits {
+            l.to_vec::<f32>()?;
         }
         Ok(())
     })
@@ -323,9 +332,15 @@ fn generate(model: &Model, cache: &mut KvCache, n: usize, rng: &mut Lcg) -> Resu
     // One team for all the steps, as for a reply (`Model::run_pass`): woken
     // per step, the workers' wake-ups were part of the time.
     model.run_pass(|| {
+        let mut logits = None;
         for _ in 0..n {
-            model.forward(cache, &[next], Logits::Last)?;
+            logits = Some(model.forward(cache, &[next], Logits::Last)?);
             next = rng.below(n_vocab);
+        }
+        // As for prompts: the last step's logits read back, so that the
+        // time covers its work on a GPU.
+        if let Some(l) = logits {
+            l.to_vec::<f32>()?;
         }
         Ok(())
     })
