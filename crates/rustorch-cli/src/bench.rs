@@ -303,15 +303,18 @@ fn prompt(model: &Model, cache: &mut KvCache, n: usize, rng: &mut Lcg) -> Result
             logits = Some(model.forward(cache, &batch, Logits::Last)?);
             done += len;
         }
-        // The last position's logits read back, as a caller samples from
-        // them (llama-bench synchronizes after each decode): on a GPU the
-        // pass is queued work until then, and the time would stop before
-        // the GPU did.
-        if let Some(l) = logits {
-            l.to_vec::<f32>()?;
-        }
-        Ok(())
+        read_back(logits)
     })
+}
+
+/// The last logits read back, as a caller samples from them (llama-bench
+/// synchronizes after each decode): on a GPU a pass is queued work until
+/// then, and the clock would stop before the GPU did.
+fn read_back(logits: Option<rustorch::Tensor>) -> Result<(), CliError> {
+    if let Some(l) = logits {
+        l.to_vec::<f32>()?;
+    }
+    Ok(())
 }
 
 /// The untimed prompt of `-d`: `depth` positions, nothing when 0.
@@ -337,12 +340,7 @@ fn generate(model: &Model, cache: &mut KvCache, n: usize, rng: &mut Lcg) -> Resu
             logits = Some(model.forward(cache, &[next], Logits::Last)?);
             next = rng.below(n_vocab);
         }
-        // As for prompts: the last step's logits read back, so that the
-        // time covers its work on a GPU.
-        if let Some(l) = logits {
-            l.to_vec::<f32>()?;
-        }
-        Ok(())
+        read_back(logits)
     })
 }
 

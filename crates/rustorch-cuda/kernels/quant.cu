@@ -1179,9 +1179,9 @@ __device__ __forceinline__ float q_team_sum(const QTeam& t, float v, int slot, f
 }
 
 template <class T, int M>
-__device__ __forceinline__ void q_mmvq(const u8* w, i64 row_stride, i64 n, const QActs& a, int m, int tw, float* y) {
+__device__ __forceinline__ void q_mmvq(const u8* w, i64 row_stride, i64 n, const QActs& a, int m, const QTeam& t,
+                                       float* y) {
     const int R = QMMVQ_R(M);
-    const QTeam t = q_team(tw);
     const i64 j0 = t.index * R;
     // Teams past the last column still take part in the barriers.
     const int rows = j0 >= n ? 0 : (n - j0 < R ? (int)(n - j0) : R);
@@ -1206,8 +1206,7 @@ __device__ __forceinline__ void q_mmvq(const u8* w, i64 row_stride, i64 n, const
 // of two products and the activation's kernel (a decode step's).
 template <class T>
 __device__ __forceinline__ void q_mmvq_gated(const u8* wg, i64 sg, const u8* wu, i64 su, i64 n, const QActs& a,
-                                             int act, int tw, float* y) {
-    const QTeam t = q_team(tw);
+                                             int act, const QTeam& t, float* y) {
     const i64 j = t.index;
     const int live = j < n;
     float ag[1][1], au[1][1];
@@ -1235,11 +1234,13 @@ __device__ __forceinline__ int q_multi_weight(const QMulti& p, int count) {
     while (i + 1 < count && (i64)blockIdx.x >= p.first_block[i + 1]) ++i;
     return i;
 }
+// The column of weight i that team t takes.
+__device__ __forceinline__ i64 q_multi_column(const QMulti& p, int i, const QTeam& t) {
+    return t.index - p.first_block[i] * (QMMVQ_WARPS / t.tw);
+}
 template <class T>
-__device__ __forceinline__ void q_mmvq_multi(const QMulti& p, int count, const QActs& a, int tw) {
-    const int i = q_multi_weight(p, count);
-    QTeam t = q_team(tw);
-    const i64 j = t.index - p.first_block[i] * (QMMVQ_WARPS / tw);
+__device__ __forceinline__ void q_mmvq_multi(const QMulti& p, int i, const QActs& a, const QTeam& t) {
+    const i64 j = q_multi_column(p, i, t);
     const int live = j < p.n[i];
     float acc[1][1];
     q_mmvq_lane<T, 1, 1>(p.w[i] + (live ? j * p.stride[i] : 0), p.stride[i], live, a, live, t.first, t.step, acc);
@@ -1256,7 +1257,7 @@ __device__ __forceinline__ void q_mmvq_multi(const QMulti& p, int count, const Q
         q_prefetch_rows(w, row_stride, n, t.index * QMMVQ_R(M), QMMVQ_R(M), t.first, t.step); \
         rt_kernel_entry();                                                                   \
         QActs a = {aq, ad, asum, as, k};                                                     \
-        q_mmvq<T, M>(w, row_stride, n, a, m, tw, y);                                         \
+        q_mmvq<T, M>(w, row_stride, n, a, m, t, y);                                          \
     }
 #define Q_MMVQ_KERNELS(NAME, T)                                                              \
     Q_MMVQ_KERNEL(NAME, T, 1) Q_MMVQ_KERNEL(NAME, T, 2) Q_MMVQ_KERNEL(NAME, T, 4) Q_MMVQ_KERNEL(NAME, T, 8) \
@@ -1268,17 +1269,16 @@ __device__ __forceinline__ void q_mmvq_multi(const QMulti& p, int count, const Q
         q_prefetch_rows(wu, su, n, t.index, 1, t.first, t.step);                             \
         rt_kernel_entry();                                                                   \
         QActs a = {aq, ad, asum, as, k};                                                     \
-        q_mmvq_gated<T>(wg, sg, wu, su, n, a, act, tw, y);                                   \
+        q_mmvq_gated<T>(wg, sg, wu, su, n, a, act, t, y);                                    \
     }                                                                                        \
     extern "C" __global__ void __launch_bounds__(32 * QMMVQ_WARPS) qmmvq_multi_##NAME(       \
         QMulti p, int count, i64 k, const int* aq, const float* ad, const int* asum,         \
         const float* as, int tw) {                                                           \
         const int i = q_multi_weight(p, count);                                              \
         const QTeam t = q_team(tw);                                                          \
-        q_prefetch_rows(p.w[i], p.stride[i], p.n[i], t.index - p.first_block[i] * (QMMVQ_WARPS / tw), 1, \
-                        t.first, t.step);                                                    \
+        q_prefetch_rows(p.w[i], p.stride[i], p.n[i], q_multi_column(p, i, t), 1, t.first, t.step); \
         rt_kernel_entry();                                                                   \
         QActs a = {aq, ad, asum, as, k};                                                     \
-        q_mmvq_multi<T>(p, count, a, tw);                                                    \
+        q_mmvq_multi<T>(p, i, a, t);                                                         \
     }
 Q_MMVQ_TYPES(Q_MMVQ_KERNELS)

@@ -84,7 +84,11 @@ pub(crate) fn supports(op: &Op, inputs: &[TensorMeta]) -> bool {
         // f32 rows a block holds in registers (reduce::add_rms_norm).
         Op::AddRmsNorm { .. } => {
             inputs.iter().all(|m| m.dtype == DType::F32)
-                && inputs[0].shape.dims().last().is_some_and(|&n| n <= 8 * 1024)
+                && inputs[0]
+                    .shape
+                    .dims()
+                    .last()
+                    .is_some_and(|&n| n <= reduce::REGISTER_ROW_MAX)
         }
         Op::LayerNorm { .. } => float && inputs.iter().all(|m| m.dtype == inputs[0].dtype),
         // Floats, integers and bools (i64 output); complex stays with the CPU.

@@ -375,13 +375,17 @@ pub(super) fn add_rms_norm(
     Ok(vec![s, y])
 }
 
+/// Values a thread holds in registers (`ROW_PER` in kernels/reduce.cu).
+const ROW_PER: usize = 8;
+/// The longest row the register kernels hold (a block of 1024 threads).
+pub(super) const REGISTER_ROW_MAX: usize = 1024 * ROW_PER;
+
 /// The kernels that hold a row in registers (kernels/reduce.cu, `ROW_PER`
 /// values per thread): one warp per row up to 32 * ROW_PER elements, else
 /// one block per row, sized to the row, up to 1024 * ROW_PER; `None` (the
 /// general kernels) for f64, for rows that are not contiguous, and for
 /// longer rows.
 fn rows_in_registers(ty: &str, contiguous_rows: bool, rows: usize, n: usize) -> Option<(&'static str, LaunchConfig)> {
-    const ROW_PER: usize = 8;
     if ty == "F64" || !contiguous_rows {
         return None;
     }
@@ -395,7 +399,7 @@ fn rows_in_registers(ty: &str, contiguous_rows: bool, rows: usize, n: usize) -> 
                 shared_mem_bytes: 0,
             },
         ))
-    } else if n <= 1024 * ROW_PER {
+    } else if n <= REGISTER_ROW_MAX {
         let threads = n.div_ceil(ROW_PER).next_multiple_of(32);
         Some((
             "block",

@@ -462,15 +462,12 @@ impl Model {
     ) -> Result<Tensor> {
         let cfg = &self.config;
         let lw = &self.weights.layers[il];
-        let act = {
-            let act = match cfg.arch {
-                Arch::Llama => GateActivation::SwiGlu,
-                Arch::Gemma3 => GateActivation::GeGlu,
-            };
-            let act = h.qmatmul_gated(&lw.ffn_gate, &lw.ffn_up, act)?;
-            drop(h);
-            act
+        let gate = match cfg.arch {
+            Arch::Llama => GateActivation::SwiGlu,
+            Arch::Gemma3 => GateActivation::GeGlu,
         };
+        let act = h.qmatmul_gated(&lw.ffn_gate, &lw.ffn_up, gate)?;
+        drop(h);
         let mut d = act.qmatmul(&lw.ffn_down)?;
         drop(act);
         if let Some(n) = &lw.post_ffn_norm {
