@@ -498,33 +498,79 @@ ATTENTION_AT(BF16, F32) ATTENTION_AT(BF16, F16) ATTENTION_AT(BF16, BF16)
 // One block per row: the S partials of attention_at_* merged, y = acc / l.
 // S <= AT_MAX_SPLITS (the launcher's bound).
 #define AT_MAX_SPLITS 64
-extern "C" __global__ void __launch_bounds__(AT_THREADS)
-    attention_at_combine(const float* part, float* y, i64 splits, i64 dv) { rt_kernel_entry();
+// Partials are read past L1 (another block of the same launch may have
+// written them: attention_at_joined_*).
+__device__ __forceinline__ float at_load_cg(const float* p) {
+#ifdef __CUDA_ARCH__
+    return __ldcg(p);
+#else
+    return *p;
+#endif
+}
+__device__ void at_combine_row(const float* part, float* y, i64 splits, i64 dv, i64 row, i64 rows) {
     __shared__ float s_w[AT_MAX_SPLITS];
-    const i64 row = blockIdx.x, rows = gridDim.x;
     const float* pm = part + row * splits;
     const float* pl = part + rows * splits + row * splits;
     const float* pacc = part + 2 * rows * splits + row * splits * dv;
     float m = NEG_INF;
-    for (i64 s = 0; s < splits; ++s) m = nan_max(m, pm[s]);
+    for (i64 s = 0; s < splits; ++s) m = nan_max(m, at_load_cg(pm + s));
     // Each split's weight exp(m_s - m); empty splits (m_s = -inf) weigh 0
     // and their accumulators, never written, are not read.
-    if (threadIdx.x < splits) s_w[threadIdx.x] = pm[threadIdx.x] == NEG_INF ? 0.0f : expf(pm[threadIdx.x] - m);
+    if (threadIdx.x < splits) {
+        const float ms = at_load_cg(pm + threadIdx.x);
+        s_w[threadIdx.x] = ms == NEG_INF ? 0.0f : expf(ms - m);
+    }
     __syncthreads();
     float l = 0.0f;
     for (i64 s = 0; s < splits; ++s)
-        if (s_w[s] != 0.0f) l += pl[s] * s_w[s];
+        if (s_w[s] != 0.0f) l += at_load_cg(pl + s) * s_w[s];
     // l = 0: every score was -inf (or the position was refused): NaN, as
     // the CPU's softmax of such a row.
     const float inv = l == 0.0f ? __int_as_float(0x7fc00000) : 1.0f / l;
     for (i64 c = threadIdx.x; c < dv; c += blockDim.x) {
         float a = 0.0f;
         for (i64 s = 0; s < splits; ++s)
-            if (s_w[s] != 0.0f) a += pacc[s * dv + c] * s_w[s];
+            if (s_w[s] != 0.0f) a += at_load_cg(pacc + s * dv + c) * s_w[s];
         y[row * dv + c] = a * inv;
     }
 }
+extern "C" __global__ void __launch_bounds__(AT_THREADS)
+    attention_at_combine(const float* part, float* y, i64 splits, i64 dv) { rt_kernel_entry();
+    at_combine_row(part, y, splits, dv, blockIdx.x, gridDim.x);
+}
 // ---- END HOST-TESTABLE ATTENTION_AT ---------------------------------------
+
+// attention_at_joined_<Q>_<KV>: the split kernel and the merge in one
+// launch (a decode step's attention is then one kernel): each block writes
+// its partial as attention_at_* does, and the last block of its row to
+// finish (a per-row counter, which that block sets back to 0 for the next
+// launch) merges the row's partials with attention_at_combine's code.
+__device__ void at_join_row(const float* part, float* y, unsigned int* counters, i64 dv) {
+    __shared__ int last;
+    // Every thread's partial writes are visible before the block counts.
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(&counters[blockIdx.x], 1u) == gridDim.y - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    at_combine_row(part, y, gridDim.y, dv, blockIdx.x, gridDim.x);
+    if (threadIdx.x == 0) counters[blockIdx.x] = 0;
+}
+#define ATTENTION_AT_JOINED(QTY, KTY)                                                           \
+    extern "C" __global__ void __launch_bounds__(AT_THREADS) attention_at_joined_##QTY##_##KTY( \
+        const QTY##T::store* q, Str4 lq, const KTY##T::store* k, Str4 lk,                       \
+        const KTY##T::store* v, Str4 lv, const void* pos, i64 pos_off, int pos64, float* part, \
+        i64 t, i64 n, i64 d, i64 dv, i64 group, i64 window, float scale, int* bad, float* y,    \
+        unsigned int* counters) {                                                               \
+        rt_kernel_entry();                                                                      \
+        attention_at_part<QTY##T, KTY##T>(q, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, \
+                                          d, dv, group, window, scale, bad);                   \
+        at_join_row(part, y, counters, dv);                                                     \
+    }
+ATTENTION_AT_JOINED(F32, F32) ATTENTION_AT_JOINED(F32, F16) ATTENTION_AT_JOINED(F32, BF16)
+ATTENTION_AT_JOINED(F16, F32) ATTENTION_AT_JOINED(F16, F16) ATTENTION_AT_JOINED(F16, BF16)
+ATTENTION_AT_JOINED(BF16, F32) ATTENTION_AT_JOINED(BF16, F16) ATTENTION_AT_JOINED(BF16, BF16)
 
 // ---- Op::FlashAttention for long batches: cuBLAS on the tensor cores -----
 // The launcher (attention.rs, flash_gemm) multiplies S = Q K^T per key/value

@@ -39,6 +39,10 @@ pub struct CudaBackend {
     /// (`launch::Launch`): compute capability 9.0 on, unless
     /// `RUSTORCH_CUDA_PDL=0`.
     pub(crate) overlap_launches: bool,
+    /// Per-row counters of `attention_at`'s one-launch form, zeroed once
+    /// and left zeroed by every launch (ops/attention.rs); made at the
+    /// first use outside a recording.
+    pub(crate) attention_counters: std::sync::OnceLock<CudaBuffer>,
 }
 
 /// The driver's default memory pool of one device, kept as a cache: freed
@@ -140,6 +144,7 @@ impl CudaBackend {
             staging: Default::default(),
             transfer_forced,
             overlap_launches: major >= 9 && std::env::var("RUSTORCH_CUDA_PDL").map_or(true, |v| v != "0"),
+            attention_counters: std::sync::OnceLock::new(),
         })
     }
 

@@ -25,6 +25,24 @@ const AT_THREADS: u32 = 128;
 const AT_MAX_DIM: usize = 256;
 const AT_KEYS_PER_SPLIT: usize = 64;
 const AT_MAX_SPLITS: usize = 64;
+/// Rows the one-launch form of `attention_at` keeps counters for (more
+/// rows take the two launches).
+const AT_COUNTER_ROWS: usize = 1 << 14;
+
+/// The counters of `attention_at_joined_*` (AT_COUNTER_ROWS u32, zero
+/// between launches), or `None` inside a recording that would have to make
+/// them (they must outlive it; the step run before a recording makes them).
+fn attention_counters(b: &CudaBackend) -> Result<Option<u64>, BackendError> {
+    if let Some(c) = b.attention_counters.get() {
+        return Ok(Some(c.ptr()));
+    }
+    if b.usage.capturing() {
+        return Ok(None);
+    }
+    let c = b.alloc(DType::I32, AT_COUNTER_ROWS)?;
+    c.zero(&b.stream).map_err(|e| b.launch_err("attention counters", e))?;
+    Ok(Some(b.attention_counters.get_or_init(|| c).ptr()))
+}
 /// Shared memory a block may use without opting in to more.
 const SHARED_LIMIT: usize = 48 * 1024;
 
@@ -614,7 +632,17 @@ pub(super) fn attention_at(
     // m and l per (row, split), then the accumulators [rows, S, Dv].
     let part = b.alloc(DType::F32, rows * splits * (dv + 2))?;
     let bad = super::ErrorFlag::new(b)?;
-    let kernel = format!("attention_at_{qty}_{kty}");
+    // One launch where the counters are there: the last block of each row
+    // merges it.
+    let counters = if rows <= AT_COUNTER_ROWS {
+        attention_counters(b)?
+    } else {
+        None
+    };
+    let kernel = match counters {
+        Some(_) => format!("attention_at_joined_{qty}_{kty}"),
+        None => format!("attention_at_{qty}_{kty}"),
+    };
     let f = b.function("attention", &kernel)?;
     let (qp, kp, vp, pp, partp, yp, badp) = (
         b.own(name, q.buffer)?.ptr(),
@@ -647,6 +675,10 @@ pub(super) fn attention_at(
         .arg(&window64)
         .arg(&scale)
         .arg(&badp);
+    let counters_p = counters.unwrap_or(0);
+    if counters.is_some() {
+        args.arg(&yp).arg(&counters_p);
+    }
     let cfg = LaunchConfig {
         grid_dim: (rows as u32, splits as u32, 1),
         block_dim: (AT_THREADS, 1, 1),
@@ -660,8 +692,13 @@ pub(super) fn attention_at(
     // the device; key/value head h / group < Hkv; d and dv are multiples
     // of 32 up to AT_MAX_DIM (the lanes' register arrays); `part` holds
     // rows * S * (dv + 2) floats for the grid's rows x S blocks, `bad` one
-    // i32.
+    // i32; the joined form's y holds rows * dv floats and its counters
+    // rows <= AT_COUNTER_ROWS u32, zero (each row's last block zeroes its
+    // own again; launches on the one stream never overlap on them).
     unsafe { args.launch(cfg) }.map_err(|e| b.launch_err(&kernel, e))?;
+    if counters.is_some() {
+        return finish_attention_at(b, &bad, name, t, n, y);
+    }
     let combine = "attention_at_combine";
     let f = b.function("attention", combine)?;
     let s64 = splits as i64;
@@ -678,6 +715,18 @@ pub(super) fn attention_at(
     // splits <= AT_MAX_SPLITS (its shared weights); `y` holds rows * dv
     // floats.
     unsafe { args.launch(cfg) }.map_err(|e| b.launch_err(combine, e))?;
+    finish_attention_at(b, &bad, name, t, n, y)
+}
+
+/// `attention_at`'s output, or the error its kernels flagged.
+fn finish_attention_at(
+    b: &CudaBackend,
+    bad: &super::ErrorFlag,
+    name: &str,
+    t: usize,
+    n: usize,
+    y: CudaBuffer,
+) -> Result<CudaBuffer, BackendError> {
     if bad.is_set(b)? {
         return Err(BackendError::invalid(
             name,
