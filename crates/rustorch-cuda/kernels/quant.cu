@@ -751,7 +751,7 @@ template <> struct QV<QQ8_1> { enum { ACT = QA_32, AL = 4 }; };
 template <> struct QV<QIQ4_NL> { enum { ACT = QA_32, AL = 2 }; };
 template <> struct QV<QQ2_K> { enum { ACT = QA_K, AL = 4 }; };
 template <> struct QV<QQ3_K> { enum { ACT = QA_K, AL = 2 }; };
-template <> struct QV<QQ4_K> { enum { ACT = QA_K, AL = 4 }; };
+template <> struct QV<QQ4_K> { enum { ACT = QA_K, AL = 16 }; };
 template <> struct QV<QQ5_K> { enum { ACT = QA_K, AL = 4 }; };
 template <> struct QV<QQ6_K> { enum { ACT = QA_K, AL = 2 }; };
 template <> struct QV<QQ8_K> { enum { ACT = QA_K, AL = 4 }; };
@@ -823,6 +823,103 @@ __device__ __forceinline__ void q_mmvq_lane(const u8* w, i64 row_stride, int row
                     if (i < rows) acc[r][i] = q_unit_dot(T(), u[i], x, acc[r][i]);
             }
         }
+    }
+}
+
+// ---- one-row products (a decode step's) ------------------------------------
+// A lane's part of one weight row's product with activation row 0, over
+// the row's units first, first + step, ...: the same for the plain,
+// grouped and gated one-row kernels, so that they give the same bits. A
+// unit is QRowUnit<T>::V values: one 32-value piece (q_unit) for most
+// types; for Q4_K a quarter block (q4k_quarter_dot), whose 32 quant bytes
+// hold two pieces in their two nibbles: read with the block's header in
+// three 16-byte loads instead of a piece's eight 4-byte ones twice, and
+// the activations' two pieces and their four 16-value sums in 16-byte
+// loads too. A decode step's Q4_K products were bound by instructions, not
+// memory (ncu on the H200: 8 instructions a weight).
+template <class T> struct QRowUnit { enum { V = 32 }; };
+template <> struct QRowUnit<QQ4_K> { enum { V = 64 }; };
+
+// Quarter g (0..3) of the Q4_K block at b (16-byte aligned) against
+// pieces 2g and 2g + 1 of the activations' block (its 64 quants at p, 16-
+// byte aligned, the four 16-value sums at bs, the block's scale da).
+__device__ __forceinline__ float q4k_quarter_dot(const u8* b, int g, const int* p, const int* bs, float da, float acc) {
+    const uint4 h = *(const uint4*)b;
+    const uint4 q0 = *(const uint4*)(b + 16 + 32 * g), q1 = *(const uint4*)(b + 32 + 32 * g);
+    const int4 a0 = *(const int4*)p, a1 = *(const int4*)(p + 4), a2 = *(const int4*)(p + 8),
+               a3 = *(const int4*)(p + 12);
+    const int4 sums = *(const int4*)bs;
+    // The 6-bit scales and mins of groups 2g and 2g + 1 (q_scale_min_k4),
+    // as the two bytes of a 16-bit pair: scales[0..12] are h.y, h.z, h.w.
+    const int t = 16 * (g & 1);
+    u32 scp, mp;
+    if (g < 2) {
+        scp = (h.y >> t) & 0x3f3fu;
+        mp = (h.z >> t) & 0x3f3fu;
+    } else {
+        scp = ((h.w >> t) & 0x0f0fu) | (((h.y >> t) >> 2) & 0x3030u);
+        mp = (((h.w >> t) >> 4) & 0x0f0fu) | (((h.z >> t) >> 2) & 0x3030u);
+    }
+    const u32 w[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+    const int x0[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+    const int x1[8] = {a2.x, a2.y, a2.z, a2.w, a3.x, a3.y, a3.z, a3.w};
+    int lo = 0, hi = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        lo = __dp4a((int)(w[i] & 0x0f0f0f0fu), x0[i], lo);
+        hi = __dp4a((int)((w[i] >> 4) & 0x0f0f0f0fu), x1[i], hi);
+    }
+    const float d = q_f16_bits(h.x & 0xffffu), dm = q_f16_bits(h.x >> 16);
+    const int s = (int)(scp & 0xffu) * lo + (int)(scp >> 8) * hi;
+    const int m = (int)(mp & 0xffu) * (sums.x + sums.y) + (int)(mp >> 8) * (sums.z + sums.w);
+    return fmaf(-__fmul_rn(dm, da), (float)m, fmaf(__fmul_rn(d, da), (float)s, acc));
+}
+
+template <class T>
+__device__ __forceinline__ float q_row_lane(const u8* w, const QActs& a, int live, int first, int step) {
+    float acc[1][1];
+    q_mmvq_lane<T, 1, 1>(w, 0, live, a, live, first, step, acc);
+    return acc[0][0];
+}
+template <>
+__device__ __forceinline__ float q_row_lane<QQ4_K>(const u8* w, const QActs& a, int live, int first, int step) {
+    float acc = 0.0f;
+    if (!live) return acc;
+    const i64 units = a.k >> 6;
+    // Two units' loads in flight at once where a lane has two.
+#pragma unroll 2
+    for (i64 u = first; u < units; u += step) {
+        const i64 blk = u >> 2;
+        acc = q4k_quarter_dot(w + blk * QQ4_K::TS, (int)(u & 3), a.q + 16 * u, a.sum + 4 * u, a.d[blk], acc);
+    }
+    return acc;
+}
+
+// Two weight rows (a gated product's gate and up rows) against activation
+// row 0 in one pass, each summed exactly as q_row_lane sums it alone, with
+// both rows' loads in flight together.
+template <class T>
+__device__ __forceinline__ void q_row_lane2(const u8* w0, const u8* w1, const QActs& a, int live, int first, int step,
+                                            float& s0, float& s1) {
+    float acc[1][2];
+    // The second row as the first's neighbour at the distance between them.
+    q_mmvq_lane<T, 1, 2>(w0, (i64)(w1 - w0), live ? 2 : 0, a, live, first, step, acc);
+    s0 = acc[0][0];
+    s1 = acc[0][1];
+}
+template <>
+__device__ __forceinline__ void q_row_lane2<QQ4_K>(const u8* w0, const u8* w1, const QActs& a, int live, int first,
+                                                   int step, float& s0, float& s1) {
+    s0 = 0.0f;
+    s1 = 0.0f;
+    if (!live) return;
+    const i64 units = a.k >> 6;
+    for (i64 u = first; u < units; u += step) {
+        const i64 blk = u >> 2;
+        const int g = (int)(u & 3);
+        const float da = a.d[blk];
+        s0 = q4k_quarter_dot(w0 + blk * QQ4_K::TS, g, a.q + 16 * u, a.sum + 4 * u, da, s0);
+        s1 = q4k_quarter_dot(w1 + blk * QQ4_K::TS, g, a.q + 16 * u, a.sum + 4 * u, da, s1);
     }
 }
 
@@ -1157,9 +1254,11 @@ __device__ __forceinline__ QTeam q_team(int tw) {
     t.warp = threadIdx.x >> 5;
     t.lane = threadIdx.x & 31;
     t.tw = tw;
-    t.first = (t.warp % tw) * 32 + t.lane;
+    // tw is 1, 2 or 4: shifts and masks, not divisions.
+    const int shift = tw >> 1;
+    t.first = (t.warp & (tw - 1)) * 32 + t.lane;
     t.step = 32 * tw;
-    t.index = (i64)blockIdx.x * (QMMVQ_WARPS / tw) + t.warp / tw;
+    t.index = (i64)blockIdx.x * (QMMVQ_WARPS >> shift) + (t.warp >> shift);
     return t;
 }
 // v summed over the team's lanes, in every lane of the team's first warp.
@@ -1186,8 +1285,12 @@ __device__ __forceinline__ void q_mmvq(const u8* w, i64 row_stride, i64 n, const
     // Teams past the last column still take part in the barriers.
     const int rows = j0 >= n ? 0 : (n - j0 < R ? (int)(n - j0) : R);
     float acc[M][R];
-    q_mmvq_lane<T, M, R>(w + (rows > 0 ? j0 * row_stride : 0), row_stride, rows, a, rows > 0 ? m : 0, t.first,
-                         t.step, acc);
+    if (M == 1) {
+        acc[0][0] = q_row_lane<T>(w + (rows > 0 ? j0 * row_stride : 0), a, rows > 0 && m > 0, t.first, t.step);
+    } else {
+        q_mmvq_lane<T, M, R>(w + (rows > 0 ? j0 * row_stride : 0), row_stride, rows, a, rows > 0 ? m : 0, t.first,
+                             t.step, acc);
+    }
     __shared__ float part[QMMVQ_WARPS][M * R];
 #pragma unroll
     for (int r = 0; r < M; ++r) {
@@ -1209,12 +1312,11 @@ __device__ __forceinline__ void q_mmvq_gated(const u8* wg, i64 sg, const u8* wu,
                                              int act, const QTeam& t, float* y) {
     const i64 j = t.index;
     const int live = j < n;
-    float ag[1][1], au[1][1];
-    q_mmvq_lane<T, 1, 1>(wg + (live ? j * sg : 0), sg, live, a, live, t.first, t.step, ag);
-    q_mmvq_lane<T, 1, 1>(wu + (live ? j * su : 0), su, live, a, live, t.first, t.step, au);
+    float ag, au;
+    q_row_lane2<T>(wg + (live ? j * sg : 0), wu + (live ? j * su : 0), a, live, t.first, t.step, ag, au);
     __shared__ float part[QMMVQ_WARPS][2];
-    const float g = q_team_sum(t, ag[0][0], 0, part);
-    const float u = q_team_sum(t, au[0][0], 1, part);
+    const float g = q_team_sum(t, ag, 0, part);
+    const float u = q_team_sum(t, au, 1, part);
     if (t.first == 0 && live) y[j] = act == 0 ? op_swiglu(g, u) : op_gelu_tanh(g) * u;
 }
 
@@ -1242,10 +1344,9 @@ template <class T>
 __device__ __forceinline__ void q_mmvq_multi(const QMulti& p, int i, const QActs& a, const QTeam& t) {
     const i64 j = q_multi_column(p, i, t);
     const int live = j < p.n[i];
-    float acc[1][1];
-    q_mmvq_lane<T, 1, 1>(p.w[i] + (live ? j * p.stride[i] : 0), p.stride[i], live, a, live, t.first, t.step, acc);
+    const float acc = q_row_lane<T>(p.w[i] + (live ? j * p.stride[i] : 0), a, live, t.first, t.step);
     __shared__ float part[QMMVQ_WARPS][1];
-    const float s = q_team_sum(t, acc[0][0], 0, part);
+    const float s = q_team_sum(t, acc, 0, part);
     if (t.first == 0 && live) p.y[i][j] = s;
 }
 

@@ -38,6 +38,7 @@ static inline float __fadd_rn(float a, float b) { return a + b; }
 static inline float __fsub_rn(float a, float b) { return a - b; }
 static inline float __fdiv_rn(float a, float b) { return a / b; }
 struct int4 { int x, y, z, w; };
+struct uint4 { u32 x, y, z, w; };
 // Four signed byte products added to c, as the GPU's dp4a.s32.s32.
 static inline int __dp4a(int a, int b, int c) {
     for (int i = 0; i < 4; ++i) c += (int)(signed char)(a >> (8 * i)) * (int)(signed char)(b >> (8 * i));
@@ -151,19 +152,35 @@ static void qactk(const float* x, i64 rows, i64 k, HostActs& a) {
     }
 }
 // One pass of at most M activation rows, team by team: each team's
-// 32 tw lanes (q_mmvq_lane), summed per warp in the order of the kernel's
-// shuffle butterfly, then over the team's warps in order (q_team_sum). tw
-// as the launcher picks it (mmvq_team_warps in src/ops/quant.rs).
+// 32 tw lanes (q_mmvq_lane, or for one row q_row_lane), summed per warp in
+// the order of the kernel's shuffle butterfly, then over the team's warps
+// in order (q_team_sum). tw as the launcher picks it (mmvq_team_warps in
+// src/ops/quant.rs).
 template <class T, int M>
 static void mmvq_pass(const u8* w, i64 row_bytes, i64 n, const QActs& a, int m, float* y) {
     const int R = QMMVQ_R(M);
-    const i64 pieces = a.k / 32;
-    const int tw = M == 1 ? (pieces >= 128 ? 4 : pieces >= 48 ? 2 : 1) : 1;
+    const i64 units = a.k / QRowUnit<T>::V;
+    const int tw = M == 1 ? (units >= 128 ? 4 : units >= 48 ? 2 : 1) : 1;
     for (i64 j0 = 0; j0 < n; j0 += R) {
         int rows = n - j0 < R ? (int)(n - j0) : R;
         static float lanes[128][M][R];
-        for (int l = 0; l < 32 * tw; ++l)
-            q_mmvq_lane<T, M, R>(w + j0 * row_bytes, row_bytes, rows, a, m, l, 32 * tw, lanes[l]);
+        for (int l = 0; l < 32 * tw; ++l) {
+            if (M == 1) {
+                lanes[l][0][0] = q_row_lane<T>(w + j0 * row_bytes, a, m > 0, l, 32 * tw);
+                // The gated kernel's pass over two rows (this one and the
+                // next, or this one twice) sums each as q_row_lane does.
+                const i64 j1 = j0 + 1 < n ? j0 + 1 : j0;
+                float s0, s1;
+                q_row_lane2<T>(w + j0 * row_bytes, w + j1 * row_bytes, a, m > 0, l, 32 * tw, s0, s1);
+                const float alone = q_row_lane<T>(w + j1 * row_bytes, a, m > 0, l, 32 * tw);
+                if (__float_as_uint(s0) != __float_as_uint(lanes[l][0][0]) || __float_as_uint(s1) != __float_as_uint(alone)) {
+                    fprintf(stderr, "q_row_lane2 differs from q_row_lane: row %lld lane %d\n", j0, l);
+                    exit(7);
+                }
+            } else {
+                q_mmvq_lane<T, M, R>(w + j0 * row_bytes, row_bytes, rows, a, m, l, 32 * tw, lanes[l]);
+            }
+        }
         for (int r = 0; r < m; ++r)
             for (int i = 0; i < rows; ++i) {
                 float total = 0.0f;
@@ -766,8 +783,15 @@ fn the_mmvq_products_are_the_cpus_within_quant_tol() {
             let tol = quant_tol::qmatmul(&format!("qmatmul_{}", qtype.name().to_lowercase())).unwrap();
             let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ qtype.ggml_id() as u64);
             // (m, n, k, trials): the random suite's shape, many draws; a
-            // batch of several passes (8 + 4 rows) over longer rows.
-            for (m, n, k, trials) in [(3usize, 16usize, 256usize, 40usize), (12, 8, 1024, 3)] {
+            // batch of several passes (8 + 4 rows) over longer rows; one
+            // row (a decode step's one-row kernels, q_row_lane) with one
+            // and with two warps a column.
+            for (m, n, k, trials) in [
+                (3usize, 16usize, 256usize, 40usize),
+                (12, 8, 1024, 3),
+                (1, 24, 2048, 6),
+                (1, 8, 5632, 2),
+            ] {
                 for trial in 0..trials {
                     let x: Vec<f32> = (0..m * k).map(|_| 3.0 * rng.unit()).collect();
                     let wv: Vec<f32> = (0..n * k).map(|_| rng.unit()).collect();

@@ -85,9 +85,27 @@ fn mmvq_layout(q: QType) -> Option<(ActLayout, usize)> {
         Q2K | Q3K | Q4K | Q5K | Q6K | Q8K | IQ4XS => ActLayout::K,
         _ => return None,
     };
-    // 4-byte loads where every block starts 4-aligned, else 2-byte ones.
-    let align = if q.type_size().is_multiple_of(4) { 4 } else { 2 };
+    // Q4_K's one-row kernels read 16 bytes at a time (its 144-byte blocks
+    // stay 16-aligned); otherwise 4-byte loads where every block starts
+    // 4-aligned, else 2-byte ones.
+    let align = if q == Q4K {
+        16
+    } else if q.type_size().is_multiple_of(4) {
+        4
+    } else {
+        2
+    };
     Some((layout, align))
+}
+
+/// Values of a one-row kernel's unit of work for `q` (`QRowUnit<T>` in
+/// quant.cu): a quarter of a Q4_K block, else one 32-value piece.
+fn mmvq_row_unit(q: QType) -> usize {
+    if q == QType::Q4K {
+        64
+    } else {
+        32
+    }
 }
 
 /// The kernel (its `M`, a power of two) for a pass of `rows` activation
@@ -99,16 +117,17 @@ fn mmvq_kernel_rows(rows: usize) -> (usize, usize) {
 
 /// Warps that share one output column of a one-row MMVQ launch (`tw` in
 /// quant.cu, 1, 2 or 4): enough that each lane takes one or two of the
-/// row's 32-value pieces, so that a decode step's product has its whole
-/// weight in flight at once instead of each warp walking a long row (the
-/// H200 read a 5632-value row's product at 0.7 TB/s one warp a column).
-/// Several activation rows (`kernel_m > 1`) keep one warp a column: their
-/// products already reuse each weight load. The value depends only on the
-/// row length and the kernel, so that every kernel summing one row (the
-/// plain, grouped and gated ones) gives the same bits.
-fn mmvq_team_warps(k: usize, kernel_m: usize) -> usize {
-    let pieces = k / 32;
-    match (kernel_m, pieces) {
+/// row's units (`mmvq_row_unit` values each), so that a decode step's
+/// product has its whole weight in flight at once instead of each warp
+/// walking a long row (the H200 read a 5632-value row's product at 0.7
+/// TB/s one warp a column). Several activation rows (`kernel_m > 1`) keep
+/// one warp a column: their products already reuse each weight load. The
+/// value depends only on the row length, the unit and the kernel, so that
+/// every kernel summing one row (the plain, grouped and gated ones) gives
+/// the same bits.
+fn mmvq_team_warps(k: usize, unit: usize, kernel_m: usize) -> usize {
+    let units = k / unit;
+    match (kernel_m, units) {
         (1, 128..) => 4,
         (1, 48..) => 2,
         _ => 1,
@@ -412,7 +431,7 @@ fn product(
         return Ok(y);
     }
     if let Some((layout, _)) = mmvq {
-        mmvq_product(b, ty, layout, &w, x, &y)?;
+        mmvq_product(b, ty, qtype, layout, &w, x, &y)?;
     } else if m <= MATVEC_MAX_ROWS {
         matvec(b, ty, &w, x, &y)?;
     } else {
@@ -536,6 +555,7 @@ fn quantize_activations(b: &CudaBackend, x: &Activations, layout: ActLayout) -> 
 fn mmvq_product(
     b: &CudaBackend,
     ty: &str,
+    qtype: QType,
     layout: ActLayout,
     w: &Weight,
     x: &Activations,
@@ -548,7 +568,7 @@ fn mmvq_product(
     while r0 < x.m {
         let rows = (x.m - r0).min(MMVQ_PASS_ROWS);
         let (mk, per_warp) = mmvq_kernel_rows(rows);
-        let tw = mmvq_team_warps(k, mk);
+        let tw = mmvq_team_warps(k, mmvq_row_unit(qtype), mk);
         let tw32 = tw as i32;
         let kernel = format!("qmmvq_{ty}_m{mk}");
         let f = b.function("quant", &kernel)?;
@@ -677,7 +697,7 @@ fn multi_mmvq(
         .map(|w| b.alloc(DType::F32, w.rows))
         .collect::<Result<Vec<_>, _>>()?;
     let qa = x.quantized(b, layout)?;
-    let tw = mmvq_team_warps(x.k, 1);
+    let tw = mmvq_team_warps(x.k, mmvq_row_unit(q0), 1);
     let tw32 = tw as i32;
     let mut p = QMulti::default();
     let mut blocks = 0usize;
@@ -755,7 +775,7 @@ fn gated_mmvq(
     let qa = x.quantized(b, layout)?;
     let kernel = format!("qmmvq_gated_{ty}");
     let f = b.function("quant", &kernel)?;
-    let tw = mmvq_team_warps(x.k, 1);
+    let tw = mmvq_team_warps(x.k, mmvq_row_unit(qtypes[0]), 1);
     let tw32 = tw as i32;
     let blocks = u32::try_from(n.div_ceil(mmvq_teams(tw)))
         .map_err(|_| BackendError::unsupported(b.device, kernel.clone(), "more weight rows than a grid holds"))?;
