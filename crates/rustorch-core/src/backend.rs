@@ -9,7 +9,7 @@ use crate::device::{Device, DeviceCapability};
 use crate::dtype::DType;
 use crate::error::BackendError;
 use crate::layout::Layout;
-use crate::op::{Op, TensorMeta};
+use crate::op::{Op, RopeLayout, TensorMeta};
 use crate::quant::QType;
 use crate::storage::{CpuStorage, HostSlice};
 use std::any::Any;
@@ -172,6 +172,32 @@ pub trait Backend: Send + Sync {
         ))
     }
 
+    /// A decode step's attention inputs in one call: `q` and `k` rotated
+    /// as `Op::Rope { layout }` rotates them with `cos` and `sin`, the
+    /// rotated keys written into `kc` and `v` into `vc` as `write_into_at`
+    /// writes a source (`at` holds both regions; `check_write_at` accepted
+    /// each); returns the rotated queries, contiguous, of q's shape and
+    /// dtype. The values must be those of the ops one by one. The default
+    /// says unsupported; the caller then runs those ops (`Tensor::
+    /// rope_write_kv_at`), so a backend implements only the cases it
+    /// fuses (the CUDA backend: one launch instead of four).
+    fn rope_write_kv_at(
+        &self,
+        kc: &mut dyn DeviceBuffer,
+        vc: &mut dyn DeviceBuffer,
+        at: &KvWriteAt<'_>,
+        layout: RopeLayout,
+        qkv: [TensorRef<'_>; 3],
+        cos_sin: [TensorRef<'_>; 2],
+    ) -> Result<Buffer, BackendError> {
+        let _ = (kc, vc, at, layout, qkv, cos_sin);
+        Err(BackendError::unsupported(
+            self.device(),
+            "rope_write_kv_at",
+            "this backend has no fused RoPE and cache write",
+        ))
+    }
+
     /// Runs `pass`, many ops in a row (a model's forward pass, a whole
     /// generation loop), with whatever this backend holds for such runs:
     /// the CPU keeps its worker threads spinning between the ops, a GPU
@@ -245,6 +271,19 @@ pub trait Replay: Send + Sync {
     /// Queues the recorded work again, reading what its input buffers hold
     /// now. Like an op, it returns once queued.
     fn replay(&self) -> Result<(), BackendError>;
+}
+
+/// Where `Backend::rope_write_kv_at` writes: the key and value caches'
+/// regions for position 0, each moved `pos * step` elements (`pos` as
+/// `write_into_at` reads it), for positions up to `max_pos`.
+#[derive(Clone, Copy)]
+pub struct KvWriteAt<'a> {
+    pub k_region: &'a Layout,
+    pub k_step: usize,
+    pub v_region: &'a Layout,
+    pub v_step: usize,
+    pub max_pos: usize,
+    pub pos: TensorRef<'a>,
 }
 
 /// What every `write_into_at` must hold before it writes (the executor

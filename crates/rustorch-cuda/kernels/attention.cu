@@ -371,13 +371,18 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS)
 // others): features per lane in registers.
 #define AT_MAX_DIM 256
 #define AT_PER_LANE (AT_MAX_DIM / 32)
+// Keys a split takes at least (AT_KEYS_PER_SPLIT in src/ops/attention.rs).
+#define AT_KEYS_PER_SPLIT 64
 
 __device__ __forceinline__ i64 at_pos(const void* pos, i64 off, int is64) {
     return is64 ? ((const i64*)pos)[off] : (i64)((const int*)pos)[off];
 }
 
+// Returns the splits of the row that have keys (the first `used` ones;
+// every block of the row computes the same number): the one-launch form
+// merges only those.
 template <typename QT, typename KT>
-__device__ void attention_at_part(const typename QT::store* q, Str4 lq, const typename KT::store* k,
+__device__ i64 attention_at_part(const typename QT::store* q, Str4 lq, const typename KT::store* k,
                                   Str4 lk, const typename KT::store* v, Str4 lv, const void* pos,
                                   i64 pos_off, int pos64, float* part, i64 t, i64 n, i64 d, i64 dv,
                                   i64 group, i64 window, float scale, int* bad) {
@@ -392,22 +397,27 @@ __device__ void attention_at_part(const typename QT::store* q, Str4 lq, const ty
     float* pacc = part + 2 * rows * splits + slot * dv;
     const i64 i = row % t, h = row / t, hk = h / group;
     const i64 p0 = at_pos(pos, pos_off, pos64);
-    i64 lo = 0, hi = 0;
+    i64 lo = 0, hi = 0, used = 0;
     if (p0 < 0 || p0 > n - t) {
         if (threadIdx.x == 0) *bad = 1;
     } else {
         const i64 p = p0 + i;
         const i64 first = (window > 0 && p + 1 > window) ? p + 1 - window : 0;
-        const i64 share = (p + 1 - first + splits - 1) / splits;
+        // Shares of AT_KEYS_PER_SPLIT keys (more where the splits would not
+        // cover the row): a short row is one block's work, and only the
+        // blocks it reaches have partials to merge.
+        const i64 even = (p + 1 - first + splits - 1) / splits;
+        const i64 share = even > AT_KEYS_PER_SPLIT ? even : AT_KEYS_PER_SPLIT;
         lo = first + (i64)blockIdx.y * share;
         hi = lo + share < p + 1 ? lo + share : p + 1;
+        used = (p + 1 - first + share - 1) / share;
     }
     if (lo >= hi) {
         if (threadIdx.x == 0) {
             pm[slot] = NEG_INF;
             pl[slot] = 0.0f;
         }
-        return;
+        return used;
     }
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int nd = (int)(d >> 5), ndv = (int)(dv >> 5);
@@ -461,7 +471,7 @@ __device__ void attention_at_part(const typename QT::store* q, Str4 lq, const ty
             pm[slot] = NEG_INF;
             pl[slot] = 0.0f;
         }
-        return;
+        return used;
     }
     float e[AT_WARPS];
 #pragma unroll
@@ -481,6 +491,7 @@ __device__ void attention_at_part(const typename QT::store* q, Str4 lq, const ty
         pm[slot] = bm;
         pl[slot] = bl;
     }
+    return used;
 }
 
 #define ATTENTION_AT(QTY, KTY)                                                                  \
@@ -507,36 +518,50 @@ __device__ __forceinline__ float at_load_cg(const float* p) {
     return *p;
 #endif
 }
-__device__ void at_combine_row(const float* part, float* y, i64 splits, i64 dv, i64 row, i64 rows) {
+// Merges the first `used` of the row's `splits` partials (the others have
+// no keys).
+__device__ void at_combine_row(const float* part, float* y, i64 splits, i64 used, i64 dv, i64 row, i64 rows) {
     __shared__ float s_w[AT_MAX_SPLITS];
+    __shared__ float s_m[AT_MAX_SPLITS];
+    __shared__ float s_l[AT_MAX_SPLITS];
     const float* pm = part + row * splits;
     const float* pl = part + rows * splits + row * splits;
     const float* pacc = part + 2 * rows * splits + row * splits * dv;
+    // Each split's m and l read once, all at the same time (a thread each;
+    // every thread reading them in turn from L2 cost the H200 ~10 us at 64
+    // splits), then summed in the same order as before from shared memory.
+    for (i64 s = threadIdx.x; s < used; s += blockDim.x) {
+        s_m[s] = at_load_cg(pm + s);
+        s_l[s] = at_load_cg(pl + s);
+    }
+    __syncthreads();
     float m = NEG_INF;
-    for (i64 s = 0; s < splits; ++s) m = nan_max(m, at_load_cg(pm + s));
+#pragma unroll 8
+    for (i64 s = 0; s < used; ++s) m = nan_max(m, s_m[s]);
     // Each split's weight exp(m_s - m); empty splits (m_s = -inf) weigh 0
     // and their accumulators, never written, are not read.
-    if (threadIdx.x < splits) {
-        const float ms = at_load_cg(pm + threadIdx.x);
+    if (threadIdx.x < used) {
+        const float ms = s_m[threadIdx.x];
         s_w[threadIdx.x] = ms == NEG_INF ? 0.0f : expf(ms - m);
     }
     __syncthreads();
     float l = 0.0f;
-    for (i64 s = 0; s < splits; ++s)
-        if (s_w[s] != 0.0f) l += at_load_cg(pl + s) * s_w[s];
+#pragma unroll 8
+    for (i64 s = 0; s < used; ++s)
+        if (s_w[s] != 0.0f) l += s_l[s] * s_w[s];
     // l = 0: every score was -inf (or the position was refused): NaN, as
     // the CPU's softmax of such a row.
     const float inv = l == 0.0f ? __int_as_float(0x7fc00000) : 1.0f / l;
     for (i64 c = threadIdx.x; c < dv; c += blockDim.x) {
         float a = 0.0f;
-        for (i64 s = 0; s < splits; ++s)
+        for (i64 s = 0; s < used; ++s)
             if (s_w[s] != 0.0f) a += at_load_cg(pacc + s * dv + c) * s_w[s];
         y[row * dv + c] = a * inv;
     }
 }
 extern "C" __global__ void __launch_bounds__(AT_THREADS)
     attention_at_combine(const float* part, float* y, i64 splits, i64 dv) { rt_kernel_entry();
-    at_combine_row(part, y, splits, dv, blockIdx.x, gridDim.x);
+    at_combine_row(part, y, splits, splits, dv, blockIdx.x, gridDim.x);
 }
 // ---- END HOST-TESTABLE ATTENTION_AT ---------------------------------------
 
@@ -545,16 +570,20 @@ extern "C" __global__ void __launch_bounds__(AT_THREADS)
 // its partial as attention_at_* does, and the last block of its row to
 // finish (a per-row counter, which that block sets back to 0 for the next
 // launch) merges the row's partials with attention_at_combine's code.
-__device__ void at_join_row(const float* part, float* y, unsigned int* counters, i64 dv) {
+// Only the `used` blocks with keys count (a short row in a large cache
+// leaves most of its blocks without: they neither wait on the counter's
+// atomics nor get merged).
+__device__ void at_join_row(const float* part, float* y, unsigned int* counters, i64 dv, i64 used) {
+    if ((i64)blockIdx.y >= used) return;
     __shared__ int last;
     // Every thread's partial writes are visible before the block counts.
     __threadfence();
     __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(&counters[blockIdx.x], 1u) == gridDim.y - 1;
+    if (threadIdx.x == 0) last = atomicAdd(&counters[blockIdx.x], 1u) == (unsigned int)(used - 1);
     __syncthreads();
     if (!last) return;
     __threadfence();
-    at_combine_row(part, y, gridDim.y, dv, blockIdx.x, gridDim.x);
+    at_combine_row(part, y, gridDim.y, used, dv, blockIdx.x, gridDim.x);
     if (threadIdx.x == 0) counters[blockIdx.x] = 0;
 }
 #define ATTENTION_AT_JOINED(QTY, KTY)                                                           \
@@ -564,9 +593,10 @@ __device__ void at_join_row(const float* part, float* y, unsigned int* counters,
         i64 t, i64 n, i64 d, i64 dv, i64 group, i64 window, float scale, int* bad, float* y,    \
         unsigned int* counters) {                                                               \
         rt_kernel_entry();                                                                      \
-        attention_at_part<QTY##T, KTY##T>(q, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, \
-                                          d, dv, group, window, scale, bad);                   \
-        at_join_row(part, y, counters, dv);                                                     \
+        const i64 used = attention_at_part<QTY##T, KTY##T>(q, lq, k, lk, v, lv, pos, pos_off,   \
+                                                           pos64, part, t, n, d, dv, group,     \
+                                                           window, scale, bad);                 \
+        at_join_row(part, y, counters, dv, used);                                               \
     }
 ATTENTION_AT_JOINED(F32, F32) ATTENTION_AT_JOINED(F32, F16) ATTENTION_AT_JOINED(F32, BF16)
 ATTENTION_AT_JOINED(F16, F32) ATTENTION_AT_JOINED(F16, F16) ATTENTION_AT_JOINED(F16, BF16)

@@ -48,3 +48,47 @@ __device__ __forceinline__ double rt_fma(double a, double b, double c) { return 
     }
 
 ROPE(F32) ROPE(F16) ROPE(BF16) ROPE(F64)
+
+// A decode step's attention inputs in one launch (Backend::rope_write_kv_at):
+// q [nq / d rows of d] and k [nk / d rows] rotated as rope_F32 rotates them
+// (one position: cos/sin hold `half` values), q into qo, k converted to f16
+// into the key cache and v (nk elements) into the value cache where lk / lv
+// and the shared position put them (cast_into_F32_F16's write). One thread
+// per output element; every thread reads the same position, so either all
+// write or none (a bad position sets *atk.bad).
+extern "C" __global__ void rope_kv_at_F32_F16(const float* q, const float* k, const float* v, const float* cs,
+                                               const float* sn, float* qo, u16* kc, Strided lk, u16* vc, Strided lv,
+                                               i64 nq, i64 nk, i64 d, i64 half, int interleaved, WriteAt atk,
+                                               WriteAt atv) {
+    rt_kernel_entry();
+    const i64 sk = write_shift(atk), sv = write_shift(atv);
+    if (sk < 0 || sv < 0) return;
+    RT_GRID_STRIDE(i, nq + 2 * nk) {
+        if (i >= nq + nk) {
+            const i64 j = i - nq - nk;
+            vc[strided_at(lv, j) + sv] = f32_to_f16(v[j]);
+            continue;
+        }
+        const bool is_q = i < nq;
+        const float* x = is_q ? q : k;
+        const i64 e = is_q ? i : i - nq;
+        const i64 r = e / d, f = e - r * d;
+        float out;
+        if (f >= 2 * half) {
+            out = x[e];
+        } else {
+            i64 kk, j0, j1;
+            bool second;
+            if (interleaved) {
+                kk = f >> 1; j0 = 2 * kk; j1 = j0 + 1; second = (f & 1) != 0;
+            } else {
+                second = f >= half; kk = second ? f - half : f; j0 = kk; j1 = kk + half;
+            }
+            const float c = cs[kk], s = sn[kk];
+            const float x0 = x[r * d + j0], x1 = x[r * d + j1];
+            out = second ? rt_fma(x0, s, rt_mul(x1, c)) : rt_fma(x0, c, -rt_mul(x1, s));
+        }
+        if (is_q) qo[e] = out;
+        else kc[strided_at(lk, e) + sk] = f32_to_f16(out);
+    }
+}

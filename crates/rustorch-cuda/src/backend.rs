@@ -39,6 +39,10 @@ pub struct CudaBackend {
     /// (`launch::Launch`): compute capability 9.0 on, unless
     /// `RUSTORCH_CUDA_PDL=0`.
     pub(crate) overlap_launches: bool,
+    /// Whether `rope_write_kv_at` is one launch (unless
+    /// `RUSTORCH_CUDA_FUSED_ROPE=0`, which runs the ops one by one: an A/B
+    /// switch for the benchmarks).
+    pub(crate) fused_rope: bool,
     /// Per-row counters of `attention_at`'s one-launch form, zeroed once
     /// and left zeroed by every launch (ops/attention.rs); made at the
     /// first use outside a recording.
@@ -144,6 +148,7 @@ impl CudaBackend {
             staging: Default::default(),
             transfer_forced,
             overlap_launches: major >= 9 && std::env::var("RUSTORCH_CUDA_PDL").map_or(true, |v| v != "0"),
+            fused_rope: std::env::var("RUSTORCH_CUDA_FUSED_ROPE").map_or(true, |v| v != "0"),
             attention_counters: std::sync::OnceLock::new(),
         })
     }
@@ -465,6 +470,18 @@ impl Backend for CudaBackend {
         src: TensorRef<'_>,
     ) -> Result<(), BackendError> {
         crate::ops::write_into_at(self, dst, region, step, max_pos, pos, src)
+    }
+
+    fn rope_write_kv_at(
+        &self,
+        kc: &mut dyn rustorch_core::backend::DeviceBuffer,
+        vc: &mut dyn rustorch_core::backend::DeviceBuffer,
+        at: &rustorch_core::backend::KvWriteAt<'_>,
+        layout: rustorch_core::op::RopeLayout,
+        qkv: [TensorRef<'_>; 3],
+        cos_sin: [TensorRef<'_>; 2],
+    ) -> Result<rustorch_core::backend::Buffer, BackendError> {
+        crate::ops::rope_write_kv_at(self, kc, vc, at, layout, qkv, cos_sin)
     }
 
     fn synchronize(&self) -> Result<(), BackendError> {

@@ -6,7 +6,7 @@
 //! arena, tracing) fails the capture cleanly and the GPU works on after.
 //! Without a GPU (CI) each test passes after one line saying why.
 
-use rustorch_core::{Backend, CpuStorage, DType, Device, Error, Executor, ExecutorConfig, Result, Tensor};
+use rustorch_core::{Backend, CpuStorage, DType, Device, Error, Executor, ExecutorConfig, Result, RopeLayout, Tensor};
 use std::sync::Arc;
 
 const GPU: Device = Device::Cuda(0);
@@ -158,4 +158,62 @@ fn tracing_refuses_a_capture() {
     let x = host(&exec, values(N, 0.1), &[N]).to_device(GPU).unwrap();
     let r = exec.capture(GPU, 1 << 20, || x.add(&x));
     assert!(matches!(r, Err(Error::InvalidArgument { .. })), "{:?}", r.err());
+}
+
+/// `Tensor::rope_write_kv_at` for one token: the rotated queries and both
+/// caches (f16), through `dev`, as f32 values.
+fn rope_kv(ex: &Arc<Executor>, dev: Device, layout: RopeLayout, p: i64) -> Result<[Vec<f32>; 3]> {
+    let (h, hkv, d, n) = (8, 2, 64, 32);
+    let on = |v: Vec<f32>, s: &[usize]| host(ex, v, s).to_device(dev);
+    let (q, k, v) = (
+        on(values(h * d, 0.1), &[h, 1, d])?,
+        on(values(hkv * d, 0.7), &[hkv, 1, d])?,
+        on(values(hkv * d, 1.3), &[hkv, 1, d])?,
+    );
+    // A table of the cache's positions and the row of position 5.
+    let (cos, sin) = Tensor::rope_cos_sin(&[5], d, 10000.0, DType::F32)?;
+    let (cos, sin) = (on(cos.to_vec()?, &[1, d / 2])?, on(sin.to_vec()?, &[1, d / 2])?);
+    let cache = || {
+        host(ex, values(hkv * n * d, 2.9), &[hkv, n, d])
+            .to_dtype(DType::F16)?
+            .to_device(dev)
+    };
+    let (mut kc, mut vc) = (cache()?, cache()?);
+    let pos = Tensor::from_storage_in(ex, CpuStorage::from_vec(vec![p]), [1])?.to_device(dev)?;
+    let qr = Tensor::rope_write_kv_at(&q, &k, &v, (&cos, &sin, layout), &mut kc, &mut vc, 1, &pos)?;
+    Ok([
+        qr.to_vec()?,
+        kc.to_dtype(DType::F32)?.to_vec()?,
+        vc.to_dtype(DType::F32)?.to_vec()?,
+    ])
+}
+
+/// The fused RoPE and cache write of a decode step runs on the GPU as one
+/// op (traced there) and gives the bits of the ops one by one on the CPU:
+/// the rotated queries and every element of both caches, for both RoPE
+/// layouts; a position past the cache is an error.
+#[test]
+fn the_fused_rope_and_cache_write_is_the_ops_one_by_one() {
+    let Some(g) = gpu("the_fused_rope_and_cache_write_is_the_ops_one_by_one") else {
+        return;
+    };
+    let ex = executor(g, true);
+    let host_ex = cpu();
+    for layout in [RopeLayout::NeoX, RopeLayout::Interleaved] {
+        ex.clear_trace();
+        let got = rope_kv(&ex, GPU, layout, 5).unwrap();
+        let fused: Vec<_> = ex.trace().into_iter().filter(|e| e.op == "rope_write_kv_at").collect();
+        assert!(
+            fused.len() == 1 && fused[0].device == GPU,
+            "{layout:?}: not one fused op on the GPU:\n{}",
+            ex.trace_table()
+        );
+        let want = rope_kv(&host_ex, Device::Cpu, layout, 5).unwrap();
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(g), bits(w), "{layout:?}: output {i} (q, k cache, v cache)");
+        }
+        let err = rope_kv(&ex, GPU, layout, 32).unwrap_err();
+        assert!(err.to_string().contains("position"), "{err}");
+    }
 }

@@ -744,6 +744,75 @@ impl Executor {
         Ok(())
     }
 
+    /// `Backend::rope_write_kv_at` on the caches' device, where every input
+    /// already is: `Some` rotated queries, or `None` where the backend does
+    /// not fuse this case or the inputs are elsewhere (the caller then runs
+    /// the ops one by one). Both regions are checked as `write_into_at`
+    /// checks its region.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rope_write_kv_at(
+        &self,
+        kc: &mut Buffer,
+        vc: &mut Buffer,
+        (k_region, k_step): (&Layout, usize),
+        (v_region, v_step): (&Layout, usize),
+        max_pos: usize,
+        pos: &Operand,
+        layout: crate::op::RopeLayout,
+        qkv: [&Operand; 3],
+        cos_sin: [&Operand; 2],
+    ) -> Result<Option<Buffer>> {
+        const OP: &str = "rope_write_kv_at";
+        let device = kc.device();
+        let inputs = qkv.iter().chain(&cos_sin).chain([&pos]);
+        if vc.device() != device || inputs.clone().any(|o| o.buffer.device() != device) {
+            return Ok(None);
+        }
+        let backend = self.backend_or_err(device)?.clone();
+        fn r(o: &Operand) -> TensorRef<'_> {
+            TensorRef {
+                buffer: o.buffer.as_ref(),
+                layout: &o.layout,
+            }
+        }
+        for (dst, region, step) in [(&*kc, k_region, k_step), (&*vc, v_region, v_step)] {
+            crate::backend::check_write_at(dst.len(), region, step, max_pos, r(pos))
+                .map_err(|m| Error::invalid(OP, m))?;
+        }
+        let start = self.op_clock(backend.as_ref());
+        let at = crate::backend::KvWriteAt {
+            k_region,
+            k_step,
+            v_region,
+            v_step,
+            max_pos,
+            pos: r(pos),
+        };
+        let kt = unique_target(OP, kc)?;
+        let vt = unique_target(OP, vc)?;
+        let out = match backend.rope_write_kv_at(kt, vt, &at, layout, qkv.map(|o| r(o)), cos_sin.map(|o| r(o))) {
+            Ok(out) => out,
+            Err(BackendError::Unsupported { .. }) => return Ok(None),
+            Err(e) => return Err(self.backend_error(OP, device, e)),
+        };
+        let elapsed = self.op_time(OP, device, start)?;
+        self.profile_op(|| OP.into(), [qkv[0].layout.shape()], elapsed);
+        if self.config.trace {
+            self.record(TraceEvent {
+                seq: 0,
+                op: OP.into(),
+                input_shapes: inputs.map(|o| o.layout.shape().clone()).collect(),
+                dtype: qkv[0].buffer.dtype().to_string(),
+                device,
+                reason: "the caches' device (one fused launch)".into(),
+                fallbacks: vec![],
+                bytes_moved: 0,
+                elapsed,
+            });
+        }
+        Ok(Some(out))
+    }
+
     /// `buffer` on `backend`'s device for an in-place write there, and the
     /// bytes moved to put it there (0 when it already was).
     fn on_device(&self, op: &str, buffer: &Buffer, backend: &Arc<dyn Backend>) -> Result<(Buffer, usize)> {

@@ -2,6 +2,7 @@
 
 use super::Tensor;
 use crate::error::{Error, Result};
+use crate::op::{Op, RopeLayout};
 
 impl Tensor {
     /// Writes `src` into this tensor at `start` along `dim` (the region
@@ -62,5 +63,70 @@ impl Tensor {
         let step = self.layout.strides()[d];
         let exec = self.exec.clone();
         exec.write_into_at(&mut self.buffer, &region, step, max_pos, &pos.operand(), &src.operand())
+    }
+
+    /// A decode step's attention inputs: returns `q.rope(cos, sin, layout)`
+    /// and writes `k.rope(cos, sin, layout)` into `kc` and `v` into `vc`
+    /// along `dim` at the position `pos` holds, as `write_slice_at` writes
+    /// them, with the same values. A backend that fuses it (CUDA: one
+    /// launch instead of two RoPE launches and two cache writes) does it in
+    /// one call where everything is on its device; otherwise the ops run
+    /// one by one.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rope_write_kv_at(
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        (cos, sin, layout): (&Tensor, &Tensor, RopeLayout),
+        kc: &mut Tensor,
+        vc: &mut Tensor,
+        dim: isize,
+        pos: &Tensor,
+    ) -> Result<Tensor> {
+        const OP: &str = "rope_write_kv_at";
+        let fused = (|| -> Result<Option<Tensor>> {
+            let d = kc.shape().dim(OP, dim)?;
+            if vc.shape().dim(OP, dim)? != d || k.rank() != kc.rank() || v.rank() != vc.rank() {
+                return Ok(None);
+            }
+            let (n, len) = (kc.dims()[d], k.dims()[d]);
+            if vc.dims()[d] != n || v.dims()[d] != len || len > n {
+                return Ok(None);
+            }
+            // Shapes and dtypes as the ops one by one would check them.
+            let meta = |t: &Tensor| crate::op::TensorMeta::new(t.shape().clone(), t.dtype());
+            let rope = Op::Rope { layout };
+            let q_out = crate::op::infer_outputs(&rope, &[meta(q), meta(cos), meta(sin)])?;
+            crate::op::infer_outputs(&rope, &[meta(k), meta(cos), meta(sin)])?;
+            let k_region = kc.layout.narrow(OP, d as isize, 0, len)?;
+            let v_region = vc.layout.narrow(OP, d as isize, 0, len)?;
+            if k_region.shape() != k.shape() || v_region.shape() != v.shape() {
+                return Ok(None);
+            }
+            let (k_step, v_step) = (kc.layout.strides()[d], vc.layout.strides()[d]);
+            let exec = kc.exec.clone();
+            let out = exec.rope_write_kv_at(
+                &mut kc.buffer,
+                &mut vc.buffer,
+                (&k_region, k_step),
+                (&v_region, v_step),
+                n - len,
+                &pos.operand(),
+                layout,
+                [&q.operand(), &k.operand(), &v.operand()],
+                [&cos.operand(), &sin.operand()],
+            )?;
+            Ok(out.zip(q_out.into_iter().next()).map(|(buf, meta)| {
+                Tensor::from_parts(buf, crate::layout::Layout::contiguous(meta.shape), q.exec.clone())
+            }))
+        })()?;
+        if let Some(q) = fused {
+            return Ok(q);
+        }
+        let q = q.rope(cos, sin, layout)?;
+        let k = k.rope(cos, sin, layout)?;
+        kc.write_slice_at(dim, pos, &k)?;
+        vc.write_slice_at(dim, pos, v)?;
+        Ok(q)
     }
 }

@@ -765,6 +765,17 @@ mod tests {
         assert_eq!(at_splits(1 << 20), AT_MAX_SPLITS);
         assert!(at_head_dims(64, 64) && at_head_dims(256, 128) && at_head_dims(32, 256));
         assert!(!at_head_dims(48, 64) && !at_head_dims(64, 288) && !at_head_dims(0, 64));
+        let src = crate::KERNEL_SOURCES
+            .iter()
+            .find(|(n, _)| *n == "attention")
+            .map(|(_, s)| *s)
+            .unwrap();
+        for (name, v) in [
+            ("AT_KEYS_PER_SPLIT", AT_KEYS_PER_SPLIT),
+            ("AT_MAX_SPLITS", AT_MAX_SPLITS),
+        ] {
+            assert!(src.contains(&format!("#define {name} {v}\n")), "{name}");
+        }
     }
 
     #[test]

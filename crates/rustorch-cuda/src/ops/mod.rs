@@ -10,6 +10,7 @@ mod matmul;
 mod quant;
 mod reduce;
 mod rope;
+pub(crate) use rope::rope_write_kv_at;
 mod sort;
 
 use crate::backend::CudaBackend;

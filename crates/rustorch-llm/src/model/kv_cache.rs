@@ -2,7 +2,7 @@
 
 use super::config::ModelConfig;
 use crate::error::{LlmError, Result};
-use rustorch::{DType, Device, Executor, Tensor};
+use rustorch::{DType, Device, Executor, RopeLayout, Tensor};
 use std::sync::Arc;
 
 /// Keys and values of every layer for up to `n_ctx` positions, stored as
@@ -208,20 +208,29 @@ impl KvCache {
         ))
     }
 
-    /// Stores layer `il`'s keys and values for one or more tokens at the
-    /// position held by `pos` (a one-element I64 tensor on the cache's
-    /// device), read when the write runs: the write of a recorded decode
-    /// step. Needs values stored as rows (a flash-attention cache).
-    pub(crate) fn write_at(&mut self, il: usize, k: &Tensor, v: &Tensor, pos: &Tensor) -> Result<()> {
+    /// Stores layer `il`'s keys, rotated by RoPE (`cos`, `sin`, `layout`),
+    /// and values for one or more tokens at the position held by `pos` (a
+    /// one-element I64 tensor on the cache's device), read when the write
+    /// runs, and returns the queries rotated alike: the write of a recorded
+    /// decode step, in one launch on a GPU (`Tensor::rope_write_kv_at`).
+    /// Needs values stored as rows (a flash-attention cache).
+    pub(crate) fn rope_write_at(
+        &mut self,
+        il: usize,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        rope: (&Tensor, &Tensor, RopeLayout),
+        pos: &Tensor,
+    ) -> Result<Tensor> {
         if !self.flash {
             return Err(LlmError::Unsupported(
                 "writing the cache at a device-held position needs values stored as rows (a flash-attention cache)"
                     .into(),
             ));
         }
-        self.k[il].write_slice_at(1, pos, k)?;
-        self.vt[il].write_slice_at(1, pos, v)?;
-        Ok(())
+        let (kc, vc) = (&mut self.k[il], &mut self.vt[il]);
+        Ok(Tensor::rope_write_kv_at(q, k, v, rope, kc, vc, 1, pos)?)
     }
 
     /// Layer `il`'s whole key and value buffers (`[n_head_kv, n_alloc, d]`;

@@ -266,16 +266,15 @@ impl Model {
             let layout = cfg.rope_for_layer(il).layout;
             let attn = {
                 let (q, k, v) = self.qkv_heads(il, h)?;
-                let mut q = q.transpose(0, 1)?.rope(cos, sin, layout)?;
-                let k = k.transpose(0, 1)?.rope(cos, sin, layout)?;
-                let v = v.transpose(0, 1)?;
+                let (q, k, v) = (q.transpose(0, 1)?, k.transpose(0, 1)?, v.transpose(0, 1)?);
+                // q and k rotated, k and v into the cache: one launch on a GPU.
+                let mut q = cache.rope_write_at(il, &q, &k, &v, (cos, sin, layout), pos)?;
                 let scale = if cfg.arch == Arch::Gemma3 {
                     q = q.mul_scalar(cfg.attn_scale as f64)?;
                     1.0
                 } else {
                     cfg.attn_scale
                 };
-                cache.write_at(il, &k, &v, pos)?;
                 let (kc, vc) = cache.layer(il);
                 let out = Tensor::attention_at(&q, kc, vc, pos, scale, cfg.window_for_layer(il))?;
                 out.transpose(0, 1)?.reshape([1, cfg.n_head * cfg.head_dim_v])?
