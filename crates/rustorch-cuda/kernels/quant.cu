@@ -830,69 +830,142 @@ __device__ __forceinline__ void q_mmvq_lane(const u8* w, i64 row_stride, int row
 // A lane's part of one weight row's product with activation row 0, over
 // the row's units first, first + step, ...: the same for the plain,
 // grouped and gated one-row kernels, so that they give the same bits. A
-// unit is QRowUnit<T>::V values: one 32-value piece (q_unit) for most
-// types; for Q4_K a quarter block (q4k_quarter_dot), whose 32 quant bytes
-// hold two pieces in their two nibbles: read with the block's header in
-// three 16-byte loads instead of a piece's eight 4-byte ones twice, and
-// the activations' two pieces and their four 16-value sums in 16-byte
-// loads too. A decode step's Q4_K products were bound by instructions, not
-// memory (ncu on the H200: 8 instructions a weight).
-template <class T> struct QRowUnit { enum { V = 32 }; };
-template <> struct QRowUnit<QQ4_K> { enum { V = 64 }; };
+// unit is 32 values (one piece, q_unit) for most types; 64 for the types
+// with a wide unit (QWide<T>, where the row is whole 64-value units), read
+// in fewer and wider loads: a decode step's products were bound by
+// instructions, not memory (ncu on the H200: 8 instructions a weight).
+//   Q4_K: a quarter block, whose 32 quant bytes hold two pieces in their
+//         two nibbles: three 16-byte loads with the block's header (instead
+//         of a piece's eight 4-byte loads, twice); the activations' two
+//         pieces and their four 16-value sums in 16-byte loads too.
+//   Q8_0, Q4_0: two blocks (68 or 36 bytes, 4-aligned when the row holds
+//         an even number of blocks): 4-byte loads instead of 2-byte ones,
+//         the first block's quants realigned with __byte_perm.
+template <class T> struct QWide {
+    enum { ON = 0 };
+    static __device__ __forceinline__ float dot(const u8*, i64, const QActs&, float acc) { return acc; }
+};
 
-// Quarter g (0..3) of the Q4_K block at b (16-byte aligned) against
-// pieces 2g and 2g + 1 of the activations' block (its 64 quants at p, 16-
-// byte aligned, the four 16-value sums at bs, the block's scale da).
-__device__ __forceinline__ float q4k_quarter_dot(const u8* b, int g, const int* p, const int* bs, float da, float acc) {
-    const uint4 h = *(const uint4*)b;
-    const uint4 q0 = *(const uint4*)(b + 16 + 32 * g), q1 = *(const uint4*)(b + 32 + 32 * g);
-    const int4 a0 = *(const int4*)p, a1 = *(const int4*)(p + 4), a2 = *(const int4*)(p + 8),
-               a3 = *(const int4*)(p + 12);
-    const int4 sums = *(const int4*)bs;
-    // The 6-bit scales and mins of groups 2g and 2g + 1 (q_scale_min_k4),
-    // as the two bytes of a 16-bit pair: scales[0..12] are h.y, h.z, h.w.
-    const int t = 16 * (g & 1);
-    u32 scp, mp;
-    if (g < 2) {
-        scp = (h.y >> t) & 0x3f3fu;
-        mp = (h.z >> t) & 0x3f3fu;
-    } else {
-        scp = ((h.w >> t) & 0x0f0fu) | (((h.y >> t) >> 2) & 0x3030u);
-        mp = (((h.w >> t) >> 4) & 0x0f0fu) | (((h.z >> t) >> 2) & 0x3030u);
-    }
-    const u32 w[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
-    const int x0[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-    const int x1[8] = {a2.x, a2.y, a2.z, a2.w, a3.x, a3.y, a3.z, a3.w};
-    int lo = 0, hi = 0;
+template <> struct QWide<QQ4_K> {
+    enum { ON = 1 };
+    static __device__ __forceinline__ float dot(const u8* row, i64 u, const QActs& a, float acc) {
+        const i64 blk = u >> 2;
+        const int g = (int)(u & 3);
+        const u8* b = row + blk * QQ4_K::TS;
+        const int* p = a.q + 16 * u;
+        const uint4 h = *(const uint4*)b;
+        const uint4 q0 = *(const uint4*)(b + 16 + 32 * g), q1 = *(const uint4*)(b + 32 + 32 * g);
+        const int4 a0 = *(const int4*)p, a1 = *(const int4*)(p + 4), a2 = *(const int4*)(p + 8),
+                   a3 = *(const int4*)(p + 12);
+        const int4 sums = *(const int4*)(a.sum + 4 * u);
+        const float da = a.d[blk];
+        // The 6-bit scales and mins of groups 2g and 2g + 1 (q_scale_min_k4),
+        // as the two bytes of a 16-bit pair: scales[0..12] are h.y, h.z, h.w.
+        const int t = 16 * (g & 1);
+        u32 scp, mp;
+        if (g < 2) {
+            scp = (h.y >> t) & 0x3f3fu;
+            mp = (h.z >> t) & 0x3f3fu;
+        } else {
+            scp = ((h.w >> t) & 0x0f0fu) | (((h.y >> t) >> 2) & 0x3030u);
+            mp = (((h.w >> t) >> 4) & 0x0f0fu) | (((h.z >> t) >> 2) & 0x3030u);
+        }
+        const u32 w[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+        const int x0[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+        const int x1[8] = {a2.x, a2.y, a2.z, a2.w, a3.x, a3.y, a3.z, a3.w};
+        int lo = 0, hi = 0;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        lo = __dp4a((int)(w[i] & 0x0f0f0f0fu), x0[i], lo);
-        hi = __dp4a((int)((w[i] >> 4) & 0x0f0f0f0fu), x1[i], hi);
+        for (int i = 0; i < 8; ++i) {
+            lo = __dp4a((int)(w[i] & 0x0f0f0f0fu), x0[i], lo);
+            hi = __dp4a((int)((w[i] >> 4) & 0x0f0f0f0fu), x1[i], hi);
+        }
+        const float d = q_f16_bits(h.x & 0xffffu), dm = q_f16_bits(h.x >> 16);
+        const int sm = (int)(scp & 0xffu) * lo + (int)(scp >> 8) * hi;
+        const int mm = (int)(mp & 0xffu) * (sums.x + sums.y) + (int)(mp >> 8) * (sums.z + sums.w);
+        return fmaf(-__fmul_rn(dm, da), (float)mm, fmaf(__fmul_rn(d, da), (float)sm, acc));
     }
-    const float d = q_f16_bits(h.x & 0xffffu), dm = q_f16_bits(h.x >> 16);
-    const int s = (int)(scp & 0xffu) * lo + (int)(scp >> 8) * hi;
-    const int m = (int)(mp & 0xffu) * (sums.x + sums.y) + (int)(mp >> 8) * (sums.z + sums.w);
-    return fmaf(-__fmul_rn(dm, da), (float)m, fmaf(__fmul_rn(d, da), (float)s, acc));
+};
+
+// The activations' 64 quants of unit u (pieces 2u, 2u + 1) as 16 ints.
+__device__ __forceinline__ void q_act64(const QActs& a, i64 u, int* x) {
+    const int4* p = (const int4*)(a.q + 16 * u);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int4 v = p[i];
+        x[4 * i] = v.x; x[4 * i + 1] = v.y; x[4 * i + 2] = v.z; x[4 * i + 3] = v.w;
+    }
 }
+
+template <> struct QWide<QQ8_0> {
+    enum { ON = 1 };
+    static __device__ __forceinline__ float dot(const u8* row, i64 u, const QActs& a, float acc) {
+        const u32* b = (const u32*)(row + u * (2 * QQ8_0::TS));
+        u32 w[17];
+#pragma unroll
+        for (int i = 0; i < 17; ++i) w[i] = b[i];
+        int x[16];
+        q_act64(a, u, x);
+        // Block 0: d in bytes 0..1, quants in bytes 2..33; block 1: d in
+        // bytes 34..35, quants in bytes 36..67 (words 9..16).
+        int s0 = 0, s1 = 0;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            s0 = __dp4a((int)__byte_perm(w[i], w[i + 1], 0x5432), x[i], s0);
+            s1 = __dp4a((int)w[9 + i], x[8 + i], s1);
+        }
+        acc = fmaf(__fmul_rn(q_f16_bits(w[0] & 0xffffu), a.d[2 * u]), (float)s0, acc);
+        return fmaf(__fmul_rn(q_f16_bits(w[8] >> 16), a.d[2 * u + 1]), (float)s1, acc);
+    }
+};
+
+template <> struct QWide<QQ4_0> {
+    enum { ON = 1 };
+    static __device__ __forceinline__ float dot(const u8* row, i64 u, const QActs& a, float acc) {
+        const u32* b = (const u32*)(row + u * (2 * QQ4_0::TS));
+        u32 w[9];
+#pragma unroll
+        for (int i = 0; i < 9; ++i) w[i] = b[i];
+        int x[16];
+        q_act64(a, u, x);
+        // Block 0: d in bytes 0..1, quants in bytes 2..17; block 1: d in
+        // bytes 18..19, quants in bytes 20..35 (words 5..8). Low nibbles are
+        // values 0..15 of a block, high nibbles 16..31.
+        int s0 = 0, s1 = 0;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const u32 q0 = __byte_perm(w[i], w[i + 1], 0x5432), q1 = w[5 + i];
+            s0 = __dp4a((int)(q0 & 0x0f0f0f0fu), x[i], s0);
+            s1 = __dp4a((int)(q1 & 0x0f0f0f0fu), x[8 + i], s1);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const u32 q0 = __byte_perm(w[i], w[i + 1], 0x5432), q1 = w[5 + i];
+            s0 = __dp4a((int)((q0 >> 4) & 0x0f0f0f0fu), x[4 + i], s0);
+            s1 = __dp4a((int)((q1 >> 4) & 0x0f0f0f0fu), x[12 + i], s1);
+        }
+        acc = fmaf(__fmul_rn(q_f16_bits(w[0] & 0xffffu), a.d[2 * u]), (float)(s0 - 8 * a.sum[2 * u]), acc);
+        return fmaf(__fmul_rn(q_f16_bits(w[4] >> 16), a.d[2 * u + 1]), (float)(s1 - 8 * a.sum[2 * u + 1]), acc);
+    }
+};
+
+// Values of a one-row unit (the launcher's mmvq_row_unit): 64 for the
+// types with a wide unit, else 32.
+template <class T> struct QRowUnit { enum { V = QWide<T>::ON ? 64 : 32 }; };
 
 template <class T>
 __device__ __forceinline__ float q_row_lane(const u8* w, const QActs& a, int live, int first, int step) {
+    if (QWide<T>::ON && (a.k & 63) == 0) {
+        float acc = 0.0f;
+        if (!live) return acc;
+        const i64 units = a.k >> 6;
+        // Two units' loads in flight at once where a lane has two.
+#pragma unroll 2
+        for (i64 u = first; u < units; u += step) acc = QWide<T>::dot(w, u, a, acc);
+        return acc;
+    }
     float acc[1][1];
     q_mmvq_lane<T, 1, 1>(w, 0, live, a, live, first, step, acc);
     return acc[0][0];
-}
-template <>
-__device__ __forceinline__ float q_row_lane<QQ4_K>(const u8* w, const QActs& a, int live, int first, int step) {
-    float acc = 0.0f;
-    if (!live) return acc;
-    const i64 units = a.k >> 6;
-    // Two units' loads in flight at once where a lane has two.
-#pragma unroll 2
-    for (i64 u = first; u < units; u += step) {
-        const i64 blk = u >> 2;
-        acc = q4k_quarter_dot(w + blk * QQ4_K::TS, (int)(u & 3), a.q + 16 * u, a.sum + 4 * u, a.d[blk], acc);
-    }
-    return acc;
 }
 
 // Two weight rows (a gated product's gate and up rows) against activation
@@ -901,26 +974,22 @@ __device__ __forceinline__ float q_row_lane<QQ4_K>(const u8* w, const QActs& a, 
 template <class T>
 __device__ __forceinline__ void q_row_lane2(const u8* w0, const u8* w1, const QActs& a, int live, int first, int step,
                                             float& s0, float& s1) {
+    if (QWide<T>::ON && (a.k & 63) == 0) {
+        s0 = 0.0f;
+        s1 = 0.0f;
+        if (!live) return;
+        const i64 units = a.k >> 6;
+        for (i64 u = first; u < units; u += step) {
+            s0 = QWide<T>::dot(w0, u, a, s0);
+            s1 = QWide<T>::dot(w1, u, a, s1);
+        }
+        return;
+    }
     float acc[1][2];
     // The second row as the first's neighbour at the distance between them.
     q_mmvq_lane<T, 1, 2>(w0, (i64)(w1 - w0), live ? 2 : 0, a, live, first, step, acc);
     s0 = acc[0][0];
     s1 = acc[0][1];
-}
-template <>
-__device__ __forceinline__ void q_row_lane2<QQ4_K>(const u8* w0, const u8* w1, const QActs& a, int live, int first,
-                                                   int step, float& s0, float& s1) {
-    s0 = 0.0f;
-    s1 = 0.0f;
-    if (!live) return;
-    const i64 units = a.k >> 6;
-    for (i64 u = first; u < units; u += step) {
-        const i64 blk = u >> 2;
-        const int g = (int)(u & 3);
-        const float da = a.d[blk];
-        s0 = q4k_quarter_dot(w0 + blk * QQ4_K::TS, g, a.q + 16 * u, a.sum + 4 * u, da, s0);
-        s1 = q4k_quarter_dot(w1 + blk * QQ4_K::TS, g, a.q + 16 * u, a.sum + 4 * u, da, s1);
-    }
 }
 
 // The types with an MMVQ kernel, as X(name, tag).

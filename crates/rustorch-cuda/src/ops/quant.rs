@@ -99,12 +99,25 @@ fn mmvq_layout(q: QType) -> Option<(ActLayout, usize)> {
 }
 
 /// Values of a one-row kernel's unit of work for `q` (`QRowUnit<T>` in
-/// quant.cu): a quarter of a Q4_K block, else one 32-value piece.
+/// quant.cu): 64 for the types with a wide unit (`QWide<T>`: a quarter of
+/// a Q4_K block, two Q8_0 or Q4_0 blocks), else one 32-value piece.
 fn mmvq_row_unit(q: QType) -> usize {
-    if q == QType::Q4K {
+    if matches!(q, QType::Q4K | QType::Q8_0 | QType::Q4_0) {
         64
     } else {
         32
+    }
+}
+
+/// The weight alignment the MMVQ kernels need for `q` with rows of `k`
+/// values: `align` (`mmvq_layout`'s), or 4 for Q8_0 and Q4_0 rows of whole
+/// 64-value units, which the one-row kernels read two blocks at a time in
+/// 4-byte loads.
+fn mmvq_align(q: QType, align: usize, k: usize) -> usize {
+    if matches!(q, QType::Q8_0 | QType::Q4_0) && k.is_multiple_of(64) {
+        align.max(4)
+    } else {
+        align
     }
 }
 
@@ -412,7 +425,13 @@ fn product(
     let ty = kernel_type(qtype)
         .ok_or_else(|| BackendError::unsupported(b.device, name, format!("no CUDA kernel for {qtype} weights")))?;
     let mmvq = mmvq_layout(qtype).filter(|_| x.m <= MMVQ_MAX_ROWS);
-    let w = Weight::new(b, name, qtype, w, mmvq.map_or(1, |(_, align)| align))?;
+    let w = Weight::new(
+        b,
+        name,
+        qtype,
+        w,
+        mmvq.map_or(1, |(_, align)| mmvq_align(qtype, align, x.k)),
+    )?;
     if w.cols != x.k {
         return Err(BackendError::invalid(
             name,
@@ -687,7 +706,7 @@ fn multi_mmvq(
     }
     let weights = ws
         .iter()
-        .map(|w| Weight::new(b, name, q0, w, align))
+        .map(|w| Weight::new(b, name, q0, w, mmvq_align(q0, align, x.k)))
         .collect::<Result<Vec<_>, _>>()?;
     if weights.iter().any(|w| w.cols != x.k || w.rows == 0) {
         return Ok(None);
@@ -761,8 +780,8 @@ fn gated_mmvq(
         return Ok(None);
     }
     let (g, u) = (
-        Weight::new(b, name, qtypes[0], wg, align)?,
-        Weight::new(b, name, qtypes[1], wu, align)?,
+        Weight::new(b, name, qtypes[0], wg, mmvq_align(qtypes[0], align, x.k))?,
+        Weight::new(b, name, qtypes[1], wu, mmvq_align(qtypes[1], align, x.k))?,
     );
     let n = g.rows;
     if u.rows != n || g.cols != x.k || u.cols != x.k || out.shape.numel() != n {
