@@ -1452,3 +1452,121 @@ __device__ __forceinline__ void q_mmvq_multi(const QMulti& p, int i, const QActs
         q_mmvq_multi<T>(p, i, a, t);                                                         \
     }
 Q_MMVQ_TYPES(Q_MMVQ_KERNELS)
+
+// ---- one-row float products (F16, BF16, F32 weights; a decode step's) ----
+// As the one-row MMVQ kernels, for the float types: a team of tw warps a
+// column (the launcher's choice from the row length, so that a lane has at
+// most W_ROW_LOADS of the row's 16-byte chunks), each lane its chunks
+// first, first + step, ..., all of them loaded before any is used (w_matvec,
+// one warp a column with four loads in flight, read a decode step's F16
+// weights at a third of the memory's speed); x f32, 16-byte aligned, as
+// w_matvec takes it. Rows are summed alike by the plain, gated and grouped
+// kernels, which so give the same bits.
+#define W_ROW_LOADS 8
+template <int WK> __device__ __forceinline__ void w_decode(const uint4 u, float* v) {
+    const u32 parts[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        if (WK == 0) {
+            v[2 * i] = f16_to_f32((u16)(parts[i] & 0xffffu));
+            v[2 * i + 1] = f16_to_f32((u16)(parts[i] >> 16));
+        } else if (WK == 1) {
+            v[2 * i] = __uint_as_float(parts[i] << 16);
+            v[2 * i + 1] = __uint_as_float(parts[i] & 0xffff0000u);
+        } else {
+            v[i] = __uint_as_float(parts[i]);
+        }
+    }
+}
+// R rows (1, or a gated product's gate and up rows) against x: acc[i] is
+// the lane's part of row i's product, the same sum for R = 1 and R = 2.
+template <int WK, int R>
+__device__ __forceinline__ void w_row_lanes(const u8* const (&rows)[R], i64 k, const float* x, int live, int first,
+                                            int step, float (&acc)[R]) {
+    const int V = WK == 2 ? 4 : 8;
+    const int U = W_ROW_LOADS / R;
+#pragma unroll
+    for (int i = 0; i < R; ++i) acc[i] = 0.0f;
+    if (!live) return;
+    const i64 chunks = k / V;
+    for (i64 c0 = first; c0 < chunks; c0 += (i64)step * U) {
+        uint4 un[R][U];
+#pragma unroll
+        for (int t = 0; t < U; ++t) {
+            const i64 c = c0 + (i64)step * t;
+#pragma unroll
+            for (int i = 0; i < R; ++i)
+                un[i][t] = c < chunks ? reinterpret_cast<const uint4*>(rows[i])[c] : make_uint4(0u, 0u, 0u, 0u);
+        }
+#pragma unroll
+        for (int t = 0; t < U; ++t) {
+            const i64 c = c0 + (i64)step * t;
+            if (c >= chunks) break;
+            const float4* xr = reinterpret_cast<const float4*>(x + c * V);
+            float xs[8];
+#pragma unroll
+            for (int h = 0; h < V / 4; ++h) {
+                const float4 q = xr[h];
+                xs[4 * h] = q.x; xs[4 * h + 1] = q.y; xs[4 * h + 2] = q.z; xs[4 * h + 3] = q.w;
+            }
+#pragma unroll
+            for (int i = 0; i < R; ++i) {
+                float v[8];
+                w_decode<WK>(un[i][t], v);
+                float s = acc[i];
+#pragma unroll
+                for (int e = 0; e < V; ++e) s = fmaf(v[e], xs[e], s);
+                acc[i] = s;
+            }
+        }
+    }
+}
+
+#define W_ROW_KERNELS(NAME, WK)                                                                \
+    extern "C" __global__ void __launch_bounds__(32 * QMMVQ_WARPS) wrow_##NAME(                \
+        const u8* w, i64 row_stride, i64 n, i64 k, const float* x, int tw, float* y) {         \
+        const QTeam t = q_team(tw);                                                            \
+        const i64 j = t.index;                                                                 \
+        const int live = j < n;                                                                \
+        q_prefetch_rows(w, row_stride, n, j, 1, t.first, t.step);                              \
+        rt_kernel_entry();                                                                     \
+        const u8* rows[1] = {w + (live ? j * row_stride : 0)};                                 \
+        float acc[1];                                                                          \
+        w_row_lanes<WK, 1>(rows, k, x, live, t.first, t.step, acc);                            \
+        __shared__ float part[QMMVQ_WARPS][1];                                                 \
+        const float s = q_team_sum(t, acc[0], 0, part);                                        \
+        if (t.first == 0 && live) y[j] = s;                                                    \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(32 * QMMVQ_WARPS) wrow_gated_##NAME(          \
+        const u8* wg, i64 sg, const u8* wu, i64 su, i64 n, i64 k, const float* x, int act,     \
+        int tw, float* y) {                                                                    \
+        const QTeam t = q_team(tw);                                                            \
+        const i64 j = t.index;                                                                 \
+        const int live = j < n;                                                                \
+        q_prefetch_rows(wg, sg, n, j, 1, t.first, t.step);                                     \
+        q_prefetch_rows(wu, su, n, j, 1, t.first, t.step);                                     \
+        rt_kernel_entry();                                                                     \
+        const u8* rows[2] = {wg + (live ? j * sg : 0), wu + (live ? j * su : 0)};              \
+        float acc[2];                                                                          \
+        w_row_lanes<WK, 2>(rows, k, x, live, t.first, t.step, acc);                            \
+        __shared__ float part[QMMVQ_WARPS][2];                                                 \
+        const float g = q_team_sum(t, acc[0], 0, part);                                        \
+        const float u = q_team_sum(t, acc[1], 1, part);                                        \
+        if (t.first == 0 && live) y[j] = act == 0 ? op_swiglu(g, u) : op_gelu_tanh(g) * u;     \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(32 * QMMVQ_WARPS) wrow_multi_##NAME(          \
+        QMulti p, int count, i64 k, const float* x, int tw) {                                  \
+        const int i = q_multi_weight(p, count);                                                \
+        const QTeam t = q_team(tw);                                                            \
+        const i64 j = q_multi_column(p, i, t);                                                 \
+        const int live = j < p.n[i];                                                           \
+        q_prefetch_rows(p.w[i], p.stride[i], p.n[i], j, 1, t.first, t.step);                   \
+        rt_kernel_entry();                                                                     \
+        const u8* rows[1] = {p.w[i] + (live ? j * p.stride[i] : 0)};                           \
+        float acc[1];                                                                          \
+        w_row_lanes<WK, 1>(rows, k, x, live, t.first, t.step, acc);                            \
+        __shared__ float part[QMMVQ_WARPS][1];                                                 \
+        const float s = q_team_sum(t, acc[0], 0, part);                                        \
+        if (t.first == 0 && live) p.y[i][j] = s;                                               \
+    }
+W_ROW_KERNELS(F16, 0) W_ROW_KERNELS(BF16, 1) W_ROW_KERNELS(F32, 2)

@@ -44,6 +44,8 @@ pub fn qmatmul_gated_equals_the_products_then_the_activation(tg: &Target) {
         (QType::Q4K, QType::Q6K),
         (QType::Q4K, QType::Q4K),
         (QType::Q8_0, QType::Q8_0),
+        (QType::Q4_0, QType::Q4_0),
+        (QType::F16, QType::F16),
     ] {
         let (gate, up) = (weight(gq, n, 31), weight(uq, n, 32));
         for m in [1usize, 3, 40, 64] {
@@ -61,6 +63,28 @@ pub fn qmatmul_gated_equals_the_products_then_the_activation(tg: &Target) {
                 assert!(same, "{gq}/{uq}, {m} rows, {act:?}");
             }
         }
+    }
+    // Long rows and one activation row (a decode step's feed-forward, whose
+    // rows a GPU may split over several warps).
+    for q in [QType::F16, QType::Q4K, QType::Q8_0] {
+        let long = 4608;
+        let w = |rows: usize, seed: u32| {
+            let bytes = quant::quantize(q, &values(rows * long, seed)).unwrap();
+            tg.qweight(q, rows, long, bytes).unwrap()
+        };
+        let (gate, up) = (w(96, 41), w(96, 42));
+        let x = tg.from_vec(values(long, 9), [1, long]).unwrap();
+        let [g, u]: [Tensor; 2] = x.qmatmul_many(&[&gate, &up]).unwrap().try_into().unwrap();
+        let want = g.swiglu(&u).unwrap().to_vec::<f32>().unwrap();
+        let got = x
+            .qmatmul_gated(&gate, &up, GateActivation::SwiGlu)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap();
+        assert!(
+            got.iter().zip(&want).all(|(p, q)| p.to_bits() == q.to_bits()),
+            "{q}, rows of {long}"
+        );
     }
     // The gate and up weights must have one row count.
     let x = tg.from_vec(values(2 * cols, 5), [2, cols]).unwrap();
@@ -107,16 +131,21 @@ pub fn qmatmul_many_equals_one_product_per_weight(tg: &Target) {
     // Weights of one type, one activation row (the query, key and value
     // projections of a decode step, which a GPU may compute in one launch).
     // Also mixed types, of which a GPU may group those of one type.
-    let cols = 512;
-    let sets: [[QType; 3]; 6] = [
-        [QType::Q4K; 3],
-        [QType::Q6K; 3],
-        [QType::Q8_0; 3],
-        [QType::Q4_1; 3],
-        [QType::Q4K, QType::Q4K, QType::Q6K],
-        [QType::Q6K, QType::Q4K, QType::Q6K],
+    // Rows of 512 values, and of 4608 (a GPU may then split each row over
+    // several warps).
+    let sets: [([QType; 3], usize); 10] = [
+        ([QType::Q4K; 3], 512),
+        ([QType::Q6K; 3], 512),
+        ([QType::Q8_0; 3], 512),
+        ([QType::Q4_1; 3], 512),
+        ([QType::Q4_0; 3], 512),
+        ([QType::F16; 3], 512),
+        ([QType::Q4K, QType::Q4K, QType::Q6K], 512),
+        ([QType::Q6K, QType::Q4K, QType::Q6K], 512),
+        ([QType::F16; 3], 4608),
+        ([QType::Q8_0; 3], 4608),
     ];
-    for set in sets {
+    for (set, cols) in sets {
         let qtype = set[0];
         let x = tg.from_vec(values(cols, 40), [1, cols]).unwrap();
         let ws: Vec<QWeight> = [96usize, 32, 40]

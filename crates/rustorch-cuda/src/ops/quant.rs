@@ -151,6 +151,40 @@ fn mmvq_team_warps(k: usize, unit: usize, kernel_m: usize) -> usize {
 fn mmvq_teams(tw: usize) -> usize {
     MMVQ_WARPS / tw
 }
+
+/// The float types with one-row kernels (`wrow_T`, `wrow_gated_T`,
+/// `wrow_multi_T` in quant.cu), and their values per 16-byte chunk.
+fn wrow_chunk_values(q: QType) -> Option<usize> {
+    match q {
+        QType::F16 | QType::BF16 => Some(8),
+        QType::F32 => Some(4),
+        _ => None,
+    }
+}
+
+/// Warps that share one output column of a one-row float product (`tw`):
+/// enough that each lane loads at most `W_ROW_LOADS` of the row's 16-byte
+/// chunks, all in flight at once.
+fn wrow_team_warps(k: usize, chunk_values: usize) -> usize {
+    const W_ROW_LOADS: usize = 8;
+    match k / chunk_values {
+        c if c <= 32 * W_ROW_LOADS => 1,
+        c if c <= 64 * W_ROW_LOADS => 2,
+        _ => 4,
+    }
+}
+
+/// Whether one activation row and a float weight take the one-row kernels:
+/// rows and activations 16-byte aligned, whole chunks per row.
+fn wrow_fits(q: QType, w: &Weight, x: &Activations) -> bool {
+    wrow_chunk_values(q).is_some_and(|v| {
+        x.m == 1
+            && w.ptr.is_multiple_of(16)
+            && w.row_stride.rem_euclid(16) == 0
+            && x.ptr.is_multiple_of(16)
+            && x.k.is_multiple_of(v)
+    })
+}
 /// Bytes of f32 weights dequantized at a time for cuBLAS: a whole layer's
 /// weight in one go (4096 x 14336 is 235 MB), while an LM head of 128k
 /// rows (2 GB in f32) goes in tiles rather than doubling its footprint.
@@ -452,7 +486,7 @@ fn product(
     if let Some((layout, _)) = mmvq {
         mmvq_product(b, ty, qtype, layout, &w, x, &y)?;
     } else if m <= MATVEC_MAX_ROWS {
-        matvec(b, ty, &w, x, &y)?;
+        matvec(b, ty, qtype, &w, x, &y)?;
     } else {
         dequant_gemm(b, name, qtype, ty, &w, x, &y)?;
     }
@@ -460,7 +494,17 @@ fn product(
 }
 
 /// The decode path: `qmatvec_T`, one warp per output column.
-fn matvec(b: &CudaBackend, ty: &str, w: &Weight, x: &Activations, y: &CudaBuffer) -> Result<(), BackendError> {
+fn matvec(
+    b: &CudaBackend,
+    ty: &str,
+    qtype: QType,
+    w: &Weight,
+    x: &Activations,
+    y: &CudaBuffer,
+) -> Result<(), BackendError> {
+    if wrow_fits(qtype, w, x) {
+        return wrow_product(b, ty, qtype, w, x, y);
+    }
     // Float weights with 16-byte aligned rows and activations take the
     // kernel with 16-byte loads (`wmatvec_T`); the rest decode per chunk.
     let wide = matches!(ty, "F16" | "BF16" | "F32")
@@ -497,6 +541,47 @@ fn matvec(b: &CudaBackend, ty: &str, w: &Weight, x: &Activations, y: &CudaBuffer
     // start 16-byte aligned and k is a multiple of 8 (checked above).
     unsafe { args.launch(cfg) }.map_err(|e| b.launch_err(&kernel, e))?;
     Ok(())
+}
+
+/// One activation row through a float weight (`wrow_T`): a team of
+/// `wrow_team_warps` warps a column.
+fn wrow_product(
+    b: &CudaBackend,
+    ty: &str,
+    q: QType,
+    w: &Weight,
+    x: &Activations,
+    y: &CudaBuffer,
+) -> Result<(), BackendError> {
+    let tw = wrow_team_warps(x.k, wrow_chunk_values(q).unwrap_or(8));
+    let kernel = format!("wrow_{ty}");
+    let f = b.function("quant", &kernel)?;
+    let cfg = mmvq_grid(b, &kernel, w.rows.div_ceil(mmvq_teams(tw)))?;
+    let (n64, k64, tw32, yp) = (w.rows as i64, x.k as i64, tw as i32, y.ptr());
+    let mut args = crate::launch::Launch::new(b, &f);
+    args.arg(&w.ptr)
+        .arg(&w.row_stride)
+        .arg(&n64)
+        .arg(&k64)
+        .arg(&x.ptr)
+        .arg(&tw32)
+        .arg(&yp);
+    // SAFETY: wrow_T(w, row_stride, n, k, x, tw, y): rows 0..n of
+    // `row_stride` bytes hold k values each, rows and x 16-byte aligned and
+    // k whole chunks (wrow_fits); x holds k f32, y n f32.
+    unsafe { args.launch(cfg) }.map_err(|e| b.launch_err(&kernel, e))?;
+    Ok(())
+}
+
+/// A grid of `blocks` MMVQ-shaped blocks (`QMMVQ_WARPS` warps each).
+fn mmvq_grid(b: &CudaBackend, kernel: &str, blocks: usize) -> Result<LaunchConfig, BackendError> {
+    let blocks = u32::try_from(blocks)
+        .map_err(|_| BackendError::unsupported(b.device, kernel, "more weight rows than a grid holds"))?;
+    Ok(LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: ((32 * MMVQ_WARPS) as u32, 1, 1),
+        shared_mem_bytes: 0,
+    })
 }
 
 /// `x` quantized for the MMVQ kernels (`qact_q8_32` / `qact_q8_k`, one
@@ -661,7 +746,7 @@ fn products_of_one_row(
     let mut out: Vec<Option<CudaBuffer>> = (0..qtypes.len()).map(|_| None).collect();
     let mut done = vec![false; qtypes.len()];
     for i in 0..qtypes.len() {
-        if done[i] || mmvq_layout(qtypes[i]).is_none() {
+        if done[i] || (mmvq_layout(qtypes[i]).is_none() && wrow_chunk_values(qtypes[i]).is_none()) {
             continue;
         }
         let group: Vec<usize> = (i..qtypes.len())
@@ -698,6 +783,9 @@ fn multi_mmvq(
     x: &Activations,
     ws: &[&TensorRef<'_>],
 ) -> Result<Option<Vec<CudaBuffer>>, BackendError> {
+    if wrow_chunk_values(q0).is_some() {
+        return multi_wrow(b, name, q0, x, ws);
+    }
     let (Some((layout, align)), Some(ty)) = (mmvq_layout(q0), kernel_type(q0)) else {
         return Ok(None);
     };
@@ -773,6 +861,9 @@ fn gated_mmvq(
     wu: &TensorRef<'_>,
     out: &TensorMeta,
 ) -> Result<Option<CudaBuffer>, BackendError> {
+    if wrow_chunk_values(qtypes[0]).is_some() {
+        return gated_wrow(b, name, qtypes, act, x, [wg, wu], out);
+    }
     let (Some((layout, align)), Some(ty)) = (mmvq_layout(qtypes[0]), kernel_type(qtypes[0])) else {
         return Ok(None);
     };
@@ -829,6 +920,119 @@ fn gated_mmvq(
     // the one row of k values; y holds n f32.
     unsafe { args.launch(cfg) }.map_err(|e| b.launch_err(&kernel, e))?;
     Ok(Some(y))
+}
+
+/// `gated_mmvq` for float weights (`wrow_gated_T`): gate and up rows of
+/// one column in one pass, act(gate) * up as the activation's kernel
+/// computes it. `None` where it does not apply.
+#[allow(clippy::too_many_arguments)]
+fn gated_wrow(
+    b: &CudaBackend,
+    name: &str,
+    qtypes: [QType; 2],
+    act: GateActivation,
+    x: &Activations,
+    [wg, wu]: [&TensorRef<'_>; 2],
+    out: &TensorMeta,
+) -> Result<Option<CudaBuffer>, BackendError> {
+    let (q, Some(ty)) = (qtypes[0], kernel_type(qtypes[0])) else {
+        return Ok(None);
+    };
+    if x.m != 1 || qtypes[1] != q || x.k == 0 {
+        return Ok(None);
+    }
+    let (g, u) = (Weight::new(b, name, q, wg, 16)?, Weight::new(b, name, q, wu, 16)?);
+    let n = g.rows;
+    if u.rows != n
+        || g.cols != x.k
+        || u.cols != x.k
+        || out.shape.numel() != n
+        || n == 0
+        || !wrow_fits(q, &g, x)
+        || !wrow_fits(q, &u, x)
+    {
+        return Ok(None);
+    }
+    let y = b.alloc(DType::F32, n)?;
+    let kernel = format!("wrow_gated_{ty}");
+    let f = b.function("quant", &kernel)?;
+    let tw = wrow_team_warps(x.k, wrow_chunk_values(q).unwrap_or(8));
+    let cfg = mmvq_grid(b, &kernel, n.div_ceil(mmvq_teams(tw)))?;
+    let (n64, k64, tw32, yp) = (n as i64, x.k as i64, tw as i32, y.ptr());
+    let act32: i32 = match act {
+        GateActivation::SwiGlu => 0,
+        GateActivation::GeGlu => 1,
+    };
+    let mut args = crate::launch::Launch::new(b, &f);
+    args.arg(&g.ptr)
+        .arg(&g.row_stride)
+        .arg(&u.ptr)
+        .arg(&u.row_stride)
+        .arg(&n64)
+        .arg(&k64)
+        .arg(&x.ptr)
+        .arg(&act32)
+        .arg(&tw32)
+        .arg(&yp);
+    // SAFETY: wrow_gated_T(wg, sg, wu, su, n, k, x, act, tw, y): gate and
+    // up hold n rows of k values at their strides, rows and x 16-byte
+    // aligned and k whole chunks (wrow_fits); x holds k f32, y n f32.
+    unsafe { args.launch(cfg) }.map_err(|e| b.launch_err(&kernel, e))?;
+    Ok(Some(y))
+}
+
+/// `multi_mmvq` for float weights (`wrow_multi_T`). `None` where it does
+/// not apply.
+fn multi_wrow(
+    b: &CudaBackend,
+    name: &str,
+    q0: QType,
+    x: &Activations,
+    ws: &[&TensorRef<'_>],
+) -> Result<Option<Vec<CudaBuffer>>, BackendError> {
+    let (Some(ty), Some(chunk)) = (kernel_type(q0), wrow_chunk_values(q0)) else {
+        return Ok(None);
+    };
+    if x.m != 1 || x.k == 0 || !(2..=3).contains(&ws.len()) {
+        return Ok(None);
+    }
+    let weights = ws
+        .iter()
+        .map(|w| Weight::new(b, name, q0, w, 16))
+        .collect::<Result<Vec<_>, _>>()?;
+    if weights
+        .iter()
+        .any(|w| w.cols != x.k || w.rows == 0 || !wrow_fits(q0, w, x))
+    {
+        return Ok(None);
+    }
+    let ys = weights
+        .iter()
+        .map(|w| b.alloc(DType::F32, w.rows))
+        .collect::<Result<Vec<_>, _>>()?;
+    let tw = wrow_team_warps(x.k, chunk);
+    let mut p = QMulti::default();
+    let mut blocks = 0usize;
+    for (i, (w, y)) in weights.iter().zip(&ys).enumerate() {
+        p.w[i] = w.ptr;
+        p.stride[i] = w.row_stride;
+        p.n[i] = w.rows as i64;
+        p.y[i] = y.ptr();
+        p.first_block[i] = blocks as i64;
+        blocks += w.rows.div_ceil(mmvq_teams(tw));
+    }
+    let kernel = format!("wrow_multi_{ty}");
+    let f = b.function("quant", &kernel)?;
+    let cfg = mmvq_grid(b, &kernel, blocks)?;
+    let (count, k64, tw32) = (weights.len() as i32, x.k as i64, tw as i32);
+    let mut args = crate::launch::Launch::new(b, &f);
+    args.arg(&p).arg(&count).arg(&k64).arg(&x.ptr).arg(&tw32);
+    // SAFETY: wrow_multi_T(p, count, k, x, tw): for each of the `count`
+    // weights, n rows of k values at its stride (rows and x 16-byte aligned,
+    // k whole chunks: wrow_fits) and an output of n f32; blocks
+    // first_block[i].. take weight i; x holds k f32.
+    unsafe { args.launch(cfg) }.map_err(|e| b.launch_err(&kernel, e))?;
+    Ok(Some(ys))
 }
 
 /// The batched path: tiles of weight rows dequantized to f32
