@@ -381,15 +381,16 @@ __device__ __forceinline__ i64 at_pos(const void* pos, i64 off, int is64) {
 // Returns the splits of the row that have keys (the first `used` ones;
 // every block of the row computes the same number): the one-launch form
 // merges only those.
-template <typename QT, typename KT>
-__device__ i64 attention_at_part(const typename QT::store* q, Str4 lq, const typename KT::store* k,
-                                  Str4 lk, const typename KT::store* v, Str4 lv, const void* pos,
-                                  i64 pos_off, int pos64, float* part, i64 t, i64 n, i64 d, i64 dv,
-                                  i64 group, i64 window, float scale, int* bad) {
+// PL: features per lane in registers (the head dims over 32, rounded up to
+// 2, 4 or 8: a 64-wide head then computes 2 a lane, not AT_PER_LANE with
+// most of them predicated off).
+template <typename QT, typename KT, int PL>
+__device__ i64 attention_at_part_pl(const typename QT::store* q, Str4 lq, const typename KT::store* k,
+                                    Str4 lk, const typename KT::store* v, Str4 lv, const void* pos,
+                                    i64 pos_off, int pos64, float* part, i64 t, i64 n, i64 d, i64 dv,
+                                    i64 group, i64 window, float scale, int* bad, float* s_m, float* s_l,
+                                    float (*s_acc)[AT_MAX_DIM]) {
     typedef typename KT::store KS;
-    __shared__ float s_m[AT_WARPS];
-    __shared__ float s_l[AT_WARPS];
-    __shared__ float s_acc[AT_WARPS][AT_MAX_DIM];
     const i64 row = blockIdx.x, rows = gridDim.x;
     const i64 splits = gridDim.y, slot = row * splits + blockIdx.y;
     float* pm = part;
@@ -423,44 +424,62 @@ __device__ i64 attention_at_part(const typename QT::store* q, Str4 lq, const typ
     const int nd = (int)(d >> 5), ndv = (int)(dv >> 5);
     const i64 qbase = lq.off + h * lq.s[1] + i * lq.s[2];
     const i64 kbase = lk.off + hk * lk.s[1], vbase = lv.off + hk * lv.s[1];
-    float qr[AT_PER_LANE], acc[AT_PER_LANE];
+    float qr[PL], acc[PL];
 #pragma unroll
-    for (int r = 0; r < AT_PER_LANE; ++r) {
+    for (int r = 0; r < PL; ++r) {
         qr[r] = r < nd ? load(QT(), q[qbase + (lane + 32 * r) * lq.s[3]]) : 0.0f;
         acc[r] = 0.0f;
     }
     float m = NEG_INF, l = 0.0f;
-    for (i64 j = lo + warp; j < hi; j += AT_WARPS) {
-        const KS* kr = k + kbase + j * lk.s[2];
-        const KS* vr = v + vbase + j * lv.s[2];
-        // The value row is loaded with the key row: its loads need not
-        // wait for the score.
-        float kx[AT_PER_LANE], vx[AT_PER_LANE];
-#pragma unroll
-        for (int r = 0; r < AT_PER_LANE; ++r) {
-            kx[r] = r < nd ? load(KT(), kr[(lane + 32 * r) * lk.s[3]]) : 0.0f;
-            vx[r] = r < ndv ? load(KT(), vr[(lane + 32 * r) * lv.s[3]]) : 0.0f;
-        }
-        float s = 0.0f;
-#pragma unroll
-        for (int r = 0; r < AT_PER_LANE; ++r) s += qr[r] * kx[r];
-        s = __fmul_rn(scale, warp_sum(s));
+    // One key's score into the warp's online softmax.
+    auto take = [&](float s, const float (&vx)[PL]) {
         const float mnew = nan_max(m, s);
         // A -inf score before any finite one adds nothing (exp(-inf) = 0
         // later); keeping m = -inf avoids exp(-inf - -inf).
-        if (mnew == NEG_INF) continue;
+        if (mnew == NEG_INF) return;
         const float corr = expf(m - mnew), w = expf(s - mnew);
         l = l * corr + w;
 #pragma unroll
-        for (int r = 0; r < AT_PER_LANE; ++r) acc[r] = acc[r] * corr + w * vx[r];
+        for (int r = 0; r < PL; ++r) acc[r] = acc[r] * corr + w * vx[r];
         m = mnew;
+    };
+    // The warp's keys two at a time: both keys' rows are loaded and both
+    // scores summed before either is taken (in the same order as one at a
+    // time), so the loads and shuffles of the two overlap.
+    for (i64 j = lo + warp; j < hi; j += 2 * AT_WARPS) {
+        const i64 j2 = j + AT_WARPS;
+        const bool two = j2 < hi;
+        // The value rows are loaded with the key rows: their loads need not
+        // wait for the scores.
+        float kx[2][PL], vx[2][PL];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const i64 jj = e == 0 ? j : (two ? j2 : j);
+            const KS* kr = k + kbase + jj * lk.s[2];
+            const KS* vr = v + vbase + jj * lv.s[2];
+#pragma unroll
+            for (int r = 0; r < PL; ++r) {
+                kx[e][r] = r < nd ? load(KT(), kr[(lane + 32 * r) * lk.s[3]]) : 0.0f;
+                vx[e][r] = r < ndv ? load(KT(), vr[(lane + 32 * r) * lv.s[3]]) : 0.0f;
+            }
+        }
+        float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+        for (int r = 0; r < PL; ++r) {
+            s0 += qr[r] * kx[0][r];
+            s1 += qr[r] * kx[1][r];
+        }
+        s0 = __fmul_rn(scale, warp_sum(s0));
+        s1 = __fmul_rn(scale, warp_sum(s1));
+        take(s0, vx[0]);
+        if (two) take(s1, vx[1]);
     }
     if (lane == 0) {
         s_m[warp] = m;
         s_l[warp] = l;
     }
 #pragma unroll
-    for (int r = 0; r < AT_PER_LANE; ++r)
+    for (int r = 0; r < PL; ++r)
         if (r < ndv) s_acc[warp][lane + 32 * r] = acc[r];
     __syncthreads();
     // The block's max; warps that saw no key (m = -inf) are left out.
@@ -492,6 +511,25 @@ __device__ i64 attention_at_part(const typename QT::store* q, Str4 lq, const typ
         pl[slot] = bl;
     }
     return used;
+}
+
+template <typename QT, typename KT>
+__device__ i64 attention_at_part(const typename QT::store* q, Str4 lq, const typename KT::store* k,
+                                 Str4 lk, const typename KT::store* v, Str4 lv, const void* pos,
+                                 i64 pos_off, int pos64, float* part, i64 t, i64 n, i64 d, i64 dv,
+                                 i64 group, i64 window, float scale, int* bad) {
+    __shared__ float s_m[AT_WARPS];
+    __shared__ float s_l[AT_WARPS];
+    __shared__ float s_acc[AT_WARPS][AT_MAX_DIM];
+    const i64 widest = d > dv ? d : dv;
+    if (widest <= 64)
+        return attention_at_part_pl<QT, KT, 2>(q, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, dv, group,
+                                               window, scale, bad, s_m, s_l, s_acc);
+    if (widest <= 128)
+        return attention_at_part_pl<QT, KT, 4>(q, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, dv, group,
+                                               window, scale, bad, s_m, s_l, s_acc);
+    return attention_at_part_pl<QT, KT, AT_PER_LANE>(q, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, dv,
+                                                     group, window, scale, bad, s_m, s_l, s_acc);
 }
 
 #define ATTENTION_AT(QTY, KTY)                                                                  \
