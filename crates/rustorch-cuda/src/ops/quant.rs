@@ -1036,7 +1036,8 @@ fn multi_wrow(
 }
 
 /// The batched path: tiles of weight rows dequantized to f32
-/// (`qdequant_T`), each multiplied by cuBLAS into its columns of y.
+/// (`qdequant_T`), each multiplied by cuBLAS into its columns of y (F16
+/// weights multiplied where they are).
 fn dequant_gemm(
     b: &CudaBackend,
     name: &str,
@@ -1062,6 +1063,43 @@ fn dequant_gemm(
         (4, DType::F32, cudaDataType::CUDA_R_32F)
     };
     let xp = if half { x.half(b)? } else { x.ptr };
+    // F16 weights are already what the tensor cores take: cuBLAS reads
+    // them in place (a dequantized copy would hold the same values), the
+    // rows `row_stride` bytes apart.
+    if qtype == QType::F16 && w.row_stride > 0 && w.row_stride % 2 == 0 && w.row_stride / 2 >= k as i64 {
+        let ld = i32::try_from(w.row_stride / 2)
+            .map_err(|_| BackendError::unsupported(b.device, name, "a row stride past 2^31"))?;
+        // SAFETY: w holds n rows of k f16 values, row_stride bytes apart
+        // (lda = row_stride / 2 >= k); x's f16 copy m rows of k (ldb k); y
+        // m rows of n f32 (ldc n).
+        return unsafe {
+            gemm_f32_acc(
+                b,
+                name,
+                (cublasOperation_t::CUBLAS_OP_T, cublasOperation_t::CUBLAS_OP_N),
+                (n as i32, m as i32, k as i32),
+                GemmOperand {
+                    ptr: w.ptr,
+                    ld,
+                    batch_stride: 0,
+                    dtype: data_type,
+                },
+                GemmOperand {
+                    ptr: xp,
+                    ld: k as i32,
+                    batch_stride: (m * k) as i64,
+                    dtype: data_type,
+                },
+                GemmOperand {
+                    ptr: y.ptr(),
+                    ld: n as i32,
+                    batch_stride: (m * n) as i64,
+                    dtype: cudaDataType::CUDA_R_32F,
+                },
+                1,
+            )
+        };
+    }
     // At least one row (n >= 1 and k >= 1 here), at most all of them.
     let tile_rows = (TILE_BYTES / (elem * k)).max(1).min(n);
     let tile = b.alloc(tile_dtype, tile_rows * k)?;

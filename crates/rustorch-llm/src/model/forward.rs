@@ -102,7 +102,7 @@ impl Model {
                 }
             }
         }
-        let batches = row_chunks(tokens.len(), ubatch_rows());
+        let batches = row_chunks(tokens.len(), self.ubatch_rows());
         let start = cache.len();
         let mut logits = Vec::with_capacity(batches.len());
         for (i, r) in batches.iter().enumerate() {
@@ -537,6 +537,10 @@ impl Model {
     /// Rows per feed-forward chunk: a whole micro-batch when its
     /// intermediates take at most 1/24 of the weights, else `FFN_CHUNK_ROWS`.
     fn ffn_chunk_rows(&self) -> usize {
+        if self.layers_on_gpus() {
+            // A GPU's memory holds a whole micro-batch's intermediates.
+            return self.ubatch_rows();
+        }
         let per_row = 2 * self.config.n_ff * std::mem::size_of::<f32>();
         let rows = self.weights.n_bytes() / FFN_SHARE_OF_WEIGHTS / per_row.max(1);
         if rows >= UBATCH_ROWS {
@@ -557,12 +561,36 @@ impl Model {
 /// each product takes the batched path.
 const UBATCH_ROWS: usize = 256;
 
-/// Prompt positions per micro-batch: `RUSTORCH_UBATCH`, else `UBATCH_ROWS`
-/// (the override is for measuring other sizes; the bits do not depend on
-/// it). Read once per process: the forward pass asks on every decode step.
-fn ubatch_rows() -> usize {
-    static ROWS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *ROWS.get_or_init(|| env_size("RUSTORCH_UBATCH").unwrap_or(UBATCH_ROWS))
+/// Prompt positions per micro-batch where every layer is on a GPU:
+/// llama.cpp's default `n_ubatch`. A GPU's products run one cuBLAS GEMM a
+/// weight per micro-batch and its ops cost a launch each, so halving the
+/// batch (the CPU's choice) doubled a 512-token prompt's launches and
+/// host work (H200: pp512 at about half of llama.cpp's).
+const GPU_UBATCH_ROWS: usize = 512;
+
+/// `RUSTORCH_UBATCH`, the micro-batch's override (for measuring other
+/// sizes; the CPU's bits do not depend on it). Read once per process: the
+/// forward pass asks on every decode step.
+fn ubatch_override() -> Option<usize> {
+    static ROWS: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *ROWS.get_or_init(|| env_size("RUSTORCH_UBATCH"))
+}
+
+impl Model {
+    /// Prompt positions per micro-batch: the override, else
+    /// `GPU_UBATCH_ROWS` where every layer is on a GPU, else `UBATCH_ROWS`.
+    fn ubatch_rows(&self) -> usize {
+        ubatch_override().unwrap_or(if self.layers_on_gpus() {
+            GPU_UBATCH_ROWS
+        } else {
+            UBATCH_ROWS
+        })
+    }
+
+    /// Whether every layer runs on a GPU (none on the CPU).
+    fn layers_on_gpus(&self) -> bool {
+        !self.placement.layers.is_empty() && self.placement.layers.iter().all(|d| !d.is_cpu())
+    }
 }
 
 /// `RUSTORCH_FFN_CHUNK`, the feed-forward chunk's override (as
