@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Where rustorch-cli -b cuda spends its GPU time, on the device host (after
+# `bash bench/device_cuda_llm.sh quick`, whose TinyLlama-shaped models and unpacked rustorch-cli
+# this reads: /tmp/rt33/models/quick-tinyllama-TYPE.gguf, /tmp/rt33/bin/rustorch-cli).
+#
+#   bash bench/device_cuda_profile.sh times [TYPE...]     ncu gpu__time_duration of every kernel of
+#                                                          one recorded decode step, summed by kernel
+#                                                          (default Q4_K_M; F16 is the f16 file)
+#   bash bench/device_cuda_profile.sh kernel NAME [TYPE]  ncu's full set for one launch of kernel
+#                                                          NAME (a regex) in decode steps
+#   bash bench/device_cuda_profile.sh ops [TYPE...]       RUSTORCH_PROFILE=1 of a 512-token prompt
+#                                                          pass: time per op, and outside ops
+#   bash bench/device_cuda_profile.sh ab VAR=V... [-- TYPE...]
+#                                                          tg128 of rustorch-cli bench with each
+#                                                          setting in turn, in one run (for example
+#                                                          RUSTORCH_CUDA_FUSED_ROPE=0 RUSTORCH_CUDA_FUSED_ROPE=1)
+#
+# ncu runs with --clock-control none --cache-control none: each kernel alone, no cache flush, so a
+# step's sum is above its time in a run (launches overlap there). Tables go to stdout; ncu's CSV to
+# $OUT (or /tmp/rt33/logs).
+set -uo pipefail
+W=/tmp/rt33
+CLI=$W/bin/rustorch-cli
+OUTDIR=${OUT:-$W/logs}
+mkdir -p "$OUTDIR"
+export RUSTORCH_CUDA_CACHE=${RUSTORCH_CUDA_CACHE:-/tmp/rustorch-cuda-cache}
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+    [ -d "$d" ] && export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"
+done
+[ -x "$CLI" ] || { echo "device_cuda_profile: no $CLI (run bash bench/device_cuda_llm.sh quick first)" >&2; exit 2; }
+
+model() { # TYPE -> file
+    local f="$W/models/quick-tinyllama-$1.gguf"
+    [ "$1" = F16 ] && f="$W/models/quick-tinyllama-f16.gguf"
+    [ -f "$f" ] || { echo "device_cuda_profile: no $f (QUICK_TYPES of quick)" >&2; return 1; }
+    echo "$f"
+}
+gen() { # FILE: a short greedy generation
+    "$CLI" -m "$1" -b cuda -p "Once upon a time" -n 12 --temp 0
+}
+
+# ncu's CSV (--csv --print-units base, gpu__time_duration.sum) summed by kernel over one decode
+# step: from one `index_gather` (the step's RoPE rows) to the third after it.
+sum_step() {
+    python3 - "$1" <<'PY'
+import collections, csv, sys
+rows = list(csv.reader(open(sys.argv[1])))
+head = next(i for i, r in enumerate(rows) if r and r[0] == "ID")
+h = {k: j for j, k in enumerate(rows[head])}
+seq = [(r[h["Kernel Name"]], float(r[h["Metric Value"]].replace(",", "")))
+       for r in rows[head + 1:] if r[h["Metric Name"]] == "gpu__time_duration.sum"]
+starts = [i for i, (n, _) in enumerate(seq) if n.startswith("index_gather")]
+if len(starts) < 3:
+    sys.exit(f"fewer than two decode steps in {len(seq)} kernels: raise NCU_COUNT")
+a, b = starts[0], starts[2]
+agg = collections.defaultdict(lambda: [0, 0.0])
+for n, t in seq[a:b]:
+    agg[n][0] += 1
+    agg[n][1] += t
+print(f"one decode step: {b - a} kernels, {sum(t for _, t in seq[a:b]) / 1000:.1f} us")
+print(f"{'kernel':<40}{'calls':>6}{'us':>9}{'us each':>9}")
+for n, (c, t) in sorted(agg.items(), key=lambda kv: -kv[1][1]):
+    print(f"{n[:40]:<40}{c:>6}{t / 1000:>9.1f}{t / c / 1000:>9.2f}")
+PY
+}
+
+case "${1:-}" in
+times)
+    shift
+    for ty in "${@:-Q4_K_M}"; do
+        f=$(model "$ty") || exit 2
+        csv="$OUTDIR/ncu-times-$ty.csv"
+        timeout 300 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
+            --print-units base --launch-skip "${NCU_SKIP:-3000}" --launch-count "${NCU_COUNT:-800}" \
+            "$CLI" -m "$f" -b cuda -p "Once upon a time" -n 12 --temp 0 > "$csv" 2> "$OUTDIR/ncu-times-$ty.err"
+        echo "== $ty"
+        sum_step "$csv"
+    done
+    ;;
+kernel)
+    name=${2:?kernel name (a regex)}
+    f=$(model "${3:-Q4_K_M}") || exit 2
+    csv="$OUTDIR/ncu-kernel.csv"
+    timeout 300 ncu --clock-control none --cache-control none --set full -k "regex:$name" \
+        --launch-skip "${NCU_SKIP:-60}" --launch-count 1 --csv --page details \
+        "$CLI" -m "$f" -b cuda -p "Once upon a time" -n 12 --temp 0 > "$csv" 2> "$OUTDIR/ncu-kernel.err"
+    python3 - "$csv" <<'PY'
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1])))
+head = next(i for i, r in enumerate(rows) if r and r[0] == "ID")
+h = {k: j for j, k in enumerate(rows[head])}
+for r in rows[head + 1:]:
+    if r[h["Metric Name"]]:
+        print(f"{r[h['Section Name']][:24]:<26}{r[h['Metric Name']]:<50}{r[h['Metric Value']]} {r[h['Metric Unit']]}")
+PY
+    ;;
+ops)
+    shift
+    types=("$@")
+    [ ${#types[@]} -gt 0 ] || types=(Q4_K_M F16)
+    for ty in "${types[@]}"; do
+        f=$(model "$ty") || exit 2
+        echo "== $ty"
+        RUSTORCH_PROFILE=1 "$CLI" bench -m "$f" -b cuda -p 512 -n 0 -r 2 2>&1 | grep -A20 "^profile"
+    done
+    ;;
+ab)
+    shift
+    settings=()
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do settings+=("$1"); shift; done
+    [ "${1:-}" = "--" ] && shift
+    [ ${#settings[@]} -gt 0 ] || { echo "usage: $0 ab VAR=V... [-- TYPE...]" >&2; exit 2; }
+    for ty in "${@:-Q4_K_M}"; do
+        f=$(model "$ty") || exit 2
+        for s in "${settings[@]}"; do
+            tg=$(env "$s" "$CLI" bench -m "$f" -b cuda -p 512 -n 128 -r 3 2>/dev/null | awk -F'|' '/tg128/ {print $(NF-1)}')
+            echo "$ty $s: tg128 $tg t/s"
+        done
+    done
+    ;;
+*)
+    sed -n '2,20p' "$0" >&2
+    exit 2
+    ;;
+esac
