@@ -676,13 +676,7 @@ fn mmvq_product(
         let tw32 = tw as i32;
         let kernel = format!("qmmvq_{ty}_m{mk}");
         let f = b.function("quant", &kernel)?;
-        let blocks = u32::try_from(n.div_ceil(per_warp * mmvq_teams(tw)))
-            .map_err(|_| BackendError::unsupported(b.device, kernel.clone(), "more weight rows than a grid holds"))?;
-        let cfg = LaunchConfig {
-            grid_dim: (blocks, 1, 1),
-            block_dim: ((32 * MMVQ_WARPS) as u32, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = mmvq_grid(b, &kernel, n.div_ceil(per_warp * mmvq_teams(tw)))?;
         let aq = qa.q + (r0 * k) as u64;
         let ad = qa.d + (4 * r0 * qa.d_per_row) as u64;
         let asum = qa.sum + (4 * r0 * qa.sum_per_row) as u64;
@@ -818,13 +812,7 @@ fn multi_mmvq(
     }
     let kernel = format!("qmmvq_multi_{ty}");
     let f = b.function("quant", &kernel)?;
-    let grid_blocks = u32::try_from(blocks)
-        .map_err(|_| BackendError::unsupported(b.device, kernel.clone(), "more weight rows than a grid holds"))?;
-    let cfg = LaunchConfig {
-        grid_dim: (grid_blocks, 1, 1),
-        block_dim: ((32 * MMVQ_WARPS) as u32, 1, 1),
-        shared_mem_bytes: 0,
-    };
+    let cfg = mmvq_grid(b, &kernel, blocks)?;
     let count = weights.len() as i32;
     let as_ = if layout == ActLayout::Q32 { qa.s } else { 0 };
     let k64 = x.k as i64;
@@ -887,13 +875,7 @@ fn gated_mmvq(
     let f = b.function("quant", &kernel)?;
     let tw = mmvq_team_warps(x.k, mmvq_row_unit(qtypes[0]), 1);
     let tw32 = tw as i32;
-    let blocks = u32::try_from(n.div_ceil(mmvq_teams(tw)))
-        .map_err(|_| BackendError::unsupported(b.device, kernel.clone(), "more weight rows than a grid holds"))?;
-    let cfg = LaunchConfig {
-        grid_dim: (blocks, 1, 1),
-        block_dim: ((32 * MMVQ_WARPS) as u32, 1, 1),
-        shared_mem_bytes: 0,
-    };
+    let cfg = mmvq_grid(b, &kernel, n.div_ceil(mmvq_teams(tw)))?;
     let as_ = if layout == ActLayout::Q32 { qa.s } else { 0 };
     let (n64, k64, yp) = (n as i64, x.k as i64, y.ptr());
     let act32: i32 = match act {
