@@ -841,6 +841,7 @@ __device__ __forceinline__ void q_mmvq_lane(const u8* w, i64 row_stride, int row
 //   Q8_0, Q4_0: two blocks (68 or 36 bytes, 4-aligned when the row holds
 //         an even number of blocks): 4-byte loads instead of 2-byte ones,
 //         the first block's quants realigned with __byte_perm.
+//   Q6_K: the two pieces that share their quant bytes (below).
 template <class T> struct QWide {
     enum { ON = 0 };
     static __device__ __forceinline__ float dot(const u8*, i64, const QActs&, float acc) { return acc; }
@@ -948,6 +949,64 @@ template <> struct QWide<QQ4_0> {
     }
 };
 
+// Eight little-endian words from a 2-aligned address (inside a block, so
+// the aligned word after the last is readable): nine aligned 4-byte loads,
+// each pair joined by a funnel shift of 0 or 16 bits.
+__device__ __forceinline__ void q_ld32x8_al2(const u8* p, u32* out) {
+    const u32* a = (const u32*)((u64)p & ~(u64)3);
+    const u32 shift = 8u * (u32)((u64)p & 3u);
+    u32 w[9];
+#pragma unroll
+    for (int i = 0; i < 9; ++i) w[i] = a[i];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) out[i] = __funnelshift_r(w[i], w[i + 1], shift);
+}
+
+// Q6_K: the two pieces k and k + 2 of a 128-value half n (unit u = 2 n + k
+// of its block, values 32 k .. and 32 k + 64 ..), which share their 32 ql
+// bytes (low and high nibbles) and 32 qh bytes (bit pairs 2 k and 2 k + 4):
+// 2 x 9 aligned loads instead of 2 x 16 two-byte ones; blocks are 210
+// bytes, so 2-aligned. The four 16-value groups' integer sums are scaled
+// and added as integers, then once by d * da.
+template <> struct QWide<QQ6_K> {
+    enum { ON = 1 };
+    static __device__ __forceinline__ float dot(const u8* row, i64 u, const QActs& a, float acc) {
+        const i64 blk = u >> 2;
+        const int n = (int)((u >> 1) & 1), k = (int)(u & 1);
+        const u8* b = row + blk * QQ6_K::TS;
+        u32 ql[8], qh[8];
+        q_ld32x8_al2(b + 64 * n + 32 * k, ql);
+        q_ld32x8_al2(b + 128 + 32 * n, qh);
+        const u8* sc = b + 192 + 8 * n + 2 * k;
+        const int sc0 = (signed char)sc[0], sc1 = (signed char)sc[1], sc2 = (signed char)sc[4],
+                  sc3 = (signed char)sc[5];
+        // Pieces c0 = 8 blk + 4 n + k and c0 + 2 of the activations.
+        const i64 c0 = 8 * blk + 4 * n + k;
+        const int4* p0 = (const int4*)(a.q + 8 * c0);
+        const int4* p1 = (const int4*)(a.q + 8 * (c0 + 2));
+        const int4 a0 = p0[0], a1 = p0[1], a2 = p1[0], a3 = p1[1];
+        const int x0[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+        const int x1[8] = {a2.x, a2.y, a2.z, a2.w, a3.x, a3.y, a3.z, a3.w};
+        const int2 bs0 = *(const int2*)(a.sum + 2 * c0), bs1 = *(const int2*)(a.sum + 2 * (c0 + 2));
+        const int sl = 2 * k, sh = 2 * k + 4;
+        int lo0 = 0, lo1 = 0, hi0 = 0, hi1 = 0;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            lo0 = __dp4a((int)((ql[i] & 0x0f0f0f0fu) | (((qh[i] >> sl) & 0x03030303u) << 4)), x0[i], lo0);
+            hi0 = __dp4a((int)(((ql[i] >> 4) & 0x0f0f0f0fu) | (((qh[i] >> sh) & 0x03030303u) << 4)), x1[i], hi0);
+        }
+#pragma unroll
+        for (int i = 4; i < 8; ++i) {
+            lo1 = __dp4a((int)((ql[i] & 0x0f0f0f0fu) | (((qh[i] >> sl) & 0x03030303u) << 4)), x0[i], lo1);
+            hi1 = __dp4a((int)(((ql[i] >> 4) & 0x0f0f0f0fu) | (((qh[i] >> sh) & 0x03030303u) << 4)), x1[i], hi1);
+        }
+        const int s = sc0 * (lo0 - 32 * bs0.x) + sc1 * (lo1 - 32 * bs0.y) + sc2 * (hi0 - 32 * bs1.x) +
+                      sc3 * (hi1 - 32 * bs1.y);
+        const float d = q_f16_bits(q_ld16(b + 208));
+        return fmaf(__fmul_rn(d, a.d[blk]), (float)s, acc);
+    }
+};
+
 // Values of a one-row unit (the launcher's mmvq_row_unit): 64 for the
 // types with a wide unit, else 32.
 template <class T> struct QRowUnit { enum { V = QWide<T>::ON ? 64 : 32 }; };
@@ -998,6 +1057,7 @@ __device__ __forceinline__ void q_row_lane2(const u8* w0, const u8* w1, const QA
     X(IQ4_NL, QIQ4_NL) X(Q2_K, QQ2_K) X(Q3_K, QQ3_K) X(Q4_K, QQ4_K) X(Q5_K, QQ5_K)           \
     X(Q6_K, QQ6_K) X(Q8_K, QQ8_K) X(IQ4_XS, QIQ4_XS)
 // ---- END HOST-TESTABLE DECODERS ------------------------------------------
+#include "rows.cuh"
 
 // ---- dequantization: `rows` rows of `cpr` chunks into y[rows, cpr * CH] ---
 // One thread per chunk; cuBLAS then multiplies the rows: f32 ones, or f16
@@ -1233,10 +1293,8 @@ __device__ __forceinline__ int q_warp_sum(int v, int width) {
 }
 
 // QA_32: one warp per 32-value block, lane i quantizes value i.
-extern "C" __global__ void qact_q8_32(const float* x, i64 blocks, signed char* q, float* d, int* sum, float* s) { rt_kernel_entry();
-    i64 t = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    int lane = threadIdx.x & 31;
-    if (t >= blocks) return;  // whole warps
+__device__ __forceinline__ void qact_block_32(const float* x, i64 t, int lane, signed char* q, float* d, int* sum,
+                                              float* s) {
     float v = x[32 * t + lane];
     float amax = q_warp_max(fabsf(v));
     float dd, id;
@@ -1251,13 +1309,15 @@ extern "C" __global__ void qact_q8_32(const float* x, i64 blocks, signed char* q
         s[t] = q_f16_round(__fmul_rn(dd, (float)total));
     }
 }
+extern "C" __global__ void qact_q8_32(const float* x, i64 blocks, signed char* q, float* d, int* sum, float* s) { rt_kernel_entry();
+    i64 t = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (t >= blocks) return;  // whole warps
+    qact_block_32(x, t, threadIdx.x & 31, q, d, sum, s);
+}
 
 // QA_K: one warp per 256-value block; lane l quantizes values l + 32 j
 // (coalesced loads), so value l + 32 j lies in 16-value group 2 j + l / 16.
-extern "C" __global__ void qact_q8_k(const float* x, i64 blocks, signed char* q, float* d, int* bsum) { rt_kernel_entry();
-    i64 t = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    int lane = threadIdx.x & 31;
-    if (t >= blocks) return;  // whole warps
+__device__ __forceinline__ void qact_block_k(const float* x, i64 t, int lane, signed char* q, float* d, int* bsum) {
     const float* xb = x + 256 * t;
     float v[8];
     float a = 0.0f;
@@ -1304,6 +1364,36 @@ extern "C" __global__ void qact_q8_k(const float* x, i64 blocks, signed char* q,
         if ((lane & 15) == 0) bsum[16 * t + 2 * j + (lane >> 4)] = g;
     }
     if (lane == 0) d[t] = __fdiv_rn(1.0f, iscale);
+}
+extern "C" __global__ void qact_q8_k(const float* x, i64 blocks, signed char* q, float* d, int* bsum) { rt_kernel_entry();
+    i64 t = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (t >= blocks) return;  // whole warps
+    qact_block_k(x, t, threadIdx.x & 31, q, d, bsum);
+}
+
+// Op::AddRmsNorm of one row (a decode step's residual add and the norm
+// after it), then that row quantized for the products that follow, in
+// each layout whose blocks the slices below hold whole (q32 / qk null
+// where not): ROW_PER blocks, each sized as the norm's block mode sizes
+// its one block (nt threads); block g computes the whole norm (the same
+// bits as add_rms_norm_block_F32), writes values g nt .. (g + 1) nt of s
+// and y, and quantizes the blocks of that slice with qact_block_32 /
+// qact_block_k reading it back after a barrier (the block's own global
+// writes are visible to it then), so the quantized row has the bits the
+// qact kernels would give it and the slices' blocks quantize in parallel.
+extern "C" __global__ void add_rms_norm_q_F32(const float* x, Strided lo, const float* a, const float* w,
+                                              Strided lw, float* s, float* y, i64 n, double eps,
+                                              signed char* q32, float* d32, int* sum32, float* s32,
+                                              signed char* qk, float* dk, int* bsumk) {
+    rt_kernel_entry();
+    rms_norm_rows<F32T, false, true, true>(x, lo, a, w, lw, s, y, n, eps, 1);
+    __syncthreads();
+    const i64 nt = blockDim.x, lo_v = (i64)blockIdx.x * nt, hi_v = min(lo_v + nt, n);
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    if (q32)
+        for (i64 t = lo_v / 32 + warp; t < hi_v / 32; t += warps) qact_block_32(y, t, lane, q32, d32, sum32, s32);
+    if (qk)
+        for (i64 t = lo_v / 256 + warp; t < hi_v / 256; t += warps) qact_block_k(y, t, lane, qk, dk, bsumk);
 }
 
 // ---- MMVQ: y[r, j] = sum_i x[r, i] W[j, i] for m <= M activation rows ----

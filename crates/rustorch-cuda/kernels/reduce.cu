@@ -7,6 +7,7 @@
 // f64 (exact enough that the order of terms, which differs from the CPU's,
 // stays far below the output type's rounding).
 #include "common.cuh"
+#include "rows.cuh"
 
 #define RT_BLOCK 256
 
@@ -259,24 +260,12 @@ ALL_FLOATS(LAYER_NORM)
 // small so that registers leave room for many blocks per SM (at 32 values
 // a thread, ptxas needed 150 registers: one block per SM). Indices within
 // a row are 32-bit. Sums still accumulate in f64; exponentials are f32
-// (`expf`, within 2 ulp) for f32 and the half types.
-#define ROW_PER 8
+// (`expf`, within 2 ulp) for f32 and the half types. ROW_PER, row_of,
+// row_sum and the RMS norm's rms_norm_rows are in kernels/rows.cuh.
 #define RT_NEG_INF __int_as_float(0xff800000)
 
-// The sum / NaN-propagating max of one value per thread over the threads
-// of a row: the warp (WARP) or the whole block (all threads get it, in one
-// fixed order, so every run gives the same bits).
-template <bool WARP> __device__ __forceinline__ double row_sum(double v, double* smem) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if (WARP) return v;
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    if (lane == 0) smem[warp] = v;
-    __syncthreads();
-    v = smem[0];
-    for (int w = 1; w < warps; ++w) v += smem[w];
-    __syncthreads();
-    return v;
-}
+// The NaN-propagating max of one value per thread over the threads of a
+// row (as row_sum: the warp or the whole block, in one fixed order).
 __device__ __forceinline__ float max_nan(float a, float b) { return (b != b || b > a) ? b : a; }
 template <bool WARP> __device__ __forceinline__ float row_max(float v, float* smem) {
     for (int o = 16; o > 0; o >>= 1) v = max_nan(v, __shfl_xor_sync(0xffffffffu, v, o));
@@ -288,21 +277,6 @@ template <bool WARP> __device__ __forceinline__ float row_max(float v, float* sm
     for (int w = 1; w < warps; ++w) v = max_nan(v, smem[w]);
     __syncthreads();
     return v;
-}
-
-// Which row this thread works on, its index in the row and the row's
-// thread count; `false` for the warps of the last block past `rows`.
-template <bool WARP> __device__ __forceinline__ bool row_of(i64 rows, i64& o, int& t, int& nt) {
-    if (WARP) {
-        o = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-        t = threadIdx.x & 31;
-        nt = 32;
-    } else {
-        o = blockIdx.x;
-        t = threadIdx.x;
-        nt = blockDim.x;
-    }
-    return o < rows;
 }
 
 template <typename TY, bool WARP>
@@ -343,64 +317,6 @@ __device__ void softmax_rows(const typename TY::store* x, const Strided& lo, typ
     for (int k = 0; k < ROW_PER; ++k) {
         int r = t + k * nt;
         if (r < n) yr[r] = store(TY(), log_out ? v[k] - ls : v[k] * inv);
-    }
-}
-
-// ADD (Op::AddRmsNorm, f32): the row is x + a (a's rows at the same
-// offsets as x's), added as the binary add kernel does, written to s, then
-// normalized exactly as the plain norm normalizes a tensor holding it.
-template <typename TY, bool WARP, bool ADD>
-__device__ void rms_norm_rows(const typename TY::store* x, const Strided& lo, const typename TY::store* a,
-                              const typename TY::store* w, const Strided& lw, typename TY::store* s,
-                              typename TY::store* y, i64 n64, double eps, i64 rows) {
-    __shared__ double ssum[32];
-    i64 o; int t, nt;
-    if (!row_of<WARP>(rows, o, t, nt)) return;
-    const int n = (int)n64;
-    const typename TY::store* xr = x + strided_at(lo, o);
-    typename TY::store* yr = y + o * n64;
-    float v[ROW_PER], wv[ROW_PER], av[ROW_PER];
-    double q = 0.0;
-    if (ADD) {
-        // Every load of the row before the first store of the sum: the
-        // compiler cannot know that s aliases neither x nor a nor w, so a
-        // store between them would make each load wait for the one before.
-        const typename TY::store* ar = a + strided_at(lo, o);
-#pragma unroll
-        for (int k = 0; k < ROW_PER; ++k) {
-            int r = t + k * nt;
-            av[k] = r < n ? (float)load(TY(), ar[r]) : 0.0f;
-        }
-    }
-#pragma unroll
-    for (int k = 0; k < ROW_PER; ++k) {
-        int r = t + k * nt;
-        v[k] = r < n ? (float)load(TY(), xr[r]) : 0.0f;
-        if (ADD) v[k] = v[k] + av[k];
-        // The weights are read before the reduction, not after it: their
-        // loads then overlap the row's instead of adding a memory round
-        // trip (a decode step's norm is one block, bound by that latency).
-        // The host sends contiguous weights only (one stride of 1).
-        wv[k] = (w && r < n) ? (float)load(TY(), w[lw.offset + r]) : 1.0f;
-        q += (double)v[k] * (double)v[k];
-    }
-    if (ADD) {
-#pragma unroll
-        for (int k = 0; k < ROW_PER; ++k) {
-            int r = t + k * nt;
-            if (r < n) s[o * n64 + r] = store(TY(), v[k]);
-        }
-    }
-    q = row_sum<WARP>(q, ssum);
-    float scale = (float)(1.0 / sqrt(q / (double)n64 + eps));
-#pragma unroll
-    for (int k = 0; k < ROW_PER; ++k) {
-        int r = t + k * nt;
-        if (r < n) {
-            float z = v[k] * scale;
-            if (w) z = z * wv[k];
-            yr[r] = store(TY(), z);
-        }
     }
 }
 

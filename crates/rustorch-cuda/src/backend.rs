@@ -43,6 +43,10 @@ pub struct CudaBackend {
     /// `RUSTORCH_CUDA_FUSED_ROPE=0`, which runs the ops one by one: an A/B
     /// switch for the benchmarks).
     pub(crate) fused_rope: bool,
+    /// Whether a one-row add + norm also quantizes its row for the
+    /// products after it (ops/quant.rs `add_rms_norm_quantized`; off with
+    /// `RUSTORCH_CUDA_NORM_QUANT=0`: the A/B switch).
+    pub(crate) norm_quant: bool,
     /// Per-row counters of `attention_at`'s one-launch form, zeroed once
     /// and left zeroed by every launch (ops/attention.rs); made at the
     /// first use outside a recording.
@@ -149,6 +153,7 @@ impl CudaBackend {
             transfer_forced,
             overlap_launches: major >= 9 && std::env::var("RUSTORCH_CUDA_PDL").map_or(true, |v| v != "0"),
             fused_rope: std::env::var("RUSTORCH_CUDA_FUSED_ROPE").map_or(true, |v| v != "0"),
+            norm_quant: std::env::var("RUSTORCH_CUDA_NORM_QUANT").map_or(true, |v| v != "0"),
             attention_counters: std::sync::OnceLock::new(),
         })
     }
@@ -291,6 +296,7 @@ impl CudaBackend {
                     len,
                     mem: crate::buffer::Memory::Owned(std::mem::ManuallyDrop::new(data)),
                     usage: self.usage.clone(),
+                    row_acts: None,
                 })
             }
             Err(e) => {

@@ -52,6 +52,32 @@ pub struct CudaBuffer {
     pub(crate) len: usize,
     pub(crate) mem: Memory,
     pub(crate) usage: Arc<MemoryUse>,
+    /// The buffer's one row quantized for the MMVQ kernels by the launch
+    /// that wrote it; dropped by any later write into the buffer.
+    pub(crate) row_acts: Option<Box<RowActs>>,
+}
+
+/// A one-row f32 buffer quantized for the MMVQ kernels by the launch that
+/// wrote the row (the decode step's add + norm, ops/quant.rs), so that the
+/// products reading the row skip their own quantization: per activation
+/// layout (`ActLayout` as an index), the addresses of its quants, scales,
+/// sums and s in `buf`, or `None` where the row's length has no whole
+/// blocks of that layout.
+#[derive(Debug)]
+pub(crate) struct RowActs {
+    /// Values in the row.
+    pub(crate) k: usize,
+    pub(crate) layouts: [Option<[u64; 4]>; 2],
+    /// Held, never read: the quantized row lives in it.
+    pub(crate) _buf: CudaBuffer,
+}
+
+/// Drops what a buffer about to be written in place remembers of its old
+/// values (`CudaBuffer::row_acts`); other buffers are left alone.
+pub(crate) fn forget_row_acts(buf: &mut dyn DeviceBuffer) {
+    if let Some(c) = buf.as_any_mut().and_then(|a| a.downcast_mut::<CudaBuffer>()) {
+        c.row_acts = None;
+    }
 }
 
 impl CudaBuffer {

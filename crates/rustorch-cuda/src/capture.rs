@@ -107,6 +107,7 @@ impl CudaBackend {
                 bytes,
             },
             usage: self.usage.clone(),
+            row_acts: None,
         })
     }
 

@@ -19,10 +19,11 @@ use std::path::PathBuf;
 /// (results close to the CPU's), no flush of subnormals.
 const OPTIONS: &[&str] = &["--std=c++17", "--prec-div=true", "--prec-sqrt=true", "--ftz=false"];
 
-/// The source NVRTC sees: the module with the shared header inlined (NVRTC
-/// has no file system to include it from).
+/// The source NVRTC sees: the module with the shared headers inlined
+/// (NVRTC has no file system to include them from).
 pub fn full_source(src: &str) -> String {
     src.replace("#include \"common.cuh\"", crate::COMMON_HEADER)
+        .replace("#include \"rows.cuh\"", crate::ROWS_HEADER)
 }
 
 /// Where compiled kernels are kept.

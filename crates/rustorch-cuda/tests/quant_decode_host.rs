@@ -37,12 +37,18 @@ static inline float __fmul_rn(float a, float b) { return a * b; }
 static inline float __fadd_rn(float a, float b) { return a + b; }
 static inline float __fsub_rn(float a, float b) { return a - b; }
 static inline float __fdiv_rn(float a, float b) { return a / b; }
+struct int2 { int x, y; };
 struct int4 { int x, y, z, w; };
 struct uint4 { u32 x, y, z, w; };
 // Four signed byte products added to c, as the GPU's dp4a.s32.s32.
 static inline int __dp4a(int a, int b, int c) {
     for (int i = 0; i < 4; ++i) c += (int)(signed char)(a >> (8 * i)) * (int)(signed char)(b >> (8 * i));
     return c;
+}
+// The low word of hi:lo shifted right by s & 31 bits (funnelshift.r).
+static inline u32 __funnelshift_r(u32 lo, u32 hi, u32 s) {
+    s &= 31u;
+    return s ? (lo >> s) | (hi << (32u - s)) : lo;
 }
 // Byte i of the result: byte (s >> 4i) & 7 of y:x (selectors up to 7 only;
 // the kernels never set the sign-replicate bit).

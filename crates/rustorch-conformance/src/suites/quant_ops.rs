@@ -96,7 +96,9 @@ pub fn qmatmul_gated_equals_the_products_then_the_activation(tg: &Target) {
 /// (a GPU fuses them into one launch), for rows a warp and a block hold,
 /// a strided input, and a row longer than a block (its parts then).
 pub fn add_rms_norm_equals_add_then_rms_norm(tg: &Target) {
-    for (rows, n) in [(1usize, 64usize), (3, 2048), (2, 9000)] {
+    // One row of 2048 and of 576 (a decode step's norms, which a GPU may
+    // fuse with the quantization of the row for the products after it).
+    for (rows, n) in [(1usize, 64usize), (1, 2048), (1, 576), (3, 2048), (2, 9000)] {
         let x = tg.from_vec(values(rows * n, 3), [rows, n]).unwrap();
         let a = tg.from_vec(values(rows * n, 4), [rows, n]).unwrap();
         let w = tg.from_vec(values(n, 5), [n]).unwrap();
@@ -125,6 +127,63 @@ pub fn add_rms_norm_equals_add_then_rms_norm(tg: &Target) {
     // Shapes that do not match are errors.
     let b = tg.from_vec(values(16, 9), [2, 8]).unwrap();
     assert!(x.add_rms_norm(&b, &w, 1e-5).is_err());
+}
+
+/// The products of a row that `add_rms_norm` wrote give the bits of the
+/// same products of a fresh copy of that row (a GPU may quantize the row
+/// for them in the norm's own launch), plain, grouped and gated, for rows
+/// of 2048 and 576 values (whole 256-value blocks or not), and again after
+/// the row is written in place (what was quantized before must not be
+/// reused).
+pub fn products_of_a_normed_row_equal_those_of_a_copy(tg: &Target) {
+    use rustorch_core::op::GateActivation;
+    for n in [2048usize, 576] {
+        let types: &[QType] = if n % 256 == 0 {
+            &[QType::Q4K, QType::Q6K, QType::Q8_0, QType::Q4_1]
+        } else {
+            &[QType::Q8_0, QType::Q4_1]
+        };
+        let x = tg.from_vec(values(n, 61), [1, n]).unwrap();
+        let a = tg.from_vec(values(n, 62), [1, n]).unwrap();
+        let w = tg.from_vec(values(n, 63), [n]).unwrap();
+        let (_, mut y) = x.add_rms_norm(&a, &w, 1e-6).unwrap();
+        for round in 0..2 {
+            let copy = tg.from_vec(y.to_vec::<f32>().unwrap(), [1, n]).unwrap();
+            for (i, &q) in types.iter().enumerate() {
+                let weight = |rows: usize, seed: u32| {
+                    let bytes = quant::quantize(q, &values(rows * n, seed)).unwrap();
+                    tg.qweight(q, rows, n, bytes).unwrap()
+                };
+                let (w1, w2, w3) = (
+                    weight(96, 70 + i as u32),
+                    weight(64, 80 + i as u32),
+                    weight(96, 90 + i as u32),
+                );
+                let bits = |t: Tensor| {
+                    t.to_vec::<f32>()
+                        .unwrap()
+                        .iter()
+                        .map(|v| v.to_bits())
+                        .collect::<Vec<_>>()
+                };
+                let what = format!("{q}, row of {n}, round {round}");
+                assert_eq!(
+                    bits(y.qmatmul(&w1).unwrap()),
+                    bits(copy.qmatmul(&w1).unwrap()),
+                    "{what}: plain"
+                );
+                let many = |t: &Tensor| -> Vec<Vec<u32>> {
+                    t.qmatmul_many(&[&w1, &w2]).unwrap().into_iter().map(bits).collect()
+                };
+                assert_eq!(many(&y), many(&copy), "{what}: grouped");
+                let gated = |t: &Tensor| bits(t.qmatmul_gated(&w1, &w3, GateActivation::SwiGlu).unwrap());
+                assert_eq!(gated(&y), gated(&copy), "{what}: gated");
+            }
+            // Write half the row in place, then check again.
+            let src = tg.from_vec(values(n / 2, 64), [1, n / 2]).unwrap();
+            y.write_slice(1, n / 4, &src).unwrap();
+        }
+    }
 }
 
 pub fn qmatmul_many_equals_one_product_per_weight(tg: &Target) {
@@ -597,6 +656,10 @@ pub const CASES: &[Check] = &[
     (
         "add_rms_norm_equals_add_then_rms_norm",
         add_rms_norm_equals_add_then_rms_norm,
+    ),
+    (
+        "products_of_a_normed_row_equal_those_of_a_copy",
+        products_of_a_normed_row_equal_those_of_a_copy,
     ),
     ("qmatmul_op_gives_the_kernel_bits", qmatmul_op_gives_the_kernel_bits),
     ("qembedding_dequantizes_the_rows", qembedding_dequantizes_the_rows),

@@ -241,6 +241,7 @@ fn write(
     at: Option<At<'_>>,
 ) -> Result<(), BackendError> {
     use crate::launch::{Strided, WriteAt};
+    crate::buffer::forget_row_acts(dst);
     let dst_dtype = dst.dtype();
     let dst = dst
         .as_any()

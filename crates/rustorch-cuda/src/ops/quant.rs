@@ -37,7 +37,7 @@
 use super::index::{first_bad, index_suffix};
 use super::matmul::{gemm_f32_acc, GemmOperand};
 use crate::backend::CudaBackend;
-use crate::buffer::CudaBuffer;
+use crate::buffer::{CudaBuffer, RowActs};
 use crate::launch::{grid, Strided};
 use cudarc::cublas::sys::{cublasOperation_t, cudaDataType};
 use cudarc::driver::LaunchConfig;
@@ -100,9 +100,10 @@ fn mmvq_layout(q: QType) -> Option<(ActLayout, usize)> {
 
 /// Values of a one-row kernel's unit of work for `q` (`QRowUnit<T>` in
 /// quant.cu): 64 for the types with a wide unit (`QWide<T>`: a quarter of
-/// a Q4_K block, two Q8_0 or Q4_0 blocks), else one 32-value piece.
+/// a Q4_K block, two Q6_K pieces that share their bytes, two Q8_0 or
+/// Q4_0 blocks), else one 32-value piece.
 fn mmvq_row_unit(q: QType) -> usize {
-    if matches!(q, QType::Q4K | QType::Q8_0 | QType::Q4_0) {
+    if matches!(q, QType::Q4K | QType::Q6K | QType::Q8_0 | QType::Q4_0) {
         64
     } else {
         32
@@ -303,11 +304,15 @@ struct Activations<'a> {
     quantized: [std::cell::OnceCell<QuantActs>; 2],
     /// The activations in f16 for the tensor-core GEMM, made once.
     half: std::cell::OnceCell<CudaBuffer>,
+    /// The input's row as the launch that wrote it quantized it (one
+    /// whole-buffer row only).
+    row_acts: Option<&'a RowActs>,
 }
 
 /// Activations quantized for the MMVQ kernels (kernels/quant.cu's
 /// layouts): the addresses of the quants, scales, sums and (for `Q32`)
-/// Q8_1's s, all in `_buf`.
+/// Q8_1's s, all in `_buf`, or in the input buffer's `RowActs` (which
+/// outlives the op) when `_buf` is `None`.
 struct QuantActs {
     q: u64,
     d: u64,
@@ -316,7 +321,60 @@ struct QuantActs {
     /// Scales and sums per activation row.
     d_per_row: usize,
     sum_per_row: usize,
-    _buf: CudaBuffer,
+    _buf: Option<CudaBuffer>,
+}
+
+/// Where the parts of `m` rows of `k` activations quantized to `layout`
+/// sit in one buffer: quants, then scales and sums (and Q8_1's s) as
+/// 4-byte values, each array starting 16-byte aligned (the quants are
+/// m * k bytes, k a multiple of 32).
+struct ActRegions {
+    d_at: usize,
+    sum_at: usize,
+    s_at: usize,
+    total: usize,
+    d_per_row: usize,
+    sum_per_row: usize,
+}
+
+impl ActRegions {
+    fn new(m: usize, k: usize, layout: ActLayout) -> ActRegions {
+        let (d_per_row, sum_per_row) = match layout {
+            ActLayout::Q32 => (k / 32, k / 32),
+            ActLayout::K => (k / 256, k / 16),
+        };
+        let pad = |v: usize| v.next_multiple_of(16);
+        let d_at = pad(m * k);
+        let sum_at = d_at + pad(4 * m * d_per_row);
+        let s_at = sum_at + pad(4 * m * sum_per_row);
+        let total = s_at + if layout == ActLayout::Q32 { 4 * m * (k / 32) } else { 0 };
+        ActRegions {
+            d_at,
+            sum_at,
+            s_at,
+            total,
+            d_per_row,
+            sum_per_row,
+        }
+    }
+
+    /// The addresses of quants, scales, sums and s from `base`.
+    fn at(&self, base: u64) -> [u64; 4] {
+        [
+            base,
+            base + self.d_at as u64,
+            base + self.sum_at as u64,
+            base + self.s_at as u64,
+        ]
+    }
+}
+
+/// Values per block of an activation layout.
+fn act_block(layout: ActLayout) -> usize {
+    match layout {
+        ActLayout::Q32 => 32,
+        ActLayout::K => 256,
+    }
 }
 
 impl<'a> Activations<'a> {
@@ -341,6 +399,19 @@ impl<'a> Activations<'a> {
         if let Some(q) = cell.get() {
             return Ok(q);
         }
+        if let Some([q, d, sum, s]) = self.row_acts.and_then(|r| r.layouts[layout as usize]) {
+            let regions = ActRegions::new(1, self.k, layout);
+            let q = QuantActs {
+                q,
+                d,
+                sum,
+                s: if layout == ActLayout::Q32 { s } else { 0 },
+                d_per_row: regions.d_per_row,
+                sum_per_row: regions.sum_per_row,
+                _buf: None,
+            };
+            return Ok(cell.get_or_init(|| q));
+        }
         let q = quantize_activations(b, self, layout)?;
         Ok(cell.get_or_init(|| q))
     }
@@ -355,15 +426,21 @@ impl<'a> Activations<'a> {
         }
         let m = lead.iter().product();
         if x.layout.is_contiguous() {
-            let base = b.own(name, x.buffer)?.ptr();
+            let buf = b.own(name, x.buffer)?;
+            // The quantized row rides on the buffer that holds exactly it.
+            let row_acts = buf
+                .row_acts
+                .as_deref()
+                .filter(|r| m == 1 && r.k == k && x.layout.offset() == 0 && buf.len == k);
             return Ok(Activations {
                 input: *x,
-                ptr: base + (x.layout.offset() * 4) as u64,
+                ptr: buf.ptr() + (x.layout.offset() * 4) as u64,
                 m,
                 k,
                 _copy: None,
                 quantized: Default::default(),
                 half: Default::default(),
+                row_acts,
             });
         }
         // Any other layout (transposed, stepped, broadcast rows): one
@@ -382,6 +459,7 @@ impl<'a> Activations<'a> {
             _copy: Some(copy),
             quantized: Default::default(),
             half: Default::default(),
+            row_acts: None,
         })
     }
 }
@@ -584,15 +662,87 @@ fn mmvq_grid(b: &CudaBackend, kernel: &str, blocks: usize) -> Result<LaunchConfi
     })
 }
 
+/// `Op::AddRmsNorm` of one row that also quantizes the normed row for the
+/// products after it (`add_rms_norm_q_F32`: the norm kernel's code, then
+/// the qact kernels' per block, in one launch of `ROW_PER` blocks, each
+/// sized as `cfg`, the norm's one block, and each quantizing one slice of
+/// the row), in every layout whose blocks the slices hold whole; the
+/// quantized row rides on `y` (`RowActs`), and the products that read `y`
+/// whole take it (`Activations::quantized`) instead of launching
+/// `qact_q8_*`. `xp`, `ap`, `wp`: the contiguous inputs' first elements.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn add_rms_norm_quantized(
+    b: &CudaBackend,
+    [xp, ap, wp]: [u64; 3],
+    s: &CudaBuffer,
+    y: &mut CudaBuffer,
+    n: usize,
+    eps: f64,
+    cfg: LaunchConfig,
+) -> Result<(), BackendError> {
+    const KERNEL: &str = "add_rms_norm_q_F32";
+    // A block's slice: `ROW_PER` values a thread, one slice per block.
+    let slice = cfg.block_dim.0 as usize;
+    let cfg = LaunchConfig {
+        grid_dim: (super::reduce::ROW_PER as u32, 1, 1),
+        ..cfg
+    };
+    let layouts = [ActLayout::Q32, ActLayout::K].map(|l| {
+        let block = act_block(l);
+        (n.is_multiple_of(block) && slice.is_multiple_of(block)).then(|| ActRegions::new(1, n, l))
+    });
+    let total: usize = layouts.iter().flatten().map(|r| r.total.next_multiple_of(16)).sum();
+    let buf = b.alloc(DType::U8, total.max(1))?;
+    let mut base = buf.ptr();
+    let mut at = [None; 2];
+    for (slot, r) in at.iter_mut().zip(&layouts) {
+        if let Some(r) = r {
+            *slot = Some(r.at(base));
+            base += r.total.next_multiple_of(16) as u64;
+        }
+    }
+    let [q32, q32d, q32sum, q32s] = at[0].unwrap_or([0; 4]);
+    let [qk, qkd, qksum, _] = at[1].unwrap_or([0; 4]);
+    let lo = Strided::from_parts(&[1], &[n], 0).expect("one dim");
+    let lw = Strided::from_parts(&[n], &[1], 0).expect("one dim");
+    let (sp, yp, n64) = (s.ptr(), y.ptr(), n as i64);
+    let f = b.function("quant", KERNEL)?;
+    let mut args = crate::launch::Launch::new(b, &f);
+    args.arg(&xp)
+        .arg(&lo)
+        .arg(&ap)
+        .arg(&wp)
+        .arg(&lw)
+        .arg(&sp)
+        .arg(&yp)
+        .arg(&n64)
+        .arg(&eps)
+        .arg(&q32)
+        .arg(&q32d)
+        .arg(&q32sum)
+        .arg(&q32s)
+        .arg(&qk)
+        .arg(&qkd)
+        .arg(&qksum);
+    // SAFETY: add_rms_norm_q_F32(x, lo, a, w, lw, s, y, n, eps, q32, d32,
+    // sum32, s32, qk, dk, bsumk): x, a and w contiguous f32 of n values (n
+    // for w), s and y hold n; each layout's arrays (null where n has no
+    // whole blocks of it) lie in `buf` as ActRegions places one row.
+    unsafe { args.launch(cfg) }.map_err(|e| b.launch_err(KERNEL, e))?;
+    y.row_acts = Some(Box::new(RowActs {
+        k: n,
+        layouts: at,
+        _buf: buf,
+    }));
+    Ok(())
+}
+
 /// `x` quantized for the MMVQ kernels (`qact_q8_32` / `qact_q8_k`, one
 /// warp per block). `k` is a whole number of the layout's blocks: it is
 /// the column count of a weight of a type with that layout.
 fn quantize_activations(b: &CudaBackend, x: &Activations, layout: ActLayout) -> Result<QuantActs, BackendError> {
     let (m, k) = (x.m, x.k);
-    let block = match layout {
-        ActLayout::Q32 => 32,
-        ActLayout::K => 256,
-    };
+    let block = act_block(layout);
     if !k.is_multiple_of(block) {
         return Err(BackendError::invalid(
             "quantize_activations",
@@ -600,21 +750,9 @@ fn quantize_activations(b: &CudaBackend, x: &Activations, layout: ActLayout) -> 
         ));
     }
     let blocks = m * k / block;
-    // Quants, then scales and sums (and Q8_1's s) as 4-byte values, each
-    // array starting 16-byte aligned (the quants are m * k bytes, k a
-    // multiple of 32).
-    let (d_per_row, sum_per_row) = match layout {
-        ActLayout::Q32 => (k / 32, k / 32),
-        ActLayout::K => (k / 256, k / 16),
-    };
-    let pad = |v: usize| v.next_multiple_of(16);
-    let d_at = pad(m * k);
-    let sum_at = d_at + pad(4 * m * d_per_row);
-    let s_at = sum_at + pad(4 * m * sum_per_row);
-    let total = s_at + if layout == ActLayout::Q32 { 4 * m * (k / 32) } else { 0 };
-    let buf = b.alloc(DType::U8, total)?;
-    let base = buf.ptr();
-    let (q, d, sum, s) = (base, base + d_at as u64, base + sum_at as u64, base + s_at as u64);
+    let regions = ActRegions::new(m, k, layout);
+    let buf = b.alloc(DType::U8, regions.total)?;
+    let [q, d, sum, s] = regions.at(buf.ptr());
     let blocks64 = blocks as i64;
     const THREADS: usize = 256;
     let cfg = LaunchConfig {
@@ -647,9 +785,9 @@ fn quantize_activations(b: &CudaBackend, x: &Activations, layout: ActLayout) -> 
         d,
         sum,
         s: if layout == ActLayout::Q32 { s } else { 0 },
-        d_per_row,
-        sum_per_row,
-        _buf: buf,
+        d_per_row: regions.d_per_row,
+        sum_per_row: regions.sum_per_row,
+        _buf: Some(buf),
     })
 }
 

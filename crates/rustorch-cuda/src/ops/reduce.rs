@@ -352,6 +352,12 @@ pub(super) fn add_rms_norm(
         Ok(p)
     };
     let (xp, ap, wp) = (at(x)?, at(a)?, at(w)?);
+    if rows == 1 && mode == "block" && b.norm_quant && n.is_multiple_of(32) {
+        // A decode step's norm: its row quantized in the same launch.
+        let mut y = y;
+        super::quant::add_rms_norm_quantized(b, [xp, ap, wp], &s, &mut y, n, eps, cfg)?;
+        return Ok(vec![s, y]);
+    }
     let lo = Strided::from_parts(&[rows], &[n], 0).expect("one dim");
     let lw = Strided::from_parts(&[n], &[1], 0).expect("one dim");
     let (sp, yp, n64, rows64) = (s.ptr(), y.ptr(), n as i64, rows as i64);
@@ -375,8 +381,8 @@ pub(super) fn add_rms_norm(
     Ok(vec![s, y])
 }
 
-/// Values a thread holds in registers (`ROW_PER` in kernels/reduce.cu).
-const ROW_PER: usize = 8;
+/// Values a thread holds in registers (`ROW_PER` in kernels/rows.cuh).
+pub(super) const ROW_PER: usize = 8;
 /// The longest row the register kernels hold (a block of 1024 threads).
 pub(super) const REGISTER_ROW_MAX: usize = 1024 * ROW_PER;
 

@@ -87,6 +87,8 @@ pub(crate) fn rope_write_kv_at(
     [cos, sin]: [TensorRef<'_>; 2],
 ) -> Result<Buffer, BackendError> {
     const OP: &str = "rope_write_kv_at";
+    crate::buffer::forget_row_acts(kc);
+    crate::buffer::forget_row_acts(vc);
     let unsupported = |why: &str| Err(BackendError::unsupported(b.device, OP, why.to_string()));
     if !b.fused_rope {
         return unsupported("RUSTORCH_CUDA_FUSED_ROPE=0");
