@@ -347,8 +347,8 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS)
 // itself, so a CUDA graph can replay the launch for every token.
 //
 // attention_at_<Q>_<KV>: block (row, s) takes the s-th of S equal shares of
-// the row's visible keys. Its warps take keys in turn (warp w: keys
-// lo + w, lo + w + AT_WARPS, ...); in a warp, lane l holds features
+// the row's visible keys. Its W warps (4 or 8) take keys in turn (warp w:
+// keys lo + w, lo + w + W, ...); in a warp, lane l holds features
 // l, l + 32, ... of the query, of the key and value rows it reads (so a
 // row is read coalesced) and of its accumulator, all in registers; the
 // score is a warp sum, and each warp keeps its own online softmax (running
@@ -365,7 +365,9 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS)
 // is -inf is NaN, as the CPU's exp(-inf - -inf).
 
 // ---- BEGIN HOST-TESTABLE ATTENTION_AT (tests/attention_at_host.rs) ------
-#define AT_THREADS 128
+// The most threads a block of attention_at_* has (the launcher picks 128
+// or 256; the kernels read the count from blockDim).
+#define AT_THREADS 256
 #define AT_WARPS (AT_THREADS / 32)
 // Largest head dim (D and Dv, multiples of 32; the launcher declines
 // others): features per lane in registers.
@@ -420,7 +422,7 @@ __device__ i64 attention_at_part_pl(const typename QT::store* q, Str4 lq, const 
         }
         return used;
     }
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = (int)(blockDim.x >> 5);
     const int nd = (int)(d >> 5), ndv = (int)(dv >> 5);
     const i64 qbase = lq.off + h * lq.s[1] + i * lq.s[2];
     const i64 kbase = lk.off + hk * lk.s[1], vbase = lv.off + hk * lv.s[1];
@@ -446,8 +448,8 @@ __device__ i64 attention_at_part_pl(const typename QT::store* q, Str4 lq, const 
     // The warp's keys two at a time: both keys' rows are loaded and both
     // scores summed before either is taken (in the same order as one at a
     // time), so the loads and shuffles of the two overlap.
-    for (i64 j = lo + warp; j < hi; j += 2 * AT_WARPS) {
-        const i64 j2 = j + AT_WARPS;
+    for (i64 j = lo + warp; j < hi; j += 2 * warps) {
+        const i64 j2 = j + warps;
         const bool two = j2 < hi;
         // The value rows are loaded with the key rows: their loads need not
         // wait for the scores.
@@ -484,7 +486,7 @@ __device__ i64 attention_at_part_pl(const typename QT::store* q, Str4 lq, const 
     __syncthreads();
     // The block's max; warps that saw no key (m = -inf) are left out.
     float bm = NEG_INF;
-    for (int w = 0; w < AT_WARPS; ++w) bm = nan_max(bm, s_m[w]);
+    for (int w = 0; w < warps; ++w) bm = nan_max(bm, s_m[w]);
     if (bm == NEG_INF) {
         if (threadIdx.x == 0) {
             pm[slot] = NEG_INF;
@@ -494,19 +496,19 @@ __device__ i64 attention_at_part_pl(const typename QT::store* q, Str4 lq, const 
     }
     float e[AT_WARPS];
 #pragma unroll
-    for (int w = 0; w < AT_WARPS; ++w) e[w] = s_m[w] == NEG_INF ? 0.0f : expf(s_m[w] - bm);
+    for (int w = 0; w < AT_WARPS; ++w) e[w] = (w >= warps || s_m[w] == NEG_INF) ? 0.0f : expf(s_m[w] - bm);
     for (i64 c = threadIdx.x; c < dv; c += blockDim.x) {
         float a = 0.0f;
 #pragma unroll
         for (int w = 0; w < AT_WARPS; ++w)
-            if (s_m[w] != NEG_INF) a += s_acc[w][c] * e[w];
+            if (w < warps && s_m[w] != NEG_INF) a += s_acc[w][c] * e[w];
         pacc[c] = a;
     }
     if (threadIdx.x == 0) {
         float bl = 0.0f;
 #pragma unroll
         for (int w = 0; w < AT_WARPS; ++w)
-            if (s_m[w] != NEG_INF) bl += s_l[w] * e[w];
+            if (w < warps && s_m[w] != NEG_INF) bl += s_l[w] * e[w];
         pm[slot] = bm;
         pl[slot] = bl;
     }

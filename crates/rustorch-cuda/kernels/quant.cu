@@ -1466,17 +1466,25 @@ __device__ __forceinline__ void q_mmvq(const u8* w, i64 row_stride, i64 n, const
 // q_mmvq takes it, so the two sums are q_mmvq's bit for bit) and writes
 // act(gate) * up as Op::SwiGlu / Op::GeGlu compute it: one launch instead
 // of two products and the activation's kernel (a decode step's).
+// Columns t.index * cols .. + cols of a gated product, one after another
+// (cols 1 or 2: with one, a decode step's 5632 columns took 1.2 waves of
+// 4-warp blocks on the H200, whose registers hold 9 such blocks an SM).
 template <class T>
 __device__ __forceinline__ void q_mmvq_gated(const u8* wg, i64 sg, const u8* wu, i64 su, i64 n, const QActs& a,
-                                             int act, const QTeam& t, float* y) {
-    const i64 j = t.index;
-    const int live = j < n;
-    float ag, au;
-    q_row_lane2<T>(wg + (live ? j * sg : 0), wu + (live ? j * su : 0), a, live, t.first, t.step, ag, au);
+                                             int act, int cols, const QTeam& t, float* y) {
     __shared__ float part[QMMVQ_WARPS][2];
-    const float g = q_team_sum(t, ag, 0, part);
-    const float u = q_team_sum(t, au, 1, part);
-    if (t.first == 0 && live) y[j] = act == 0 ? op_swiglu(g, u) : op_gelu_tanh(g) * u;
+    for (int c = 0; c < cols; ++c) {
+        const i64 j = t.index * cols + c;
+        const int live = j < n;
+        float ag, au;
+        q_row_lane2<T>(wg + (live ? j * sg : 0), wu + (live ? j * su : 0), a, live, t.first, t.step, ag, au);
+        // part is reused by the next column: every warp has read this
+        // column's gate sums before the up sums' barrier, and its up sums
+        // before the next column's first barrier.
+        const float g = q_team_sum(t, ag, 0, part);
+        const float u = q_team_sum(t, au, 1, part);
+        if (t.first == 0 && live) y[j] = act == 0 ? op_swiglu(g, u) : op_gelu_tanh(g) * u;
+    }
 }
 
 // One activation row through up to three weights of one type (the query,
@@ -1523,13 +1531,13 @@ __device__ __forceinline__ void q_mmvq_multi(const QMulti& p, int i, const QActs
     Q_MMVQ_KERNEL(NAME, T, 1) Q_MMVQ_KERNEL(NAME, T, 2) Q_MMVQ_KERNEL(NAME, T, 4) Q_MMVQ_KERNEL(NAME, T, 8) \
     extern "C" __global__ void __launch_bounds__(32 * QMMVQ_WARPS) qmmvq_gated_##NAME(       \
         const u8* wg, i64 sg, const u8* wu, i64 su, i64 n, i64 k, const int* aq, const float* ad, \
-        const int* asum, const float* as, int act, int tw, float* y) {                       \
+        const int* asum, const float* as, int act, int cols, int tw, float* y) {             \
         const QTeam t = q_team(tw);                                                          \
-        q_prefetch_rows(wg, sg, n, t.index, 1, t.first, t.step);                             \
-        q_prefetch_rows(wu, su, n, t.index, 1, t.first, t.step);                             \
+        q_prefetch_rows(wg, sg, n, t.index * cols, cols, t.first, t.step);                   \
+        q_prefetch_rows(wu, su, n, t.index * cols, cols, t.first, t.step);                   \
         rt_kernel_entry();                                                                   \
         QActs a = {aq, ad, asum, as, k};                                                     \
-        q_mmvq_gated<T>(wg, sg, wu, su, n, a, act, t, y);                                    \
+        q_mmvq_gated<T>(wg, sg, wu, su, n, a, act, cols, t, y);                              \
     }                                                                                        \
     extern "C" __global__ void __launch_bounds__(32 * QMMVQ_WARPS) qmmvq_multi_##NAME(       \
         QMulti p, int count, i64 k, const int* aq, const float* ad, const int* asum,         \

@@ -47,6 +47,14 @@ pub struct CudaBackend {
     /// products after it (ops/quant.rs `add_rms_norm_quantized`; off with
     /// `RUSTORCH_CUDA_NORM_QUANT=0`: the A/B switch).
     pub(crate) norm_quant: bool,
+    /// Columns a team of the one-row gated MMVQ kernel takes, one after
+    /// another (`RUSTORCH_CUDA_GATED_COLUMNS`, 1 or 2: fewer blocks, so
+    /// a decode step's feed-forward fits the GPU in one wave).
+    pub(crate) gated_columns: i32,
+    /// Threads of a block of `attention_at` (128 or 256; at most
+    /// `AT_THREADS`): more warps share a short row's keys
+    /// (`RUSTORCH_CUDA_AT_THREADS`).
+    pub(crate) attention_threads: u32,
     /// Per-row counters of `attention_at`'s one-launch form, zeroed once
     /// and left zeroed by every launch (ops/attention.rs); made at the
     /// first use outside a recording.
@@ -154,6 +162,16 @@ impl CudaBackend {
             overlap_launches: major >= 9 && std::env::var("RUSTORCH_CUDA_PDL").map_or(true, |v| v != "0"),
             fused_rope: std::env::var("RUSTORCH_CUDA_FUSED_ROPE").map_or(true, |v| v != "0"),
             norm_quant: std::env::var("RUSTORCH_CUDA_NORM_QUANT").map_or(true, |v| v != "0"),
+            attention_threads: if std::env::var("RUSTORCH_CUDA_AT_THREADS").is_ok_and(|v| v == "128") {
+                128
+            } else {
+                256
+            },
+            gated_columns: if std::env::var("RUSTORCH_CUDA_GATED_COLUMNS").is_ok_and(|v| v == "1") {
+                1
+            } else {
+                2
+            },
             attention_counters: std::sync::OnceLock::new(),
         })
     }

@@ -21,7 +21,7 @@ const TILE: usize = 64;
 /// `Op::AttentionAt`: threads per block (`AT_THREADS`), the largest head
 /// dim (`AT_MAX_DIM`), keys per split of the cache's capacity and the most
 /// splits (`AT_MAX_SPLITS`).
-const AT_THREADS: u32 = 128;
+const AT_THREADS: u32 = 256;
 const AT_MAX_DIM: usize = 256;
 const AT_KEYS_PER_SPLIT: usize = 64;
 const AT_MAX_SPLITS: usize = 64;
@@ -681,7 +681,7 @@ pub(super) fn attention_at(
     }
     let cfg = LaunchConfig {
         grid_dim: (rows as u32, splits as u32, 1),
-        block_dim: (AT_THREADS, 1, 1),
+        block_dim: (b.attention_threads, 1, 1),
         shared_mem_bytes: 0,
     };
     // SAFETY: attention_at_<Q>_<KV>(q, lq, k, lk, v, lv, pos, pos_off,

@@ -1012,8 +1012,8 @@ fn gated_mmvq(
     let kernel = format!("qmmvq_gated_{ty}");
     let f = b.function("quant", &kernel)?;
     let tw = mmvq_team_warps(x.k, mmvq_row_unit(qtypes[0]), 1);
-    let tw32 = tw as i32;
-    let cfg = mmvq_grid(b, &kernel, n.div_ceil(mmvq_teams(tw)))?;
+    let (tw32, cols) = (tw as i32, b.gated_columns);
+    let cfg = mmvq_grid(b, &kernel, n.div_ceil(cols as usize * mmvq_teams(tw)))?;
     let as_ = if layout == ActLayout::Q32 { qa.s } else { 0 };
     let (n64, k64, yp) = (n as i64, x.k as i64, y.ptr());
     let act32: i32 = match act {
@@ -1032,10 +1032,11 @@ fn gated_mmvq(
         .arg(&qa.sum)
         .arg(&as_)
         .arg(&act32)
+        .arg(&cols)
         .arg(&tw32)
         .arg(&yp);
     // SAFETY: qmmvq_gated_T(wg, sg, wu, su, n, k, aq, ad, asum, as, act,
-    // tw, y): gate and up hold n rows of k values at their row strides, aligned
+    // cols, tw, y): gate and up hold n rows of k values at their row strides, aligned
     // for the type's loads (Weight::new); the quantized activations hold
     // the one row of k values; y holds n f32.
     unsafe { args.launch(cfg) }.map_err(|e| b.launch_err(&kernel, e))?;
