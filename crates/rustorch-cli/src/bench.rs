@@ -247,6 +247,7 @@ impl<'a> Profile<'a> {
                 Some(k) => {
                     k.calls += line.calls;
                     k.total += line.total;
+                    k.host += line.host;
                 }
                 None => self.kept.push(line),
             }

@@ -16,7 +16,7 @@ use crate::layout::Layout;
 use crate::op::{infer_outputs, Op, TensorMeta};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// A tensor's data as the executor handles it: a buffer and a layout.
 #[derive(Clone, Debug)]
@@ -61,6 +61,13 @@ pub struct Executor {
 
 /// A scalar's exact bits, as a cache key (f64 has no `Eq`).
 type ScalarBits = (u8, u64);
+
+/// An op's start, when its time is read: the backend's timer and the host's
+/// clock.
+struct OpClock {
+    timer: Box<dyn crate::backend::OpTimer>,
+    host: Instant,
+}
 
 fn scalar_bits(s: crate::dtype::Scalar) -> ScalarBits {
     use crate::dtype::Scalar;
@@ -346,21 +353,25 @@ impl Executor {
     /// The time an op starts, when tracing or profiling will read its
     /// duration: otherwise no clock is read (two reads per op, and on some
     /// virtual machines a clock read is a system call).
-    fn op_clock(&self, backend: &dyn Backend) -> Option<Box<dyn crate::backend::OpTimer>> {
-        (self.config.trace || self.config.profile != ProfileMode::Off).then(|| backend.timer())
+    fn op_clock(&self, backend: &dyn Backend) -> Option<OpClock> {
+        (self.config.trace || self.config.profile != ProfileMode::Off).then(|| OpClock {
+            timer: backend.timer(),
+            host: Instant::now(),
+        })
     }
 
-    /// The time `clock` measured; a device fault found while reading it
-    /// is the op's error.
-    fn op_time(
-        &self,
-        op: &str,
-        device: Device,
-        clock: Option<Box<dyn crate::backend::OpTimer>>,
-    ) -> Result<std::time::Duration> {
+    /// The time `clock` measured, and the host's time from the clock's
+    /// start until now (issuing the op: moving inputs, the backend's own
+    /// work; for an asynchronous device, before its work ends); a device
+    /// fault found while reading it is the op's error.
+    fn op_time(&self, op: &str, device: Device, clock: Option<OpClock>) -> Result<(Duration, Duration)> {
         match clock {
-            None => Ok(std::time::Duration::ZERO),
-            Some(c) => c.elapsed().map_err(|e| self.backend_error(op, device, e)),
+            None => Ok((Duration::ZERO, Duration::ZERO)),
+            Some(c) => {
+                let host = c.host.elapsed();
+                let elapsed = c.timer.elapsed().map_err(|e| self.backend_error(op, device, e))?;
+                Ok((elapsed, host))
+            }
         }
     }
 
@@ -369,10 +380,10 @@ impl Executor {
         &self,
         op: impl FnOnce() -> String,
         shapes: impl IntoIterator<Item = &'a crate::shape::Shape>,
-        elapsed: std::time::Duration,
+        (elapsed, host): (Duration, Duration),
     ) {
         if self.config.profile != ProfileMode::Off {
-            self.profiler.add(self.config.profile, op(), shapes, elapsed);
+            self.profiler.add(self.config.profile, op(), shapes, elapsed, host);
         }
     }
 
@@ -635,8 +646,8 @@ impl Executor {
         backend
             .write_into(target, region, src_ref)
             .map_err(|e| self.backend_error(OP, device, e))?;
-        let elapsed = self.op_time(OP, device, start)?;
-        self.profile_op(|| OP.into(), [src.layout.shape()], elapsed);
+        let (elapsed, host) = self.op_time(OP, device, start)?;
+        self.profile_op(|| OP.into(), [src.layout.shape()], (elapsed, host));
         if self.config.trace {
             self.record(TraceEvent {
                 seq: 0,
@@ -726,8 +737,8 @@ impl Executor {
             }
             Err(e) => return Err(self.backend_error(OP, device, e)),
         }
-        let elapsed = self.op_time(OP, device, start)?;
-        self.profile_op(|| OP.into(), [src.layout.shape()], elapsed);
+        let (elapsed, host) = self.op_time(OP, device, start)?;
+        self.profile_op(|| OP.into(), [src.layout.shape()], (elapsed, host));
         if self.config.trace {
             self.record(TraceEvent {
                 seq: 0,
@@ -795,8 +806,8 @@ impl Executor {
             Err(BackendError::Unsupported { .. }) => return Ok(None),
             Err(e) => return Err(self.backend_error(OP, device, e)),
         };
-        let elapsed = self.op_time(OP, device, start)?;
-        self.profile_op(|| OP.into(), [qkv[0].layout.shape()], elapsed);
+        let (elapsed, host) = self.op_time(OP, device, start)?;
+        self.profile_op(|| OP.into(), [qkv[0].layout.shape()], (elapsed, host));
         if self.config.trace {
             self.record(TraceEvent {
                 seq: 0,
@@ -931,8 +942,8 @@ impl Executor {
                         attempts.push((device, BackendError::Device { device, message }));
                         continue;
                     }
-                    let elapsed = self.op_time(&op.name(), device, start)?;
-                    self.profile_op(|| op.name(), metas.iter().map(|m| &m.shape), elapsed);
+                    let (elapsed, host) = self.op_time(&op.name(), device, start)?;
+                    self.profile_op(|| op.name(), metas.iter().map(|m| &m.shape), (elapsed, host));
                     if self.config.trace {
                         self.record(TraceEvent {
                             seq: 0,
