@@ -18,7 +18,8 @@
 # libggml-cuda links libcuda (CUDA VMM) and no wheel carries the driver's stub. The bundle does
 # not hold it: on the device the driver's libcuda.so.1 is found, and libcudart/libcublas(Lt)
 # come from /usr/local/cuda/lib64 (bench/device_cuda_llm.sh sets LD_LIBRARY_PATH).
-# ninja from its wheel too (pip --target into the same cache).
+# ninja and (where the machine has none) cmake from their wheels too (pip --target into the same
+# cache).
 #
 # Differences from the device build, all for running on another machine's OS:
 #   - the CPU backend gets AVX2/FMA/F16C/BMI2 only, AVX512=OFF (the device script turns AVX-512
@@ -36,8 +37,8 @@
 #
 # Output: .device-llamacpp-cuda/llamacpp-cuda.tar.xz.NN (git-ignored; old pieces removed first).
 # Build tree: $RUSTORCH_CACHE/llamacpp-cuda-here/{src,build,bin,pack}, log build.log there.
-# Everything runs under nice 19 with $JOBS jobs (default 2): 54 minutes of compiling on 2 cores
-# shared with another build; the bundle: 3 pieces, 40.6 MiB (libggml-cuda.so 61 MB, sm_90 + PTX).
+# Everything runs under nice 19 with $JOBS jobs (default 2): 31 minutes of compiling on 2 cores
+# with cargo builds beside it (session 33), 54 once; the bundle: 3 pieces, 40.6 MiB (libggml-cuda.so 61 MB, sm_90 + PTX).
 # Checked here (no GPU): with the stub the programs start, CUDA reports "driver is a stub
 # library" and no devices, and llama-perplexity/-quantize/-completion run on the CPU backend.
 # Environment: JOBS (2), CUDA_ARCH (90; 90-real: no PTX), RUSTORCH_CACHE (~/.cache/rustorch).
@@ -49,6 +50,7 @@ wheels="$cache/cuda13-wheels"
 WHEELS=(nvidia-cuda-nvcc==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-nvvm==13.0.88
     nvidia-cuda-runtime==13.0.96 nvidia-cublas==13.0.2.14 nvidia-cuda-cccl==13.0.85)
 NINJA_WHEEL=ninja==1.13.2
+CMAKE_WHEEL=cmake==4.4.5
 export CUDA_HOME="$wheels/root/nvidia/cu13"
 renice -n 19 -p $$ > /dev/null # every command below inherits it
 
@@ -98,7 +100,11 @@ toolkit() {
     if [ ! -x "$wheels/ninja/bin/ninja" ]; then
         python3 -m pip install --quiet --target "$wheels/ninja" "$NINJA_WHEEL" || return 1
     fi
-    export PATH="$wheels/ninja/bin:$PATH"
+    # cmake too, where the machine has none (a fresh one has not).
+    if ! command -v cmake > /dev/null 2>&1 && [ ! -x "$wheels/cmake/bin/cmake" ]; then
+        python3 -m pip install --quiet --target "$wheels/cmake" "$CMAKE_WHEEL" || return 1
+    fi
+    export PATH="$wheels/ninja/bin:$wheels/cmake/bin:$PATH"
 }
 
 # glibc <= 2.34 and no GLIBCXX for every file of the bundle: prints the highest of each.
