@@ -44,7 +44,7 @@ pub struct CudaBackend {
     /// switch for the benchmarks).
     pub(crate) fused_rope: bool,
     /// Whether a one-row add + norm also quantizes its row for the
-    /// products after it (ops/quant.rs `add_rms_norm_quantized`; off with
+    /// products after it (ops/reduce.rs `add_rms_norm`, `add_rms_norm_q_F32`; off with
     /// `RUSTORCH_CUDA_NORM_QUANT=0`: the A/B switch).
     pub(crate) norm_quant: bool,
     /// Columns a team of the one-row gated MMVQ kernel takes, one after
@@ -100,6 +100,12 @@ impl Pool {
             let _ = cudarc::driver::sys::cuMemPoolTrimTo(self.0, 0);
         }
     }
+}
+
+/// Whether environment variable `name` is set to `value` (the A/B
+/// switches of the backend's launch choices).
+fn env_is(name: &str, value: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| v == value)
 }
 
 // SAFETY: cuBLAS handles are used from any thread with the context bound
@@ -159,15 +165,15 @@ impl CudaBackend {
             pool,
             staging: Default::default(),
             transfer_forced,
-            overlap_launches: major >= 9 && std::env::var("RUSTORCH_CUDA_PDL").map_or(true, |v| v != "0"),
-            fused_rope: std::env::var("RUSTORCH_CUDA_FUSED_ROPE").map_or(true, |v| v != "0"),
-            norm_quant: std::env::var("RUSTORCH_CUDA_NORM_QUANT").map_or(true, |v| v != "0"),
-            attention_threads: if std::env::var("RUSTORCH_CUDA_AT_THREADS").is_ok_and(|v| v == "128") {
+            overlap_launches: major >= 9 && !env_is("RUSTORCH_CUDA_PDL", "0"),
+            fused_rope: !env_is("RUSTORCH_CUDA_FUSED_ROPE", "0"),
+            norm_quant: !env_is("RUSTORCH_CUDA_NORM_QUANT", "0"),
+            attention_threads: if env_is("RUSTORCH_CUDA_AT_THREADS", "128") {
                 128
             } else {
                 256
             },
-            gated_columns: if std::env::var("RUSTORCH_CUDA_GATED_COLUMNS").is_ok_and(|v| v == "1") {
+            gated_columns: if env_is("RUSTORCH_CUDA_GATED_COLUMNS", "1") {
                 1
             } else {
                 2

@@ -358,6 +358,21 @@ impl ActRegions {
         }
     }
 
+    /// The `QuantActs` at `[q, d, sum, s]` (s only for `Q32`; the K
+    /// kernels never read it), held by `buf` or, when `None`, by a
+    /// `RowActs` that outlives the op.
+    fn acts(&self, layout: ActLayout, [q, d, sum, s]: [u64; 4], buf: Option<CudaBuffer>) -> QuantActs {
+        QuantActs {
+            q,
+            d,
+            sum,
+            s: if layout == ActLayout::Q32 { s } else { 0 },
+            d_per_row: self.d_per_row,
+            sum_per_row: self.sum_per_row,
+            _buf: buf,
+        }
+    }
+
     /// The addresses of quants, scales, sums and s from `base`.
     fn at(&self, base: u64) -> [u64; 4] {
         [
@@ -399,17 +414,8 @@ impl<'a> Activations<'a> {
         if let Some(q) = cell.get() {
             return Ok(q);
         }
-        if let Some([q, d, sum, s]) = self.row_acts.and_then(|r| r.layouts[layout as usize]) {
-            let regions = ActRegions::new(1, self.k, layout);
-            let q = QuantActs {
-                q,
-                d,
-                sum,
-                s: if layout == ActLayout::Q32 { s } else { 0 },
-                d_per_row: regions.d_per_row,
-                sum_per_row: regions.sum_per_row,
-                _buf: None,
-            };
+        if let Some(addrs) = self.row_acts.and_then(|r| r.layouts[layout as usize]) {
+            let q = ActRegions::new(1, self.k, layout).acts(layout, addrs, None);
             return Ok(cell.get_or_init(|| q));
         }
         let q = quantize_activations(b, self, layout)?;
@@ -662,31 +668,16 @@ fn mmvq_grid(b: &CudaBackend, kernel: &str, blocks: usize) -> Result<LaunchConfi
     })
 }
 
-/// `Op::AddRmsNorm` of one row that also quantizes the normed row for the
-/// products after it (`add_rms_norm_q_F32`: the norm kernel's code, then
-/// the qact kernels' per block, in one launch of `ROW_PER` blocks, each
-/// sized as `cfg`, the norm's one block, and each quantizing one slice of
-/// the row), in every layout whose blocks the slices hold whole; the
-/// quantized row rides on `y` (`RowActs`), and the products that read `y`
-/// whole take it (`Activations::quantized`) instead of launching
-/// `qact_q8_*`. `xp`, `ap`, `wp`: the contiguous inputs' first elements.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn add_rms_norm_quantized(
-    b: &CudaBackend,
-    [xp, ap, wp]: [u64; 3],
-    s: &CudaBuffer,
-    y: &mut CudaBuffer,
-    n: usize,
-    eps: f64,
-    cfg: LaunchConfig,
-) -> Result<(), BackendError> {
-    const KERNEL: &str = "add_rms_norm_q_F32";
-    // A block's slice: `ROW_PER` values a thread, one slice per block.
-    let slice = cfg.block_dim.0 as usize;
-    let cfg = LaunchConfig {
-        grid_dim: (super::reduce::ROW_PER as u32, 1, 1),
-        ..cfg
-    };
+/// Where a one-row add + norm quantizes its output row for the products
+/// after it (`add_rms_norm_q_F32`, launched by `reduce::add_rms_norm`):
+/// every layout whose blocks divide the row and the kernel's slices of
+/// `slice` values (one a block), in one allocation. Returns the `RowActs`
+/// to set on the output once the kernel is queued (the products that read
+/// that buffer whole then take it, `Activations::quantized`, instead of
+/// launching `qact_q8_*`) and the kernel's seven array arguments: Q8_1's
+/// quants, scales, sums and s, then Q8_K's quants, scales and sums (zero
+/// where the layout is absent).
+pub(super) fn norm_row_acts(b: &CudaBackend, n: usize, slice: usize) -> Result<(RowActs, [u64; 7]), BackendError> {
     let layouts = [ActLayout::Q32, ActLayout::K].map(|l| {
         let block = act_block(l);
         (n.is_multiple_of(block) && slice.is_multiple_of(block)).then(|| ActRegions::new(1, n, l))
@@ -701,40 +692,14 @@ pub(super) fn add_rms_norm_quantized(
             base += r.total.next_multiple_of(16) as u64;
         }
     }
-    let [q32, q32d, q32sum, q32s] = at[0].unwrap_or([0; 4]);
-    let [qk, qkd, qksum, _] = at[1].unwrap_or([0; 4]);
-    let lo = Strided::from_parts(&[1], &[n], 0).expect("one dim");
-    let lw = Strided::from_parts(&[n], &[1], 0).expect("one dim");
-    let (sp, yp, n64) = (s.ptr(), y.ptr(), n as i64);
-    let f = b.function("quant", KERNEL)?;
-    let mut args = crate::launch::Launch::new(b, &f);
-    args.arg(&xp)
-        .arg(&lo)
-        .arg(&ap)
-        .arg(&wp)
-        .arg(&lw)
-        .arg(&sp)
-        .arg(&yp)
-        .arg(&n64)
-        .arg(&eps)
-        .arg(&q32)
-        .arg(&q32d)
-        .arg(&q32sum)
-        .arg(&q32s)
-        .arg(&qk)
-        .arg(&qkd)
-        .arg(&qksum);
-    // SAFETY: add_rms_norm_q_F32(x, lo, a, w, lw, s, y, n, eps, q32, d32,
-    // sum32, s32, qk, dk, bsumk): x, a and w contiguous f32 of n values (n
-    // for w), s and y hold n; each layout's arrays (null where n has no
-    // whole blocks of it) lie in `buf` as ActRegions places one row.
-    unsafe { args.launch(cfg) }.map_err(|e| b.launch_err(KERNEL, e))?;
-    y.row_acts = Some(Box::new(RowActs {
+    let [q32, d32, sum32, s32] = at[0].unwrap_or([0; 4]);
+    let [qk, dk, bsumk, _] = at[1].unwrap_or([0; 4]);
+    let acts = RowActs {
         k: n,
         layouts: at,
         _buf: buf,
-    }));
-    Ok(())
+    };
+    Ok((acts, [q32, d32, sum32, s32, qk, dk, bsumk]))
 }
 
 /// `x` quantized for the MMVQ kernels (`qact_q8_32` / `qact_q8_k`, one
@@ -780,15 +745,7 @@ fn quantize_activations(b: &CudaBackend, x: &Activations, layout: ActLayout) -> 
     // m * k bytes, d, sum and s their arrays of 4-byte values per block
     // (sum per 16 values for Q8_K), all inside `buf`.
     unsafe { args.launch(cfg) }.map_err(|e| b.launch_err(kernel, e))?;
-    Ok(QuantActs {
-        q,
-        d,
-        sum,
-        s: if layout == ActLayout::Q32 { s } else { 0 },
-        d_per_row: regions.d_per_row,
-        sum_per_row: regions.sum_per_row,
-        _buf: Some(buf),
-    })
+    Ok(regions.acts(layout, [q, d, sum, s], Some(buf)))
 }
 
 /// The MMVQ path: the activations quantized once (shared with the other

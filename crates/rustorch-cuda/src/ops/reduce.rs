@@ -352,17 +352,28 @@ pub(super) fn add_rms_norm(
         Ok(p)
     };
     let (xp, ap, wp) = (at(x)?, at(a)?, at(w)?);
-    if rows == 1 && mode == "block" && b.norm_quant && n.is_multiple_of(32) {
-        // A decode step's norm: its row quantized in the same launch.
-        let mut y = y;
-        super::quant::add_rms_norm_quantized(b, [xp, ap, wp], &s, &mut y, n, eps, cfg)?;
-        return Ok(vec![s, y]);
-    }
+    // A decode step's norm also quantizes its row for the products after
+    // it, in the same launch (one block a slice of `threads` values).
+    let quantized = if rows == 1 && mode == "block" && b.norm_quant && n.is_multiple_of(32) {
+        Some(super::quant::norm_row_acts(b, n, cfg.block_dim.0 as usize)?)
+    } else {
+        None
+    };
+    let (module, kernel, cfg) = match quantized {
+        Some(_) => (
+            "quant",
+            "add_rms_norm_q_F32".to_string(),
+            LaunchConfig {
+                grid_dim: (ROW_PER as u32, 1, 1),
+                ..cfg
+            },
+        ),
+        None => ("reduce", format!("add_rms_norm_{mode}_F32"), cfg),
+    };
     let lo = Strided::from_parts(&[rows], &[n], 0).expect("one dim");
     let lw = Strided::from_parts(&[n], &[1], 0).expect("one dim");
     let (sp, yp, n64, rows64) = (s.ptr(), y.ptr(), n as i64, rows as i64);
-    let kernel = format!("add_rms_norm_{mode}_F32");
-    let f = b.function("reduce", &kernel)?;
+    let f = b.function(module, &kernel)?;
     let mut args = crate::launch::Launch::new(b, &f);
     args.arg(&xp)
         .arg(&lo)
@@ -372,12 +383,26 @@ pub(super) fn add_rms_norm(
         .arg(&sp)
         .arg(&yp)
         .arg(&n64)
-        .arg(&eps)
-        .arg(&rows64);
+        .arg(&eps);
+    match &quantized {
+        Some((_, arrays)) => arrays.iter().for_each(|p| {
+            args.arg(p);
+        }),
+        None => {
+            args.arg(&rows64);
+        }
+    }
     // SAFETY: add_rms_norm_{warp,block}_F32(x, lo, a, w, lw, s, y, n, eps,
     // rows): x, a and w contiguous f32 from their offsets (checked above),
     // rows * n values each (n for w); s and y hold rows * n.
+    // add_rms_norm_q_F32(x, lo, a, w, lw, s, y, n, eps, q32, d32, sum32,
+    // s32, qk, dk, bsumk): the same for one row, and each layout's arrays
+    // (null where absent) in the allocation norm_row_acts made for them.
     unsafe { args.launch(cfg) }.map_err(|e| b.launch_err(&kernel, e))?;
+    let mut y = y;
+    if let Some((acts, _)) = quantized {
+        y.row_acts = Some(Box::new(acts));
+    }
     Ok(vec![s, y])
 }
 
