@@ -5,9 +5,13 @@
 #
 #   bash bench/device_cuda_profile.sh times [TYPE...]     ncu gpu__time_duration of every kernel of
 #                                                          one recorded decode step, summed by kernel
-#                                                          (default Q4_K_M; F16 is the f16 file)
+#                                                          (default Q4_K_M; F16 is the f16 file;
+#                                                          SMOL-TYPE, in every command: SmolLM2-shaped)
 #   bash bench/device_cuda_profile.sh kernel NAME [TYPE]  ncu's full set for one launch of kernel
-#                                                          NAME (a regex) in decode steps
+#                                                          NAME (a regex) in decode steps (in a
+#                                                          512-token prompt pass with NCU_PROMPT=1)
+#   bash bench/device_cuda_profile.sh prompt [TYPE...]    ncu gpu__time_duration of the kernels of
+#                                                          a 512-token prompt pass, summed by kernel
 #   bash bench/device_cuda_profile.sh ops [TYPE...]       RUSTORCH_PROFILE=1 of a 512-token prompt
 #                                                          pass: time per op, and outside ops
 #   bash bench/device_cuda_profile.sh ab VAR=V... [-- TYPE...]
@@ -29,9 +33,16 @@ for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
 done
 [ -x "$CLI" ] || { echo "device_cuda_profile: no $CLI (run bash bench/device_cuda_llm.sh quick first)" >&2; exit 2; }
 
-model() { # TYPE -> file
+model() { # TYPE (TinyLlama-shaped, from quick) or SMOL-TYPE (SmolLM2-shaped, made here) -> file
     local f="$W/models/quick-tinyllama-$1.gguf"
     [ "$1" = F16 ] && f="$W/models/quick-tinyllama-f16.gguf"
+    if [[ "$1" == SMOL-* ]]; then
+        local ty=${1#SMOL-} src="$W/models/quick-smollm2-f16.gguf"
+        f="$W/models/quick-smollm2-$ty.gguf"
+        [ "$ty" = F16 ] && f="$src"
+        [ -f "$src" ] || PYTHONPATH="$W/py/gguf-py" python3 "$W/py/rustorch/mkmodel.py" smollm2 "$src" > /dev/null || return 1
+        [ -f "$f" ] || "$CLI" quantize "$src" "$f" "$ty" > "$W/logs/quick-quantize-smol-$ty.log" 2>&1 || return 1
+    fi
     [ -f "$f" ] || { echo "device_cuda_profile: no $f (QUICK_TYPES of quick)" >&2; return 1; }
     echo "$f"
 }
@@ -81,9 +92,11 @@ kernel)
     name=${2:?kernel name (a regex)}
     f=$(model "${3:-Q4_K_M}") || exit 2
     csv="$OUTDIR/ncu-kernel.csv"
+    run=("$CLI" -m "$f" -b cuda -p "Once upon a time" -n 12 --temp 0)
+    [ "${NCU_PROMPT:-0}" = 1 ] && run=("$CLI" bench -m "$f" -b cuda -p 512 -n 0 -r 1)
     timeout 300 ncu --clock-control none --cache-control none --set full -k "regex:$name" \
         --launch-skip "${NCU_SKIP:-60}" --launch-count 1 --csv --page details \
-        "$CLI" -m "$f" -b cuda -p "Once upon a time" -n 12 --temp 0 > "$csv" 2> "$OUTDIR/ncu-kernel.err"
+        "${run[@]}" > "$csv" 2> "$OUTDIR/ncu-kernel.err"
     python3 - "$csv" <<'PY'
 import csv, sys
 rows = list(csv.reader(open(sys.argv[1])))
@@ -93,6 +106,34 @@ for r in rows[head + 1:]:
     if r[h["Metric Name"]]:
         print(f"{r[h['Section Name']][:24]:<26}{r[h['Metric Name']]:<50}{r[h['Metric Value']]} {r[h['Metric Unit']]}")
 PY
+    ;;
+prompt)
+    shift
+    for ty in "${@:-Q4_K_M}"; do
+        f=$(model "$ty") || exit 2
+        csv="$OUTDIR/ncu-prompt-$ty.csv"
+        # bench runs the pass twice (a warm-up, then the timed one): the second half of the launches.
+        timeout 300 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
+            --print-units base "$CLI" bench -m "$f" -b cuda -p 512 -n 0 -r 1 > "$csv" 2> "$OUTDIR/ncu-prompt-$ty.err"
+        echo "== $ty"
+        python3 - "$csv" <<'PY'
+import collections, csv, sys
+rows = list(csv.reader(open(sys.argv[1])))
+head = next(i for i, r in enumerate(rows) if r and r[0] == "ID")
+h = {k: j for j, k in enumerate(rows[head])}
+seq = [(r[h["Kernel Name"]], float(r[h["Metric Value"]].replace(",", "")))
+       for r in rows[head + 1:] if r[h["Metric Name"]] == "gpu__time_duration.sum"]
+seq = seq[len(seq) // 2:]
+agg = collections.defaultdict(lambda: [0, 0.0])
+for n, t in seq:
+    agg[n[:48]][0] += 1
+    agg[n[:48]][1] += t
+print(f"one prompt pass: {len(seq)} kernels, {sum(t for _, t in seq) / 1000:.1f} us")
+print(f"{'kernel':<50}{'calls':>6}{'us':>9}{'us each':>9}")
+for n, (c, t) in sorted(agg.items(), key=lambda kv: -kv[1][1])[:int(__import__('os').environ.get('TOP', '16'))]:
+    print(f"{n:<50}{c:>6}{t / 1000:>9.1f}{t / c / 1000:>9.2f}")
+PY
+    done
     ;;
 ops)
     shift

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fills .device-cuda/ (git-ignored) with what bench/device_cuda.sh runs on the device host (no
 # Rust there): the rustorch-cuda test binaries (kernel compile check, conformance suite) and
-# its cuda_bench and cuda_transfers examples, built
+# its cuda_bench, cuda_transfers and host_costs examples, built
 # here without a GPU, stripped and xz-compressed (about 3 MiB), and the path they were built at
 # (their fixtures are read from there). Then: carry [".device-cuda"], run bench/device_cuda.sh.
 set -euo pipefail
@@ -22,7 +22,7 @@ for line in sys.stdin:
     strip -o "$out/$name" "$exe"
     xz -T2 -6 -f "$out/$name"
 done
-for ex in cuda_bench cuda_transfers; do
+for ex in cuda_bench cuda_transfers host_costs; do
     cargo build --release -p rustorch-cuda --example "$ex" 2>/dev/null
     strip -o "$out/$ex" "$root/target/release/examples/$ex"
     xz -T2 -6 -f "$out/$ex"

@@ -390,8 +390,8 @@ template <typename QT, typename KT, int PL>
 __device__ i64 attention_at_part_pl(const typename QT::store* q, Str4 lq, const typename KT::store* k,
                                     Str4 lk, const typename KT::store* v, Str4 lv, const void* pos,
                                     i64 pos_off, int pos64, float* part, i64 t, i64 n, i64 d, i64 dv,
-                                    i64 group, i64 window, float scale, int* bad, float* s_m, float* s_l,
-                                    float (*s_acc)[AT_MAX_DIM]) {
+                                    i64 group, i64 window, float scale, int* bad, float* y1, float* s_m,
+                                    float* s_l, float (*s_acc)[AT_MAX_DIM]) {
     typedef typename KT::store KS;
     const i64 row = blockIdx.x, rows = gridDim.x;
     const i64 splits = gridDim.y, slot = row * splits + blockIdx.y;
@@ -487,8 +487,14 @@ __device__ i64 attention_at_part_pl(const typename QT::store* q, Str4 lq, const 
     // The block's max; warps that saw no key (m = -inf) are left out.
     float bm = NEG_INF;
     for (int w = 0; w < warps; ++w) bm = nan_max(bm, s_m[w]);
+    // A row whose keys this one block holds (a short row) is written here,
+    // with at_combine_row's bits for one partial (weight exp(0) = 1,
+    // y = acc * (1 / l), NaN where l = 0), and nothing is merged.
+    const bool alone = y1 != nullptr && used == 1;
     if (bm == NEG_INF) {
-        if (threadIdx.x == 0) {
+        if (alone) {
+            for (i64 c = threadIdx.x; c < dv; c += blockDim.x) y1[row * dv + c] = __int_as_float(0x7fc00000);
+        } else if (threadIdx.x == 0) {
             pm[slot] = NEG_INF;
             pl[slot] = 0.0f;
         }
@@ -497,18 +503,23 @@ __device__ i64 attention_at_part_pl(const typename QT::store* q, Str4 lq, const 
     float e[AT_WARPS];
 #pragma unroll
     for (int w = 0; w < AT_WARPS; ++w) e[w] = (w >= warps || s_m[w] == NEG_INF) ? 0.0f : expf(s_m[w] - bm);
+    float bl = 0.0f;
+#pragma unroll
+    for (int w = 0; w < AT_WARPS; ++w)
+        if (w < warps && s_m[w] != NEG_INF) bl += s_l[w] * e[w];
+    const float inv = bl == 0.0f ? __int_as_float(0x7fc00000) : 1.0f / bl;
     for (i64 c = threadIdx.x; c < dv; c += blockDim.x) {
         float a = 0.0f;
 #pragma unroll
         for (int w = 0; w < AT_WARPS; ++w)
             if (w < warps && s_m[w] != NEG_INF) a += s_acc[w][c] * e[w];
-        pacc[c] = a;
+        if (alone) {
+            y1[row * dv + c] = a * inv;
+        } else {
+            pacc[c] = a;
+        }
     }
-    if (threadIdx.x == 0) {
-        float bl = 0.0f;
-#pragma unroll
-        for (int w = 0; w < AT_WARPS; ++w)
-            if (w < warps && s_m[w] != NEG_INF) bl += s_l[w] * e[w];
+    if (!alone && threadIdx.x == 0) {
         pm[slot] = bm;
         pl[slot] = bl;
     }
@@ -519,19 +530,19 @@ template <typename QT, typename KT>
 __device__ i64 attention_at_part(const typename QT::store* q, Str4 lq, const typename KT::store* k,
                                  Str4 lk, const typename KT::store* v, Str4 lv, const void* pos,
                                  i64 pos_off, int pos64, float* part, i64 t, i64 n, i64 d, i64 dv,
-                                 i64 group, i64 window, float scale, int* bad) {
+                                 i64 group, i64 window, float scale, int* bad, float* y1) {
     __shared__ float s_m[AT_WARPS];
     __shared__ float s_l[AT_WARPS];
     __shared__ float s_acc[AT_WARPS][AT_MAX_DIM];
     const i64 widest = d > dv ? d : dv;
     if (widest <= 64)
         return attention_at_part_pl<QT, KT, 2>(q, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, dv, group,
-                                               window, scale, bad, s_m, s_l, s_acc);
+                                               window, scale, bad, y1, s_m, s_l, s_acc);
     if (widest <= 128)
         return attention_at_part_pl<QT, KT, 4>(q, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, dv, group,
-                                               window, scale, bad, s_m, s_l, s_acc);
+                                               window, scale, bad, y1, s_m, s_l, s_acc);
     return attention_at_part_pl<QT, KT, AT_PER_LANE>(q, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, dv,
-                                                     group, window, scale, bad, s_m, s_l, s_acc);
+                                                     group, window, scale, bad, y1, s_m, s_l, s_acc);
 }
 
 #define ATTENTION_AT(QTY, KTY)                                                                  \
@@ -540,7 +551,7 @@ __device__ i64 attention_at_part(const typename QT::store* q, Str4 lq, const typ
         const KTY##T::store* v, Str4 lv, const void* pos, i64 pos_off, int pos64, float* part, \
         i64 t, i64 n, i64 d, i64 dv, i64 group, i64 window, float scale, int* bad) { rt_kernel_entry();            \
         attention_at_part<QTY##T, KTY##T>(q, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, \
-                                          d, dv, group, window, scale, bad);                   \
+                                          d, dv, group, window, scale, bad, nullptr);          \
     }
 ATTENTION_AT(F32, F32) ATTENTION_AT(F32, F16) ATTENTION_AT(F32, BF16)
 ATTENTION_AT(F16, F32) ATTENTION_AT(F16, F16) ATTENTION_AT(F16, BF16)
@@ -612,7 +623,8 @@ extern "C" __global__ void __launch_bounds__(AT_THREADS)
 // launch) merges the row's partials with attention_at_combine's code.
 // Only the `used` blocks with keys count (a short row in a large cache
 // leaves most of its blocks without: they neither wait on the counter's
-// atomics nor get merged).
+// atomics nor get merged). A row whose keys fit one block (a decode step's
+// early positions) is written by that block directly, with no partial.
 __device__ void at_join_row(const float* part, float* y, unsigned int* counters, i64 dv, i64 used) {
     if ((i64)blockIdx.y >= used) return;
     __shared__ int last;
@@ -635,8 +647,8 @@ __device__ void at_join_row(const float* part, float* y, unsigned int* counters,
         rt_kernel_entry();                                                                      \
         const i64 used = attention_at_part<QTY##T, KTY##T>(q, lq, k, lk, v, lv, pos, pos_off,   \
                                                            pos64, part, t, n, d, dv, group,     \
-                                                           window, scale, bad);                 \
-        at_join_row(part, y, counters, dv, used);                                               \
+                                                           window, scale, bad, y);              \
+        if (used > 1) at_join_row(part, y, counters, dv, used);                                 \
     }
 ATTENTION_AT_JOINED(F32, F32) ATTENTION_AT_JOINED(F32, F16) ATTENTION_AT_JOINED(F32, BF16)
 ATTENTION_AT_JOINED(F16, F32) ATTENTION_AT_JOINED(F16, F16) ATTENTION_AT_JOINED(F16, BF16)
@@ -693,3 +705,266 @@ extern "C" __global__ void __launch_bounds__(256)
         pr[j] = f32_to_f16(expf(x - mx) * inv);
     }
 }
+
+// ---- Prompt attention on the tensor cores ----------------------------------
+// Op::FlashAttention for a prompt's batch in one launch, FlashAttention-2's
+// scheme: a block of 4 warps per FA_ROWS query rows of one head (16 rows a
+// warp); tiles of KEYS keys and their values copied to shared memory by
+// cp.async, the next tile's copy (and its mask values, into registers) in
+// flight while the current one is used; S = Q K^T on the tensor cores
+// (mma.sync m16n8k16, f16 operands, f32 accumulation) in registers; the
+// scale and the mask applied in f32 as att_softmax_rows does; an online
+// softmax per row (running max m and sum l, the accumulator rescaled by
+// exp(m_old - m_new) when the max grows); P rounded to f16 (as llama.cpp's
+// CUDA kernels round it) and O += P V on the tensor cores; O / l at the end.
+// Q is rounded to f16 as it is loaded, as the cuBLAS path's cast does. A
+// warp whose 16 rows see no key of a tile (a causal prompt's tiles past the
+// diagonal) skips it. A row that sees no key at all is zeros, as
+// att_softmax_rows makes it.
+//
+// Fragments (PTX ISA, mma.m16n8k16 .f16): with g = lane / 4 and
+// c = 2 * (lane % 4), A (16 x 16, row-major) is {rows g, g+8} x {cols c,
+// c+1, c+8, c+9} in registers (g, c), (g+8, c), (g, c+8), (g+8, c+8); B
+// (16 x 8, column-major) is rows {c, c+1} and {c+8, c+9} of column g; C
+// (16 x 8, f32) is rows g and g+8 of columns c, c+1. So B = K^T is a key
+// row's pairs of halves, read from shared memory as they lie; B = V comes
+// from ldmatrix .trans (V stays row-major); and S's C fragments of two
+// adjacent 8-key tiles are, rounded to f16, P's A fragment for 16 keys.
+// Shared rows are padded by 8 halves: the 8 rows of one read then start 4
+// banks apart.
+#define FA_ROWS 64
+#define FA_PAD 8
+
+__device__ __forceinline__ u32 fa_pack(float lo, float hi) {
+    u32 r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+__device__ __forceinline__ u32 fa_smem(const void* p) {
+    u32 a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+// The instructions below exist from compute capability 8.0 on; the launcher
+// takes this kernel there only (kernels_compile builds it for 8.0 and 9.0).
+__device__ __forceinline__ void fa_mma(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    __trap();
+#endif
+}
+// 16 bytes from global to shared memory, or zeros where !valid.
+__device__ __forceinline__ void fa_copy16(void* dst, const void* src, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(fa_smem(dst)), "l"(src), "r"(valid ? 16 : 0)
+                 : "memory");
+#else
+    __trap();
+#endif
+}
+__device__ __forceinline__ void fa_copy_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void fa_copy_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+#endif
+}
+// B fragments of two adjacent 8-column tiles of a row-major 16 x 16 block
+// (rows 0..15 from `block`, `ks` halves apart): {b0, b1} of the first tile
+// and of the second.
+__device__ __forceinline__ void fa_ldmatrix_t(u32 (&r)[4], const u16* block, int ks, int lane) {
+    const int mi = lane >> 3, rr = lane & 7;
+    const u16* p = block + ((mi & 1) * 8 + rr) * ks + (mi >> 1) * 8;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(fa_smem(p)));
+#else
+    __trap();
+#endif
+}
+
+// q f32 [Hq, T, D] (any strides), k and v f16 [Hkv, L, D] (rows contiguous,
+// each row 16-byte aligned: the launcher checks), mask f32 [T, L], y f32
+// [Hq, T, D] contiguous. Grid (ceil(T / FA_ROWS), Hq), FA_ROWS * 2 threads.
+template <int D, int KEYS>
+__device__ __forceinline__ void flash_mma(const float* q, Str4 lq, const u16* k, Str4 lk, const u16* v, Str4 lv,
+                                          const float* mask, Str4 lm, float* y, i64 t, i64 l, i64 group,
+                                          float scale) {
+    constexpr int KS = D + FA_PAD;  // a staged key or value row, in halves
+    __shared__ __align__(16) u16 ks[2][KEYS * KS];
+    __shared__ __align__(16) u16 vs[2][KEYS * KS];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, c = (lane & 3) * 2;
+    const i64 h = blockIdx.y, kvh = h / group;
+    const i64 ra = (i64)blockIdx.x * FA_ROWS + warp * 16 + g, rb = ra + 8;
+    const u16* kh = k + lk.off + kvh * lk.s[1];
+    const u16* vh = v + lv.off + kvh * lv.s[1];
+
+    // Tile j0's keys and values into buffer `buf` (zeros past L).
+    auto copy_tile = [&](int buf, i64 j0) {
+        for (int i = threadIdx.x; i < KEYS * D / 8; i += blockDim.x) {
+            const int r = i / (D / 8), c8 = (i % (D / 8)) * 8;
+            const bool in = j0 + r < l;
+            const i64 j = in ? j0 + r : 0;
+            fa_copy16(&ks[buf][r * KS + c8], kh + j * lk.s[2] + c8, in);
+            fa_copy16(&vs[buf][r * KS + c8], vh + j * lv.s[2] + c8, in);
+        }
+        fa_copy_commit();
+    };
+    // This thread's mask values of tile j0 (-inf past T or L).
+    auto load_mask = [&](float (&mk)[KEYS / 8][4], i64 j0) {
+#pragma unroll
+        for (int n = 0; n < KEYS / 8; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const i64 row = (e & 2) ? rb : ra, key = j0 + n * 8 + c + (e & 1);
+                mk[n][e] = (row < t && key < l) ? mask[lm.off + row * lm.s[2] + key * lm.s[3]] : NEG_INF;
+            }
+    };
+    copy_tile(0, 0);
+    float mk[KEYS / 8][4];
+    load_mask(mk, 0);
+
+    u32 qa[D / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const i64 row = (i & 1) ? rb : ra;
+            const int col = kk * 16 + c + ((i & 2) ? 8 : 0);
+            float x0 = 0.0f, x1 = 0.0f;
+            if (row < t) {
+                const float* qp = q + lq.off + h * lq.s[1] + row * lq.s[2] + col * lq.s[3];
+                x0 = qp[0];
+                x1 = qp[lq.s[3]];
+            }
+            qa[kk][i] = fa_pack(x0, x1);
+        }
+    }
+    float o[D / 8][4];
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    float m[2] = {NEG_INF, NEG_INF}, lsum[2] = {0.0f, 0.0f};
+
+    int buf = 0;
+    for (i64 j0 = 0; j0 < l; j0 += KEYS, buf ^= 1) {
+        // This tile's copy has landed for every thread, and every warp is
+        // done with the other buffer (the tile before), which the next
+        // tile's copy then fills.
+        fa_copy_wait();
+        __syncthreads();
+        const bool more = j0 + KEYS < l;
+        if (more) copy_tile(buf ^ 1, j0 + KEYS);
+        float s[KEYS / 8][4];
+        bool any = false;
+#pragma unroll
+        for (int n = 0; n < KEYS / 8; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                s[n][e] = mk[n][e];
+                any |= mk[n][e] != NEG_INF;
+            }
+        if (more) load_mask(mk, j0 + KEYS);
+        if (!__any_sync(0xffffffffu, any)) continue;
+
+        float acc[KEYS / 8][4];
+#pragma unroll
+        for (int n = 0; n < KEYS / 8; ++n) {
+            acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < D / 16; ++kk) {
+                const u16* kr = &ks[buf][(n * 8 + g) * KS + kk * 16 + c];
+                fa_mma(acc[n], qa[kk], *(const u32*)kr, *(const u32*)(kr + 8));
+            }
+        }
+        // x = S * scale + mask, rounded as att_softmax_rows rounds it.
+        float tmax[2] = {NEG_INF, NEG_INF};
+#pragma unroll
+        for (int n = 0; n < KEYS / 8; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float x = __fadd_rn(__fmul_rn(acc[n][e], scale), s[n][e]);
+                s[n][e] = x;
+                tmax[e >> 1] = nan_max(tmax[e >> 1], x);
+            }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            tmax[r] = nan_max(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 1));
+            tmax[r] = nan_max(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 2));
+        }
+        float alpha[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const float mnew = nan_max(m[r], tmax[r]);
+            // A row with nothing visible yet keeps m = -inf, l = 0, o = 0.
+            alpha[r] = mnew == NEG_INF ? 1.0f : expf(m[r] - mnew);
+            m[r] = mnew;
+        }
+        float psum[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int n = 0; n < KEYS / 8; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int r = e >> 1;
+                const float p = m[r] == NEG_INF ? 0.0f : expf(s[n][e] - m[r]);
+                s[n][e] = p;
+                psum[r] += p;
+            }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) lsum[r] = lsum[r] * alpha[r] + psum[r];
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) {
+            o[n][0] *= alpha[0];
+            o[n][1] *= alpha[0];
+            o[n][2] *= alpha[1];
+            o[n][3] *= alpha[1];
+        }
+#pragma unroll
+        for (int kk = 0; kk < KEYS / 16; ++kk) {
+            const u32 pa[4] = {fa_pack(s[2 * kk][0], s[2 * kk][1]), fa_pack(s[2 * kk][2], s[2 * kk][3]),
+                               fa_pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                               fa_pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+            for (int n = 0; n < D / 8; n += 2) {
+                u32 b[4];
+                fa_ldmatrix_t(b, &vs[buf][kk * 16 * KS + n * 8], KS, lane);
+                fa_mma(o[n], pa, b[0], b[1]);
+                fa_mma(o[n + 1], pa, b[2], b[3]);
+            }
+        }
+    }
+    // Each row's sum over its 4 lanes; a row that saw no key is zeros.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        lsum[r] += __shfl_xor_sync(0xffffffffu, lsum[r], 1);
+        lsum[r] += __shfl_xor_sync(0xffffffffu, lsum[r], 2);
+    }
+    const float inv[2] = {lsum[0] == 0.0f ? 0.0f : 1.0f / lsum[0], lsum[1] == 0.0f ? 0.0f : 1.0f / lsum[1]};
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+        const int col = n * 8 + c;
+        if (ra < t) *(float2*)(y + (h * t + ra) * D + col) = make_float2(o[n][0] * inv[0], o[n][1] * inv[0]);
+        if (rb < t) *(float2*)(y + (h * t + rb) * D + col) = make_float2(o[n][2] * inv[1], o[n][3] * inv[1]);
+    }
+}
+
+// Keys a tile: 64 for head dim 64, 32 for 128 (two buffers of keys and
+// values then take 36 and 34 KiB of the 48 a block has without opting in).
+#define FLASH_MMA(D, KEYS)                                                                                \
+    extern "C" __global__ void __launch_bounds__(FA_ROWS * 2) flash_attention_mma_##D(                 \
+        const float* q, Str4 lq, const u16* k, Str4 lk, const u16* v, Str4 lv, const float* mask, Str4 lm, \
+        float* y, i64 t, i64 l, i64 group, float scale) {                                                 \
+        rt_kernel_entry();                                                                                \
+        flash_mma<D, KEYS>(q, lq, k, lk, v, lv, mask, lm, y, t, l, group, scale);                         \
+    }
+FLASH_MMA(64, 64)
+FLASH_MMA(128, 32)

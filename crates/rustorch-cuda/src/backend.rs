@@ -55,6 +55,11 @@ pub struct CudaBackend {
     /// `AT_THREADS`): more warps share a short row's keys
     /// (`RUSTORCH_CUDA_AT_THREADS`).
     pub(crate) attention_threads: u32,
+    /// Whether a prompt's flash attention runs as one tensor-core kernel
+    /// (`flash_attention_mma_D`, compute capability 8.0 on) rather than
+    /// cuBLAS products around a softmax kernel (`RUSTORCH_CUDA_FLASH_MMA=0`:
+    /// the A/B switch).
+    pub(crate) flash_mma: bool,
     /// Per-row counters of `attention_at`'s one-launch form, zeroed once
     /// and left zeroed by every launch (ops/attention.rs); made at the
     /// first use outside a recording.
@@ -178,6 +183,7 @@ impl CudaBackend {
             } else {
                 2
             },
+            flash_mma: major >= 8 && !env_is("RUSTORCH_CUDA_FLASH_MMA", "0"),
             attention_counters: std::sync::OnceLock::new(),
         })
     }

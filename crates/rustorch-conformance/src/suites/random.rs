@@ -780,6 +780,28 @@ fn other_specs() -> Vec<Spec> {
             inputs: vec![(vec![3, cols], f32_), w(a), w(b)],
         });
     }
+    // Prompt-sized flash attention (a GPU's batched paths take 64 rows and
+    // more): head dims 64 and 128, grouped-query heads, row and key counts
+    // that leave partial tiles, a causal mask that hides whole tiles.
+    for (hq, hkv, t, l, d) in [(4usize, 2, 80, 96u32, 64), (2, 1, 130, 140, 128)] {
+        v.push(spec(
+            Op::FlashAttention {
+                scale: 1.0 / (d as f32).sqrt(),
+                cpu: CpuHints {
+                    tiled_rows: 0,
+                    kv_len: l,
+                    threads: 1,
+                    ..CpuHints::default()
+                },
+            },
+            &[
+                (&[hq, t, d], f32_),
+                (&[hkv, l as usize, d], f16_),
+                (&[hkv, l as usize, d], f16_),
+                (&[t, l as usize], Kind::CausalMask),
+            ],
+        ));
+    }
     v
 }
 

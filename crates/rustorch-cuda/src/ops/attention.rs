@@ -347,6 +347,9 @@ pub(super) fn cached(
     );
     if flash && t >= GEMM_MIN_ROWS {
         let dims = GemmDims { hq, hkv, t, l, d, dv };
+        if flash_mma(b, dims, scale, [q, k, v, m], [&lq, &lk, &lv, &lm], &y)? {
+            return Ok(y);
+        }
         if flash_gemm(b, dims, scale, [q, k, v, m], [&lk, &lv, &lm], &y)? {
             return Ok(y);
         }
@@ -405,6 +408,73 @@ struct GemmDims {
     l: usize,
     d: usize,
     dv: usize,
+}
+
+/// Head dims of `flash_attention_mma_D` (a query row's fragments and its
+/// accumulator live in registers: 162 and 206 of them).
+const MMA_HEAD_DIMS: [usize; 2] = [64, 128];
+
+/// `Op::FlashAttention` in one launch of `flash_attention_mma_D`
+/// (kernels/attention.cu: tensor cores, online softmax). `Ok(false)` where
+/// it does not apply (switched off, before compute capability 8.0, other
+/// head dims, key or value rows not contiguous and 16-byte aligned): the
+/// cuBLAS path or the per-row kernel runs then.
+fn flash_mma(
+    b: &CudaBackend,
+    g: GemmDims,
+    scale: f32,
+    [q, k, v, m]: [&TensorRef<'_>; 4],
+    [lq, lk, lv, lm]: [&Str4; 4],
+    y: &CudaBuffer,
+) -> Result<bool, BackendError> {
+    const ROWS: usize = 64; // FA_ROWS
+    let name = "flash_attention";
+    let (kp, vp) = (b.own(name, k.buffer)?.ptr(), b.own(name, v.buffer)?.ptr());
+    // Key and value rows are read 8 halves at a time.
+    let aligned = |base: u64, l: &Str4| {
+        base.is_multiple_of(16) && l.s[3] == 1 && [l.off, l.s[1], l.s[2]].iter().all(|x| x % 8 == 0)
+    };
+    if !b.flash_mma
+        || g.d != g.dv
+        || !MMA_HEAD_DIMS.contains(&g.d)
+        || !aligned(kp, lk)
+        || !aligned(vp, lv)
+        || u32::try_from(g.hq).map_or(true, |h| h > 65535)
+        || u32::try_from(g.t.div_ceil(ROWS)).is_err()
+    {
+        return Ok(false);
+    }
+    let kernel = format!("flash_attention_mma_{}", g.d);
+    let f = b.function("attention", &kernel)?;
+    let (qp, mp, yp) = (b.own(name, q.buffer)?.ptr(), b.own(name, m.buffer)?.ptr(), y.ptr());
+    let (t64, l64, g64) = (g.t as i64, g.l as i64, (g.hq / g.hkv) as i64);
+    let mut args = crate::launch::Launch::new(b, &f);
+    args.arg(&qp)
+        .arg(lq)
+        .arg(&kp)
+        .arg(lk)
+        .arg(&vp)
+        .arg(lv)
+        .arg(&mp)
+        .arg(lm)
+        .arg(&yp)
+        .arg(&t64)
+        .arg(&l64)
+        .arg(&g64)
+        .arg(&scale);
+    let cfg = LaunchConfig {
+        grid_dim: (g.t.div_ceil(ROWS) as u32, g.hq as u32, 1),
+        block_dim: (2 * ROWS as u32, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: flash_attention_mma_D(q, lq, k, lk, v, lv, mask, lm, y, t, l,
+    // group, scale): each layout is its input's own (checked by the
+    // executor; infer checked the shapes agree: q [Hq, T, D], k and v
+    // [Hkv, L, D], mask [T, L]); key and value rows contiguous from
+    // 16-byte aligned addresses (checked above); key/value head
+    // h / group < Hkv; y holds Hq * T * D f32, contiguous.
+    unsafe { args.launch(cfg) }.map_err(|e| b.launch_err(&kernel, e))?;
+    Ok(true)
 }
 
 /// `Op::FlashAttention` as S = Q K^T (cuBLAS, f16 operands, f32

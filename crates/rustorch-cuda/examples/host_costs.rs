@@ -1,0 +1,81 @@
+//! The host's time to issue one op of each kind on the first CUDA device
+//! through the executor (strict), with shapes so small that the GPU's work
+//! is negligible: what a prompt pass pays per op when it is bound by the
+//! host (executor dispatch, allocation, launches, cuBLAS calls). One line
+//! per case: `name us_per_op` (issue only, before the synchronization).
+//!
+//! cargo run --release -p rustorch-cuda --example host_costs [N]
+
+use rustorch_core::op::GateActivation;
+use rustorch_core::quant::{self, QType};
+use rustorch_core::{Backend, DType, Device, Executor, ExecutorConfig, QWeight, Tensor};
+use std::sync::Arc;
+use std::time::Instant;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let n: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(2000);
+    let backend = Arc::new(rustorch_cuda::CudaBackend::new(0)?);
+    let device = Device::Cuda(0);
+    let exec = Arc::new(Executor::from_backends(
+        ExecutorConfig {
+            strict: true,
+            preferred_device: Some(device),
+            min_offload_elems: 0,
+            ..ExecutorConfig::default()
+        },
+        vec![
+            backend.clone() as Arc<dyn Backend>,
+            Arc::new(rustorch_cpu::CpuBackend::new()),
+        ],
+    ));
+    let on_gpu = |shape: &[usize], dtype: DType, seed: u64| -> Result<Tensor, Box<dyn std::error::Error>> {
+        Ok(Tensor::randn(shape.to_vec(), DType::F32, seed)?
+            .to_dtype(dtype)?
+            .with_executor(&exec)?
+            .to_device(device)?)
+    };
+    let time =
+        |name: &str, f: &dyn Fn() -> Result<(), rustorch_core::Error>| -> Result<(), Box<dyn std::error::Error>> {
+            for _ in 0..50 {
+                f()?;
+            }
+            exec.synchronize()?;
+            let t = Instant::now();
+            for _ in 0..n {
+                f()?;
+            }
+            let issue = t.elapsed();
+            exec.synchronize()?;
+            println!("{name} {:.2}", issue.as_secs_f64() * 1e6 / n as f64);
+            Ok(())
+        };
+    let (k, rows) = (256, 256);
+    let x = on_gpu(&[16], DType::F32, 1)?;
+    let y = on_gpu(&[16], DType::F32, 2)?;
+    time("add_16", &|| x.add(&y).map(drop))?;
+    let xm = on_gpu(&[65, k], DType::F32, 3)?;
+    time("rms_norm_65x256", &|| xm.rms_norm(None, 1e-6).map(drop))?;
+    let a16 = on_gpu(&[65, k], DType::F16, 4)?;
+    let b16 = on_gpu(&[k, rows], DType::F16, 5)?;
+    time("matmul_f16_65x256x256", &|| a16.matmul(&b16).map(drop))?;
+    let wv = Tensor::randn(vec![rows * k], DType::F32, 6)?.to_vec::<f32>()?;
+    let weight = |q: QType| -> Result<QWeight, Box<dyn std::error::Error>> {
+        Ok(QWeight::from_bytes_in(&exec, q, rows, k, quant::quantize(q, &wv)?)?.to_device(device)?)
+    };
+    for q in [QType::Q4K, QType::Q8_0, QType::F16] {
+        let w = weight(q)?;
+        let name = q.name().to_lowercase();
+        time(&format!("qmatmul_{name}_m65"), &|| xm.qmatmul(&w).map(drop))?;
+        time(&format!("qmatmul_many3_{name}_m65"), &|| {
+            xm.qmatmul_many(&[&w, &w, &w]).map(drop)
+        })?;
+        time(&format!("qmatmul_gated_{name}_m65"), &|| {
+            xm.qmatmul_gated(&w, &w, GateActivation::SwiGlu).map(drop)
+        })?;
+        let x1 = on_gpu(&[1, k], DType::F32, 7)?;
+        time(&format!("qmatmul_{name}_m1"), &|| x1.qmatmul(&w).map(drop))?;
+    }
+    let host = Tensor::randn(vec![512, 512], DType::F32, 8)?.with_executor(&exec)?;
+    time("upload_1MiB", &|| host.to_device(device).map(drop))?;
+    Ok(())
+}
