@@ -447,24 +447,34 @@ __device__ i64 attention_at_part_pl(const typename QT::store* q, Str4 lq, const 
     };
     // The warp's keys two at a time: both keys' rows are loaded and both
     // scores summed before either is taken (in the same order as one at a
-    // time), so the loads and shuffles of the two overlap.
-    for (i64 j = lo + warp; j < hi; j += 2 * warps) {
+    // time), so the loads and shuffles of the two overlap. The value rows
+    // are loaded with the key rows (their loads need not wait for the
+    // scores), and the next pair's rows while this pair is used: a short
+    // row's few rounds per warp then wait for memory about once, not once
+    // a round.
+    float kx[2][PL], vx[2][PL];
+    auto fetch = [&](i64 j, float (&kr2)[2][PL], float (&vr2)[2][PL]) {
         const i64 j2 = j + warps;
-        const bool two = j2 < hi;
-        // The value rows are loaded with the key rows: their loads need not
-        // wait for the scores.
-        float kx[2][PL], vx[2][PL];
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-            const i64 jj = e == 0 ? j : (two ? j2 : j);
+            const i64 jj = e == 0 ? j : (j2 < hi ? j2 : j);
             const KS* kr = k + kbase + jj * lk.s[2];
             const KS* vr = v + vbase + jj * lv.s[2];
 #pragma unroll
             for (int r = 0; r < PL; ++r) {
-                kx[e][r] = r < nd ? load(KT(), kr[(lane + 32 * r) * lk.s[3]]) : 0.0f;
-                vx[e][r] = r < ndv ? load(KT(), vr[(lane + 32 * r) * lv.s[3]]) : 0.0f;
+                kr2[e][r] = r < nd ? load(KT(), kr[(lane + 32 * r) * lk.s[3]]) : 0.0f;
+                vr2[e][r] = r < ndv ? load(KT(), vr[(lane + 32 * r) * lv.s[3]]) : 0.0f;
             }
         }
+    };
+    // (Heads past 128 features keep one pair in registers: two would spill.)
+    constexpr bool ahead = PL <= 4;
+    if (lo + warp < hi) fetch(lo + warp, kx, vx);
+    for (i64 j = lo + warp; j < hi; j += 2 * warps) {
+        const bool two = j + warps < hi;
+        float kn[2][PL], vn[2][PL];
+        const bool next = j + 2 * warps < hi, more = ahead && next;
+        if (more) fetch(j + 2 * warps, kn, vn);
         float s0 = 0.0f, s1 = 0.0f;
 #pragma unroll
         for (int r = 0; r < PL; ++r) {
@@ -475,6 +485,17 @@ __device__ i64 attention_at_part_pl(const typename QT::store* q, Str4 lq, const 
         s1 = __fmul_rn(scale, warp_sum(s1));
         take(s0, vx[0]);
         if (two) take(s1, vx[1]);
+        if (more) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+#pragma unroll
+                for (int r = 0; r < PL; ++r) {
+                    kx[e][r] = kn[e][r];
+                    vx[e][r] = vn[e][r];
+                }
+        } else if (next) {
+            fetch(j + 2 * warps, kx, vx);
+        }
     }
     if (lane == 0) {
         s_m[warp] = m;

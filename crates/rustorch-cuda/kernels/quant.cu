@@ -1498,23 +1498,41 @@ struct QMulti {
     float* y[3];
     i64 first_block[3];
 };
-__device__ __forceinline__ int q_multi_weight(const QMulti& p, int count) {
-    int i = 0;
-    while (i + 1 < count && (i64)blockIdx.x >= p.first_block[i + 1]) ++i;
-    return i;
+// The weight a block of a multi launch takes, picked with constant indices
+// only: indexing the kernel's QMulti parameter by a runtime index copied it
+// to a 120-byte stack frame.
+struct QOne {
+    const u8* w;
+    i64 stride;
+    i64 n;
+    float* y;
+    i64 first_block;
+    int index;
+};
+__device__ __forceinline__ QOne q_multi_pick(const QMulti& p, int count) {
+    const i64 b = blockIdx.x;
+    const int i = (count > 2 && b >= p.first_block[2]) ? 2 : (count > 1 && b >= p.first_block[1]) ? 1 : 0;
+    QOne o;
+    o.w = i == 2 ? p.w[2] : i == 1 ? p.w[1] : p.w[0];
+    o.stride = i == 2 ? p.stride[2] : i == 1 ? p.stride[1] : p.stride[0];
+    o.n = i == 2 ? p.n[2] : i == 1 ? p.n[1] : p.n[0];
+    o.y = i == 2 ? p.y[2] : i == 1 ? p.y[1] : p.y[0];
+    o.first_block = i == 2 ? p.first_block[2] : i == 1 ? p.first_block[1] : p.first_block[0];
+    o.index = i;
+    return o;
 }
-// The column of weight i that team t takes.
-__device__ __forceinline__ i64 q_multi_column(const QMulti& p, int i, const QTeam& t) {
-    return t.index - p.first_block[i] * (QMMVQ_WARPS / t.tw);
+// The column of the picked weight that team t takes.
+__device__ __forceinline__ i64 q_multi_column(const QOne& o, const QTeam& t) {
+    return t.index - o.first_block * (QMMVQ_WARPS / t.tw);
 }
 template <class T>
-__device__ __forceinline__ void q_mmvq_multi(const QMulti& p, int i, const QActs& a, const QTeam& t) {
-    const i64 j = q_multi_column(p, i, t);
-    const int live = j < p.n[i];
-    const float acc = q_row_lane<T>(p.w[i] + (live ? j * p.stride[i] : 0), a, live, t.first, t.step);
+__device__ __forceinline__ void q_mmvq_multi(const QOne& o, const QActs& a, const QTeam& t) {
+    const i64 j = q_multi_column(o, t);
+    const int live = j < o.n;
+    const float acc = q_row_lane<T>(o.w + (live ? j * o.stride : 0), a, live, t.first, t.step);
     __shared__ float part[QMMVQ_WARPS][1];
     const float s = q_team_sum(t, acc, 0, part);
-    if (t.first == 0 && live) p.y[i][j] = s;
+    if (t.first == 0 && live) o.y[j] = s;
 }
 
 #define Q_MMVQ_KERNEL(NAME, T, M)                                                            \
@@ -1542,12 +1560,12 @@ __device__ __forceinline__ void q_mmvq_multi(const QMulti& p, int i, const QActs
     extern "C" __global__ void __launch_bounds__(32 * QMMVQ_WARPS) qmmvq_multi_##NAME(       \
         QMulti p, int count, i64 k, const int* aq, const float* ad, const int* asum,         \
         const float* as, int tw) {                                                           \
-        const int i = q_multi_weight(p, count);                                              \
+        const QOne o = q_multi_pick(p, count);                                               \
         const QTeam t = q_team(tw);                                                          \
-        q_prefetch_rows(p.w[i], p.stride[i], p.n[i], q_multi_column(p, i, t), 1, t.first, t.step); \
+        q_prefetch_rows(o.w, o.stride, o.n, q_multi_column(o, t), 1, t.first, t.step);       \
         rt_kernel_entry();                                                                   \
         QActs a = {aq, ad, asum, as, k};                                                     \
-        q_mmvq_multi<T>(p, i, a, t);                                                         \
+        q_mmvq_multi<T>(o, a, t);                                                            \
     }
 Q_MMVQ_TYPES(Q_MMVQ_KERNELS)
 
@@ -1654,17 +1672,17 @@ __device__ __forceinline__ void w_row_lanes(const u8* const (&rows)[R], i64 k, c
     }                                                                                          \
     extern "C" __global__ void __launch_bounds__(32 * QMMVQ_WARPS) wrow_multi_##NAME(          \
         QMulti p, int count, i64 k, const float* x, int tw) {                                  \
-        const int i = q_multi_weight(p, count);                                                \
+        const QOne o = q_multi_pick(p, count);                                                 \
         const QTeam t = q_team(tw);                                                            \
-        const i64 j = q_multi_column(p, i, t);                                                 \
-        const int live = j < p.n[i];                                                           \
-        q_prefetch_rows(p.w[i], p.stride[i], p.n[i], j, 1, t.first, t.step);                   \
+        const i64 j = q_multi_column(o, t);                                                    \
+        const int live = j < o.n;                                                              \
+        q_prefetch_rows(o.w, o.stride, o.n, j, 1, t.first, t.step);                            \
         rt_kernel_entry();                                                                     \
-        const u8* rows[1] = {p.w[i] + (live ? j * p.stride[i] : 0)};                           \
+        const u8* rows[1] = {o.w + (live ? j * o.stride : 0)};                                 \
         float acc[1];                                                                          \
         w_row_lanes<WK, 1>(rows, k, x, live, t.first, t.step, acc);                            \
         __shared__ float part[QMMVQ_WARPS][1];                                                 \
         const float s = q_team_sum(t, acc[0], 0, part);                                        \
-        if (t.first == 0 && live) p.y[i][j] = s;                                               \
+        if (t.first == 0 && live) o.y[j] = s;                                                  \
     }
 W_ROW_KERNELS(F16, 0) W_ROW_KERNELS(BF16, 1) W_ROW_KERNELS(F32, 2)

@@ -802,6 +802,20 @@ fn other_specs() -> Vec<Spec> {
             ],
         ));
     }
+    // One activation row through Q and K of one type and V of another (a
+    // Q4_K_M file's decode step: a GPU groups the two of one type).
+    let wk = |q: QType, rows: usize| (vec![rows, q.bytes_for(cols).unwrap()], Kind::Quant(q, rows, cols));
+    v.push(Spec {
+        op: Op::QMatMuls {
+            qtypes: vec![QType::Q4K, QType::Q4K, QType::Q6K],
+        },
+        inputs: vec![
+            (vec![1, cols], f32_),
+            wk(QType::Q4K, 40),
+            wk(QType::Q4K, 8),
+            wk(QType::Q6K, 8),
+        ],
+    });
     v
 }
 
