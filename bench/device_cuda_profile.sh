@@ -50,42 +50,57 @@ gen() { # FILE: a short greedy generation
     "$CLI" -m "$1" -b cuda -p "Once upon a time" -n 12 --temp 0
 }
 
-# ncu's CSV (--csv --print-units base, gpu__time_duration.sum) summed by kernel over one decode
-# step: from one `index_gather` (the step's RoPE rows) to the third after it.
-sum_step() {
-    python3 - "$1" <<'PY'
-import collections, csv, sys
+# ncu's CSV (--csv --print-units base, gpu__time_duration.sum) summed by kernel, the most time first
+# (the first $TOP lines, all by default): MODE step, one decode step, from one `index_gather` (the
+# step's RoPE rows) to the third after it; MODE prompt, the second half of the launches (bench's
+# timed pass, after its warm-up pass).
+sum_kernels() { # CSV MODE
+    python3 - "$1" "$2" <<'PY'
+import collections, csv, os, sys
 rows = list(csv.reader(open(sys.argv[1])))
 head = next(i for i, r in enumerate(rows) if r and r[0] == "ID")
 h = {k: j for j, k in enumerate(rows[head])}
 seq = [(r[h["Kernel Name"]], float(r[h["Metric Value"]].replace(",", "")))
        for r in rows[head + 1:] if r[h["Metric Name"]] == "gpu__time_duration.sum"]
-starts = [i for i, (n, _) in enumerate(seq) if n.startswith("index_gather")]
-if len(starts) < 3:
-    sys.exit(f"fewer than two decode steps in {len(seq)} kernels: raise NCU_COUNT")
-a, b = starts[0], starts[2]
+if sys.argv[2] == "step":
+    starts = [i for i, (n, _) in enumerate(seq) if n.startswith("index_gather")]
+    if len(starts) < 3:
+        sys.exit(f"fewer than two decode steps in {len(seq)} kernels: raise NCU_COUNT")
+    a, b, what = starts[0], starts[2], "one decode step"
+else:
+    a, b, what = len(seq) // 2, len(seq), "one prompt pass"
 agg = collections.defaultdict(lambda: [0, 0.0])
 for n, t in seq[a:b]:
-    agg[n][0] += 1
-    agg[n][1] += t
-print(f"one decode step: {b - a} kernels, {sum(t for _, t in seq[a:b]) / 1000:.1f} us")
-print(f"{'kernel':<40}{'calls':>6}{'us':>9}{'us each':>9}")
-for n, (c, t) in sorted(agg.items(), key=lambda kv: -kv[1][1]):
-    print(f"{n[:40]:<40}{c:>6}{t / 1000:>9.1f}{t / c / 1000:>9.2f}")
+    agg[n[:48]][0] += 1
+    agg[n[:48]][1] += t
+print(f"{what}: {b - a} kernels, {sum(t for _, t in seq[a:b]) / 1000:.1f} us")
+print(f"{'kernel':<50}{'calls':>6}{'us':>9}{'us each':>9}")
+top = int(os.environ.get("TOP", "0")) or None
+for n, (c, t) in sorted(agg.items(), key=lambda kv: -kv[1][1])[:top]:
+    print(f"{n:<50}{c:>6}{t / 1000:>9.1f}{t / c / 1000:>9.2f}")
 PY
 }
 
 case "${1:-}" in
-times)
+times | prompt)
+    mode=$1
     shift
     for ty in "${@:-Q4_K_M}"; do
         f=$(model "$ty") || exit 2
-        csv="$OUTDIR/ncu-times-$ty.csv"
+        csv="$OUTDIR/ncu-$mode-$ty.csv"
+        if [ "$mode" = times ]; then
+            run=(--launch-skip "${NCU_SKIP:-3000}" --launch-count "${NCU_COUNT:-800}"
+                "$CLI" -m "$f" -b cuda -p "Once upon a time" -n 12 --temp 0)
+            part=step
+        else
+            # bench runs the pass twice (a warm-up, then the timed one): sum_kernels takes the second.
+            run=("$CLI" bench -m "$f" -b cuda -p 512 -n 0 -r 1)
+            part=prompt
+        fi
         timeout 300 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
-            --print-units base --launch-skip "${NCU_SKIP:-3000}" --launch-count "${NCU_COUNT:-800}" \
-            "$CLI" -m "$f" -b cuda -p "Once upon a time" -n 12 --temp 0 > "$csv" 2> "$OUTDIR/ncu-times-$ty.err"
+            --print-units base "${run[@]}" > "$csv" 2> "${csv%.csv}.err"
         echo "== $ty"
-        sum_step "$csv"
+        sum_kernels "$csv" "$part"
     done
     ;;
 kernel)
@@ -106,34 +121,6 @@ for r in rows[head + 1:]:
     if r[h["Metric Name"]]:
         print(f"{r[h['Section Name']][:24]:<26}{r[h['Metric Name']]:<50}{r[h['Metric Value']]} {r[h['Metric Unit']]}")
 PY
-    ;;
-prompt)
-    shift
-    for ty in "${@:-Q4_K_M}"; do
-        f=$(model "$ty") || exit 2
-        csv="$OUTDIR/ncu-prompt-$ty.csv"
-        # bench runs the pass twice (a warm-up, then the timed one): the second half of the launches.
-        timeout 300 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
-            --print-units base "$CLI" bench -m "$f" -b cuda -p 512 -n 0 -r 1 > "$csv" 2> "$OUTDIR/ncu-prompt-$ty.err"
-        echo "== $ty"
-        python3 - "$csv" <<'PY'
-import collections, csv, sys
-rows = list(csv.reader(open(sys.argv[1])))
-head = next(i for i, r in enumerate(rows) if r and r[0] == "ID")
-h = {k: j for j, k in enumerate(rows[head])}
-seq = [(r[h["Kernel Name"]], float(r[h["Metric Value"]].replace(",", "")))
-       for r in rows[head + 1:] if r[h["Metric Name"]] == "gpu__time_duration.sum"]
-seq = seq[len(seq) // 2:]
-agg = collections.defaultdict(lambda: [0, 0.0])
-for n, t in seq:
-    agg[n[:48]][0] += 1
-    agg[n[:48]][1] += t
-print(f"one prompt pass: {len(seq)} kernels, {sum(t for _, t in seq) / 1000:.1f} us")
-print(f"{'kernel':<50}{'calls':>6}{'us':>9}{'us each':>9}")
-for n, (c, t) in sorted(agg.items(), key=lambda kv: -kv[1][1])[:int(__import__('os').environ.get('TOP', '16'))]:
-    print(f"{n:<50}{c:>6}{t / 1000:>9.1f}{t / c / 1000:>9.2f}")
-PY
-    done
     ;;
 ops)
     shift

@@ -6,34 +6,18 @@
 //!
 //! cargo run --release -p rustorch-cuda --example host_costs [N]
 
+#[path = "common/mod.rs"]
+mod common;
+
 use rustorch_core::op::GateActivation;
 use rustorch_core::quant::{self, QType};
-use rustorch_core::{Backend, DType, Device, Executor, ExecutorConfig, QWeight, Tensor};
-use std::sync::Arc;
+use rustorch_core::{DType, QWeight, Tensor};
 use std::time::Instant;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let n: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(2000);
-    let backend = Arc::new(rustorch_cuda::CudaBackend::new(0)?);
-    let device = Device::Cuda(0);
-    let exec = Arc::new(Executor::from_backends(
-        ExecutorConfig {
-            strict: true,
-            preferred_device: Some(device),
-            min_offload_elems: 0,
-            ..ExecutorConfig::default()
-        },
-        vec![
-            backend.clone() as Arc<dyn Backend>,
-            Arc::new(rustorch_cpu::CpuBackend::new()),
-        ],
-    ));
-    let on_gpu = |shape: &[usize], dtype: DType, seed: u64| -> Result<Tensor, Box<dyn std::error::Error>> {
-        Ok(Tensor::randn(shape.to_vec(), DType::F32, seed)?
-            .to_dtype(dtype)?
-            .with_executor(&exec)?
-            .to_device(device)?)
-    };
+    let (device, exec) = common::strict_cuda_executor()?;
+    let on_gpu = |shape: &[usize], dtype: DType, seed: u64| common::random_on(&exec, device, shape, dtype, seed);
     let time =
         |name: &str, f: &dyn Fn() -> Result<(), rustorch_core::Error>| -> Result<(), Box<dyn std::error::Error>> {
             for _ in 0..50 {
