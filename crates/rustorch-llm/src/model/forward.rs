@@ -483,27 +483,35 @@ impl Model {
     /// The additive mask `[T, attn_len]` (0 keeps, -inf hides) of one
     /// layer's attention: causal, and within `window` positions when the
     /// layer has a sliding window; positions from `pos0 + T` on (cache
-    /// padding) are hidden. Built for each layer where attention needs it
-    /// rather than once per pass: at a 512-token prompt it is as large as
-    /// the hidden state, and held through the projections it would raise
-    /// the pass's peak memory (a few hundred microseconds per layer).
+    /// padding) are hidden. For CPU layers a large one is built for each
+    /// layer rather than once per pass: at a 512-token prompt it is as
+    /// large as the hidden state, and held through the projections it would
+    /// raise the pass's peak memory (see `forward_in_pool`).
     fn mask(&self, pos0: usize, t: usize, attn_len: usize, window: Option<usize>) -> Result<Tensor> {
-        let mut m = Vec::with_capacity(t * attn_len);
-        for i in 0..t {
-            let p1 = pos0 + i;
-            // llama_hparams::is_masked_swa (standard): a key at p0 is
-            // hidden from a query at p1 when p1 - p0 >= window.
-            m.extend((0..attn_len).map(|p0| {
-                let visible = p0 <= p1 && window.is_none_or(|w| p1 - p0 < w);
-                if visible {
-                    0f32
-                } else {
-                    f32::NEG_INFINITY
-                }
-            }));
-        }
+        let m = mask_values(pos0, t, attn_len, window);
         Ok(Tensor::from_vec(m, [t, attn_len])?.with_executor(&self.exec)?)
     }
+}
+
+/// `Model::mask`'s values, row by row: -inf, with each row's visible keys
+/// (llama_hparams::is_masked_swa, standard: a key at p0 is hidden from a
+/// query at p1 when p0 > p1, or when p1 - p0 >= window) filled with 0 as
+/// one run: a 512 x 4096 mask in 3.2 ms instead of 7.5 element by element
+/// (one EPYC core, measured once).
+fn mask_values(pos0: usize, t: usize, attn_len: usize, window: Option<usize>) -> Vec<f32> {
+    let mut m = vec![f32::NEG_INFINITY; t * attn_len];
+    if attn_len == 0 {
+        return m;
+    }
+    for (i, row) in m.chunks_exact_mut(attn_len).enumerate() {
+        let p1 = pos0 + i;
+        let first = window.map_or(0, |w| (p1 + 1).saturating_sub(w));
+        let end = (p1 + 1).min(attn_len);
+        if first < end {
+            row[first..end].fill(0.0);
+        }
+    }
+    m
 }
 
 /// Mask elements (f32) up to which one mask per window setting serves
@@ -640,6 +648,48 @@ mod chunk_tests {
             assert_eq!(c.last().map(|r| r.end), Some(rows));
             assert!(c.windows(2).all(|w| w[0].end == w[1].start));
             assert!(c.len() == 1 || c.iter().all(|r| r.len() >= 8));
+        }
+    }
+}
+
+#[cfg(test)]
+mod mask_tests {
+    use super::mask_values;
+
+    /// The mask's definition, element by element.
+    fn reference(pos0: usize, t: usize, attn_len: usize, window: Option<usize>) -> Vec<f32> {
+        let mut m = Vec::new();
+        for i in 0..t {
+            let p1 = pos0 + i;
+            m.extend((0..attn_len).map(|p0| {
+                if p0 <= p1 && window.is_none_or(|w| p1 - p0 < w) {
+                    0.0
+                } else {
+                    f32::NEG_INFINITY
+                }
+            }));
+        }
+        m
+    }
+
+    #[test]
+    fn runs_of_visible_keys_are_the_definition() {
+        for (pos0, t, attn_len) in [
+            (0, 1, 1),
+            (0, 5, 8),
+            (3, 4, 8),
+            (0, 9, 9),
+            (7, 3, 16),
+            (0, 3, 0),
+            (20, 2, 8),
+        ] {
+            for window in [None, Some(1), Some(2), Some(4), Some(100)] {
+                assert_eq!(
+                    mask_values(pos0, t, attn_len, window),
+                    reference(pos0, t, attn_len, window),
+                    "pos0 {pos0} t {t} attn_len {attn_len} window {window:?}"
+                );
+            }
         }
     }
 }
