@@ -411,8 +411,10 @@ struct GemmDims {
 }
 
 /// Head dims of `flash_attention_mma_D` (a query row's fragments and its
-/// accumulator live in registers: 162 and 206 of them).
+/// accumulator live in registers: 166 and 168 of them), and the query rows
+/// a block takes (`FA_ROWS`, two threads a row).
 const MMA_HEAD_DIMS: [usize; 2] = [64, 128];
+const MMA_ROWS: usize = 64;
 
 /// `Op::FlashAttention` in one launch of `flash_attention_mma_D`
 /// (kernels/attention.cu: tensor cores, online softmax). `Ok(false)` where
@@ -427,7 +429,6 @@ fn flash_mma(
     [lq, lk, lv, lm]: [&Str4; 4],
     y: &CudaBuffer,
 ) -> Result<bool, BackendError> {
-    const ROWS: usize = 64; // FA_ROWS
     let name = "flash_attention";
     let (kp, vp) = (b.own(name, k.buffer)?.ptr(), b.own(name, v.buffer)?.ptr());
     // Key and value rows are read 8 halves at a time.
@@ -439,8 +440,8 @@ fn flash_mma(
         || !MMA_HEAD_DIMS.contains(&g.d)
         || !aligned(kp, lk)
         || !aligned(vp, lv)
-        || u32::try_from(g.hq).map_or(true, |h| h > 65535)
-        || u32::try_from(g.t.div_ceil(ROWS)).is_err()
+        || g.hq > 65535
+        || u32::try_from(g.t.div_ceil(MMA_ROWS)).is_err()
     {
         return Ok(false);
     }
@@ -463,8 +464,8 @@ fn flash_mma(
         .arg(&g64)
         .arg(&scale);
     let cfg = LaunchConfig {
-        grid_dim: (g.t.div_ceil(ROWS) as u32, g.hq as u32, 1),
-        block_dim: (2 * ROWS as u32, 1, 1),
+        grid_dim: (g.t.div_ceil(MMA_ROWS) as u32, g.hq as u32, 1),
+        block_dim: (2 * MMA_ROWS as u32, 1, 1),
         shared_mem_bytes: 0,
     };
     // SAFETY: flash_attention_mma_D(q, lq, k, lk, v, lv, mask, lm, y, t, l,
@@ -845,6 +846,10 @@ mod tests {
             ("AT_MAX_SPLITS", AT_MAX_SPLITS),
         ] {
             assert!(src.contains(&format!("#define {name} {v}\n")), "{name}");
+        }
+        assert!(src.contains(&format!("#define FA_ROWS {MMA_ROWS}\n")));
+        for d in MMA_HEAD_DIMS {
+            assert!(src.contains(&format!("FLASH_MMA({d}, ")), "flash_attention_mma_{d}");
         }
     }
 
