@@ -122,6 +122,12 @@ impl CpuBackend {
             | Op::ConvTranspose2d { .. }
             | Op::MaxPool2d { .. }
             | Op::AvgPool2d { .. } => conv::execute(op, inputs, outputs),
+            // Run as its parts (`supports` says no, so the executor splits it).
+            Op::AddRmsNormThen { .. } => Err(BackendError::unsupported(
+                Device::Cpu,
+                op.name(),
+                "runs as add_rms_norm and the products",
+            )),
         }
     }
 }
@@ -158,6 +164,8 @@ impl Backend for CpuBackend {
             Op::QMatMul { qtype, .. } => qmatmul::can_matmul(*qtype),
             Op::QMatMuls { qtypes } => qtypes.iter().all(|q| qmatmul::can_matmul(*q)),
             Op::QMatMulGated { qtypes, .. } => qtypes.iter().all(|q| qmatmul::can_matmul(*q)),
+            // Its parts: the norm gives the products no time to save here.
+            Op::AddRmsNormThen { .. } => false,
             _ => true,
         }
     }

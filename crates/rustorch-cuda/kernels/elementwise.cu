@@ -4,6 +4,11 @@
 // in f32 (f64 in f64), as the CPU backend does, and round once on store.
 #include "common.cuh"
 
+// An empty kernel that only waits for the one before it: launched
+// RUSTORCH_CUDA_GAP_KERNELS times after every kernel (src/launch.rs), it
+// measures what one more dependency between kernels costs a step.
+extern "C" __global__ void rt_gap() { rt_kernel_entry(); }
+
 // ---- unary ---------------------------------------------------------------
 template <typename A> __device__ __forceinline__ A op_neg(A x) { return -x; }
 template <typename A> __device__ __forceinline__ A op_abs(A x) { return x < (A)0 ? -x : x; }

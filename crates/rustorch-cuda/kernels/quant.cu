@@ -1686,3 +1686,5 @@ __device__ __forceinline__ void w_row_lanes(const u8* const (&rows)[R], i64 k, c
         if (t.first == 0 && live) o.y[j] = s;                                                  \
     }
 W_ROW_KERNELS(F16, 0) W_ROW_KERNELS(BF16, 1) W_ROW_KERNELS(F32, 2)
+
+#include "norm_products.cuh"

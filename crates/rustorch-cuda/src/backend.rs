@@ -64,6 +64,20 @@ pub struct CudaBackend {
     /// and left zeroed by every launch (ops/attention.rs); made at the
     /// first use outside a recording.
     pub(crate) attention_counters: std::sync::OnceLock<CudaBuffer>,
+    /// `RUSTORCH_CUDA_GAP_KERNELS=N`: N empty kernels (`rt_gap`) after every
+    /// launch, a diagnostic of what one dependency between kernels costs
+    /// (0, the default: none).
+    pub(crate) gap_kernels: u32,
+    /// Blocks an SM of the fused norm + products launches
+    /// (`Op::AddRmsNormThen`, ops/norm_products.rs):
+    /// `RUSTORCH_CUDA_NORM_PRODUCTS`, default 2; 0 runs the op as its parts
+    /// (the A/B switch).
+    pub(crate) norm_products: u32,
+    /// Whether the fused launches also take the quantized types
+    /// (`RUSTORCH_CUDA_NORM_PRODUCTS_QUANT=1`; off by default: slower there,
+    /// see ops/norm_products.rs).
+    pub(crate) norm_products_quant: bool,
+    pub(crate) gap_function: std::sync::OnceLock<Option<CudaFunction>>,
 }
 
 /// The driver's default memory pool of one device, kept as a cache: freed
@@ -185,6 +199,16 @@ impl CudaBackend {
             },
             flash_mma: major >= 8 && !env_is("RUSTORCH_CUDA_FLASH_MMA", "0"),
             attention_counters: std::sync::OnceLock::new(),
+            gap_kernels: std::env::var("RUSTORCH_CUDA_GAP_KERNELS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+            gap_function: std::sync::OnceLock::new(),
+            norm_products: std::env::var("RUSTORCH_CUDA_NORM_PRODUCTS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(2),
+            norm_products_quant: env_is("RUSTORCH_CUDA_NORM_PRODUCTS_QUANT", "1"),
         })
     }
 

@@ -24,6 +24,7 @@ const OPTIONS: &[&str] = &["--std=c++17", "--prec-div=true", "--prec-sqrt=true",
 pub fn full_source(src: &str) -> String {
     src.replace("#include \"common.cuh\"", crate::COMMON_HEADER)
         .replace("#include \"rows.cuh\"", crate::ROWS_HEADER)
+        .replace("#include \"norm_products.cuh\"", crate::NORM_PRODUCTS_HEADER)
 }
 
 /// Where compiled kernels are kept.

@@ -21,6 +21,9 @@ pub(crate) struct Launch<'a> {
     ctx: &'a cudarc::driver::CudaContext,
     overlap: bool,
     args: Vec<*mut c_void>,
+    /// The diagnostic empty kernels launched after this one, and how many
+    /// (`CudaBackend::gap_kernels`).
+    gap: Option<(&'a CudaFunction, u32)>,
 }
 
 impl<'a> Launch<'a> {
@@ -31,6 +34,14 @@ impl<'a> Launch<'a> {
             ctx: &b.ctx,
             overlap: b.overlap_launches,
             args: Vec::with_capacity(16),
+            gap: match b.gap_kernels {
+                0 => None,
+                n => b
+                    .gap_function
+                    .get_or_init(|| b.function("elementwise", "rt_gap").ok())
+                    .as_ref()
+                    .map(|f| (f, n)),
+            },
         }
     }
 
@@ -48,6 +59,25 @@ impl<'a> Launch<'a> {
     /// kernel does with it.
     pub(crate) unsafe fn launch(&mut self, cfg: LaunchConfig) -> Result<(), DriverError> {
         self.ctx.bind_to_thread()?;
+        // SAFETY: as the caller vouches.
+        unsafe { self.launch_one(self.func, cfg, true) }?;
+        if let Some((gap, n)) = self.gap {
+            for _ in 0..n {
+                // SAFETY: rt_gap takes no parameters.
+                unsafe { self.launch_one(gap, LaunchConfig::for_num_elems(1), false) }?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `func` on the stream with `cfg`, with this launch's parameters
+    /// (`with_args`) or none.
+    unsafe fn launch_one(
+        &mut self,
+        func: &CudaFunction,
+        cfg: LaunchConfig,
+        with_args: bool,
+    ) -> Result<(), DriverError> {
         // SAFETY: zero is a valid bit pattern for the attribute (a plain C struct and union).
         let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
         attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
@@ -69,8 +99,12 @@ impl<'a> Launch<'a> {
         unsafe {
             sys::cuLaunchKernelEx(
                 &config,
-                self.func.cu_function(),
-                self.args.as_mut_ptr(),
+                func.cu_function(),
+                if with_args {
+                    self.args.as_mut_ptr()
+                } else {
+                    std::ptr::null_mut()
+                },
                 std::ptr::null_mut(),
             )
         }

@@ -51,6 +51,8 @@ pub const KERNEL_SOURCES: &[(&str, &str)] = &[
 pub(crate) const COMMON_HEADER: &str = include_str!("../kernels/common.cuh");
 /// Rows held in registers (the RMS norm's code), for reduce.cu and quant.cu.
 pub(crate) const ROWS_HEADER: &str = include_str!("../kernels/rows.cuh");
+/// The fused norm + products kernels, included by kernels/quant.cu.
+pub(crate) const NORM_PRODUCTS_HEADER: &str = include_str!("../kernels/norm_products.cuh");
 
 /// Whether the CUDA driver library can be loaded here.
 pub fn driver_present() -> bool {

@@ -816,7 +816,50 @@ fn other_specs() -> Vec<Spec> {
             wk(QType::Q6K, 8),
         ],
     });
+    v.extend(add_rms_norm_then_specs());
     v
+}
+
+/// `Op::AddRmsNormThen`: a decode step's boundaries (one row; a GPU norms
+/// the row inside the products' launch) with the K and 32-value activation
+/// layouts, rows that are not whole 256-value blocks, float weights, mixed
+/// types, and two rows (the parts, one by one).
+fn add_rms_norm_then_specs() -> Vec<Spec> {
+    let f32_ = Kind::Fixed(DType::F32);
+    let w = |q: QType, rows: usize, cols: usize| (vec![rows, q.bytes_for(cols).unwrap()], Kind::Quant(q, rows, cols));
+    let then = |op: Op| Op::AddRmsNormThen {
+        eps: 1e-5,
+        then: Box::new(op),
+    };
+    let head = |m: usize, k: usize| vec![(vec![m, k], f32_), (vec![m, k], f32_), (vec![k], f32_)];
+    let many = |qtypes: Vec<QType>, m: usize, k: usize, rows: &[usize]| {
+        let mut inputs = head(m, k);
+        inputs.extend(qtypes.iter().zip(rows).map(|(&q, &r)| w(q, r, k)));
+        Spec {
+            op: then(Op::QMatMuls { qtypes }),
+            inputs,
+        }
+    };
+    let gated = |q: QType, act: GateActivation, m: usize, k: usize, rows: usize| {
+        let mut inputs = head(m, k);
+        inputs.extend([w(q, rows, k), w(q, rows, k)]);
+        Spec {
+            op: then(Op::QMatMulGated { qtypes: [q, q], act }),
+            inputs,
+        }
+    };
+    use QType::*;
+    vec![
+        many(vec![Q4K, Q4K, Q6K], 1, 512, &[40, 8, 8]),
+        many(vec![Q8_0, Q8_0, Q8_0], 1, 96, &[24, 8, 8]),
+        many(vec![Q5_0, Q5_0], 1, 576, &[33, 7]),
+        many(vec![F16, F16, F16], 1, 256, &[20, 4, 4]),
+        many(vec![Q4_0, Q6K], 2, 256, &[16, 8]),
+        gated(Q4K, GateActivation::SwiGlu, 1, 512, 72),
+        gated(Q8_0, GateActivation::GeGlu, 1, 160, 40),
+        gated(F16, GateActivation::SwiGlu, 1, 256, 48),
+        gated(Q6K, GateActivation::SwiGlu, 3, 256, 16),
+    ]
 }
 
 /// `Op::AttentionAt`: q of each float dtype over caches of f32, f16 and
@@ -903,9 +946,10 @@ fn variant(op: &Op) -> usize {
         Op::AvgPool2d { .. } => 36,
         Op::AttentionAt { .. } => 37,
         Op::AddRmsNorm { .. } => 38,
+        Op::AddRmsNormThen { .. } => 39,
     }
 }
-const VARIANTS: usize = 39;
+const VARIANTS: usize = 40;
 
 fn elementwise(tg: &Target) {
     run_specs(tg, &elementwise_specs(), "elementwise");

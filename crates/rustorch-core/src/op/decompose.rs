@@ -82,6 +82,34 @@ impl Op {
                 ],
                 outputs: vec![Output { step: 0, index: 0 }, Output { step: 1, index: 0 }],
             }),
+            Op::AddRmsNormThen { eps, then } => {
+                let mut inputs = vec![Output { step: 0, index: 1 }];
+                let n_then = match &**then {
+                    Op::QMatMuls { qtypes } => qtypes.len(),
+                    Op::QMatMulGated { .. } => 2,
+                    _ => return None,
+                };
+                inputs.extend((0..n_then).map(|i| Input(3 + i)));
+                let products = match &**then {
+                    Op::QMatMuls { qtypes } => qtypes.len(),
+                    _ => 1,
+                };
+                let mut outputs = vec![Output { step: 0, index: 0 }];
+                outputs.extend((0..products).map(|index| Output { step: 1, index }));
+                Some(Decomposition {
+                    steps: vec![
+                        Step {
+                            op: Op::AddRmsNorm { eps: *eps },
+                            inputs: vec![Input(0), Input(1), Input(2)],
+                        },
+                        Step {
+                            op: (**then).clone(),
+                            inputs,
+                        },
+                    ],
+                    outputs,
+                })
+            }
             _ => None,
         }
     }

@@ -459,6 +459,27 @@ pub fn infer_outputs(op: &Op, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> 
             same_dtype(op, inputs)?;
             one(&x.shape, x.dtype)
         }
+        Op::AddRmsNormThen { eps, then } => {
+            if !matches!(**then, Op::QMatMuls { .. } | Op::QMatMulGated { .. }) {
+                return Err(Error::invalid(
+                    name,
+                    "the op after the norm must be qmatmul_many or qmatmul_gated",
+                ));
+            }
+            if inputs.len() < 3 {
+                return Err(Error::invalid(
+                    name,
+                    format!("takes at least 3 inputs, got {}", inputs.len()),
+                ));
+            }
+            let mut outs = infer_outputs(&Op::AddRmsNorm { eps: *eps }, &inputs[..3])?;
+            let mut then_inputs = vec![outs[1].clone()];
+            then_inputs.extend_from_slice(&inputs[3..]);
+            let products = infer_outputs(then, &then_inputs)?;
+            outs.truncate(1);
+            outs.extend(products);
+            Ok(outs)
+        }
         Op::AddRmsNorm { .. } => {
             expect_inputs(op, inputs, 3)?;
             let (x, a, w) = (&inputs[0], &inputs[1], &inputs[2]);

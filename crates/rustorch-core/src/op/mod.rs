@@ -368,6 +368,17 @@ pub enum Op {
     AddRmsNorm {
         eps: f64,
     },
+    /// `AddRmsNorm` whose normed output feeds `then` (a `QMatMuls` or
+    /// `QMatMulGated`) directly: a decode step's block boundary, where a
+    /// GPU computes the norm inside the products' launch (each block
+    /// redundantly) instead of in a launch of its own. Inputs: x, a, the
+    /// norm's weight, then `then`'s inputs after its first. Outputs: s =
+    /// x + a, then `then`'s outputs: the values of `AddRmsNorm` followed
+    /// by `then` on its normed output (the norm is not an output).
+    AddRmsNormThen {
+        eps: f64,
+        then: Box<Op>,
+    },
     /// Inference batch norm over dim 1. Inputs: x, running_mean,
     /// running_var, then weight and bias when present.
     BatchNorm {
@@ -488,6 +499,7 @@ impl Op {
             Op::LayerNorm { .. } | Op::RmsNorm { .. } | Op::AddRmsNorm { .. } | Op::BatchNorm { .. } => {
                 OpClass::Normalization
             }
+            Op::AddRmsNormThen { then, .. } => then.class(),
             Op::Rope { .. }
             | Op::Sdpa { .. }
             | Op::CachedAttention { .. }
@@ -534,6 +546,7 @@ impl Op {
             Op::LayerNorm { .. } => "layer_norm".into(),
             Op::RmsNorm { .. } => "rms_norm".into(),
             Op::AddRmsNorm { .. } => "add_rms_norm".into(),
+            Op::AddRmsNormThen { then, .. } => format!("add_rms_norm_{}", then.name()),
             Op::BatchNorm { .. } => "batch_norm".into(),
             Op::Rope {
                 layout: RopeLayout::NeoX,

@@ -185,6 +185,62 @@ impl Tensor {
         self.run_op(&op, &inputs)
     }
 
+    /// `(s, products)` with `s = self + a` and the products of
+    /// `qmatmul_many(ws)` on `rms_norm(s, weight, eps)`: a decode step's
+    /// residual add, the norm after it and the projections of the normed
+    /// row in one op (a GPU computes the norm inside the products' launch).
+    pub fn add_rms_norm_qmatmul_many(
+        &self,
+        a: &Tensor,
+        weight: &Tensor,
+        eps: f64,
+        ws: &[&QWeight],
+    ) -> Result<(Tensor, Vec<Tensor>)> {
+        let then = Op::QMatMuls {
+            qtypes: ws.iter().map(|w| w.qtype).collect(),
+        };
+        let mut inputs = vec![self, a, weight];
+        inputs.extend(ws.iter().map(|w| &w.data));
+        self.add_rms_norm_then(eps, then, &inputs)
+    }
+
+    /// `(s, act)` with `s = self + a` and `act` the `qmatmul_gated` of
+    /// `rms_norm(s, weight, eps)`, in one op (see `add_rms_norm_qmatmul_many`).
+    pub fn add_rms_norm_qmatmul_gated(
+        &self,
+        a: &Tensor,
+        weight: &Tensor,
+        eps: f64,
+        gate: &QWeight,
+        up: &QWeight,
+        act: GateActivation,
+    ) -> Result<(Tensor, Tensor)> {
+        let then = Op::QMatMulGated {
+            qtypes: [gate.qtype, up.qtype],
+            act,
+        };
+        let (s, mut out) = self.add_rms_norm_then(eps, then, &[self, a, weight, &gate.data, &up.data])?;
+        match out.pop() {
+            Some(g) if out.is_empty() => Ok((s, g)),
+            _ => Err(Error::invalid(
+                "add_rms_norm_qmatmul_gated",
+                "the op gave other than two outputs",
+            )),
+        }
+    }
+
+    fn add_rms_norm_then(&self, eps: f64, then: Op, inputs: &[&Tensor]) -> Result<(Tensor, Vec<Tensor>)> {
+        let op = Op::AddRmsNormThen {
+            eps,
+            then: Box::new(then),
+        };
+        let mut out = self.run_op(&op, inputs)?.into_iter();
+        let s = out
+            .next()
+            .ok_or_else(|| Error::invalid("add_rms_norm_then", "the op gave no outputs"))?;
+        Ok((s, out.collect()))
+    }
+
     /// `act(self @ gate^T, self @ up^T)`, a gated feed-forward's first
     /// half: the values of `qmatmul_many(&[gate, up])` followed by
     /// `swiglu` or `geglu` (`act`), with the activation written over the

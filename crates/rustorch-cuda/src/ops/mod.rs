@@ -7,6 +7,7 @@ mod conv;
 mod elementwise;
 mod index;
 mod matmul;
+mod norm_products;
 mod quant;
 mod reduce;
 mod rope;
@@ -91,6 +92,18 @@ pub(crate) fn supports(op: &Op, inputs: &[TensorMeta]) -> bool {
                     .last()
                     .is_some_and(|&n| n <= reduce::REGISTER_ROW_MAX)
         }
+        // Its parts' support (norm_products.rs runs them where the fused
+        // kernels do not apply).
+        Op::AddRmsNormThen { eps, then } => {
+            inputs.len() >= 3
+                && supports(&Op::AddRmsNorm { eps: *eps }, &inputs[..3])
+                && matches!(**then, Op::QMatMuls { .. } | Op::QMatMulGated { .. })
+                && {
+                    let mut rest = vec![inputs[0].clone()];
+                    rest.extend_from_slice(&inputs[3..]);
+                    quant::supports(then, &rest)
+                }
+        }
         Op::LayerNorm { .. } => float && inputs.iter().all(|m| m.dtype == inputs[0].dtype),
         // Floats, integers and bools (i64 output); complex stays with the CPU.
         Op::Cumsum { .. } => first.and_then(cast_suffix).is_some(),
@@ -154,6 +167,10 @@ pub(crate) fn execute(
         Op::TopK { k, dim, largest } => return sort::sort(b, "topk", &inputs[0], *dim, *k, *largest, outputs),
         Op::AddRmsNorm { eps } => {
             let outs = reduce::add_rms_norm(b, op, *eps, inputs, outputs)?;
+            return Ok(outs.into_iter().map(|buf| std::sync::Arc::new(buf) as Buffer).collect());
+        }
+        Op::AddRmsNormThen { .. } => {
+            let outs = norm_products::run(b, op, inputs, outputs)?;
             return Ok(outs.into_iter().map(|buf| std::sync::Arc::new(buf) as Buffer).collect());
         }
         Op::QMatMul { .. } | Op::QMatMuls { .. } | Op::QMatMulGated { .. } | Op::QEmbedding { .. } => {

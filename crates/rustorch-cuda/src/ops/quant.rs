@@ -68,7 +68,7 @@ const MMVQ_WARPS: usize = 4;
 
 /// How a weight type's MMVQ kernel wants its activations.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum ActLayout {
+pub(super) enum ActLayout {
     /// 32-value blocks as Q8_0 / Q8_1 (`QA_32`): the dot types Q8_0, Q8_1.
     Q32,
     /// 256-value blocks as Q8_K (`QA_K`).
@@ -78,7 +78,7 @@ enum ActLayout {
 /// The activation layout and the weight's load alignment (bytes) of the
 /// MMVQ kernel for `q` (`QV<T>` in quant.cu); `None` for the types without
 /// one (F32, F16, BF16, whose dot types are floats).
-fn mmvq_layout(q: QType) -> Option<(ActLayout, usize)> {
+pub(super) fn mmvq_layout(q: QType) -> Option<(ActLayout, usize)> {
     use QType::*;
     let layout = match q {
         Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | IQ4NL => ActLayout::Q32,
@@ -114,7 +114,7 @@ fn mmvq_row_unit(q: QType) -> usize {
 /// values: `align` (`mmvq_layout`'s), or 4 for Q8_0 and Q4_0 rows of whole
 /// 64-value units, which the one-row kernels read two blocks at a time in
 /// 4-byte loads.
-fn mmvq_align(q: QType, align: usize, k: usize) -> usize {
+pub(super) fn mmvq_align(q: QType, align: usize, k: usize) -> usize {
     if matches!(q, QType::Q8_0 | QType::Q4_0) && k.is_multiple_of(64) {
         align.max(4)
     } else {
@@ -155,7 +155,7 @@ fn mmvq_teams(tw: usize) -> usize {
 
 /// The float types with one-row kernels (`wrow_T`, `wrow_gated_T`,
 /// `wrow_multi_T` in quant.cu), and their values per 16-byte chunk.
-fn wrow_chunk_values(q: QType) -> Option<usize> {
+pub(super) fn wrow_chunk_values(q: QType) -> Option<usize> {
     match q {
         QType::F16 | QType::BF16 => Some(8),
         QType::F32 => Some(4),
@@ -471,12 +471,12 @@ impl<'a> Activations<'a> {
 }
 
 /// A weight's rows on the device: row r at `ptr + r * row_stride` bytes.
-struct Weight {
-    ptr: u64,
-    row_stride: i64,
-    rows: usize,
+pub(super) struct Weight {
+    pub(super) ptr: u64,
+    pub(super) row_stride: i64,
+    pub(super) rows: usize,
     /// Values per row.
-    cols: usize,
+    pub(super) cols: usize,
     /// The contiguous copy of a weight whose bytes were not contiguous
     /// within rows.
     _copy: Option<CudaBuffer>,
@@ -486,7 +486,13 @@ impl Weight {
     /// The weight's rows in place where its bytes are contiguous within
     /// rows and its address and row stride are multiples of `align`, else
     /// a contiguous (and aligned: a fresh allocation) copy.
-    fn new(b: &CudaBackend, name: &str, qtype: QType, w: &TensorRef<'_>, align: usize) -> Result<Weight, BackendError> {
+    pub(super) fn new(
+        b: &CudaBackend,
+        name: &str,
+        qtype: QType,
+        w: &TensorRef<'_>,
+        align: usize,
+    ) -> Result<Weight, BackendError> {
         let (dims, strides) = (w.layout.dims(), w.layout.strides());
         if w.dtype() != DType::U8 || dims.len() != 2 || !dims[1].is_multiple_of(qtype.type_size()) {
             // infer rejects these.
@@ -810,12 +816,12 @@ fn mmvq_product(
 /// `QMulti` in kernels/quant.cu: up to three weights of one launch.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
-struct QMulti {
-    w: [u64; 3],
-    stride: [i64; 3],
-    n: [i64; 3],
-    y: [u64; 3],
-    first_block: [i64; 3],
+pub(super) struct QMulti {
+    pub(super) w: [u64; 3],
+    pub(super) stride: [i64; 3],
+    pub(super) n: [i64; 3],
+    pub(super) y: [u64; 3],
+    pub(super) first_block: [i64; 3],
 }
 
 // SAFETY: plain data with the C layout the kernels declare.

@@ -365,11 +365,20 @@ impl Model {
     /// through attention: at a 512-token prompt, more than the hidden
     /// state).
     pub(super) fn qkv_heads(&self, il: usize, h: Tensor) -> Result<(Tensor, Tensor, Tensor)> {
-        let cfg = &self.config;
         let lw = &self.weights.layers[il];
         let t = h.dims()[0];
-        let mut qkv = h.qmatmul_many(&[&lw.wq, &lw.wk, &lw.wv])?.into_iter();
+        let qkv = h.qmatmul_many(&[&lw.wq, &lw.wk, &lw.wv])?;
         drop(h);
+        self.heads_of_products(il, t, qkv)
+    }
+
+    /// The query, key and value heads `[t, heads, head_dim]` of layer `il`
+    /// from its three projections of `t` rows (`qkv_heads`' products),
+    /// with Gemma's query and key norms.
+    pub(super) fn heads_of_products(&self, il: usize, t: usize, qkv: Vec<Tensor>) -> Result<(Tensor, Tensor, Tensor)> {
+        let cfg = &self.config;
+        let lw = &self.weights.layers[il];
+        let mut qkv = qkv.into_iter();
         let mut heads = |n: usize, d: usize| -> Result<Tensor> {
             let p = qkv.next().expect("qmatmul_many returns one product per weight");
             Ok(p.reshape([t, n, d])?)
@@ -463,14 +472,30 @@ impl Model {
         h: Tensor,
         inspect: &mut (dyn FnMut(&str, usize, &Tensor) -> Result<()> + Send),
     ) -> Result<Tensor> {
-        let cfg = &self.config;
         let lw = &self.weights.layers[il];
-        let gate = match cfg.arch {
+        let act = h.qmatmul_gated(&lw.ffn_gate, &lw.ffn_up, self.gate_activation())?;
+        drop(h);
+        self.feed_forward_down(il, act, inspect)
+    }
+
+    /// The activation of the feed-forward's gate.
+    pub(super) fn gate_activation(&self) -> GateActivation {
+        match self.config.arch {
             Arch::Llama => GateActivation::SwiGlu,
             Arch::Gemma3 => GateActivation::GeGlu,
-        };
-        let act = h.qmatmul_gated(&lw.ffn_gate, &lw.ffn_up, gate)?;
-        drop(h);
+        }
+    }
+
+    /// The feed-forward's output from its gated activations `act`: the
+    /// down product and Gemma's post-feed-forward norm.
+    pub(super) fn feed_forward_down(
+        &self,
+        il: usize,
+        act: Tensor,
+        inspect: &mut (dyn FnMut(&str, usize, &Tensor) -> Result<()> + Send),
+    ) -> Result<Tensor> {
+        let cfg = &self.config;
+        let lw = &self.weights.layers[il];
         let mut d = act.qmatmul(&lw.ffn_down)?;
         drop(act);
         if let Some(n) = &lw.post_ffn_norm {

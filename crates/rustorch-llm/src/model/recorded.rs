@@ -252,11 +252,12 @@ impl Model {
         for (p, cos, sin) in tables {
             rows.push((*p, cos.index_select(0, pos)?, sin.index_select(0, pos)?));
         }
-        // Each residual add and the norm after it are one op (add_rms_norm):
-        // h is the normed input of the next attention (or, after the last
-        // block, of the output product).
+        // Each residual add, the norm after it and the products of the
+        // normed row are one op (add_rms_norm_then: the GPU norms the row
+        // inside the products' launch): `pending` is the last block's
+        // output, not yet added to x.
         let eps = cfg.rms_eps as f64;
-        let mut h = x.rms_norm(Some(&self.weights.layers[0].attn_norm), eps)?;
+        let mut pending: Option<Tensor> = None;
         for il in 0..cfg.n_layer {
             let lw = &self.weights.layers[il];
             let (_, cos, sin) = rows
@@ -264,8 +265,15 @@ impl Model {
                 .find(|(p, _, _)| *p == cfg.rope_for_layer(il))
                 .expect("rows were made for every layer's rope settings");
             let layout = cfg.rope_for_layer(il).layout;
+            let (q, k, v) = match pending.take() {
+                None => self.qkv_heads(il, x.rms_norm(Some(&lw.attn_norm), eps)?)?,
+                Some(d) => {
+                    let (s, qkv) = x.add_rms_norm_qmatmul_many(&d, &lw.attn_norm, eps, &[&lw.wq, &lw.wk, &lw.wv])?;
+                    x = s;
+                    self.heads_of_products(il, 1, qkv)?
+                }
+            };
             let attn = {
-                let (q, k, v) = self.qkv_heads(il, h)?;
                 let (q, k, v) = (q.transpose(0, 1)?, k.transpose(0, 1)?, v.transpose(0, 1)?);
                 // q and k rotated, k and v into the cache: one launch on a GPU.
                 let mut q = cache.rope_write_at(il, &q, &k, &v, (cos, sin, layout), pos)?;
@@ -283,15 +291,15 @@ impl Model {
             if let Some(n) = &lw.post_attn_norm {
                 a = a.rms_norm(Some(n), eps)?;
             }
-            let (sum, ffn_in) = x.add_rms_norm(&a, &lw.ffn_norm, eps)?;
-            let d = self.feed_forward_normed(il, ffn_in, &mut |_, _, _| Ok(()))?;
-            let next_norm = match self.weights.layers.get(il + 1) {
-                Some(next) => &next.attn_norm,
-                None => &self.weights.output_norm,
-            };
-            (x, h) = sum.add_rms_norm(&d, next_norm, eps)?;
+            let (sum, act) =
+                x.add_rms_norm_qmatmul_gated(&a, &lw.ffn_norm, eps, &lw.ffn_gate, &lw.ffn_up, self.gate_activation())?;
+            x = sum;
+            pending = Some(self.feed_forward_down(il, act, &mut |_, _, _| Ok(()))?);
         }
-        drop(x);
+        let h = match pending {
+            Some(d) => x.add_rms_norm(&d, &self.weights.output_norm, eps)?.1,
+            None => x.rms_norm(Some(&self.weights.output_norm), eps)?,
+        };
         self.logits_of_normed(&h, &mut |_, _, _| Ok(()))
     }
 }

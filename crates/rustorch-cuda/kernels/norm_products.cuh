@@ -1,0 +1,257 @@
+// Op::AddRmsNormThen for one activation row (a decode step's block
+// boundary): the residual add and RMS norm computed by every block of the
+// products' launch, into shared memory, instead of by a launch of its own
+// whose output the products then wait for. Included at the end of
+// quant.cu (it uses the MMVQ and float-row routines there).
+//
+// Each block: s = x + a (block 0 writes it out, where s is not null), the sum of squares in
+// double in a fixed order (the same bits in every block), y = s * scale *
+// w as rms_norm_rows computes it, then y quantized into shared memory by
+// qact_block_32 / qact_block_k (the qact kernels' code), or kept in f32
+// for the float weights. The blocks are few (a grid the GPU holds at
+// once): each takes columns gridDim.x * QN_WARPS apart, one warp a column
+// (two at once: both rows' loads in flight), so the row is normed once a
+// block rather than once per column group.
+#define QN_WARPS 8
+#define QN_PER 16  // values of the row a thread holds: rows up to 32 * QN_WARPS * QN_PER = 4096
+
+struct QNormIn {
+    const float* x;
+    const float* a;
+    const float* w;
+    float* s;
+    i64 k;
+    double eps;
+};
+
+// The block's normed row: y (f32, k values) at the start of `sm`, the
+// dynamic shared memory. Every thread of the block calls it.
+__device__ __forceinline__ float* qn_norm_row(const QNormIn& in, u8* sm) {
+    __shared__ double part[QN_WARPS];
+    float* y = reinterpret_cast<float*>(sm);
+    const int t = threadIdx.x, nt = blockDim.x;
+    const int n = (int)in.k;
+    float v[QN_PER], wv[QN_PER];
+    double q = 0.0;
+    // Every load before any store (see rms_norm_rows).
+#pragma unroll
+    for (int i = 0; i < QN_PER; ++i) {
+        const int r = t + i * nt;
+        v[i] = r < n ? in.x[r] + in.a[r] : 0.0f;
+        wv[i] = r < n ? in.w[r] : 0.0f;
+        q += (double)v[i] * (double)v[i];
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) q += __shfl_xor_sync(0xffffffffu, q, o);
+    if ((t & 31) == 0) part[t >> 5] = q;
+    if (blockIdx.x == 0 && in.s) {
+#pragma unroll
+        for (int i = 0; i < QN_PER; ++i) {
+            const int r = t + i * nt;
+            if (r < n) in.s[r] = v[i];
+        }
+    }
+    __syncthreads();
+    double sum = 0.0;
+    for (int w = 0; w < (nt >> 5); ++w) sum += part[w];
+    const float scale = (float)(1.0 / sqrt(sum / (double)in.k + in.eps));
+#pragma unroll
+    for (int i = 0; i < QN_PER; ++i) {
+        const int r = t + i * nt;
+        if (r < n) y[r] = v[i] * scale * wv[i];
+    }
+    __syncthreads();
+    return y;
+}
+
+// Byte offsets of the quantized row after y in shared memory (host:
+// `norm_products_smem` in src/ops/quant.rs, the same arithmetic).
+__device__ __forceinline__ i64 qn_pad(i64 v) { return (v + 15) & ~(i64)15; }
+
+// The normed row quantized to the layout ACT in shared memory after y.
+template <int ACT>
+__device__ __forceinline__ QActs qn_norm_quantized(const QNormIn& in, u8* sm) {
+    const float* y = qn_norm_row(in, sm);
+    const i64 k = in.k;
+    signed char* q = reinterpret_cast<signed char*>(sm + 4 * k);
+    const i64 nd = ACT == QA_32 ? k / 32 : k / 256, ns = ACT == QA_32 ? k / 32 : k / 16;
+    float* d = reinterpret_cast<float*>(sm + 5 * k);
+    int* sum = reinterpret_cast<int*>(sm + 5 * k + qn_pad(4 * nd));
+    float* s = reinterpret_cast<float*>(sm + 5 * k + qn_pad(4 * nd) + qn_pad(4 * ns));
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    if (ACT == QA_32)
+        for (i64 b = warp; b < nd; b += warps) qact_block_32(y, b, lane, q, d, sum, s);
+    else
+        for (i64 b = warp; b < nd; b += warps) qact_block_k(y, b, lane, q, d, sum);
+    __syncthreads();
+    QActs a = {reinterpret_cast<const int*>(q), d, sum, s, k};
+    return a;
+}
+
+// Column c of the weights of a multi launch, one after another: its row
+// and output, picked with constant indices (see q_multi_pick).
+struct QnCol {
+    const u8* row;
+    float* y;
+};
+__device__ __forceinline__ QnCol qn_column(const QMulti& p, int count, i64 c) {
+    const i64 n01 = p.n[0] + (count > 1 ? p.n[1] : 0);
+    QnCol o;
+    if (count > 2 && c >= n01) {
+        o.row = p.w[2] + (c - n01) * p.stride[2];
+        o.y = p.y[2] + (c - n01);
+    } else if (count > 1 && c >= p.n[0]) {
+        o.row = p.w[1] + (c - p.n[0]) * p.stride[1];
+        o.y = p.y[1] + (c - p.n[0]);
+    } else {
+        o.row = p.w[0] + c * p.stride[0];
+        o.y = p.y[0] + c;
+    }
+    return o;
+}
+__device__ __forceinline__ i64 qn_columns(const QMulti& p, int count) {
+    return p.n[0] + (count > 1 ? p.n[1] : 0) + (count > 2 ? p.n[2] : 0);
+}
+// The lines of the block's columns (c0, c0 + step, ...), into L2 before
+// the wait: no kernel writes the weights.
+__device__ __forceinline__ void qn_prefetch_multi(const QMulti& p, int count, i64 row_bytes) {
+    const i64 total = qn_columns(p, count), step = (i64)gridDim.x * QN_WARPS;
+    for (i64 c = (i64)blockIdx.x * QN_WARPS + (threadIdx.x >> 5); c < total; c += step) {
+        const QnCol o = qn_column(p, count, c);
+        const u64 line0 = (u64)o.row & ~(u64)127;
+        const i64 span = (i64)((u64)o.row - line0) + row_bytes;
+        for (i64 b = (i64)(threadIdx.x & 31) * 128; b < span; b += 32 * 128)
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(line0 + b));
+    }
+}
+
+// Products of the normed row with up to three weights of type T: warp w
+// of block b takes columns (b QN_WARPS + w) + i step, two at a time.
+template <class T>
+__device__ __forceinline__ void qn_multi(const QMulti& p, int count, const QActs& a) {
+    const int lane = threadIdx.x & 31;
+    const i64 total = qn_columns(p, count), step = (i64)gridDim.x * QN_WARPS;
+    for (i64 c = (i64)blockIdx.x * QN_WARPS + (threadIdx.x >> 5); c < total; c += 2 * step) {
+        const QnCol o0 = qn_column(p, count, c);
+        const bool two = c + step < total;
+        const QnCol o1 = two ? qn_column(p, count, c + step) : o0;
+        float s0, s1;
+        q_row_lane2<T>(o0.row, o1.row, a, 1, lane, 32, s0, s1);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            s0 += __shfl_xor_sync(0xffffffffu, s0, o);
+            s1 += __shfl_xor_sync(0xffffffffu, s1, o);
+        }
+        if (lane == 0) {
+            *o0.y = s0;
+            if (two) *o1.y = s1;
+        }
+    }
+}
+
+// A gated product of the normed row: warp w of block b takes columns
+// (b QN_WARPS + w) + i step, gate and up rows together.
+template <class T>
+__device__ __forceinline__ void qn_gated(const u8* wg, i64 sg, const u8* wu, i64 su, i64 n, const QActs& a, int act,
+                                         float* y) {
+    const int lane = threadIdx.x & 31;
+    const i64 step = (i64)gridDim.x * QN_WARPS;
+    for (i64 j = (i64)blockIdx.x * QN_WARPS + (threadIdx.x >> 5); j < n; j += step) {
+        float g, u;
+        q_row_lane2<T>(wg + j * sg, wu + j * su, a, 1, lane, 32, g, u);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            g += __shfl_xor_sync(0xffffffffu, g, o);
+            u += __shfl_xor_sync(0xffffffffu, u, o);
+        }
+        if (lane == 0) y[j] = act == 0 ? op_swiglu(g, u) : op_gelu_tanh(g) * u;
+    }
+}
+__device__ __forceinline__ void qn_prefetch_gated(const u8* wg, i64 sg, const u8* wu, i64 su, i64 n, i64 row_bytes) {
+    const i64 step = (i64)gridDim.x * QN_WARPS;
+    for (i64 j = (i64)blockIdx.x * QN_WARPS + (threadIdx.x >> 5); j < n; j += step) {
+        q_prefetch_rows(wg, sg, n, j, 1, threadIdx.x & 31, 32);
+        q_prefetch_rows(wu, su, n, j, 1, threadIdx.x & 31, 32);
+    }
+}
+
+#define QN_KERNELS(NAME, T)                                                                       \
+    extern "C" __global__ void __launch_bounds__(32 * QN_WARPS) qnorm_multi_##NAME(              \
+        QNormIn in, QMulti p, int count, i64 row_bytes) {                                         \
+        extern __shared__ __align__(16) u8 qn_sm[];                                               \
+        qn_prefetch_multi(p, count, row_bytes);                                                   \
+        rt_kernel_entry();                                                                        \
+        const QActs a = qn_norm_quantized<QV<T>::ACT>(in, qn_sm);                                   \
+        qn_multi<T>(p, count, a);                                                                 \
+    }                                                                                             \
+    extern "C" __global__ void __launch_bounds__(32 * QN_WARPS) qnorm_gated_##NAME(              \
+        QNormIn in, const u8* wg, i64 sg, const u8* wu, i64 su, i64 n, i64 row_bytes, int act,   \
+        float* y) {                                                                               \
+        extern __shared__ __align__(16) u8 qn_sm[];                                               \
+        qn_prefetch_gated(wg, sg, wu, su, n, row_bytes);                                          \
+        rt_kernel_entry();                                                                        \
+        const QActs a = qn_norm_quantized<QV<T>::ACT>(in, qn_sm);                                 \
+        qn_gated<T>(wg, sg, wu, su, n, a, act, y);                                                \
+    }
+Q_MMVQ_TYPES(QN_KERNELS)
+
+// The float weights (F16, BF16, F32): the normed row stays f32 in shared
+// memory and the columns are summed as w_row_lanes sums them.
+template <int WK>
+__device__ __forceinline__ void wn_multi(const QMulti& p, int count, i64 k, const float* y) {
+    const int lane = threadIdx.x & 31;
+    const i64 total = qn_columns(p, count), step = (i64)gridDim.x * QN_WARPS;
+    for (i64 c = (i64)blockIdx.x * QN_WARPS + (threadIdx.x >> 5); c < total; c += 2 * step) {
+        const QnCol o0 = qn_column(p, count, c);
+        const bool two = c + step < total;
+        const QnCol o1 = two ? qn_column(p, count, c + step) : o0;
+        const u8* rows[2] = {o0.row, o1.row};
+        float acc[2];
+        w_row_lanes<WK, 2>(rows, k, y, 1, lane, 32, acc);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            acc[0] += __shfl_xor_sync(0xffffffffu, acc[0], o);
+            acc[1] += __shfl_xor_sync(0xffffffffu, acc[1], o);
+        }
+        if (lane == 0) {
+            *o0.y = acc[0];
+            if (two) *o1.y = acc[1];
+        }
+    }
+}
+template <int WK>
+__device__ __forceinline__ void wn_gated(const u8* wg, i64 sg, const u8* wu, i64 su, i64 n, i64 k, const float* x,
+                                         int act, float* y) {
+    const int lane = threadIdx.x & 31;
+    const i64 step = (i64)gridDim.x * QN_WARPS;
+    for (i64 j = (i64)blockIdx.x * QN_WARPS + (threadIdx.x >> 5); j < n; j += step) {
+        const u8* rows[2] = {wg + j * sg, wu + j * su};
+        float acc[2];
+        w_row_lanes<WK, 2>(rows, k, x, 1, lane, 32, acc);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            acc[0] += __shfl_xor_sync(0xffffffffu, acc[0], o);
+            acc[1] += __shfl_xor_sync(0xffffffffu, acc[1], o);
+        }
+        if (lane == 0) y[j] = act == 0 ? op_swiglu(acc[0], acc[1]) : op_gelu_tanh(acc[0]) * acc[1];
+    }
+}
+#define WN_KERNELS(NAME, WK)                                                                      \
+    extern "C" __global__ void __launch_bounds__(32 * QN_WARPS) qnorm_multi_##NAME(              \
+        QNormIn in, QMulti p, int count, i64 row_bytes) {                                         \
+        extern __shared__ __align__(16) u8 qn_sm[];                                               \
+        qn_prefetch_multi(p, count, row_bytes);                                                   \
+        rt_kernel_entry();                                                                        \
+        const float* y = qn_norm_row(in, qn_sm);                                                  \
+        wn_multi<WK>(p, count, in.k, y);                                                          \
+    }                                                                                             \
+    extern "C" __global__ void __launch_bounds__(32 * QN_WARPS) qnorm_gated_##NAME(              \
+        QNormIn in, const u8* wg, i64 sg, const u8* wu, i64 su, i64 n, i64 row_bytes, int act,   \
+        float* y) {                                                                               \
+        extern __shared__ __align__(16) u8 qn_sm[];                                               \
+        qn_prefetch_gated(wg, sg, wu, su, n, row_bytes);                                          \
+        rt_kernel_entry();                                                                        \
+        const float* x = qn_norm_row(in, qn_sm);                                                  \
+        wn_gated<WK>(wg, sg, wu, su, n, in.k, x, act, y);                                         \
+    }
+WN_KERNELS(F16, 0) WN_KERNELS(BF16, 1) WN_KERNELS(F32, 2)
