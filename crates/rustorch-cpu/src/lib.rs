@@ -71,6 +71,31 @@ impl CpuBackend {
 
     /// Runs an op on host storage. Used by the backend and by anything that
     /// needs CPU results without going through an executor.
+    /// `Op::AddRmsNormThen` as its parts (here the norm has no launch to
+    /// save): `AddRmsNorm`, then `then` on its normed output, the same bits.
+    fn add_rms_norm_then(eps: f64, then: &Op, inputs: &[CpuInput<'_>], outputs: &[TensorMeta]) -> CpuResult {
+        if inputs.len() < 3 || outputs.is_empty() {
+            return Err(BackendError::invalid("add_rms_norm_then", "wrong number of inputs"));
+        }
+        let norm = Op::AddRmsNorm { eps };
+        let mut sy = Self::run(&norm, &inputs[..3], &[outputs[0].clone(), outputs[0].clone()])?;
+        let (Some(y), Some(s)) = (sy.pop(), sy.pop()) else {
+            return Err(BackendError::invalid(
+                "add_rms_norm_then",
+                "the norm gave fewer than two outputs",
+            ));
+        };
+        let y_layout = Layout::contiguous(outputs[0].shape.clone());
+        let mut rest = vec![CpuInput {
+            storage: &y,
+            layout: &y_layout,
+        }];
+        rest.extend_from_slice(&inputs[3..]);
+        let mut out = vec![s];
+        out.extend(Self::run(then, &rest, &outputs[1..])?);
+        Ok(out)
+    }
+
     pub fn run(op: &Op, inputs: &[CpuInput<'_>], outputs: &[TensorMeta]) -> CpuResult {
         for i in inputs {
             // For an empty layout the extent is its offset, which must still
@@ -122,12 +147,7 @@ impl CpuBackend {
             | Op::ConvTranspose2d { .. }
             | Op::MaxPool2d { .. }
             | Op::AvgPool2d { .. } => conv::execute(op, inputs, outputs),
-            // Run as its parts (`supports` says no, so the executor splits it).
-            Op::AddRmsNormThen { .. } => Err(BackendError::unsupported(
-                Device::Cpu,
-                op.name(),
-                "runs as add_rms_norm and the products",
-            )),
+            Op::AddRmsNormThen { eps, then } => Self::add_rms_norm_then(*eps, then, inputs, outputs),
         }
     }
 }
@@ -164,8 +184,7 @@ impl Backend for CpuBackend {
             Op::QMatMul { qtype, .. } => qmatmul::can_matmul(*qtype),
             Op::QMatMuls { qtypes } => qtypes.iter().all(|q| qmatmul::can_matmul(*q)),
             Op::QMatMulGated { qtypes, .. } => qtypes.iter().all(|q| qmatmul::can_matmul(*q)),
-            // Its parts: the norm gives the products no time to save here.
-            Op::AddRmsNormThen { .. } => false,
+            Op::AddRmsNormThen { then, .. } => self.supports(then, &[]),
             _ => true,
         }
     }
@@ -191,7 +210,11 @@ impl Backend for CpuBackend {
     fn execute(&self, op: &Op, inputs: &[TensorRef<'_>], outputs: &[TensorMeta]) -> Result<Vec<Buffer>, BackendError> {
         let takes_weights = matches!(
             op,
-            Op::QMatMul { .. } | Op::QMatMuls { .. } | Op::QMatMulGated { .. } | Op::QEmbedding { .. }
+            Op::QMatMul { .. }
+                | Op::QMatMuls { .. }
+                | Op::QMatMulGated { .. }
+                | Op::QEmbedding { .. }
+                | Op::AddRmsNormThen { .. }
         );
         let cpu_inputs = inputs
             .iter()

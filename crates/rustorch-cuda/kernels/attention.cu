@@ -380,6 +380,24 @@ __device__ __forceinline__ i64 at_pos(const void* pos, i64 off, int is64) {
     return is64 ? ((const i64*)pos)[off] : (i64)((const int*)pos)[off];
 }
 
+// Rows j0, j0 + step, ... below hi of k (row_k bytes each, rows k_stride
+// elements apart) and of v, into L2: lane l takes the (l / 2)-th row of
+// each group of 16, its key row (l even) or its value row, every line of
+// it. Rows whose elements are contiguous only (the caller checks).
+template <typename KS>
+__device__ __forceinline__ void at_prefetch_rows(const KS* k, i64 k_stride, i64 row_k, const KS* v, i64 v_stride,
+                                                 i64 row_v, i64 j0, i64 hi, int step, int lane) {
+#ifdef __CUDA_ARCH__
+    const bool is_v = lane & 1;
+    const KS* base = is_v ? v : k;
+    const i64 stride = is_v ? v_stride : k_stride, bytes = is_v ? row_v : row_k;
+    for (i64 j = j0 + (i64)(lane >> 1) * step; j < hi; j += 16 * (i64)step) {
+        const char* row = reinterpret_cast<const char*>(base + j * stride);
+        for (i64 b = 0; b < bytes; b += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(row + b));
+    }
+#endif
+}
+
 // Returns the splits of the row that have keys (the first `used` ones;
 // every block of the row computes the same number): the one-launch form
 // merges only those.
@@ -390,8 +408,8 @@ template <typename QT, typename KT, int PL>
 __device__ i64 attention_at_part_pl(const typename QT::store* q, Str4 lq, const typename KT::store* k,
                                     Str4 lk, const typename KT::store* v, Str4 lv, const void* pos,
                                     i64 pos_off, int pos64, float* part, i64 t, i64 n, i64 d, i64 dv,
-                                    i64 group, i64 window, float scale, int* bad, float* y1, float* s_m,
-                                    float* s_l, float (*s_acc)[AT_MAX_DIM]) {
+                                    i64 group, i64 window, float scale, int* bad, float* y1, i64 min_share,
+                                    int prefetch, float* s_m, float* s_l, float (*s_acc)[AT_MAX_DIM]) {
     typedef typename KT::store KS;
     const i64 row = blockIdx.x, rows = gridDim.x;
     const i64 splits = gridDim.y, slot = row * splits + blockIdx.y;
@@ -406,11 +424,12 @@ __device__ i64 attention_at_part_pl(const typename QT::store* q, Str4 lq, const 
     } else {
         const i64 p = p0 + i;
         const i64 first = (window > 0 && p + 1 > window) ? p + 1 - window : 0;
-        // Shares of AT_KEYS_PER_SPLIT keys (more where the splits would not
-        // cover the row): a short row is one block's work, and only the
-        // blocks it reaches have partials to merge.
+        // Shares of at least min_share keys (AT_KEYS_PER_SPLIT for the
+        // two-launch form; more where the splits would not cover the row):
+        // a short row is one block's work, and only the blocks it reaches
+        // have partials to merge.
         const i64 even = (p + 1 - first + splits - 1) / splits;
-        const i64 share = even > AT_KEYS_PER_SPLIT ? even : AT_KEYS_PER_SPLIT;
+        const i64 share = even > min_share ? even : min_share;
         lo = first + (i64)blockIdx.y * share;
         hi = lo + share < p + 1 ? lo + share : p + 1;
         used = (p + 1 - first + share - 1) / share;
@@ -467,6 +486,14 @@ __device__ i64 attention_at_part_pl(const typename QT::store* q, Str4 lq, const 
             }
         }
     };
+    // Every key and value row the warp will read, fetched into L2 at once
+    // (a lane a row, 128-byte lines): older positions' rows are rarely in
+    // L2 after a step's weights streamed through it, and the loop below
+    // waits on each pair's loads in turn, so without this a short row's
+    // few rounds each waited for memory (at_prefetch_rows).
+    if (prefetch && lk.s[3] == 1 && lv.s[3] == 1)
+        at_prefetch_rows(k + kbase, lk.s[2], (i64)sizeof(KS) * d, v + vbase, lv.s[2], (i64)sizeof(KS) * dv,
+                         lo + warp, hi, warps, lane);
     // (Heads past 128 features keep one pair in registers: two would spill.)
     constexpr bool ahead = PL <= 4;
     if (lo + warp < hi) fetch(lo + warp, kx, vx);
@@ -551,19 +578,20 @@ template <typename QT, typename KT>
 __device__ i64 attention_at_part(const typename QT::store* q, Str4 lq, const typename KT::store* k,
                                  Str4 lk, const typename KT::store* v, Str4 lv, const void* pos,
                                  i64 pos_off, int pos64, float* part, i64 t, i64 n, i64 d, i64 dv,
-                                 i64 group, i64 window, float scale, int* bad, float* y1) {
+                                 i64 group, i64 window, float scale, int* bad, float* y1, i64 min_share,
+                                 int prefetch) {
     __shared__ float s_m[AT_WARPS];
     __shared__ float s_l[AT_WARPS];
     __shared__ float s_acc[AT_WARPS][AT_MAX_DIM];
     const i64 widest = d > dv ? d : dv;
     if (widest <= 64)
         return attention_at_part_pl<QT, KT, 2>(q, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, dv, group,
-                                               window, scale, bad, y1, s_m, s_l, s_acc);
+                                               window, scale, bad, y1, min_share, prefetch, s_m, s_l, s_acc);
     if (widest <= 128)
         return attention_at_part_pl<QT, KT, 4>(q, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, dv, group,
-                                               window, scale, bad, y1, s_m, s_l, s_acc);
+                                               window, scale, bad, y1, min_share, prefetch, s_m, s_l, s_acc);
     return attention_at_part_pl<QT, KT, AT_PER_LANE>(q, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, dv,
-                                                     group, window, scale, bad, y1, s_m, s_l, s_acc);
+                                                     group, window, scale, bad, y1, min_share, prefetch, s_m, s_l, s_acc);
 }
 
 #define ATTENTION_AT(QTY, KTY)                                                                  \
@@ -572,7 +600,8 @@ __device__ i64 attention_at_part(const typename QT::store* q, Str4 lq, const typ
         const KTY##T::store* v, Str4 lv, const void* pos, i64 pos_off, int pos64, float* part, \
         i64 t, i64 n, i64 d, i64 dv, i64 group, i64 window, float scale, int* bad) { rt_kernel_entry();            \
         attention_at_part<QTY##T, KTY##T>(q, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, \
-                                          d, dv, group, window, scale, bad, nullptr);          \
+                                          d, dv, group, window, scale, bad, nullptr,           \
+                                          AT_KEYS_PER_SPLIT, 1);                               \
     }
 ATTENTION_AT(F32, F32) ATTENTION_AT(F32, F16) ATTENTION_AT(F32, BF16)
 ATTENTION_AT(F16, F32) ATTENTION_AT(F16, F16) ATTENTION_AT(F16, BF16)
@@ -664,11 +693,12 @@ __device__ void at_join_row(const float* part, float* y, unsigned int* counters,
         const QTY##T::store* q, Str4 lq, const KTY##T::store* k, Str4 lk,                       \
         const KTY##T::store* v, Str4 lv, const void* pos, i64 pos_off, int pos64, float* part, \
         i64 t, i64 n, i64 d, i64 dv, i64 group, i64 window, float scale, int* bad, float* y,    \
-        unsigned int* counters) {                                                               \
+        unsigned int* counters, i64 min_share, int prefetch) {                                  \
         rt_kernel_entry();                                                                      \
         const i64 used = attention_at_part<QTY##T, KTY##T>(q, lq, k, lk, v, lv, pos, pos_off,   \
                                                            pos64, part, t, n, d, dv, group,     \
-                                                           window, scale, bad, y);              \
+                                                           window, scale, bad, y, min_share,    \
+                                                           prefetch);                           \
         if (used > 1) at_join_row(part, y, counters, dv, used);                                 \
     }
 ATTENTION_AT_JOINED(F32, F32) ATTENTION_AT_JOINED(F32, F16) ATTENTION_AT_JOINED(F32, BF16)

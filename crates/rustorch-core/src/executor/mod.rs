@@ -978,21 +978,16 @@ impl Executor {
 
     /// A fused op's parts (`Op::decompose`), when it should run as them:
     /// the device it would go to first (the preferred one, else the one
-    /// holding its inputs, else the CPU) lacks the fused op but runs every
-    /// part, so the op stays where its data is. The decomposition is built
-    /// only then: a fused op the device has a kernel for returns before any
-    /// allocation.
+    /// holding its inputs) lacks the fused op but runs every part, so the
+    /// op stays where its data is. The decomposition is built only then:
+    /// with host data and no preferred device (every CPU-only run) this
+    /// returns before any allocation.
     fn parts_to_run(&self, op: &Op, metas: &[TensorMeta], inputs: &[Operand]) -> Option<crate::op::Decomposition> {
-        // Host data and no preferred device: the CPU (a fused op it has no
-        // kernel for runs as its parts there).
         let first = self
             .config
             .preferred_device
             .or_else(|| resident_device(inputs))
-            .unwrap_or(Device::Cpu);
-        if self.is_lost(first) {
-            return None;
-        }
+            .filter(|d| !self.is_lost(*d))?;
         let backend = self.backend(first)?;
         if backend.supports(op, metas) {
             return None;

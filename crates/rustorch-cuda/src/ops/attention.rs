@@ -747,8 +747,10 @@ pub(super) fn attention_at(
         .arg(&scale)
         .arg(&badp);
     let counters_p = counters.unwrap_or(0);
+    let min_share = b.attention_min_share as i64;
+    let prefetch = i32::from(b.attention_prefetch);
     if counters.is_some() {
-        args.arg(&yp).arg(&counters_p);
+        args.arg(&yp).arg(&counters_p).arg(&min_share).arg(&prefetch);
     }
     let cfg = LaunchConfig {
         grid_dim: (rows as u32, splits as u32, 1),
@@ -765,7 +767,8 @@ pub(super) fn attention_at(
     // rows * S * (dv + 2) floats for the grid's rows x S blocks, `bad` one
     // i32; the joined form's y holds rows * dv floats and its counters
     // rows <= AT_COUNTER_ROWS u32, zero (each row's last block zeroes its
-    // own again; launches on the one stream never overlap on them).
+    // own again; launches on the one stream never overlap on them), and
+    // min_share (>= 1) the fewest keys a block takes; prefetch a flag.
     unsafe { args.launch(cfg) }.map_err(|e| b.launch_err(&kernel, e))?;
     if counters.is_some() {
         return finish_attention_at(b, &bad, name, t, n, y);
