@@ -105,6 +105,18 @@ pub trait Backend: Send + Sync {
         self.upload(CpuStorage::zeros(dtype, len).as_host())
     }
 
+    /// A buffer of `len` values of `dtype` that this device's kernels write
+    /// and the host reads without a copy through the device's DMA (on a GPU:
+    /// page-locked host memory mapped into the device's address space), for
+    /// small results read back often (a decode step's logits: a download
+    /// of 128 KB is tens of microseconds of fixed costs). Its contents are
+    /// unspecified until written. `None` (the default): the device has no
+    /// such memory; use `alloc_zeroed`.
+    fn alloc_host_readable(&self, dtype: DType, len: usize) -> Result<Option<Buffer>, BackendError> {
+        let _ = (dtype, len);
+        Ok(None)
+    }
+
     /// A weight on this device from its plain bytes (`spec.rows` rows of
     /// `spec.qtype` blocks, row after row; the caller has checked the
     /// length): a u8 buffer of `rows * row_bytes` elements as the executor

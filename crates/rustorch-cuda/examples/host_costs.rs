@@ -61,5 +61,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let host = Tensor::randn(vec![512, 512], DType::F32, 8)?.with_executor(&exec)?;
     time("upload_1MiB", &|| host.to_device(device).map(drop))?;
+    // A recorded decode step's host work besides the replay (models'
+    // recorded.rs): the token's embedding row and its position written into
+    // device tensors, the logits read back and wrapped as a host tensor.
+    let row = Tensor::randn(vec![1, 2048], DType::F32, 9)?.with_executor(&exec)?;
+    let x_in = std::cell::RefCell::new(on_gpu(&[1, 2048], DType::F32, 10)?);
+    time("step_write_row_2048", &|| x_in.borrow_mut().write_slice(0, 0, &row))?;
+    let p = Tensor::from_vec(vec![7i64], [1])?.with_executor(&exec)?;
+    let pos = std::cell::RefCell::new(Tensor::zeros_in(&exec, [1], DType::I64, device)?);
+    time("step_write_pos", &|| pos.borrow_mut().write_slice(0, 0, &p))?;
+    let logits = on_gpu(&[1, 32000], DType::F32, 11)?;
+    time("step_read_logits_32000", &|| logits.to_vec::<f32>().map(drop))?;
+    let values = logits.to_vec::<f32>()?;
+    time("step_host_logits_tensor", &|| {
+        Tensor::from_vec(values.clone(), [1, 32000])?
+            .with_executor(&exec)
+            .map(drop)
+    })?;
     Ok(())
 }

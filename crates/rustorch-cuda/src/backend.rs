@@ -529,9 +529,38 @@ impl Backend for CudaBackend {
         Ok(Arc::new(buf))
     }
 
+    fn alloc_host_readable(&self, dtype: DType, len: usize) -> Result<Option<Buffer>, BackendError> {
+        self.not_recording("alloc_host_readable")?;
+        // RUSTORCH_CUDA_MAPPED_RESULTS=0: device memory, downloaded (the A/B switch).
+        if env_is("RUSTORCH_CUDA_MAPPED_RESULTS", "0") {
+            return Ok(None);
+        }
+        let bytes = len * dtype.size_in_bytes();
+        let mapped =
+            crate::buffer::MappedHost::new(&self.ctx, bytes).map_err(|e| self.err("alloc_host_readable", e, bytes))?;
+        Ok(Some(Arc::new(CudaBuffer {
+            device: self.device,
+            dtype,
+            len,
+            mem: crate::buffer::Memory::Mapped(mapped),
+            usage: self.usage.clone(),
+            row_acts: None,
+        })))
+    }
+
     fn download(&self, buffer: &dyn DeviceBuffer) -> Result<CpuStorage, BackendError> {
         self.not_recording("download")?;
         let b = self.own("download", buffer)?;
+        if let crate::buffer::Memory::Mapped(m) = &b.mem {
+            // Read in place once the work queued before has written it.
+            self.stream
+                .synchronize()
+                .map_err(|e| self.err("download", e, m.bytes))?;
+            return CpuStorage::from_bytes(b.dtype, m.bytes()).map_err(|message| BackendError::Device {
+                device: self.device,
+                message,
+            });
+        }
         let n = b.len * b.dtype.size_in_bytes();
         let mut host = vec![0u8; n];
         let method = self.transfer_method(Direction::Download, n);

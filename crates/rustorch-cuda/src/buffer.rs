@@ -43,6 +43,71 @@ pub(crate) enum Memory {
         ptr: u64,
         bytes: usize,
     },
+    /// Page-locked host memory mapped into the device's address space
+    /// (`Backend::alloc_host_readable`): kernels write it through `ptr`,
+    /// the host reads it in place.
+    Mapped(MappedHost),
+}
+
+/// A `cuMemHostAlloc` allocation (mapped), freed when it drops.
+#[derive(Debug)]
+pub(crate) struct MappedHost {
+    pub(crate) host: *mut u8,
+    pub(crate) device: u64,
+    pub(crate) bytes: usize,
+    pub(crate) ctx: Arc<cudarc::driver::CudaContext>,
+}
+
+// SAFETY: the pointers name memory this value owns alone; the host reads it
+// only after synchronizing with the device work that writes it.
+unsafe impl Send for MappedHost {}
+unsafe impl Sync for MappedHost {}
+
+impl MappedHost {
+    /// `bytes` (at least one) of mapped, page-locked host memory.
+    pub(crate) fn new(
+        ctx: &Arc<cudarc::driver::CudaContext>,
+        bytes: usize,
+    ) -> Result<MappedHost, cudarc::driver::DriverError> {
+        use cudarc::driver::sys;
+        ctx.bind_to_thread()?;
+        let mut host: *mut std::ffi::c_void = std::ptr::null_mut();
+        let mut device: sys::CUdeviceptr = 0;
+        let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
+        // SAFETY: out-pointers to locals; the allocation is freed on drop
+        // (or here, when its device address cannot be had).
+        unsafe {
+            sys::cuMemHostAlloc(&mut host, bytes.max(1), flags).result()?;
+            if let Err(e) = sys::cuMemHostGetDevicePointer_v2(&mut device, host, 0).result() {
+                let _ = sys::cuMemFreeHost(host);
+                return Err(e);
+            }
+        }
+        Ok(MappedHost {
+            host: host.cast(),
+            device,
+            bytes,
+            ctx: ctx.clone(),
+        })
+    }
+
+    /// The bytes as the host sees them (the caller has synchronized with
+    /// the device work that writes them).
+    pub(crate) fn bytes(&self) -> &[u8] {
+        // SAFETY: `bytes` bytes allocated at `host`, alive while self is.
+        unsafe { std::slice::from_raw_parts(self.host, self.bytes) }
+    }
+}
+
+impl Drop for MappedHost {
+    fn drop(&mut self) {
+        // cuMemFreeHost waits for the device work that may still use it.
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: allocated by cuMemHostAlloc in `new`, freed once.
+        unsafe {
+            let _ = cudarc::driver::sys::cuMemFreeHost(self.host.cast());
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -89,6 +154,7 @@ impl CudaBuffer {
                 p
             }
             Memory::Arena { ptr, .. } => *ptr,
+            Memory::Mapped(m) => m.device,
         }
     }
 
@@ -96,6 +162,7 @@ impl CudaBuffer {
         match &self.mem {
             Memory::Owned(s) => s.len(),
             Memory::Arena { bytes, .. } => *bytes,
+            Memory::Mapped(m) => m.bytes,
         }
     }
 

@@ -560,6 +560,17 @@ impl Executor {
             .map_err(|e| self.backend_error("alloc_zeroed", device, e))
     }
 
+    /// `Backend::alloc_host_readable` on `device`, or `alloc_zeroed` where
+    /// the device has no such memory.
+    pub fn alloc_host_readable(&self, device: Device, dtype: crate::dtype::DType, len: usize) -> Result<Buffer> {
+        let b = self.backend_or_err(device)?;
+        match b.alloc_host_readable(dtype, len) {
+            Ok(Some(buf)) => Ok(buf),
+            Ok(None) => self.alloc_zeroed(device, dtype, len),
+            Err(e) => Err(self.backend_error("alloc_host_readable", device, e)),
+        }
+    }
+
     /// A GGML-typed weight on `device`, in the layout its backend prepares
     /// for `spec.usage` (`Backend::prepare_weight`).
     pub fn prepare_weight(

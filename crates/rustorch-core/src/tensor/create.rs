@@ -196,6 +196,23 @@ impl Tensor {
         let buffer = exec.alloc_zeroed(device, dtype, n)?;
         Ok(Tensor::from_parts(buffer, Layout::contiguous(shape), exec.clone()))
     }
+
+    /// A tensor on `device` whose values the host reads back without a
+    /// device copy where the device allows it (`Backend::alloc_host_readable`:
+    /// on a GPU, mapped host memory), zeros on another device; its values
+    /// are unspecified until written (`write_slice`). For small results
+    /// read after every step.
+    pub fn host_readable_in(
+        exec: &Arc<Executor>,
+        shape: impl Into<Shape>,
+        dtype: DType,
+        device: Device,
+    ) -> Result<Tensor> {
+        let shape = shape.into();
+        let n = checked_numel("host_readable", &shape, dtype)?;
+        let buffer = exec.alloc_host_readable(device, dtype, n)?;
+        Ok(Tensor::from_parts(buffer, Layout::contiguous(shape), exec.clone()))
+    }
 }
 
 /// The element count of a shape to allocate, or an error when the byte
