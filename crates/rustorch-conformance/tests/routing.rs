@@ -834,6 +834,91 @@ fn a_fused_op_the_device_lacks_runs_as_its_parts_there() {
 }
 
 #[test]
+fn a_norm_feeding_products_runs_as_its_parts_where_the_device_lacks_it() {
+    use rustorch_core::quant::{quantize, QType};
+    use rustorch_core::QWeight;
+    let (k, m) = (64, 1);
+    let rows = [48, 16, 16];
+    let vals = |seed: usize, len: usize| -> Vec<f32> {
+        (0..len)
+            .map(|i| (((i * 7919 + seed * 104729) % 1000) as f32 / 500.0) - 1.0)
+            .collect()
+    };
+    let bytes: Vec<Vec<u8>> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| quantize(QType::Q8_0, &vals(i + 1, n * k)).unwrap())
+        .collect();
+    let weights = |exec: &Arc<Executor>, device: Option<Device>| -> Vec<QWeight> {
+        bytes
+            .iter()
+            .zip(rows)
+            .map(|(b, n)| {
+                let w = QWeight::from_bytes_in(exec, QType::Q8_0, n, k, b.clone()).unwrap();
+                match device {
+                    Some(d) => w.to_device(d).unwrap(),
+                    None => w,
+                }
+            })
+            .collect()
+    };
+    let host = |exec: &Arc<Executor>, seed: usize, shape: &[usize]| {
+        Tensor::from_vec(vals(seed, shape.iter().product()), shape.to_vec())
+            .unwrap()
+            .with_executor(exec)
+            .unwrap()
+    };
+
+    // The CPU, op by op: the reference.
+    let cpu_exec = Arc::new(Executor::from_backends(
+        ExecutorConfig::default(),
+        vec![Arc::new(CpuBackend::new()) as Arc<dyn Backend>],
+    ));
+    let cw = weights(&cpu_exec, None);
+    let (x, a, nw) = (
+        host(&cpu_exec, 7, &[m, k]),
+        host(&cpu_exec, 8, &[m, k]),
+        host(&cpu_exec, 9, &[k]),
+    );
+    let (s_want, h) = x.add_rms_norm(&a, &nw, 1e-5).unwrap();
+    let want: Vec<Vec<f32>> = h
+        .qmatmul_many(&[&cw[0], &cw[1], &cw[2]])
+        .unwrap()
+        .iter()
+        .map(|t| t.to_vec::<f32>().unwrap())
+        .collect();
+    // The CPU's fused op: its parts, the same bits.
+    let (s, ys) = x
+        .add_rms_norm_qmatmul_many(&a, &nw, 1e-5, &[&cw[0], &cw[1], &cw[2]])
+        .unwrap();
+    assert_eq!(s.to_vec::<f32>().unwrap(), s_want.to_vec::<f32>().unwrap());
+    let got: Vec<Vec<f32>> = ys.iter().map(|t| t.to_vec::<f32>().unwrap()).collect();
+    assert_eq!(got, want, "the CPU's fused op gives its parts' values");
+
+    // A device without it runs the parts there (its data stays).
+    let (exec, _plugin) = exec_with(traced(0), FaultyBackend::new().refuse_op("add_rms_norm_qmatmul_x3"));
+    let pw = weights(&exec, Some(PLUGIN));
+    let on = |t: Tensor| t.to_device(PLUGIN).unwrap();
+    let (x, a, nw) = (
+        on(host(&exec, 7, &[m, k])),
+        on(host(&exec, 8, &[m, k])),
+        on(host(&exec, 9, &[k])),
+    );
+    exec.clear_trace();
+    let (s, ys) = x
+        .add_rms_norm_qmatmul_many(&a, &nw, 1e-5, &[&pw[0], &pw[1], &pw[2]])
+        .unwrap();
+    let ops: Vec<(String, Device)> = exec.trace().iter().map(|e| (e.op.clone(), e.device)).collect();
+    assert_eq!(
+        ops,
+        vec![("add_rms_norm".to_string(), PLUGIN), ("qmatmul_x3".to_string(), PLUGIN)]
+    );
+    assert_eq!(s.to_vec::<f32>().unwrap(), s_want.to_vec::<f32>().unwrap());
+    let got: Vec<Vec<f32>> = ys.iter().map(|t| t.to_vec::<f32>().unwrap()).collect();
+    assert_eq!(got, want, "the parts give the fused op's values");
+}
+
+#[test]
 fn zeros_on_a_device_are_made_there() {
     let (exec, plugin) = exec_with(traced(0), FaultyBackend::new());
     let uploads = plugin.uploads();
