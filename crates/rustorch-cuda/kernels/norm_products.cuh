@@ -175,14 +175,16 @@ __device__ __forceinline__ void qn_prefetch_gated(const u8* wg, i64 sg, const u8
     }
 }
 
-#define QN_KERNELS(NAME, T)                                                                       \
+// The kernels' entries, the same for every weight type: the weights'
+// lines into L2 before the wait, then MULTI / GATED (the type's norm and
+// products, below).
+#define QN_ENTRIES(NAME, MULTI, GATED)                                                            \
     extern "C" __global__ void __launch_bounds__(32 * QN_WARPS) qnorm_multi_##NAME(              \
         QNormIn in, QMulti p, int count, i64 row_bytes) {                                         \
         extern __shared__ __align__(16) u8 qn_sm[];                                               \
         qn_prefetch_multi(p, count, row_bytes);                                                   \
         rt_kernel_entry();                                                                        \
-        const QActs a = qn_norm_quantized<QV<T>::ACT>(in, qn_sm);                                   \
-        qn_multi<T>(p, count, a);                                                                 \
+        MULTI(in, p, count, qn_sm);                                                               \
     }                                                                                             \
     extern "C" __global__ void __launch_bounds__(32 * QN_WARPS) qnorm_gated_##NAME(              \
         QNormIn in, const u8* wg, i64 sg, const u8* wu, i64 su, i64 n, i64 row_bytes, int act,   \
@@ -190,9 +192,22 @@ __device__ __forceinline__ void qn_prefetch_gated(const u8* wg, i64 sg, const u8
         extern __shared__ __align__(16) u8 qn_sm[];                                               \
         qn_prefetch_gated(wg, sg, wu, su, n, row_bytes);                                          \
         rt_kernel_entry();                                                                        \
-        const QActs a = qn_norm_quantized<QV<T>::ACT>(in, qn_sm);                                 \
-        qn_gated<T>(wg, sg, wu, su, n, a, act, y);                                                \
+        GATED(in, wg, sg, wu, su, n, act, y, qn_sm);                                              \
     }
+
+// The quantized types: the normed row quantized in shared memory.
+template <class T>
+__device__ __forceinline__ void qn_multi_q(const QNormIn& in, const QMulti& p, int count, u8* sm) {
+    const QActs a = qn_norm_quantized<QV<T>::ACT>(in, sm);
+    qn_multi<T>(p, count, a);
+}
+template <class T>
+__device__ __forceinline__ void qn_gated_q(const QNormIn& in, const u8* wg, i64 sg, const u8* wu, i64 su, i64 n,
+                                           int act, float* y, u8* sm) {
+    const QActs a = qn_norm_quantized<QV<T>::ACT>(in, sm);
+    qn_gated<T>(wg, sg, wu, su, n, a, act, y);
+}
+#define QN_KERNELS(NAME, T) QN_ENTRIES(NAME, qn_multi_q<T>, qn_gated_q<T>)
 Q_MMVQ_TYPES(QN_KERNELS)
 
 // The float weights (F16, BF16, F32): the normed row stays f32 in shared
@@ -236,22 +251,14 @@ __device__ __forceinline__ void wn_gated(const u8* wg, i64 sg, const u8* wu, i64
         if (lane == 0) y[j] = act == 0 ? op_swiglu(acc[0], acc[1]) : op_gelu_tanh(acc[0]) * acc[1];
     }
 }
-#define WN_KERNELS(NAME, WK)                                                                      \
-    extern "C" __global__ void __launch_bounds__(32 * QN_WARPS) qnorm_multi_##NAME(              \
-        QNormIn in, QMulti p, int count, i64 row_bytes) {                                         \
-        extern __shared__ __align__(16) u8 qn_sm[];                                               \
-        qn_prefetch_multi(p, count, row_bytes);                                                   \
-        rt_kernel_entry();                                                                        \
-        const float* y = qn_norm_row(in, qn_sm);                                                  \
-        wn_multi<WK>(p, count, in.k, y);                                                          \
-    }                                                                                             \
-    extern "C" __global__ void __launch_bounds__(32 * QN_WARPS) qnorm_gated_##NAME(              \
-        QNormIn in, const u8* wg, i64 sg, const u8* wu, i64 su, i64 n, i64 row_bytes, int act,   \
-        float* y) {                                                                               \
-        extern __shared__ __align__(16) u8 qn_sm[];                                               \
-        qn_prefetch_gated(wg, sg, wu, su, n, row_bytes);                                          \
-        rt_kernel_entry();                                                                        \
-        const float* x = qn_norm_row(in, qn_sm);                                                  \
-        wn_gated<WK>(wg, sg, wu, su, n, in.k, x, act, y);                                         \
-    }
+template <int WK>
+__device__ __forceinline__ void qn_multi_w(const QNormIn& in, const QMulti& p, int count, u8* sm) {
+    wn_multi<WK>(p, count, in.k, qn_norm_row(in, sm));
+}
+template <int WK>
+__device__ __forceinline__ void qn_gated_w(const QNormIn& in, const u8* wg, i64 sg, const u8* wu, i64 su, i64 n,
+                                           int act, float* y, u8* sm) {
+    wn_gated<WK>(wg, sg, wu, su, n, in.k, qn_norm_row(in, sm), act, y);
+}
+#define WN_KERNELS(NAME, WK) QN_ENTRIES(NAME, qn_multi_w<WK>, qn_gated_w<WK>)
 WN_KERNELS(F16, 0) WN_KERNELS(BF16, 1) WN_KERNELS(F32, 2)
