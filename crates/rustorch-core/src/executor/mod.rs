@@ -615,7 +615,12 @@ impl Executor {
             Some(s) if buffer.private_layout().is_none() => self.upload(s.as_host(), device)?,
             _ => {
                 let host = self.download(buffer)?;
-                self.upload(host.as_host(), device)?
+                match device {
+                    // The downloaded storage is a CPU buffer already (the
+                    // CPU backend's upload would copy it once more).
+                    Device::Cpu => Arc::new(host) as Buffer,
+                    _ => self.upload(host.as_host(), device)?,
+                }
             }
         };
         self.record(TraceEvent {

@@ -214,9 +214,17 @@ impl Model {
     /// buffer is rewritten by the next replay; sampling reads the host),
     /// and the cache one position longer.
     fn finish_step(&self, cache: &mut KvCache, logits: &Tensor) -> Result<Tensor> {
-        let host = logits.to_vec::<f32>()?;
+        // One copy into a host buffer of the caller's (`to_vec` made three:
+        // the download, the host tensor's, the vector's; a tenth of a
+        // 135M model's step went to host work). On the CPU `to_device` would
+        // share the session's buffer, which the next step writes.
+        let host = if logits.device().is_cpu() {
+            Tensor::from_vec(logits.to_vec::<f32>()?, [1, self.config.n_vocab])?.with_executor(&self.exec)?
+        } else {
+            logits.to_device(Device::Cpu)?
+        };
         cache.advance(1);
-        Ok(Tensor::from_vec(host, [1, self.config.n_vocab])?.with_executor(&self.exec)?)
+        Ok(host)
     }
 
     /// One decode step through the ops that a recorded step records, run
