@@ -69,8 +69,6 @@ impl CpuBackend {
         CpuBackend
     }
 
-    /// Runs an op on host storage. Used by the backend and by anything that
-    /// needs CPU results without going through an executor.
     /// `Op::AddRmsNormThen` as its parts (here the norm has no launch to
     /// save): `AddRmsNorm`, then `then` on its normed output, the same bits.
     fn add_rms_norm_then(eps: f64, then: &Op, inputs: &[CpuInput<'_>], outputs: &[TensorMeta]) -> CpuResult {
@@ -96,6 +94,8 @@ impl CpuBackend {
         Ok(out)
     }
 
+    /// Runs an op on host storage. Used by the backend and by anything that
+    /// needs CPU results without going through an executor.
     pub fn run(op: &Op, inputs: &[CpuInput<'_>], outputs: &[TensorMeta]) -> CpuResult {
         for i in inputs {
             // For an empty layout the extent is its offset, which must still

@@ -117,11 +117,8 @@ __device__ __forceinline__ i64 qn_columns(const QMulti& p, int count) {
 __device__ __forceinline__ void qn_prefetch_multi(const QMulti& p, int count, i64 row_bytes) {
     const i64 total = qn_columns(p, count), step = (i64)gridDim.x * QN_WARPS;
     for (i64 c = (i64)blockIdx.x * QN_WARPS + (threadIdx.x >> 5); c < total; c += step) {
-        const QnCol o = qn_column(p, count, c);
-        const u64 line0 = (u64)o.row & ~(u64)127;
-        const i64 span = (i64)((u64)o.row - line0) + row_bytes;
-        for (i64 b = (i64)(threadIdx.x & 31) * 128; b < span; b += 32 * 128)
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(line0 + b));
+        // The column's row alone: one row of row_bytes from its start.
+        q_prefetch_rows(qn_column(p, count, c).row, row_bytes, 1, 0, 1, threadIdx.x & 31, 32);
     }
 }
 

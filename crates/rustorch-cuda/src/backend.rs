@@ -79,6 +79,8 @@ pub struct CudaBackend {
     /// launch, a diagnostic of what one dependency between kernels costs
     /// (0, the default: none).
     pub(crate) gap_kernels: u32,
+    /// `rt_gap`, loaded at the first launch that needs it.
+    pub(crate) gap_function: std::sync::OnceLock<Option<CudaFunction>>,
     /// Blocks an SM of the fused norm + products launches
     /// (`Op::AddRmsNormThen`, ops/norm_products.rs):
     /// `RUSTORCH_CUDA_NORM_PRODUCTS`, default 2; 0 runs the op as its parts
@@ -88,7 +90,6 @@ pub struct CudaBackend {
     /// (`RUSTORCH_CUDA_NORM_PRODUCTS_QUANT=1`; off by default: slower there,
     /// see ops/norm_products.rs).
     pub(crate) norm_products_quant: bool,
-    pub(crate) gap_function: std::sync::OnceLock<Option<CudaFunction>>,
 }
 
 /// The driver's default memory pool of one device, kept as a cache: freed
@@ -132,8 +133,6 @@ impl Pool {
     }
 }
 
-/// Whether environment variable `name` is set to `value` (the A/B
-/// switches of the backend's launch choices).
 /// Whether `RUSTORCH_CUDA_SKIP_KERNELS` (comma-separated name prefixes)
 /// names `kernel`: a timing diagnostic that launches the empty kernel in
 /// its place (so what remains of its cost is one dependency between
@@ -149,8 +148,16 @@ fn skipped_kernel(kernel: &str) -> bool {
     .any(|p| kernel.starts_with(p.as_str()))
 }
 
+/// Whether environment variable `name` is set to `value` (the A/B
+/// switches of the backend's launch choices).
 fn env_is(name: &str, value: &str) -> bool {
     std::env::var(name).is_ok_and(|v| v == value)
+}
+
+/// The number environment variable `name` holds, or `default` where it is
+/// unset or not a number (the backend's tuning settings).
+fn env_number<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
 // SAFETY: cuBLAS handles are used from any thread with the context bound
@@ -218,11 +225,10 @@ impl CudaBackend {
             } else {
                 256
             },
-            attention_min_share: std::env::var("RUSTORCH_CUDA_AT_MIN_SHARE")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .filter(|&v: &u32| v >= 1)
-                .unwrap_or(256),
+            attention_min_share: match env_number("RUSTORCH_CUDA_AT_MIN_SHARE", 256u32) {
+                0 => 256,
+                v => v,
+            },
             attention_prefetch: !env_is("RUSTORCH_CUDA_AT_PREFETCH", "0"),
             gated_columns: if env_is("RUSTORCH_CUDA_GATED_COLUMNS", "1") {
                 1
@@ -231,15 +237,9 @@ impl CudaBackend {
             },
             flash_mma: major >= 8 && !env_is("RUSTORCH_CUDA_FLASH_MMA", "0"),
             attention_counters: std::sync::OnceLock::new(),
-            gap_kernels: std::env::var("RUSTORCH_CUDA_GAP_KERNELS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0),
+            gap_kernels: env_number("RUSTORCH_CUDA_GAP_KERNELS", 0),
             gap_function: std::sync::OnceLock::new(),
-            norm_products: std::env::var("RUSTORCH_CUDA_NORM_PRODUCTS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(2),
+            norm_products: env_number("RUSTORCH_CUDA_NORM_PRODUCTS", 2),
             norm_products_quant: env_is("RUSTORCH_CUDA_NORM_PRODUCTS_QUANT", "1"),
         })
     }
@@ -536,8 +536,8 @@ impl Backend for CudaBackend {
             return Ok(None);
         }
         let bytes = len * dtype.size_in_bytes();
-        let mapped =
-            crate::buffer::MappedHost::new(&self.ctx, bytes).map_err(|e| self.err("alloc_host_readable", e, bytes))?;
+        let mapped = crate::buffer::MappedHost::new(&self.ctx, bytes, false)
+            .map_err(|e| self.err("alloc_host_readable", e, bytes))?;
         Ok(Some(Arc::new(CudaBuffer {
             device: self.device,
             dtype,

@@ -64,16 +64,22 @@ unsafe impl Send for MappedHost {}
 unsafe impl Sync for MappedHost {}
 
 impl MappedHost {
-    /// `bytes` (at least one) of mapped, page-locked host memory.
+    /// `bytes` (at least one) of mapped, page-locked host memory;
+    /// `write_combined`: fast for the host to write and the device to read,
+    /// and never read by the host (upload staging).
     pub(crate) fn new(
         ctx: &Arc<cudarc::driver::CudaContext>,
         bytes: usize,
+        write_combined: bool,
     ) -> Result<MappedHost, cudarc::driver::DriverError> {
         use cudarc::driver::sys;
         ctx.bind_to_thread()?;
         let mut host: *mut std::ffi::c_void = std::ptr::null_mut();
         let mut device: sys::CUdeviceptr = 0;
-        let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
+        let mut flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
+        if write_combined {
+            flags |= sys::CU_MEMHOSTALLOC_WRITECOMBINED;
+        }
         // SAFETY: out-pointers to locals; the allocation is freed on drop
         // (or here, when its device address cannot be had).
         unsafe {
@@ -101,7 +107,8 @@ impl MappedHost {
 
 impl Drop for MappedHost {
     fn drop(&mut self) {
-        // cuMemFreeHost waits for the device work that may still use it.
+        // Its owner has waited for the device work that uses it (a
+        // buffer's stream, a staging buffer's event).
         let _ = self.ctx.bind_to_thread();
         // SAFETY: allocated by cuMemHostAlloc in `new`, freed once.
         unsafe {

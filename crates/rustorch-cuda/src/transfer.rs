@@ -15,6 +15,7 @@
 //! `RUSTORCH_CUDA_TRANSFER=pageable|pinned|mapped` forces one method.
 
 use crate::backend::CudaBackend;
+use crate::buffer::MappedHost;
 use crate::launch::Strided;
 use cudarc::driver::sys::{self, CUdeviceptr};
 use cudarc::driver::{CudaEvent, DriverError};
@@ -120,57 +121,23 @@ impl Method {
 /// A page-locked host buffer of `CHUNK` bytes, mapped into the device's
 /// address space, and the event after the last device work on it.
 struct HostBuf {
-    host: *mut u8,
-    device: CUdeviceptr,
+    mem: MappedHost,
     done: CudaEvent,
 }
 
 impl Drop for HostBuf {
     fn drop(&mut self) {
-        // No device work may still use the memory when it goes.
+        // No device work may still use the memory when it goes (`mem`,
+        // dropped after this).
         let _ = self.done.synchronize();
-        // SAFETY: allocated by cuMemHostAlloc in `HostBuf::new`; the device
-        // is done with it (above).
-        unsafe {
-            let _ = sys::cuMemFreeHost(self.host.cast());
-        }
     }
 }
 
 impl HostBuf {
     fn new(b: &CudaBackend, write_combined: bool) -> Result<HostBuf, DriverError> {
-        b.ctx.bind_to_thread()?;
-        let mut flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
-        if write_combined {
-            // Fast for the host to write and the device to read; the host
-            // must not read it (uploads only).
-            flags |= sys::CU_MEMHOSTALLOC_WRITECOMBINED;
-        }
-        let mut host = std::ptr::null_mut();
-        let mut device: CUdeviceptr = 0;
-        // SAFETY: plain driver calls; `host` is freed in Drop.
-        unsafe {
-            sys::cuMemHostAlloc(&mut host, CHUNK, flags).result()?;
-            if let Err(e) = sys::cuMemHostGetDevicePointer_v2(&mut device, host, 0).result() {
-                let _ = sys::cuMemFreeHost(host);
-                return Err(e);
-            }
-        }
-        let done = match b.ctx.new_event(None) {
-            Ok(e) => e,
-            Err(e) => {
-                // SAFETY: allocated just above, used by nothing yet.
-                unsafe {
-                    let _ = sys::cuMemFreeHost(host);
-                }
-                return Err(e);
-            }
-        };
-        Ok(HostBuf {
-            host: host.cast(),
-            device,
-            done,
-        })
+        let mem = MappedHost::new(&b.ctx, CHUNK, write_combined)?;
+        let done = b.ctx.new_event(None)?;
+        Ok(HostBuf { mem, done })
     }
 }
 
@@ -215,17 +182,19 @@ impl CudaBackend {
             buf.done.synchronize().map_err(fail)?;
             // SAFETY: the buffer holds CHUNK >= piece.len() bytes and no
             // device work reads it now.
-            host_copy(piece, unsafe { std::slice::from_raw_parts_mut(buf.host, piece.len()) });
+            host_copy(piece, unsafe {
+                std::slice::from_raw_parts_mut(buf.mem.host, piece.len())
+            });
             let at = dst + (k * CHUNK) as u64;
             match method {
                 // SAFETY: page-locked source of `piece.len()` bytes,
                 // destination inside `dst`'s allocation.
                 Method::Pinned => {
-                    unsafe { sys::cuMemcpyHtoDAsync_v2(at, buf.host.cast(), piece.len(), self.stream.cu_stream()) }
+                    unsafe { sys::cuMemcpyHtoDAsync_v2(at, buf.mem.host.cast(), piece.len(), self.stream.cu_stream()) }
                         .result()
                         .map_err(fail)?
                 }
-                _ => self.copy_kernel(buf.device, at, piece.len())?,
+                _ => self.copy_kernel(buf.mem.device, at, piece.len())?,
             }
             buf.done.record(&self.stream).map_err(fail)?;
         }
@@ -262,11 +231,11 @@ impl CudaBackend {
                 // SAFETY: page-locked destination of CHUNK bytes, whose
                 // previous contents the host has copied out already.
                 Method::Pinned => {
-                    unsafe { sys::cuMemcpyDtoHAsync_v2(buf.host.cast(), from, len(k), self.stream.cu_stream()) }
+                    unsafe { sys::cuMemcpyDtoHAsync_v2(buf.mem.host.cast(), from, len(k), self.stream.cu_stream()) }
                         .result()
                         .map_err(fail)?
                 }
-                _ => self.copy_kernel(from, buf.device, len(k))?,
+                _ => self.copy_kernel(from, buf.mem.device, len(k))?,
             }
             buf.done.record(&self.stream).map_err(fail)
         };
@@ -279,7 +248,7 @@ impl CudaBackend {
             buf.done.synchronize().map_err(fail)?;
             // SAFETY: the device finished writing this chunk (its event),
             // and the buffer holds CHUNK >= len(k) bytes.
-            let staged = unsafe { std::slice::from_raw_parts(buf.host, len(k)) };
+            let staged = unsafe { std::slice::from_raw_parts(buf.mem.host, len(k)) };
             host_copy(staged, &mut dst[k * CHUNK..k * CHUNK + len(k)]);
         }
         Ok(())
