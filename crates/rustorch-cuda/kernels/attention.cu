@@ -343,21 +343,26 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS)
 // leading dim unused); pos one i32 or i64 element. Query row i sits at
 // p = pos + i and sees keys lo..=p, lo = max(0, p + 1 - window) (window 0:
 // none). Nothing here depends on a host value that changes per step: the
-// grid is (H*T rows, S splits) with S fixed by N, and every block reads pos
+// grid is fixed by the shapes and the capacity N, and every block reads pos
 // itself, so a CUDA graph can replay the launch for every token.
 //
-// attention_at_<Q>_<KV>: block (row, s) takes the s-th of S equal shares of
-// the row's visible keys. Its W warps (4 or 8) take keys in turn (warp w:
-// keys lo + w, lo + w + W, ...); in a warp, lane l holds features
-// l, l + 32, ... of the query, of the key and value rows it reads (so a
-// row is read coalesced) and of its accumulator, all in registers; the
-// score is a warp sum, and each warp keeps its own online softmax (running
-// max m, sum l, accumulator rescaled by exp(m_old - m_new)). The block then
-// merges its warps and writes its partial (m, l, acc[Dv]) to the scratch
-// `part`: m [rows, S], then l [rows, S], then acc [rows, S, Dv]. A block
-// without keys writes m = -inf, l = 0 (acc unwritten, never read).
-// attention_at_combine merges the S partials of a row (log-sum-exp: each
-// weighted by exp(m_s - max_s m_s)) and writes y [H, T, Dv] f32.
+// attention_at_<KV>: block (row, s) takes the s-th of S equal shares of the
+// row's visible keys (S = gridDim.y), in chunks of 32 keys a warp (warp w:
+// chunks w, w + AT_WARPS, ...), a key a lane. A short context gives each
+// block only a few such chunks, so what a chunk costs is its chain of
+// waits: the lane reads its key row whole (64 features in flight at once)
+// and scores it against the query row (shared memory, f32); one warp max is
+// the only exchange before the values, which were loaded together with the
+// keys (a lane owns Dv / 32 adjacent features of each value row) and are
+// added weighted by each key's probability, taken from its lane by a
+// shuffle. Each warp keeps its own online softmax (running max m, the
+// lanes' sums l, accumulators rescaled by exp(m_old - m_new) when the max
+// grows). The block then merges its warps and writes its partial
+// (m, l, acc[Dv]) to the scratch `part`: m [rows, S], then l [rows, S], then
+// acc [rows, S, Dv]. A block without keys writes m = -inf, l = 0 (acc
+// unwritten, never read). attention_at_combine merges the S partials of a
+// row (log-sum-exp: each weighted by exp(m_s - max_s m_s)) and writes
+// y [H, T, Dv] f32.
 //
 // A position outside 0..=N-T sets *bad (the launcher returns the CPU's
 // InvalidInput) and reads no key: every block then writes the empty marker.
@@ -365,14 +370,11 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS)
 // is -inf is NaN, as the CPU's exp(-inf - -inf).
 
 // ---- BEGIN HOST-TESTABLE ATTENTION_AT (tests/attention_at_host.rs) ------
-// The most threads a block of attention_at_* has (the launcher picks 128
-// or 256; the kernels read the count from blockDim).
-#define AT_THREADS 256
+#define AT_THREADS 128
 #define AT_WARPS (AT_THREADS / 32)
 // Largest head dim (D and Dv, multiples of 32; the launcher declines
-// others): features per lane in registers.
+// others).
 #define AT_MAX_DIM 256
-#define AT_PER_LANE (AT_MAX_DIM / 32)
 // Keys a split takes at least (AT_KEYS_PER_SPLIT in src/ops/attention.rs).
 #define AT_KEYS_PER_SPLIT 64
 
@@ -380,59 +382,129 @@ __device__ __forceinline__ i64 at_pos(const void* pos, i64 off, int is64) {
     return is64 ? ((const i64*)pos)[off] : (i64)((const int*)pos)[off];
 }
 
-// Rows j0, j0 + step, ... below hi of k (row_k bytes each, rows k_stride
-// elements apart) and of v, into L2: lane l takes the (l / 2)-th row of
-// each group of 16, its key row (l even) or its value row, every line of
-// it. Rows whose elements are contiguous only (the caller checks).
-template <typename KS>
-__device__ __forceinline__ void at_prefetch_rows(const KS* k, i64 k_stride, i64 row_k, const KS* v, i64 v_stride,
-                                                 i64 row_v, i64 j0, i64 hi, int step, int lane) {
-#ifdef __CUDA_ARCH__
-    const bool is_v = lane & 1;
-    const KS* base = is_v ? v : k;
-    const i64 stride = is_v ? v_stride : k_stride, bytes = is_v ? row_v : row_k;
-    for (i64 j = j0 + (i64)(lane >> 1) * step; j < hi; j += 16 * (i64)step) {
-        const char* row = reinterpret_cast<const char*>(base + j * stride);
-        for (i64 b = 0; b < bytes; b += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(row + b));
-    }
-#endif
+// Query element i as f32; qtype 0 f32, 1 f16, 2 bf16.
+__device__ __forceinline__ float at_load_q(const void* q, i64 i, int qtype) {
+    if (qtype == 0) return load(F32T(), ((const float*)q)[i]);
+    if (qtype == 1) return load(F16T(), ((const u16*)q)[i]);
+    return load(BF16T(), ((const u16*)q)[i]);
 }
 
-// Returns the splits of the row that have keys (the first `used` ones;
-// every block of the row computes the same number): the one-launch form
-// merges only those.
-// PL: features per lane in registers (the head dims over 32, rounded up to
-// 2, 4 or 8: a 64-wide head then computes 2 a lane, not AT_PER_LANE with
-// most of them predicated off).
-template <typename QT, typename KT, int PL>
-__device__ i64 attention_at_part_pl(const typename QT::store* q, Str4 lq, const typename KT::store* k,
-                                    Str4 lk, const typename KT::store* v, Str4 lv, const void* pos,
-                                    i64 pos_off, int pos64, float* part, i64 t, i64 n, i64 d, i64 dv,
-                                    i64 group, i64 window, float scale, int* bad, float* y1, i64 min_share,
-                                    int prefetch, float* s_m, float* s_l, float (*s_acc)[AT_MAX_DIM]) {
+// Cache rows are held in registers as they were stored, converted to f32
+// where used: a word is one f32, or two f16/bf16 halves (low half first).
+template <typename KT> struct AtWords {
+    typedef u32 word;
+    static constexpr int per = 2;
+};
+template <> struct AtWords<F32T> {
+    typedef float word;
+    static constexpr int per = 1;
+};
+
+// Elements 0..N of a row (N in 2, 4, 8), `stride` apart, as N / per words;
+// `vec`: stride 1 and the row aligned to N elements, read as one vector (two
+// for f32 with N = 8); otherwise element by element, only the first `count`
+// (the rest zero).
+template <int N>
+__device__ __forceinline__ void at_words(F32T, const float* p, i64 stride, bool vec, int count, float* w) {
+#ifdef __CUDA_ARCH__
+    if (vec && N >= 4) {
+#pragma unroll
+        for (int e = 0; e < N; e += 4) {
+            const float4 x = *reinterpret_cast<const float4*>(p + e);
+            w[e] = x.x; w[e + 1] = x.y; w[e + 2] = x.z; w[e + 3] = x.w;
+        }
+        return;
+    }
+    if (vec && N == 2) {
+        const float2 x = *reinterpret_cast<const float2*>(p);
+        w[0] = x.x; w[1] = x.y;
+        return;
+    }
+#endif
+#pragma unroll
+    for (int e = 0; e < N; ++e) w[e] = e < count ? p[e * stride] : 0.0f;
+}
+template <int N, typename KT>
+__device__ __forceinline__ void at_words(KT, const u16* p, i64 stride, bool vec, int count, u32* w) {
+#ifdef __CUDA_ARCH__
+    if (vec && N == 8) {
+        const uint4 x = *reinterpret_cast<const uint4*>(p);
+        w[0] = x.x; w[1] = x.y; w[2] = x.z; w[3] = x.w;
+        return;
+    }
+    if (vec && N == 4) {
+        const uint2 x = *reinterpret_cast<const uint2*>(p);
+        w[0] = x.x; w[1] = x.y;
+        return;
+    }
+    if (vec && N == 2) {
+        w[0] = *reinterpret_cast<const u32*>(p);
+        return;
+    }
+#endif
+#pragma unroll
+    for (int e = 0; e < N; e += 2) {
+        const u32 lo = e < count ? p[e * stride] : 0, hi = e + 1 < count ? p[(e + 1) * stride] : 0;
+        w[e / 2] = lo | (hi << 16);
+    }
+}
+// Element e of words read by at_words, as f32.
+__device__ __forceinline__ float at_elem(F32T, const float* w, int e) { return w[e]; }
+template <typename KT> __device__ __forceinline__ float at_elem(KT, const u32* w, int e) {
+    return load(KT(), (u16)((e & 1) ? w[e >> 1] >> 16 : w[e >> 1] & 0xffffu));
+}
+
+__device__ __forceinline__ float at_warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = nan_max(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// What a block keeps in shared memory.
+struct AtShared {
+    float q[AT_MAX_DIM];
+    float m[AT_WARPS];
+    float l[AT_WARPS];
+    float acc[AT_WARPS][AT_MAX_DIM];
+};
+
+// The block's part of attention_at (see above). Returns the splits of the
+// row that have keys (the first `used` ones; every block of the row computes
+// the same number): the one-launch form merges only those. PL: the value
+// features a lane owns, Dv / 32 rounded up to 2, 4 or 8.
+template <typename KT, int PL, bool VEC>
+__device__ i64 attention_at_block(const void* q, int qtype, Str4 lq, const typename KT::store* k, Str4 lk,
+                                  const typename KT::store* v, Str4 lv, const void* pos, i64 pos_off, int pos64,
+                                  float* part, i64 t, i64 n, i64 d, i64 dv, i64 group, i64 window, float scale,
+                                  int* bad, float* y1, i64 min_share, int prefetch, AtShared& sh) {
     typedef typename KT::store KS;
-    const i64 row = blockIdx.x, rows = gridDim.x;
-    const i64 splits = gridDim.y, slot = row * splits + blockIdx.y;
+    // Index arithmetic in 32 bits (the launcher keeps rows, heads and the
+    // capacity below 2^31): a 64-bit division is a long subroutine, and a
+    // short row's block is a chain of dependent steps.
+    const u32 row = blockIdx.x, rows = gridDim.x, splits = gridDim.y;
+    const i64 slot = (i64)row * splits + blockIdx.y;
     float* pm = part;
-    float* pl = part + rows * splits;
-    float* pacc = part + 2 * rows * splits + slot * dv;
-    const i64 i = row % t, h = row / t, hk = h / group;
+    float* pl = part + (i64)rows * splits;
+    float* pacc = part + 2 * (i64)rows * splits + slot * dv;
+    const u32 t32 = (u32)t, h = t32 == 1 ? row : row / t32, i = row - h * t32, hk = h / (u32)group;
+    // The query row into shared memory (as f32) while the position loads:
+    // it does not depend on it.
+    for (u32 c = threadIdx.x; c < (u32)d; c += blockDim.x)
+        sh.q[c] = at_load_q(q, lq.off + h * lq.s[1] + i * lq.s[2] + c * lq.s[3], qtype);
     const i64 p0 = at_pos(pos, pos_off, pos64);
-    i64 lo = 0, hi = 0, used = 0;
+    int lo = 0, hi = 0, used = 0;
     if (p0 < 0 || p0 > n - t) {
         if (threadIdx.x == 0) *bad = 1;
     } else {
-        const i64 p = p0 + i;
-        const i64 first = (window > 0 && p + 1 > window) ? p + 1 - window : 0;
-        // Shares of at least min_share keys (AT_KEYS_PER_SPLIT for the
-        // two-launch form; more where the splits would not cover the row):
-        // a short row is one block's work, and only the blocks it reaches
-        // have partials to merge.
-        const i64 even = (p + 1 - first + splits - 1) / splits;
-        const i64 share = even > min_share ? even : min_share;
-        lo = first + (i64)blockIdx.y * share;
-        hi = lo + share < p + 1 ? lo + share : p + 1;
-        used = (p + 1 - first + share - 1) / share;
+        const int p = (int)p0 + (int)i;
+        const int first = (window > 0 && p + 1 > window) ? p + 1 - (int)window : 0;
+        // Shares of at least min_share keys: a short row is one block's
+        // work, and only the blocks it reaches have partials to merge.
+        const u32 seen = (u32)(p + 1 - first);
+        const u32 even = (seen + splits - 1) / splits;
+        const u32 share = even > (u32)min_share ? even : (u32)min_share;
+        lo = first + (int)(blockIdx.y * share);
+        hi = lo + (int)share < p + 1 ? lo + (int)share : p + 1;
+        used = (int)((seen + share - 1) / share);
     }
     if (lo >= hi) {
         if (threadIdx.x == 0) {
@@ -441,100 +513,118 @@ __device__ i64 attention_at_part_pl(const typename QT::store* q, Str4 lq, const 
         }
         return used;
     }
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = (int)(blockDim.x >> 5);
-    const int nd = (int)(d >> 5), ndv = (int)(dv >> 5);
-    const i64 qbase = lq.off + h * lq.s[1] + i * lq.s[2];
-    const i64 kbase = lk.off + hk * lk.s[1], vbase = lv.off + hk * lv.s[1];
-    float qr[PL], acc[PL];
+    __syncthreads();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int ndv = (int)(dv >> 5);
+    const bool vec_v = VEC && ndv == PL;
+    typedef typename AtWords<KT>::word W;
+    constexpr int PER = AtWords<KT>::per;
+    const i64 kbase = lk.off + hk * lk.s[1], vbase = lv.off + hk * lv.s[1] + (i64)lane * ndv * lv.s[3];
+    // Keys whose values a lane holds at once (64 elements).
+    constexpr int VB = 64 / PL;
+    float m = NEG_INF, l = 0.0f, acc[PL];
 #pragma unroll
-    for (int r = 0; r < PL; ++r) {
-        qr[r] = r < nd ? load(QT(), q[qbase + (lane + 32 * r) * lq.s[3]]) : 0.0f;
-        acc[r] = 0.0f;
-    }
-    float m = NEG_INF, l = 0.0f;
-    // One key's score into the warp's online softmax.
-    auto take = [&](float s, const float (&vx)[PL]) {
-        const float mnew = nan_max(m, s);
-        // A -inf score before any finite one adds nothing (exp(-inf) = 0
-        // later); keeping m = -inf avoids exp(-inf - -inf).
-        if (mnew == NEG_INF) return;
-        const float corr = expf(m - mnew), w = expf(s - mnew);
-        l = l * corr + w;
+    for (int r = 0; r < PL; ++r) acc[r] = 0.0f;
+    // Row steps of the caches, and rows read past the chunk's keys: the
+    // last key's (every load is then unconditional, with no branch; what
+    // such a row gives is discarded: a score of -inf, values set to 0).
+    const i64 ks = lk.s[2], vs = lv.s[2];
+    for (int c0 = lo + 32 * warp; c0 < hi; c0 += 32 * AT_WARPS) {
+        const int j = c0 + lane;
+        const bool valid = j < hi;
+        const int nk = hi - c0 < 32 ? hi - c0 : 32;
+#ifdef __CUDA_ARCH__
+        // The lane's key and value rows of the warp's next chunk into L2
+        // (128-byte lines) while this one is used.
+        const int jn = j + 32 * AT_WARPS;
+        if (prefetch && jn < hi && lk.s[3] == 1 && lv.s[3] == 1) {
+            const char* kr = reinterpret_cast<const char*>(k + kbase + jn * ks);
+            const char* vr = reinterpret_cast<const char*>(v + lv.off + hk * lv.s[1] + jn * vs);
+            for (i64 b = 0; b < d * (i64)sizeof(KS); b += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(kr + b));
+            for (i64 b = 0; b < dv * (i64)sizeof(KS); b += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(vr + b));
+        }
+#endif
+        // The first VB keys' values, loaded with the key rows: they do not
+        // wait for the scores, so the chunk waits for memory about once.
+        W vx[VB][PL / PER];
+        const KS* vr = v + vbase + (i64)c0 * vs;
+        const i64 vlast = (i64)(nk - 1) * vs;
 #pragma unroll
-        for (int r = 0; r < PL; ++r) acc[r] = acc[r] * corr + w * vx[r];
-        m = mnew;
-    };
-    // The warp's keys two at a time: both keys' rows are loaded and both
-    // scores summed before either is taken (in the same order as one at a
-    // time), so the loads and shuffles of the two overlap. The value rows
-    // are loaded with the key rows (their loads need not wait for the
-    // scores), and the next pair's rows while this pair is used: a short
-    // row's few rounds per warp then wait for memory about once, not once
-    // a round.
-    float kx[2][PL], vx[2][PL];
-    auto fetch = [&](i64 j, float (&kr2)[2][PL], float (&vr2)[2][PL]) {
-        const i64 j2 = j + warps;
+        for (int kk = 0; kk < VB; ++kk) {
+            at_words<PL>(KT(), vr + (kk < nk ? kk * vs : vlast), lv.s[3], vec_v, ndv, vx[kk]);
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-            const i64 jj = e == 0 ? j : (j2 < hi ? j2 : j);
-            const KS* kr = k + kbase + jj * lk.s[2];
-            const KS* vr = v + vbase + jj * lv.s[2];
+            for (int r = 0; r < PL / PER; ++r) vx[kk][r] = kk < nk ? vx[kk][r] : 0;
+        }
+        // The lane's key row, 64 features at a time (all their loads in
+        // flight together), summed in 8 partial sums.
+        float s = 0.0f;
+        {
+            const KS* kr = k + kbase + (i64)(valid ? j : hi - 1) * ks;
+            for (int e0 = 0; e0 < (int)d; e0 += 64) {
+                W kx[8][8 / PER];
+                float part8[8];
 #pragma unroll
-            for (int r = 0; r < PL; ++r) {
-                kr2[e][r] = r < nd ? load(KT(), kr[(lane + 32 * r) * lk.s[3]]) : 0.0f;
-                vr2[e][r] = r < ndv ? load(KT(), vr[(lane + 32 * r) * lv.s[3]]) : 0.0f;
+                for (int u = 0; u < 8; ++u)
+                    if (e0 + 8 * u < d) at_words<8>(KT(), kr + (e0 + 8 * u) * lk.s[3], lk.s[3], VEC, 8, kx[u]);
+#pragma unroll
+                for (int u = 0; u < 8; ++u) {
+                    part8[u] = 0.0f;
+                    if (e0 + 8 * u < d) {
+#pragma unroll
+                        for (int e = 0; e < 8; ++e)
+                            part8[u] = fmaf(sh.q[e0 + 8 * u + e], at_elem(KT(), kx[u], e), part8[u]);
+                    }
+                }
+#pragma unroll
+                for (int u = 0; u < 8; ++u) s += part8[u];
             }
         }
-    };
-    // Every key and value row the warp will read, fetched into L2 at once
-    // (a lane a row, 128-byte lines): older positions' rows are rarely in
-    // L2 after a step's weights streamed through it, and the loop below
-    // waits on each pair's loads in turn, so without this a short row's
-    // few rounds each waited for memory (at_prefetch_rows).
-    if (prefetch && lk.s[3] == 1 && lv.s[3] == 1)
-        at_prefetch_rows(k + kbase, lk.s[2], (i64)sizeof(KS) * d, v + vbase, lv.s[2], (i64)sizeof(KS) * dv,
-                         lo + warp, hi, warps, lane);
-    // (Heads past 128 features keep one pair in registers: two would spill.)
-    constexpr bool ahead = PL <= 4;
-    if (lo + warp < hi) fetch(lo + warp, kx, vx);
-    for (i64 j = lo + warp; j < hi; j += 2 * warps) {
-        const bool two = j + warps < hi;
-        float kn[2][PL], vn[2][PL];
-        const bool next = j + 2 * warps < hi, more = ahead && next;
-        if (more) fetch(j + 2 * warps, kn, vn);
-        float s0 = 0.0f, s1 = 0.0f;
+        const float sg = valid ? __fmul_rn(scale, s) : NEG_INF;
+        const float mnew = nan_max(m, at_warp_max(sg));
+        float pg = 0.0f;
+        // No finite score yet (mnew is the same in every lane): the chunk
+        // adds nothing, and m stays -inf (no exp(-inf - -inf)).
+        if (mnew != NEG_INF) {
+            const float corr = expf(m - mnew);
+            pg = expf(sg - mnew);
+            l = l * corr + pg;
 #pragma unroll
-        for (int r = 0; r < PL; ++r) {
-            s0 += qr[r] * kx[0][r];
-            s1 += qr[r] * kx[1][r];
+            for (int r = 0; r < PL; ++r) acc[r] *= corr;
+            m = mnew;
         }
-        s0 = __fmul_rn(scale, warp_sum(s0));
-        s1 = __fmul_rn(scale, warp_sum(s1));
-        take(s0, vx[0]);
-        if (two) take(s1, vx[1]);
-        if (more) {
+        // Each key's probability from its lane, times its value row (a
+        // lane past the chunk's keys holds probability 0, or NaN where
+        // every probability is).
+        for (int kb = 0; kb < nk; kb += VB) {
+            if (kb > 0) {
 #pragma unroll
-            for (int e = 0; e < 2; ++e)
+                for (int kk = 0; kk < VB; ++kk) {
+                    at_words<PL>(KT(), vr + (kb + kk < nk ? (kb + kk) * vs : vlast), lv.s[3], vec_v, ndv, vx[kk]);
 #pragma unroll
-                for (int r = 0; r < PL; ++r) {
-                    kx[e][r] = kn[e][r];
-                    vx[e][r] = vn[e][r];
+                    for (int r = 0; r < PL / PER; ++r) vx[kk][r] = kb + kk < nk ? vx[kk][r] : 0;
                 }
-        } else if (next) {
-            fetch(j + 2 * warps, kx, vx);
+            }
+#pragma unroll
+            for (int kk = 0; kk < VB; ++kk) {
+                const float pk = __shfl_sync(0xffffffffu, pg, (kb + kk) & 31);
+#pragma unroll
+                for (int r = 0; r < PL; ++r) acc[r] = fmaf(pk, at_elem(KT(), vx[kk], r), acc[r]);
+            }
         }
     }
+    l = warp_sum(l);
     if (lane == 0) {
-        s_m[warp] = m;
-        s_l[warp] = l;
+        sh.m[warp] = m;
+        sh.l[warp] = l;
     }
 #pragma unroll
     for (int r = 0; r < PL; ++r)
-        if (r < ndv) s_acc[warp][lane + 32 * r] = acc[r];
+        if (r < ndv) sh.acc[warp][lane * ndv + r] = acc[r];
     __syncthreads();
     // The block's max; warps that saw no key (m = -inf) are left out.
     float bm = NEG_INF;
-    for (int w = 0; w < warps; ++w) bm = nan_max(bm, s_m[w]);
+#pragma unroll
+    for (int w = 0; w < AT_WARPS; ++w) bm = nan_max(bm, sh.m[w]);
     // A row whose keys this one block holds (a short row) is written here,
     // with at_combine_row's bits for one partial (weight exp(0) = 1,
     // y = acc * (1 / l), NaN where l = 0), and nothing is merged.
@@ -548,19 +638,18 @@ __device__ i64 attention_at_part_pl(const typename QT::store* q, Str4 lq, const 
         }
         return used;
     }
-    float e[AT_WARPS];
+    float e[AT_WARPS], bl = 0.0f;
 #pragma unroll
-    for (int w = 0; w < AT_WARPS; ++w) e[w] = (w >= warps || s_m[w] == NEG_INF) ? 0.0f : expf(s_m[w] - bm);
-    float bl = 0.0f;
-#pragma unroll
-    for (int w = 0; w < AT_WARPS; ++w)
-        if (w < warps && s_m[w] != NEG_INF) bl += s_l[w] * e[w];
+    for (int w = 0; w < AT_WARPS; ++w) {
+        e[w] = sh.m[w] == NEG_INF ? 0.0f : expf(sh.m[w] - bm);
+        if (sh.m[w] != NEG_INF) bl += sh.l[w] * e[w];
+    }
     const float inv = bl == 0.0f ? __int_as_float(0x7fc00000) : 1.0f / bl;
     for (i64 c = threadIdx.x; c < dv; c += blockDim.x) {
         float a = 0.0f;
 #pragma unroll
         for (int w = 0; w < AT_WARPS; ++w)
-            if (w < warps && s_m[w] != NEG_INF) a += s_acc[w][c] * e[w];
+            if (sh.m[w] != NEG_INF) a += sh.acc[w][c] * e[w];
         if (alone) {
             y1[row * dv + c] = a * inv;
         } else {
@@ -574,38 +663,48 @@ __device__ i64 attention_at_part_pl(const typename QT::store* q, Str4 lq, const 
     return used;
 }
 
-template <typename QT, typename KT>
-__device__ i64 attention_at_part(const typename QT::store* q, Str4 lq, const typename KT::store* k,
-                                 Str4 lk, const typename KT::store* v, Str4 lv, const void* pos,
-                                 i64 pos_off, int pos64, float* part, i64 t, i64 n, i64 d, i64 dv,
-                                 i64 group, i64 window, float scale, int* bad, float* y1, i64 min_share,
-                                 int prefetch) {
-    __shared__ float s_m[AT_WARPS];
-    __shared__ float s_l[AT_WARPS];
-    __shared__ float s_acc[AT_WARPS][AT_MAX_DIM];
-    const i64 widest = d > dv ? d : dv;
-    if (widest <= 64)
-        return attention_at_part_pl<QT, KT, 2>(q, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, dv, group,
-                                               window, scale, bad, y1, min_share, prefetch, s_m, s_l, s_acc);
-    if (widest <= 128)
-        return attention_at_part_pl<QT, KT, 4>(q, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, dv, group,
-                                               window, scale, bad, y1, min_share, prefetch, s_m, s_l, s_acc);
-    return attention_at_part_pl<QT, KT, AT_PER_LANE>(q, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, dv,
-                                                     group, window, scale, bad, y1, min_share, prefetch, s_m, s_l, s_acc);
+// attention_at_block with its register shapes picked from Dv, and its
+// loads as vectors where `vec`.
+template <typename KT, bool VEC>
+__device__ i64 attention_at_pl(const void* q, int qtype, Str4 lq, const typename KT::store* k, Str4 lk,
+                               const typename KT::store* v, Str4 lv, const void* pos, i64 pos_off, int pos64,
+                               float* part, i64 t, i64 n, i64 d, i64 dv, i64 group, i64 window, float scale,
+                               int* bad, float* y1, i64 min_share, int prefetch, AtShared& sh) {
+    if (dv <= 64)
+        return attention_at_block<KT, 2, VEC>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, dv,
+                                              group, window, scale, bad, y1, min_share, prefetch, sh);
+    if (dv <= 128)
+        return attention_at_block<KT, 4, VEC>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, dv,
+                                              group, window, scale, bad, y1, min_share, prefetch, sh);
+    return attention_at_block<KT, 8, VEC>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, dv, group,
+                                          window, scale, bad, y1, min_share, prefetch, sh);
 }
 
-#define ATTENTION_AT(QTY, KTY)                                                                  \
-    extern "C" __global__ void __launch_bounds__(AT_THREADS) attention_at_##QTY##_##KTY(       \
-        const QTY##T::store* q, Str4 lq, const KTY##T::store* k, Str4 lk,                       \
-        const KTY##T::store* v, Str4 lv, const void* pos, i64 pos_off, int pos64, float* part, \
-        i64 t, i64 n, i64 d, i64 dv, i64 group, i64 window, float scale, int* bad) { rt_kernel_entry();            \
-        attention_at_part<QTY##T, KTY##T>(q, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, \
-                                          d, dv, group, window, scale, bad, nullptr,           \
-                                          AT_KEYS_PER_SPLIT, 1);                               \
+template <typename KT>
+__device__ i64 attention_at_part(const void* q, int qtype, Str4 lq, const typename KT::store* k, Str4 lk,
+                                 const typename KT::store* v, Str4 lv, const void* pos, i64 pos_off, int pos64,
+                                 float* part, i64 t, i64 n, i64 d, i64 dv, i64 group, i64 window, float scale,
+                                 int* bad, float* y1, i64 min_share, int vec, int prefetch) {
+    __shared__ AtShared sh;
+    if (vec)
+        return attention_at_pl<KT, true>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, dv, group,
+                                         window, scale, bad, y1, min_share, prefetch, sh);
+    return attention_at_pl<KT, false>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, dv, group,
+                                      window, scale, bad, y1, min_share, prefetch, sh);
+}
+
+#define ATTENTION_AT(KTY)                                                                        \
+    extern "C" __global__ void __launch_bounds__(AT_THREADS) attention_at_##KTY(                 \
+        const void* q, int qtype, Str4 lq, const KTY##T::store* k, Str4 lk,                      \
+        const KTY##T::store* v, Str4 lv, const void* pos, i64 pos_off, int pos64, float* part,  \
+        i64 t, i64 n, i64 d, i64 dv, i64 group, i64 window, float scale, int* bad,               \
+        i64 min_share, int vec, int prefetch) {                                                  \
+        rt_kernel_entry();                                                                       \
+        attention_at_part<KTY##T>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, \
+                                  dv, group, window, scale, bad, nullptr, min_share, vec,        \
+                                  prefetch);                                                     \
     }
-ATTENTION_AT(F32, F32) ATTENTION_AT(F32, F16) ATTENTION_AT(F32, BF16)
-ATTENTION_AT(F16, F32) ATTENTION_AT(F16, F16) ATTENTION_AT(F16, BF16)
-ATTENTION_AT(BF16, F32) ATTENTION_AT(BF16, F16) ATTENTION_AT(BF16, BF16)
+ATTENTION_AT(F32) ATTENTION_AT(F16) ATTENTION_AT(BF16)
 
 // One block per row: the S partials of attention_at_* merged, y = acc / l.
 // S <= AT_MAX_SPLITS (the launcher's bound).
@@ -666,11 +765,11 @@ extern "C" __global__ void __launch_bounds__(AT_THREADS)
 }
 // ---- END HOST-TESTABLE ATTENTION_AT ---------------------------------------
 
-// attention_at_joined_<Q>_<KV>: the split kernel and the merge in one
-// launch (a decode step's attention is then one kernel): each block writes
-// its partial as attention_at_* does, and the last block of its row to
-// finish (a per-row counter, which that block sets back to 0 for the next
-// launch) merges the row's partials with attention_at_combine's code.
+// attention_at_joined_<KV>: the split kernel and the merge in one launch (a
+// decode step's attention is then one kernel): each block writes its
+// partial as attention_at_* does, and the last block of its row to finish
+// (a per-row counter, which that block sets back to 0 for the next launch)
+// merges the row's partials with attention_at_combine's code.
 // Only the `used` blocks with keys count (a short row in a large cache
 // leaves most of its blocks without: they neither wait on the counter's
 // atomics nor get merged). A row whose keys fit one block (a decode step's
@@ -688,22 +787,19 @@ __device__ void at_join_row(const float* part, float* y, unsigned int* counters,
     at_combine_row(part, y, gridDim.y, used, dv, blockIdx.x, gridDim.x);
     if (threadIdx.x == 0) counters[blockIdx.x] = 0;
 }
-#define ATTENTION_AT_JOINED(QTY, KTY)                                                           \
-    extern "C" __global__ void __launch_bounds__(AT_THREADS) attention_at_joined_##QTY##_##KTY( \
-        const QTY##T::store* q, Str4 lq, const KTY##T::store* k, Str4 lk,                       \
-        const KTY##T::store* v, Str4 lv, const void* pos, i64 pos_off, int pos64, float* part, \
-        i64 t, i64 n, i64 d, i64 dv, i64 group, i64 window, float scale, int* bad, float* y,    \
-        unsigned int* counters, i64 min_share, int prefetch) {                                  \
-        rt_kernel_entry();                                                                      \
-        const i64 used = attention_at_part<QTY##T, KTY##T>(q, lq, k, lk, v, lv, pos, pos_off,   \
-                                                           pos64, part, t, n, d, dv, group,     \
-                                                           window, scale, bad, y, min_share,    \
-                                                           prefetch);                           \
-        if (used > 1) at_join_row(part, y, counters, dv, used);                                 \
+#define ATTENTION_AT_JOINED(KTY)                                                                   \
+    extern "C" __global__ void __launch_bounds__(AT_THREADS) attention_at_joined_##KTY(            \
+        const void* q, int qtype, Str4 lq, const KTY##T::store* k, Str4 lk,                         \
+        const KTY##T::store* v, Str4 lv, const void* pos, i64 pos_off, int pos64, float* part,     \
+        i64 t, i64 n, i64 d, i64 dv, i64 group, i64 window, float scale, int* bad,                  \
+        i64 min_share, int vec, int prefetch, float* y, unsigned int* counters) {                   \
+        rt_kernel_entry();                                                                          \
+        const i64 used = attention_at_part<KTY##T>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, \
+                                                   part, t, n, d, dv, group, window, scale, bad, y, \
+                                                   min_share, vec, prefetch);                       \
+        if (used > 1) at_join_row(part, y, counters, dv, used);                                    \
     }
-ATTENTION_AT_JOINED(F32, F32) ATTENTION_AT_JOINED(F32, F16) ATTENTION_AT_JOINED(F32, BF16)
-ATTENTION_AT_JOINED(F16, F32) ATTENTION_AT_JOINED(F16, F16) ATTENTION_AT_JOINED(F16, BF16)
-ATTENTION_AT_JOINED(BF16, F32) ATTENTION_AT_JOINED(BF16, F16) ATTENTION_AT_JOINED(BF16, BF16)
+ATTENTION_AT_JOINED(F32) ATTENTION_AT_JOINED(F16) ATTENTION_AT_JOINED(BF16)
 
 // ---- Op::FlashAttention for long batches: cuBLAS on the tensor cores -----
 // The launcher (attention.rs, flash_gemm) multiplies S = Q K^T per key/value

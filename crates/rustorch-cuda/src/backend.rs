@@ -51,20 +51,15 @@ pub struct CudaBackend {
     /// another (`RUSTORCH_CUDA_GATED_COLUMNS`, 1 or 2: fewer blocks, so
     /// a decode step's feed-forward fits the GPU in one wave).
     pub(crate) gated_columns: i32,
-    /// Threads of a block of `attention_at` (128 or 256; at most
-    /// `AT_THREADS`): more warps share a short row's keys
-    /// (`RUSTORCH_CUDA_AT_THREADS`).
-    pub(crate) attention_threads: u32,
     /// The fewest keys a block of the one-launch `attention_at` takes
     /// (`RUSTORCH_CUDA_AT_MIN_SHARE`, default 256): a row with fewer visible
     /// keys is one block's, written without a merge. On the H200 (session
-    /// 35, TinyLlama Q4_K_M tg128) 256 against 64: the same at depth 0,
-    /// 755 -> 814 t/s after 1024 positions, 523 -> 601 after 3000 (fewer
-    /// partials to merge).
+    /// 36, TinyLlama Q4_K_M tg128 after 1024 positions): 64, 827 t/s; 128,
+    /// 938; 256, 989 (fewer partials to merge); the same at depth 0.
     pub(crate) attention_min_share: u32,
-    /// Whether `attention_at`'s warps fetch all their key and value rows
-    /// into L2 before walking them (`RUSTORCH_CUDA_AT_PREFETCH=0`: not; the
-    /// A/B switch).
+    /// Whether `attention_at`'s warps fetch the key and value rows of their
+    /// next chunk into L2 while using one (`RUSTORCH_CUDA_AT_PREFETCH=0`:
+    /// not; the A/B switch).
     pub(crate) attention_prefetch: bool,
     /// Whether a prompt's flash attention runs as one tensor-core kernel
     /// (`flash_attention_mma_D`, compute capability 8.0 on) rather than
@@ -220,11 +215,6 @@ impl CudaBackend {
             overlap_launches: major >= 9 && !env_is("RUSTORCH_CUDA_PDL", "0"),
             fused_rope: !env_is("RUSTORCH_CUDA_FUSED_ROPE", "0"),
             norm_quant: !env_is("RUSTORCH_CUDA_NORM_QUANT", "0"),
-            attention_threads: if env_is("RUSTORCH_CUDA_AT_THREADS", "128") {
-                128
-            } else {
-                256
-            },
             attention_min_share: match env_number("RUSTORCH_CUDA_AT_MIN_SHARE", 256u32) {
                 0 => 256,
                 v => v,

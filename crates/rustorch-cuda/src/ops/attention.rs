@@ -21,7 +21,7 @@ const TILE: usize = 64;
 /// `Op::AttentionAt`: threads per block (`AT_THREADS`), the largest head
 /// dim (`AT_MAX_DIM`), keys per split of the cache's capacity and the most
 /// splits (`AT_MAX_SPLITS`).
-const AT_THREADS: u32 = 256;
+const AT_THREADS: u32 = 128;
 const AT_MAX_DIM: usize = 256;
 const AT_KEYS_PER_SPLIT: usize = 64;
 const AT_MAX_SPLITS: usize = 64;
@@ -634,10 +634,12 @@ pub(super) fn at_splits(capacity: usize) -> usize {
 }
 
 /// `Op::AttentionAt`: q [H, T, D] (f32, f16 or bf16), k [Hkv, N, D] and v
-/// [Hkv, N, Dv] (f32, f16 or bf16), pos one i32 or i64 element. Two
-/// launches and the error flag's read-back, nothing else on the host:
-/// `attention_at_<Q>_<KV>` over (H*T, S) blocks writes partial softmax
-/// states to scratch from `alloc`, `attention_at_combine` merges them.
+/// [Hkv, N, Dv] (f32, f16 or bf16), pos one i32 or i64 element. One launch
+/// (`attention_at_joined_<KV>`: the last block of each row merges the row's
+/// partials) or, past the counters, two (`attention_at_<KV>`
+/// writes partial softmax states to scratch from `alloc`,
+/// `attention_at_combine` merges them), and the error flag's read-back,
+/// nothing else on the host.
 pub(super) fn attention_at(
     b: &CudaBackend,
     scale: f32,
@@ -653,7 +655,7 @@ pub(super) fn attention_at(
         DType::F32 | DType::F16 | DType::BF16 => float_suffix(d),
         _ => None,
     };
-    let (Some(qty), Some(kty)) = (suffix(q.dtype()), suffix(k.dtype())) else {
+    let (Some(_), Some(kty)) = (suffix(q.dtype()), suffix(k.dtype())) else {
         return Err(BackendError::invalid(name, "q, k and v must be f32, f16 or bf16"));
     };
     let pos64: i32 = match pos.dtype() {
@@ -678,6 +680,14 @@ pub(super) fn attention_at(
     }
     if window == Some(0) {
         return Err(BackendError::invalid(name, "a window must hold at least one position"));
+    }
+    if i32::try_from(n).is_err() {
+        // The kernels index positions in 32 bits.
+        return Err(BackendError::unsupported(
+            b.device,
+            name,
+            "caches of more than 2^31 - 1 positions",
+        ));
     }
     let y = b.alloc(DType::F32, out.shape.numel())?;
     let rows = h * t;
@@ -711,8 +721,8 @@ pub(super) fn attention_at(
         None
     };
     let kernel = match counters {
-        Some(_) => format!("attention_at_joined_{qty}_{kty}"),
-        None => format!("attention_at_{qty}_{kty}"),
+        Some(_) => format!("attention_at_joined_{kty}"),
+        None => format!("attention_at_{kty}"),
     };
     let f = b.function("attention", &kernel)?;
     let (qp, kp, vp, pp, partp, yp, badp) = (
@@ -724,11 +734,30 @@ pub(super) fn attention_at(
         y.ptr(),
         bad.ptr(),
     );
+    let qtype: i32 = match q.dtype() {
+        DType::F32 => 0,
+        DType::F16 => 1,
+        _ => 2,
+    };
+    // Rows read as vectors of 8 elements: contiguous features, and every
+    // row of k and v starting on a multiple of 8 elements (32 bytes at
+    // most) from an address aligned to that.
+    let eighths =
+        |l: &Str4, p: u64| l.s[3] == 1 && [l.off, l.s[1], l.s[2]].iter().all(|x| x % 8 == 0) && p.is_multiple_of(32);
+    let vec = i32::from(eighths(&lk, kp) && eighths(&lv, vp));
     let pos_off = pos.layout.offset() as i64;
-    let (t64, n64, d64, dv64, g64) = (t as i64, n as i64, d as i64, dv as i64, (h / hkv) as i64);
+    let (t64, n64, d64, dv64) = (t as i64, n as i64, d as i64, dv as i64);
+    let g64 = (h / hkv) as i64;
     let window64 = window.map_or(0, |w| i64::try_from(w).unwrap_or(i64::MAX));
+    // The two-launch form's blocks take at least AT_KEYS_PER_SPLIT keys.
+    let min_share = match counters {
+        Some(_) => b.attention_min_share as i64,
+        None => AT_KEYS_PER_SPLIT as i64,
+    };
+    let prefetch = i32::from(b.attention_prefetch);
     let mut args = crate::launch::Launch::new(b, &f);
     args.arg(&qp)
+        .arg(&qtype)
         .arg(&lq)
         .arg(&kp)
         .arg(&lk)
@@ -745,30 +774,33 @@ pub(super) fn attention_at(
         .arg(&g64)
         .arg(&window64)
         .arg(&scale)
-        .arg(&badp);
+        .arg(&badp)
+        .arg(&min_share)
+        .arg(&vec)
+        .arg(&prefetch);
     let counters_p = counters.unwrap_or(0);
-    let min_share = b.attention_min_share as i64;
-    let prefetch = i32::from(b.attention_prefetch);
     if counters.is_some() {
-        args.arg(&yp).arg(&counters_p).arg(&min_share).arg(&prefetch);
+        args.arg(&yp).arg(&counters_p);
     }
     let cfg = LaunchConfig {
         grid_dim: (rows as u32, splits as u32, 1),
-        block_dim: (b.attention_threads, 1, 1),
+        block_dim: (AT_THREADS, 1, 1),
         shared_mem_bytes: 0,
     };
-    // SAFETY: attention_at_<Q>_<KV>(q, lq, k, lk, v, lv, pos, pos_off,
-    // pos64, part, t, n, d, dv, group, window, scale, bad): each layout is
-    // its input's own (checked by the executor), pos_off addresses pos's
-    // one element of the type pos64 names; a block reads keys and values
-    // only at positions below pos + T <= N, after checking that bound on
-    // the device; key/value head h / group < Hkv; d and dv are multiples
-    // of 32 up to AT_MAX_DIM (the lanes' register arrays); `part` holds
-    // rows * S * (dv + 2) floats for the grid's rows x S blocks, `bad` one
-    // i32; the joined form's y holds rows * dv floats and its counters
+    // SAFETY: attention_at_<KV>(q, qtype, lq, k, lk, v, lv, pos, pos_off,
+    // pos64, part, t, n, d, dv, group, window, scale, bad, min_share, vec,
+    // prefetch [, y, counters]): each layout is its input's own (checked by
+    // the executor), qtype names q's dtype, pos_off addresses pos's one
+    // element of the type pos64 names; a block reads keys and values only
+    // at positions below pos + T <= N, after checking that bound on the
+    // device; key/value head h / group < Hkv; d and dv are multiples of 32
+    // up to AT_MAX_DIM (the shared arrays); `part` holds rows * S * (dv + 2)
+    // floats for the grid's rows x S blocks, `bad` one i32; vec only where
+    // the rows are contiguous and aligned to 8 elements (the vector loads);
+    // the joined form's y holds rows * dv floats and its counters
     // rows <= AT_COUNTER_ROWS u32, zero (each row's last block zeroes its
-    // own again; launches on the one stream never overlap on them), and
-    // min_share (>= 1) the fewest keys a block takes; prefetch a flag.
+    // own again; launches on the one stream never overlap on them);
+    // min_share >= 1.
     unsafe { args.launch(cfg) }.map_err(|e| b.launch_err(&kernel, e))?;
     if counters.is_some() {
         return finish_attention_at(b, &bad, name, t, n, y);
