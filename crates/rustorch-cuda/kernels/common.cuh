@@ -54,6 +54,21 @@ __device__ __forceinline__ i64 strided_at(const Strided& s, i64 i) {
     return off;
 }
 
+// strided_at for element indices below 2^32 (every dim's size too): 32-bit
+// divisions, where a 64-bit one is a long subroutine. For the small
+// kernels of a decode step, whose time is their chain of dependent
+// instructions.
+__device__ __forceinline__ i64 strided_at32(const Strided& s, u32 i) {
+    if (s.ndim == 1) return s.offset + (i64)i * s.stride[0];
+    i64 off = s.offset;
+    for (int d = s.ndim - 1; d >= 0; --d) {
+        const u32 n = (u32)s.shape[d], q = i / n;
+        off += (i64)(i - q * n) * s.stride[d];
+        i = q;
+    }
+    return off;
+}
+
 // Where an in-place write lands (`Backend::write_into` and `write_into_at`,
 // the *_into kernels): element i of the region goes to
 // strided_at(ly, i) + p * step, with p read here, on the device, from `pos`

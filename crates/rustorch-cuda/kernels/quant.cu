@@ -1568,6 +1568,23 @@ __device__ __forceinline__ void q_mmvq_multi(const QOne& o, const QActs& a, cons
         q_mmvq_multi<T>(o, a, t);                                                            \
     }
 Q_MMVQ_TYPES(Q_MMVQ_KERNELS)
+// A multi launch whose weights from `first_b` on are of a second type (a
+// Q4_K_M step's value projection in Q6_K next to Q4_K query and key; both
+// types read the same quantized activations): MIXED_MULTI in
+// src/ops/quant.rs.
+#define Q_MMVQ_MULTI2(NA, TA, NB, TB)                                                         \
+    extern "C" __global__ void __launch_bounds__(32 * QMMVQ_WARPS) qmmvq_multi_##NA##_##NB(  \
+        QMulti p, int count, int first_b, i64 k, const int* aq, const float* ad,              \
+        const int* asum, const float* as, int tw) {                                           \
+        const QOne o = q_multi_pick(p, count);                                                \
+        const QTeam t = q_team(tw);                                                           \
+        q_prefetch_rows(o.w, o.stride, o.n, q_multi_column(o, t), 1, t.first, t.step);        \
+        rt_kernel_entry();                                                                    \
+        QActs a = {aq, ad, asum, as, k};                                                      \
+        if (o.index < first_b) q_mmvq_multi<TA>(o, a, t);                                     \
+        else q_mmvq_multi<TB>(o, a, t);                                                       \
+    }
+Q_MMVQ_MULTI2(Q4_K, QQ4_K, Q6_K, QQ6_K) Q_MMVQ_MULTI2(Q5_K, QQ5_K, Q6_K, QQ6_K)
 
 // ---- one-row float products (F16, BF16, F32 weights; a decode step's) ----
 // As the one-row MMVQ kernels, for the float types: a team of tw warps a

@@ -55,7 +55,9 @@ ROPE(F32) ROPE(F16) ROPE(BF16) ROPE(F64)
 // into the key cache and v (nk elements) into the value cache where lk / lv
 // and the shared position put them (cast_into_F32_F16's write). One thread
 // per output element; every thread reads the same position, so either all
-// write or none (a bad position sets *atk.bad).
+// write or none (a bad position sets *atk.bad). Indices in 32 bits (the
+// launcher keeps nq + 2 nk below 2^31): the kernel is one link of a decode
+// step's chain, and 64-bit divisions made it several times longer.
 extern "C" __global__ void rope_kv_at_F32_F16(const float* q, const float* k, const float* v, const float* cs,
                                                const float* sn, float* qo, u16* kc, Strided lk, u16* vc, Strided lv,
                                                i64 nq, i64 nk, i64 d, i64 half, int interleaved, WriteAt atk,
@@ -63,32 +65,33 @@ extern "C" __global__ void rope_kv_at_F32_F16(const float* q, const float* k, co
     rt_kernel_entry();
     const i64 sk = write_shift(atk), sv = write_shift(atv);
     if (sk < 0 || sv < 0) return;
-    RT_GRID_STRIDE(i, nq + 2 * nk) {
-        if (i >= nq + nk) {
-            const i64 j = i - nq - nk;
-            vc[strided_at(lv, j) + sv] = f32_to_f16(v[j]);
+    const u32 uq = (u32)nq, uk = (u32)nk, ud = (u32)d, uh = (u32)half;
+    for (u32 i = blockIdx.x * blockDim.x + threadIdx.x; i < uq + 2 * uk; i += blockDim.x * gridDim.x) {
+        if (i >= uq + uk) {
+            const u32 j = i - uq - uk;
+            vc[strided_at32(lv, j) + sv] = f32_to_f16(v[j]);
             continue;
         }
-        const bool is_q = i < nq;
+        const bool is_q = i < uq;
         const float* x = is_q ? q : k;
-        const i64 e = is_q ? i : i - nq;
-        const i64 r = e / d, f = e - r * d;
+        const u32 e = is_q ? i : i - uq;
+        const u32 r = e / ud, f = e - r * ud;
         float out;
-        if (f >= 2 * half) {
+        if (f >= 2 * uh) {
             out = x[e];
         } else {
-            i64 kk, j0, j1;
+            u32 kk, j0, j1;
             bool second;
             if (interleaved) {
                 kk = f >> 1; j0 = 2 * kk; j1 = j0 + 1; second = (f & 1) != 0;
             } else {
-                second = f >= half; kk = second ? f - half : f; j0 = kk; j1 = kk + half;
+                second = f >= uh; kk = second ? f - uh : f; j0 = kk; j1 = kk + uh;
             }
             const float c = cs[kk], s = sn[kk];
-            const float x0 = x[r * d + j0], x1 = x[r * d + j1];
+            const float x0 = x[r * ud + j0], x1 = x[r * ud + j1];
             out = second ? rt_fma(x0, s, rt_mul(x1, c)) : rt_fma(x0, c, -rt_mul(x1, s));
         }
         if (is_q) qo[e] = out;
-        else kc[strided_at(lk, e) + sk] = f32_to_f16(out);
+        else kc[strided_at32(lk, e) + sk] = f32_to_f16(out);
     }
 }

@@ -803,7 +803,8 @@ fn other_specs() -> Vec<Spec> {
         ));
     }
     // One activation row through Q and K of one type and V of another (a
-    // Q4_K_M file's decode step: a GPU groups the two of one type).
+    // Q4_K_M or Q5_K_M file's decode step: a GPU takes the three in one
+    // launch).
     let wk = |q: QType, rows: usize| (vec![rows, q.bytes_for(cols).unwrap()], Kind::Quant(q, rows, cols));
     v.push(Spec {
         op: Op::QMatMuls {
@@ -814,6 +815,17 @@ fn other_specs() -> Vec<Spec> {
             wk(QType::Q4K, 40),
             wk(QType::Q4K, 8),
             wk(QType::Q6K, 8),
+        ],
+    });
+    v.push(Spec {
+        op: Op::QMatMuls {
+            qtypes: vec![QType::Q5K, QType::Q5K, QType::Q6K],
+        },
+        inputs: vec![
+            (vec![1, cols], f32_),
+            wk(QType::Q5K, 24),
+            wk(QType::Q5K, 8),
+            wk(QType::Q6K, 16),
         ],
     });
     v.extend(add_rms_norm_then_specs());

@@ -838,6 +838,17 @@ fn products_of_one_row(
     x: &Activations,
     ws: &[TensorRef<'_>],
 ) -> Result<Vec<CudaBuffer>, BackendError> {
+    // Two weights of one type and a third of another that shares their
+    // activations (a Q4_K_M step's value projection in Q6_K next to Q4_K
+    // query and key): one launch too, where a kernel takes that pair.
+    if let [a, a2, c] = qtypes {
+        if a == a2 && MIXED_MULTI.contains(&(*a, *c)) {
+            let refs: Vec<&TensorRef<'_>> = ws.iter().collect();
+            if let Some(ys) = multi_mmvq(b, name, qtypes, x, &refs)? {
+                return Ok(ys);
+            }
+        }
+    }
     let mut out: Vec<Option<CudaBuffer>> = (0..qtypes.len()).map(|_| None).collect();
     let mut done = vec![false; qtypes.len()];
     for i in 0..qtypes.len() {
@@ -852,7 +863,8 @@ fn products_of_one_row(
             continue;
         }
         let refs: Vec<&TensorRef<'_>> = group.iter().map(|&j| &ws[j]).collect();
-        if let Some(ys) = multi_mmvq(b, name, qtypes[i], x, &refs)? {
+        let types = vec![qtypes[i]; group.len()];
+        if let Some(ys) = multi_mmvq(b, name, &types, x, &refs)? {
             for (&j, y) in group.iter().zip(ys) {
                 out[j] = Some(y);
                 done[j] = true;
@@ -868,28 +880,49 @@ fn products_of_one_row(
         .collect()
 }
 
-/// Products of one activation row with two or three weights of one MMVQ
-/// type in one launch (`qmmvq_multi_T`), each column as `qmmvq_T_m1`
+/// The pairs of MMVQ types with a mixed multi kernel (`qmmvq_multi_A_B`):
+/// weights of type A, then of type B (same activation layout and row unit).
+const MIXED_MULTI: [(QType, QType); 2] = [(QType::Q4K, QType::Q6K), (QType::Q5K, QType::Q6K)];
+
+/// Products of one activation row with two or three weights in one launch
+/// (`qmmvq_multi_T`, or `qmmvq_multi_A_B` where the last weights are of a
+/// second type, a pair of `MIXED_MULTI`), each column as `qmmvq_T_m1`
 /// computes it. `None` where it does not apply.
 fn multi_mmvq(
     b: &CudaBackend,
     name: &str,
-    q0: QType,
+    types: &[QType],
     x: &Activations,
     ws: &[&TensorRef<'_>],
 ) -> Result<Option<Vec<CudaBuffer>>, BackendError> {
-    if wrow_chunk_values(q0).is_some() {
+    let q0 = types[0];
+    // Where the second type starts (types.len() when there is one type).
+    let first_b = types.iter().position(|&q| q != q0).unwrap_or(types.len());
+    let mixed = first_b < types.len();
+    if !mixed && wrow_chunk_values(q0).is_some() {
         return multi_wrow(b, name, q0, x, ws);
     }
-    let (Some((layout, align)), Some(ty)) = (mmvq_layout(q0), kernel_type(q0)) else {
+    let q1 = types[types.len() - 1];
+    if mixed && (types[first_b..].iter().any(|&q| q != q1) || !MIXED_MULTI.contains(&(q0, q1))) {
+        return Ok(None);
+    }
+    let (Some((layout, _)), Some(ty)) = (mmvq_layout(q0), kernel_type(q0)) else {
         return Ok(None);
     };
-    if x.m != 1 || x.k == 0 || !(2..=3).contains(&ws.len()) {
+    if x.m != 1 || x.k == 0 || !(2..=3).contains(&ws.len()) || types.len() != ws.len() {
+        return Ok(None);
+    }
+    // One activation layout and one team size for every weight.
+    if mixed && (mmvq_layout(q1).map(|l| l.0) != Some(layout) || mmvq_row_unit(q1) != mmvq_row_unit(q0)) {
         return Ok(None);
     }
     let weights = ws
         .iter()
-        .map(|w| Weight::new(b, name, q0, w, mmvq_align(q0, align, x.k)))
+        .zip(types)
+        .map(|(w, &q)| {
+            let align = mmvq_layout(q).map_or(1, |(_, a)| a);
+            Weight::new(b, name, q, w, mmvq_align(q, align, x.k))
+        })
         .collect::<Result<Vec<_>, _>>()?;
     if weights.iter().any(|w| w.cols != x.k || w.rows == 0) {
         return Ok(None);
@@ -911,26 +944,29 @@ fn multi_mmvq(
         p.first_block[i] = blocks as i64;
         blocks += w.rows.div_ceil(mmvq_teams(tw));
     }
-    let kernel = format!("qmmvq_multi_{ty}");
+    let kernel = match kernel_type(q1).filter(|_| mixed) {
+        Some(ty1) => format!("qmmvq_multi_{ty}_{ty1}"),
+        None => format!("qmmvq_multi_{ty}"),
+    };
     let f = b.function("quant", &kernel)?;
     let cfg = mmvq_grid(b, &kernel, blocks)?;
     let count = weights.len() as i32;
+    let first_b32 = first_b as i32;
     let as_ = if layout == ActLayout::Q32 { qa.s } else { 0 };
     let k64 = x.k as i64;
     let mut args = crate::launch::Launch::new(b, &f);
-    args.arg(&p)
-        .arg(&count)
-        .arg(&k64)
-        .arg(&qa.q)
-        .arg(&qa.d)
-        .arg(&qa.sum)
-        .arg(&as_)
-        .arg(&tw32);
-    // SAFETY: qmmvq_multi_T(p, count, k, aq, ad, asum, as, tw): for each of
-    // the `count` weights, n rows of k values at its row stride (aligned
-    // for the type's loads, Weight::new) and an output of n f32; blocks
-    // first_block[i].. take weight i, as many as its rows need; the
-    // quantized activations hold the one row of k values.
+    args.arg(&p).arg(&count);
+    if mixed {
+        args.arg(&first_b32);
+    }
+    args.arg(&k64).arg(&qa.q).arg(&qa.d).arg(&qa.sum).arg(&as_).arg(&tw32);
+    // SAFETY: qmmvq_multi_T(p, count, k, aq, ad, asum, as, tw), or
+    // qmmvq_multi_A_B(p, count, first_b, k, ..) with weights first_b.. of
+    // type B: for each of the `count` weights, n rows of k values of its
+    // type at its row stride (aligned for the type's loads, Weight::new)
+    // and an output of n f32; blocks first_block[i].. take weight i, as
+    // many as its rows need; the quantized activations hold the one row
+    // of k values in the layout both types read.
     unsafe { args.launch(cfg) }.map_err(|e| b.launch_err(&kernel, e))?;
     Ok(Some(ys))
 }

@@ -135,6 +135,10 @@ pub(crate) fn rope_write_kv_at(
     };
     let (kcp, vcp) = (cache(kc)?, cache(vc)?);
     let (nq, nk) = (q.layout.numel(), k.layout.numel());
+    if i32::try_from(nq + 2 * nk).is_err() {
+        // The kernel indexes in 32 bits.
+        return unsupported("more than 2^31 - 1 elements");
+    }
     let qo = b.alloc(DType::F32, nq)?;
     let deep = || BackendError::unsupported(b.device, OP, "more dims than the kernels take");
     let lk = Strided::broadcast(at.k_region, at.k_region.shape()).ok_or_else(deep)?;
