@@ -80,9 +80,9 @@ __device__ __forceinline__ QActs qn_norm_quantized(const QNormIn& in, u8* sm) {
     float* s = reinterpret_cast<float*>(sm + 5 * k + qn_pad(4 * nd) + qn_pad(4 * ns));
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
     if (ACT == QA_32)
-        for (i64 b = warp; b < nd; b += warps) qact_block_32(y, b, lane, q, d, sum, s);
+        for (i64 b = warp; b < nd; b += warps) qact_block_32(y + 32 * b, b, lane, q, d, sum, s);
     else
-        for (i64 b = warp; b < nd; b += warps) qact_block_k(y, b, lane, q, d, sum);
+        for (i64 b = warp; b < nd; b += warps) qact_block_k(y + 256 * b, b, lane, q, d, sum);
     __syncthreads();
     QActs a = {reinterpret_cast<const int*>(q), d, sum, s, k};
     return a;

@@ -1293,9 +1293,9 @@ __device__ __forceinline__ int q_warp_sum(int v, int width) {
 }
 
 // QA_32: one warp per 32-value block, lane i quantizes value i.
-__device__ __forceinline__ void qact_block_32(const float* x, i64 t, int lane, signed char* q, float* d, int* sum,
+__device__ __forceinline__ void qact_block_32(const float* xb, i64 t, int lane, signed char* q, float* d, int* sum,
                                               float* s) {
-    float v = x[32 * t + lane];
+    float v = xb[lane];
     float amax = q_warp_max(fabsf(v));
     float dd, id;
     qa8_scale(amax, &dd, &id);
@@ -1312,13 +1312,12 @@ __device__ __forceinline__ void qact_block_32(const float* x, i64 t, int lane, s
 extern "C" __global__ void qact_q8_32(const float* x, i64 blocks, signed char* q, float* d, int* sum, float* s) { rt_kernel_entry();
     i64 t = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (t >= blocks) return;  // whole warps
-    qact_block_32(x, t, threadIdx.x & 31, q, d, sum, s);
+    qact_block_32(x + 32 * t, t, threadIdx.x & 31, q, d, sum, s);
 }
 
 // QA_K: one warp per 256-value block; lane l quantizes values l + 32 j
 // (coalesced loads), so value l + 32 j lies in 16-value group 2 j + l / 16.
-__device__ __forceinline__ void qact_block_k(const float* x, i64 t, int lane, signed char* q, float* d, int* bsum) {
-    const float* xb = x + 256 * t;
+__device__ __forceinline__ void qact_block_k(const float* xb, i64 t, int lane, signed char* q, float* d, int* bsum) {
     float v[8];
     float a = 0.0f;
 #pragma unroll
@@ -1368,7 +1367,7 @@ __device__ __forceinline__ void qact_block_k(const float* x, i64 t, int lane, si
 extern "C" __global__ void qact_q8_k(const float* x, i64 blocks, signed char* q, float* d, int* bsum) { rt_kernel_entry();
     i64 t = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (t >= blocks) return;  // whole warps
-    qact_block_k(x, t, threadIdx.x & 31, q, d, bsum);
+    qact_block_k(x + 256 * t, t, threadIdx.x & 31, q, d, bsum);
 }
 
 // Op::AddRmsNorm of one row (a decode step's residual add and the norm
@@ -1386,14 +1385,19 @@ extern "C" __global__ void add_rms_norm_q_F32(const float* x, Strided lo, const 
                                               signed char* q32, float* d32, int* sum32, float* s32,
                                               signed char* qk, float* dk, int* bsumk) {
     rt_kernel_entry();
-    rms_norm_rows<F32T, false, true, true>(x, lo, a, w, lw, s, y, n, eps, 1);
+    // The block's slice of the normed row, read back from here rather than
+    // from y (a round trip to L2 in a chain of dependent steps).
+    __shared__ float slice[1024];
+    rms_norm_rows<F32T, false, true, true>(x, lo, a, w, lw, s, y, n, eps, 1, slice);
     __syncthreads();
     const i64 nt = blockDim.x, lo_v = (i64)blockIdx.x * nt, hi_v = min(lo_v + nt, n);
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
     if (q32)
-        for (i64 t = lo_v / 32 + warp; t < hi_v / 32; t += warps) qact_block_32(y, t, lane, q32, d32, sum32, s32);
+        for (i64 t = lo_v / 32 + warp; t < hi_v / 32; t += warps)
+            qact_block_32(slice + (32 * t - lo_v), t, lane, q32, d32, sum32, s32);
     if (qk)
-        for (i64 t = lo_v / 256 + warp; t < hi_v / 256; t += warps) qact_block_k(y, t, lane, qk, dk, bsumk);
+        for (i64 t = lo_v / 256 + warp; t < hi_v / 256; t += warps)
+            qact_block_k(slice + (256 * t - lo_v), t, lane, qk, dk, bsumk);
 }
 
 // ---- MMVQ: y[r, j] = sum_i x[r, i] W[j, i] for m <= M activation rows ----

@@ -41,11 +41,13 @@ template <bool WARP> __device__ __forceinline__ bool row_of(i64 rows, i64& o, in
 // SLICED (one row, block mode): block g of ROW_PER computes the whole
 // row's norm, as one block would (the same sum in the same order, so the
 // same bits), but writes only values g * nt .. (g + 1) * nt of s and y:
-// the slice the kernel then works on further (add_rms_norm_q_F32).
+// the slice the kernel then works on further (add_rms_norm_q_F32), also
+// into `slice_out` (shared memory, value t of the slice at t) where given.
 template <typename TY, bool WARP, bool ADD, bool SLICED = false>
 __device__ void rms_norm_rows(const typename TY::store* x, const Strided& lo, const typename TY::store* a,
                               const typename TY::store* w, const Strided& lw, typename TY::store* s,
-                              typename TY::store* y, i64 n64, double eps, i64 rows) {
+                              typename TY::store* y, i64 n64, double eps, i64 rows,
+                              float* slice_out = nullptr) {
     __shared__ double ssum[32];
     i64 o; int t, nt;
     if (SLICED) {
@@ -100,6 +102,7 @@ __device__ void rms_norm_rows(const typename TY::store* x, const Strided& lo, co
             float z = v[k] * scale;
             if (w) z = z * wv[k];
             yr[r] = store(TY(), z);
+            if (SLICED && slice_out) slice_out[t] = z;
         }
     }
 }
