@@ -372,6 +372,9 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS)
 // ---- BEGIN HOST-TESTABLE ATTENTION_AT (tests/attention_at_host.rs) ------
 #define AT_THREADS 128
 #define AT_WARPS (AT_THREADS / 32)
+// The most warps a block has: AT_WARPS for a key a lane, four times that
+// for four lanes a key (attention_at4_*).
+#define AT_MAX_WARPS (AT_WARPS * 4)
 // Largest head dim (D and Dv, multiples of 32; the launcher declines
 // others).
 #define AT_MAX_DIM 256
@@ -462,16 +465,16 @@ __device__ __forceinline__ float at_warp_max(float v) {
 // What a block keeps in shared memory.
 struct AtShared {
     float q[AT_MAX_DIM];
-    float m[AT_WARPS];
-    float l[AT_WARPS];
-    float acc[AT_WARPS][AT_MAX_DIM];
+    float m[AT_MAX_WARPS];
+    float l[AT_MAX_WARPS];
+    float acc[AT_MAX_WARPS][AT_MAX_DIM];
 };
 
 // The block's part of attention_at (see above). Returns the splits of the
 // row that have keys (the first `used` ones; every block of the row computes
 // the same number): the one-launch form merges only those. PL: the value
 // features a lane owns, Dv / 32 rounded up to 2, 4 or 8.
-template <typename KT, int PL, bool VEC>
+template <typename KT, int PL, bool VEC, int L>
 __device__ i64 attention_at_block(const void* q, int qtype, Str4 lq, const typename KT::store* k, Str4 lk,
                                   const typename KT::store* v, Str4 lv, const void* pos, i64 pos_off, int pos64,
                                   float* part, i64 t, i64 n, i64 d, i64 dv, i64 group, i64 window, float scale,
@@ -515,13 +518,17 @@ __device__ i64 attention_at_block(const void* q, int qtype, Str4 lq, const typen
     }
     __syncthreads();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    // L lanes a key (sub: which L-th of its features this lane scores), KW
+    // keys a chunk, NW warps a block.
+    constexpr int KW = 32 / L, NW = AT_WARPS * L;
+    const int sub = lane % L, key = lane / L;
     const int ndv = (int)(dv >> 5);
     const bool vec_v = VEC && ndv == PL;
     typedef typename AtWords<KT>::word W;
     constexpr int PER = AtWords<KT>::per;
     const i64 kbase = lk.off + hk * lk.s[1], vbase = lv.off + hk * lv.s[1] + (i64)lane * ndv * lv.s[3];
-    // Keys whose values a lane holds at once (64 elements).
-    constexpr int VB = 64 / PL;
+    // Keys whose values a lane holds at once (64 elements, at most a chunk).
+    constexpr int VB = 64 / PL < KW ? 64 / PL : KW;
     float m = NEG_INF, l = 0.0f, acc[PL];
 #pragma unroll
     for (int r = 0; r < PL; ++r) acc[r] = 0.0f;
@@ -529,15 +536,15 @@ __device__ i64 attention_at_block(const void* q, int qtype, Str4 lq, const typen
     // last key's (every load is then unconditional, with no branch; what
     // such a row gives is discarded: a score of -inf, values set to 0).
     const i64 ks = lk.s[2], vs = lv.s[2];
-    for (int c0 = lo + 32 * warp; c0 < hi; c0 += 32 * AT_WARPS) {
-        const int j = c0 + lane;
+    for (int c0 = lo + KW * warp; c0 < hi; c0 += KW * NW) {
+        const int j = c0 + key;
         const bool valid = j < hi;
-        const int nk = hi - c0 < 32 ? hi - c0 : 32;
+        const int nk = hi - c0 < KW ? hi - c0 : KW;
 #ifdef __CUDA_ARCH__
         // The lane's key and value rows of the warp's next chunk into L2
         // (128-byte lines) while this one is used.
-        const int jn = j + 32 * AT_WARPS;
-        if (prefetch && jn < hi && lk.s[3] == 1 && lv.s[3] == 1) {
+        const int jn = j + KW * NW;
+        if (prefetch && sub == 0 && jn < hi && lk.s[3] == 1 && lv.s[3] == 1) {
             const char* kr = reinterpret_cast<const char*>(k + kbase + jn * ks);
             const char* vr = reinterpret_cast<const char*>(v + lv.off + hk * lv.s[1] + jn * vs);
             for (i64 b = 0; b < d * (i64)sizeof(KS); b += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(kr + b));
@@ -555,21 +562,23 @@ __device__ i64 attention_at_block(const void* q, int qtype, Str4 lq, const typen
 #pragma unroll
             for (int r = 0; r < PL / PER; ++r) vx[kk][r] = kk < nk ? vx[kk][r] : 0;
         }
-        // The lane's key row, 64 features at a time (all their loads in
-        // flight together), summed in 8 partial sums.
+        // The lane's features of its key row (all of them for L = 1), 64
+        // at a time (all their loads in flight together), summed in 8
+        // partial sums, then over the key's L lanes.
         float s = 0.0f;
         {
             const KS* kr = k + kbase + (i64)(valid ? j : hi - 1) * ks;
-            for (int e0 = 0; e0 < (int)d; e0 += 64) {
+            const int fl = (int)d / L, f0 = sub * fl, f1 = f0 + fl;
+            for (int e0 = f0; e0 < f1; e0 += 64) {
                 W kx[8][8 / PER];
                 float part8[8];
 #pragma unroll
                 for (int u = 0; u < 8; ++u)
-                    if (e0 + 8 * u < d) at_words<8>(KT(), kr + (e0 + 8 * u) * lk.s[3], lk.s[3], VEC, 8, kx[u]);
+                    if (e0 + 8 * u < f1) at_words<8>(KT(), kr + (e0 + 8 * u) * lk.s[3], lk.s[3], VEC, 8, kx[u]);
 #pragma unroll
                 for (int u = 0; u < 8; ++u) {
                     part8[u] = 0.0f;
-                    if (e0 + 8 * u < d) {
+                    if (e0 + 8 * u < f1) {
 #pragma unroll
                         for (int e = 0; e < 8; ++e)
                             part8[u] = fmaf(sh.q[e0 + 8 * u + e], at_elem(KT(), kx[u], e), part8[u]);
@@ -578,6 +587,8 @@ __device__ i64 attention_at_block(const void* q, int qtype, Str4 lq, const typen
 #pragma unroll
                 for (int u = 0; u < 8; ++u) s += part8[u];
             }
+#pragma unroll
+            for (int o = 1; o < L; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
         }
         const float sg = valid ? __fmul_rn(scale, s) : NEG_INF;
         const float mnew = nan_max(m, at_warp_max(sg));
@@ -587,7 +598,8 @@ __device__ i64 attention_at_block(const void* q, int qtype, Str4 lq, const typen
         if (mnew != NEG_INF) {
             const float corr = expf(m - mnew);
             pg = expf(sg - mnew);
-            l = l * corr + pg;
+            // A key's L lanes hold the same probability; one adds it.
+            l = l * corr + (sub == 0 ? pg : 0.0f);
 #pragma unroll
             for (int r = 0; r < PL; ++r) acc[r] *= corr;
             m = mnew;
@@ -606,7 +618,7 @@ __device__ i64 attention_at_block(const void* q, int qtype, Str4 lq, const typen
             }
 #pragma unroll
             for (int kk = 0; kk < VB; ++kk) {
-                const float pk = __shfl_sync(0xffffffffu, pg, (kb + kk) & 31);
+                const float pk = __shfl_sync(0xffffffffu, pg, ((kb + kk) * L) & 31);
 #pragma unroll
                 for (int r = 0; r < PL; ++r) acc[r] = fmaf(pk, at_elem(KT(), vx[kk], r), acc[r]);
             }
@@ -624,7 +636,7 @@ __device__ i64 attention_at_block(const void* q, int qtype, Str4 lq, const typen
     // The block's max; warps that saw no key (m = -inf) are left out.
     float bm = NEG_INF;
 #pragma unroll
-    for (int w = 0; w < AT_WARPS; ++w) bm = nan_max(bm, sh.m[w]);
+    for (int w = 0; w < NW; ++w) bm = nan_max(bm, sh.m[w]);
     // A row whose keys this one block holds (a short row) is written here,
     // with at_combine_row's bits for one partial (weight exp(0) = 1,
     // y = acc * (1 / l), NaN where l = 0), and nothing is merged.
@@ -638,9 +650,9 @@ __device__ i64 attention_at_block(const void* q, int qtype, Str4 lq, const typen
         }
         return used;
     }
-    float e[AT_WARPS], bl = 0.0f;
+    float e[NW], bl = 0.0f;
 #pragma unroll
-    for (int w = 0; w < AT_WARPS; ++w) {
+    for (int w = 0; w < NW; ++w) {
         e[w] = sh.m[w] == NEG_INF ? 0.0f : expf(sh.m[w] - bm);
         if (sh.m[w] != NEG_INF) bl += sh.l[w] * e[w];
     }
@@ -648,7 +660,7 @@ __device__ i64 attention_at_block(const void* q, int qtype, Str4 lq, const typen
     for (i64 c = threadIdx.x; c < dv; c += blockDim.x) {
         float a = 0.0f;
 #pragma unroll
-        for (int w = 0; w < AT_WARPS; ++w)
+        for (int w = 0; w < NW; ++w)
             if (sh.m[w] != NEG_INF) a += sh.acc[w][c] * e[w];
         if (alone) {
             y1[row * dv + c] = a * inv;
@@ -665,46 +677,51 @@ __device__ i64 attention_at_block(const void* q, int qtype, Str4 lq, const typen
 
 // attention_at_block with its register shapes picked from Dv, and its
 // loads as vectors where `vec`.
-template <typename KT, bool VEC>
+template <typename KT, bool VEC, int L>
 __device__ i64 attention_at_pl(const void* q, int qtype, Str4 lq, const typename KT::store* k, Str4 lk,
                                const typename KT::store* v, Str4 lv, const void* pos, i64 pos_off, int pos64,
                                float* part, i64 t, i64 n, i64 d, i64 dv, i64 group, i64 window, float scale,
                                int* bad, float* y1, i64 min_share, int prefetch, AtShared& sh) {
     if (dv <= 64)
-        return attention_at_block<KT, 2, VEC>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, dv,
-                                              group, window, scale, bad, y1, min_share, prefetch, sh);
+        return attention_at_block<KT, 2, VEC, L>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d,
+                                                 dv, group, window, scale, bad, y1, min_share, prefetch, sh);
     if (dv <= 128)
-        return attention_at_block<KT, 4, VEC>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, dv,
-                                              group, window, scale, bad, y1, min_share, prefetch, sh);
-    return attention_at_block<KT, 8, VEC>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, dv, group,
-                                          window, scale, bad, y1, min_share, prefetch, sh);
+        return attention_at_block<KT, 4, VEC, L>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d,
+                                                 dv, group, window, scale, bad, y1, min_share, prefetch, sh);
+    return attention_at_block<KT, 8, VEC, L>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, dv,
+                                             group, window, scale, bad, y1, min_share, prefetch, sh);
 }
 
-template <typename KT>
+template <typename KT, int L>
 __device__ i64 attention_at_part(const void* q, int qtype, Str4 lq, const typename KT::store* k, Str4 lk,
                                  const typename KT::store* v, Str4 lv, const void* pos, i64 pos_off, int pos64,
                                  float* part, i64 t, i64 n, i64 d, i64 dv, i64 group, i64 window, float scale,
                                  int* bad, float* y1, i64 min_share, int vec, int prefetch) {
     __shared__ AtShared sh;
     if (vec)
-        return attention_at_pl<KT, true>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, dv, group,
+        return attention_at_pl<KT, true, L>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, dv,
+                                            group, window, scale, bad, y1, min_share, prefetch, sh);
+    return attention_at_pl<KT, false, L>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, dv, group,
                                          window, scale, bad, y1, min_share, prefetch, sh);
-    return attention_at_pl<KT, false>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, dv, group,
-                                      window, scale, bad, y1, min_share, prefetch, sh);
 }
 
-#define ATTENTION_AT(KTY)                                                                        \
-    extern "C" __global__ void __launch_bounds__(AT_THREADS) attention_at_##KTY(                 \
+// attention_at_<KV>: a key a lane, AT_THREADS threads a block;
+// attention_at4_<KV>: four lanes a key (8 keys a warp), four times the
+// warps a block: a short row's keys then spread over more warps, each a
+// shorter chain of dependent instructions.
+#define ATTENTION_AT(KTY, SUFFIX, L)                                                             \
+    extern "C" __global__ void __launch_bounds__(AT_THREADS * L) attention_at##SUFFIX##_##KTY(   \
         const void* q, int qtype, Str4 lq, const KTY##T::store* k, Str4 lk,                      \
         const KTY##T::store* v, Str4 lv, const void* pos, i64 pos_off, int pos64, float* part,  \
         i64 t, i64 n, i64 d, i64 dv, i64 group, i64 window, float scale, int* bad,               \
         i64 min_share, int vec, int prefetch) {                                                  \
         rt_kernel_entry();                                                                       \
-        attention_at_part<KTY##T>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, \
-                                  dv, group, window, scale, bad, nullptr, min_share, vec,        \
-                                  prefetch);                                                     \
+        attention_at_part<KTY##T, L>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, \
+                                     d, dv, group, window, scale, bad, nullptr, min_share, vec,  \
+                                     prefetch);                                                  \
     }
-ATTENTION_AT(F32) ATTENTION_AT(F16) ATTENTION_AT(BF16)
+ATTENTION_AT(F32, , 1) ATTENTION_AT(F16, , 1) ATTENTION_AT(BF16, , 1)
+ATTENTION_AT(F32, 4, 4) ATTENTION_AT(F16, 4, 4) ATTENTION_AT(BF16, 4, 4)
 
 // One block per row: the S partials of attention_at_* merged, y = acc / l.
 // S <= AT_MAX_SPLITS (the launcher's bound).
@@ -787,19 +804,20 @@ __device__ void at_join_row(const float* part, float* y, unsigned int* counters,
     at_combine_row(part, y, gridDim.y, used, dv, blockIdx.x, gridDim.x);
     if (threadIdx.x == 0) counters[blockIdx.x] = 0;
 }
-#define ATTENTION_AT_JOINED(KTY)                                                                   \
-    extern "C" __global__ void __launch_bounds__(AT_THREADS) attention_at_joined_##KTY(            \
-        const void* q, int qtype, Str4 lq, const KTY##T::store* k, Str4 lk,                         \
-        const KTY##T::store* v, Str4 lv, const void* pos, i64 pos_off, int pos64, float* part,     \
-        i64 t, i64 n, i64 d, i64 dv, i64 group, i64 window, float scale, int* bad,                  \
-        i64 min_share, int vec, int prefetch, float* y, unsigned int* counters) {                   \
-        rt_kernel_entry();                                                                          \
-        const i64 used = attention_at_part<KTY##T>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, \
-                                                   part, t, n, d, dv, group, window, scale, bad, y, \
-                                                   min_share, vec, prefetch);                       \
-        if (used > 1) at_join_row(part, y, counters, dv, used);                                    \
+#define ATTENTION_AT_JOINED(KTY, SUFFIX, L)                                                        \
+    extern "C" __global__ void __launch_bounds__(AT_THREADS * L) attention_at_joined##SUFFIX##_##KTY( \
+        const void* q, int qtype, Str4 lq, const KTY##T::store* k, Str4 lk,                          \
+        const KTY##T::store* v, Str4 lv, const void* pos, i64 pos_off, int pos64, float* part,      \
+        i64 t, i64 n, i64 d, i64 dv, i64 group, i64 window, float scale, int* bad,                   \
+        i64 min_share, int vec, int prefetch, float* y, unsigned int* counters) {                    \
+        rt_kernel_entry();                                                                           \
+        const i64 used = attention_at_part<KTY##T, L>(q, qtype, lq, k, lk, v, lv, pos, pos_off,      \
+                                                      pos64, part, t, n, d, dv, group, window,       \
+                                                      scale, bad, y, min_share, vec, prefetch);      \
+        if (used > 1) at_join_row(part, y, counters, dv, used);                                      \
     }
-ATTENTION_AT_JOINED(F32) ATTENTION_AT_JOINED(F16) ATTENTION_AT_JOINED(BF16)
+ATTENTION_AT_JOINED(F32, , 1) ATTENTION_AT_JOINED(F16, , 1) ATTENTION_AT_JOINED(BF16, , 1)
+ATTENTION_AT_JOINED(F32, 4, 4) ATTENTION_AT_JOINED(F16, 4, 4) ATTENTION_AT_JOINED(BF16, 4, 4)
 
 // ---- Op::FlashAttention for long batches: cuBLAS on the tensor cores -----
 // The launcher (attention.rs, flash_gemm) multiplies S = Q K^T per key/value
