@@ -18,6 +18,7 @@
 #                                                          tg128 of rustorch-cli bench with each
 #                                                          setting in turn, in one run (for example
 #                                                          RUSTORCH_CUDA_FUSED_ROPE=0 RUSTORCH_CUDA_FUSED_ROPE=1;
+#                                                          several variables at once: A=1+B=2;
 #                                                          AB_ARGS="-d 1024": after 1024 positions)
 #
 # ncu runs with --clock-control none --cache-control none: each kernel alone, no cache flush, so a
@@ -142,8 +143,10 @@ ab)
     for ty in "${@:-Q4_K_M}"; do
         f=$(model "$ty") || exit 2
         for s in "${settings[@]}"; do
+            # A setting of several variables joins them with '+' (A=1+B=2).
+            IFS='+' read -ra vars <<< "$s"
             # shellcheck disable=SC2086 # AB_ARGS: extra bench arguments, split on spaces (-d 1024)
-            tg=$(env "$s" "$CLI" bench -m "$f" -b cuda -p 512 -n 128 -r 3 ${AB_ARGS:-} 2>/dev/null | awk -F'|' '/tg128/ {print $(NF-1)}')
+            tg=$(env "${vars[@]}" "$CLI" bench -m "$f" -b cuda -p 512 -n 128 -r 3 ${AB_ARGS:-} 2>/dev/null | awk -F'|' '/tg128/ {print $(NF-1)}')
             echo "$ty $s: tg128 $tg t/s"
         done
     done
