@@ -44,6 +44,11 @@ template <typename A> __device__ __forceinline__ A nan_max(A a, A b) {
     if (b != b) return b;
     return b > a ? b : a;
 }
+// nan_max over the warp, in every lane.
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = nan_max(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
 __device__ __forceinline__ float a_exp(float x) { return expf(x); }
 __device__ __forceinline__ double a_exp(double x) { return exp(x); }
 // Products rounded on their own: NVRTC would otherwise contract
@@ -372,9 +377,6 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS)
 // ---- BEGIN HOST-TESTABLE ATTENTION_AT (tests/attention_at_host.rs) ------
 #define AT_THREADS 128
 #define AT_WARPS (AT_THREADS / 32)
-// The most warps a block has: AT_WARPS for a key a lane, four times that
-// for four lanes a key (attention_at4_*).
-#define AT_MAX_WARPS (AT_WARPS * 4)
 // Largest head dim (D and Dv, multiples of 32; the launcher declines
 // others).
 #define AT_MAX_DIM 256
@@ -457,17 +459,13 @@ template <typename KT> __device__ __forceinline__ float at_elem(KT, const u32* w
     return load(KT(), (u16)((e & 1) ? w[e >> 1] >> 16 : w[e >> 1] & 0xffffu));
 }
 
-__device__ __forceinline__ float at_warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = nan_max(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
 
-// What a block keeps in shared memory.
-struct AtShared {
+// What a block of NW warps keeps in shared memory.
+template <int NW> struct AtShared {
     float q[AT_MAX_DIM];
-    float m[AT_MAX_WARPS];
-    float l[AT_MAX_WARPS];
-    float acc[AT_MAX_WARPS][AT_MAX_DIM];
+    float m[NW];
+    float l[NW];
+    float acc[NW][AT_MAX_DIM];
 };
 
 // The block's part of attention_at (see above). Returns the splits of the
@@ -478,7 +476,7 @@ template <typename KT, int PL, bool VEC, int L>
 __device__ i64 attention_at_block(const void* q, int qtype, Str4 lq, const typename KT::store* k, Str4 lk,
                                   const typename KT::store* v, Str4 lv, const void* pos, i64 pos_off, int pos64,
                                   float* part, i64 t, i64 n, i64 d, i64 dv, i64 group, i64 window, float scale,
-                                  int* bad, float* y1, i64 min_share, int prefetch, AtShared& sh) {
+                                  int* bad, float* y1, i64 min_share, int prefetch, AtShared<AT_WARPS * L>& sh) {
     typedef typename KT::store KS;
     // Index arithmetic in 32 bits (the launcher keeps rows, heads and the
     // capacity below 2^31): a 64-bit division is a long subroutine, and a
@@ -556,12 +554,17 @@ __device__ i64 attention_at_block(const void* q, int qtype, Str4 lq, const typen
         W vx[VB][PL / PER];
         const KS* vr = v + vbase + (i64)c0 * vs;
         const i64 vlast = (i64)(nk - 1) * vs;
+        // Keys kb.. kb + VB's values into vx.
+        auto load_values = [&](int kb) {
 #pragma unroll
-        for (int kk = 0; kk < VB; ++kk) {
-            at_words<PL>(KT(), vr + (kk < nk ? kk * vs : vlast), lv.s[3], vec_v, ndv, vx[kk]);
+            for (int kk = 0; kk < VB; ++kk) {
+                const bool in = kb + kk < nk;
+                at_words<PL>(KT(), vr + (in ? (kb + kk) * vs : vlast), lv.s[3], vec_v, ndv, vx[kk]);
 #pragma unroll
-            for (int r = 0; r < PL / PER; ++r) vx[kk][r] = kk < nk ? vx[kk][r] : 0;
-        }
+                for (int r = 0; r < PL / PER; ++r) vx[kk][r] = in ? vx[kk][r] : 0;
+            }
+        };
+        load_values(0);
         // The lane's features of its key row (all of them for L = 1), 64
         // at a time (all their loads in flight together), summed in 8
         // partial sums, then over the key's L lanes.
@@ -591,7 +594,7 @@ __device__ i64 attention_at_block(const void* q, int qtype, Str4 lq, const typen
             for (int o = 1; o < L; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
         }
         const float sg = valid ? __fmul_rn(scale, s) : NEG_INF;
-        const float mnew = nan_max(m, at_warp_max(sg));
+        const float mnew = nan_max(m, warp_max(sg));
         float pg = 0.0f;
         // No finite score yet (mnew is the same in every lane): the chunk
         // adds nothing, and m stays -inf (no exp(-inf - -inf)).
@@ -608,14 +611,7 @@ __device__ i64 attention_at_block(const void* q, int qtype, Str4 lq, const typen
         // lane past the chunk's keys holds probability 0, or NaN where
         // every probability is).
         for (int kb = 0; kb < nk; kb += VB) {
-            if (kb > 0) {
-#pragma unroll
-                for (int kk = 0; kk < VB; ++kk) {
-                    at_words<PL>(KT(), vr + (kb + kk < nk ? (kb + kk) * vs : vlast), lv.s[3], vec_v, ndv, vx[kk]);
-#pragma unroll
-                    for (int r = 0; r < PL / PER; ++r) vx[kk][r] = kb + kk < nk ? vx[kk][r] : 0;
-                }
-            }
+            if (kb > 0) load_values(kb);
 #pragma unroll
             for (int kk = 0; kk < VB; ++kk) {
                 const float pk = __shfl_sync(0xffffffffu, pg, ((kb + kk) * L) & 31);
@@ -681,7 +677,7 @@ template <typename KT, bool VEC, int L>
 __device__ i64 attention_at_pl(const void* q, int qtype, Str4 lq, const typename KT::store* k, Str4 lk,
                                const typename KT::store* v, Str4 lv, const void* pos, i64 pos_off, int pos64,
                                float* part, i64 t, i64 n, i64 d, i64 dv, i64 group, i64 window, float scale,
-                               int* bad, float* y1, i64 min_share, int prefetch, AtShared& sh) {
+                               int* bad, float* y1, i64 min_share, int prefetch, AtShared<AT_WARPS * L>& sh) {
     if (dv <= 64)
         return attention_at_block<KT, 2, VEC, L>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d,
                                                  dv, group, window, scale, bad, y1, min_share, prefetch, sh);
@@ -697,7 +693,7 @@ __device__ i64 attention_at_part(const void* q, int qtype, Str4 lq, const typena
                                  const typename KT::store* v, Str4 lv, const void* pos, i64 pos_off, int pos64,
                                  float* part, i64 t, i64 n, i64 d, i64 dv, i64 group, i64 window, float scale,
                                  int* bad, float* y1, i64 min_share, int vec, int prefetch) {
-    __shared__ AtShared sh;
+    __shared__ AtShared<AT_WARPS * L> sh;
     if (vec)
         return attention_at_pl<KT, true, L>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, dv,
                                             group, window, scale, bad, y1, min_share, prefetch, sh);
@@ -843,7 +839,7 @@ extern "C" __global__ void __launch_bounds__(256)
         const float x = __fadd_rn(__fmul_rn(sr[j], scale), mask[mbase + j * lm.s[3]]);
         mx = nan_max(mx, x);
     }
-    for (int o = 16; o > 0; o >>= 1) mx = nan_max(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    mx = warp_max(mx);
     if (lane == 0) red[warp] = mx;
     __syncthreads();
     mx = red[0];
