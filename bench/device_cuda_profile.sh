@@ -14,6 +14,11 @@
 #                                                          a 512-token prompt pass, summed by kernel
 #   bash bench/device_cuda_profile.sh ops [TYPE...]       RUSTORCH_PROFILE=1 of a 512-token prompt
 #                                                          pass: time per op, and outside ops
+#   bash bench/device_cuda_profile.sh timeline [TYPE...]  kernel timeline of bench's decode steps as
+#                                                          they ran (CUPTI): per kernel, its share
+#                                                          of a step's time as run (end after the
+#                                                          previous kernel's end), its own duration
+#                                                          and its start before that end (PDL overlap)
 #   bash bench/device_cuda_profile.sh ab VAR=V... [-- TYPE...]
 #                                                          tg128 of rustorch-cli bench with each
 #                                                          setting in turn, in one run (for example
@@ -132,6 +137,56 @@ ops)
         f=$(model "$ty") || exit 2
         echo "== $ty"
         RUSTORCH_PROFILE=1 "$CLI" bench -m "$f" -b cuda -p 512 -n 0 -r 2 2>&1 | grep -A20 "^profile"
+    done
+    ;;
+timeline)
+    shift
+    # A CUPTI injection library (tools/build_cupti_trace.sh, carried in .device-tools) records the
+    # kernels as they ran: this host has no Nsight Systems.
+    LIB=${CUPTI_TRACE_LIB:-$PWD/.device-tools/libcupti_trace.so}
+    [ -f "$LIB" ] || { echo "device_cuda_profile: no $LIB (bash tools/build_cupti_trace.sh, carry .device-tools)" >&2; exit 2; }
+    for ty in "${@:-Q4_K_M}"; do
+        f=$(model "$ty") || exit 2
+        csv="$OUTDIR/timeline-$ty.csv"
+        # shellcheck disable=SC2086 # AB_ARGS: extra bench arguments (-d 1024)
+        CUDA_INJECTION64_PATH=$LIB CUPTI_TRACE_OUT=$csv timeout 300 "$CLI" bench -m "$f" -b cuda -p 16 -n 128 -r 1 \
+            ${AB_ARGS:-} > "$csv.log" 2>&1 || { tail -5 "$csv.log"; continue; }
+        echo "== $ty ($(awk -F'|' '/tg128/ {print $(NF-1)}' "$csv.log" | tr -s ' ') t/s traced)"
+        python3 - "$csv" <<'PY'
+import collections, statistics, sys
+seq = []
+for line in open(sys.argv[1]):
+    s, e, n = line.rstrip("\n").split(",", 2)
+    seq.append((int(s), int(e), n))
+seq.sort()
+starts = [i for i, (_, _, n) in enumerate(seq) if n.startswith("index_gather")]
+steps = list(zip(starts, starts[1:]))
+if len(steps) < 20:
+    sys.exit(f"only {len(steps)} decode steps in {len(seq)} kernels")
+size = statistics.mode(b - a for a, b in steps)
+steps = [(a, b) for a, b in steps if b - a == size][-100:]
+share = collections.defaultdict(float); dur = collections.defaultdict(float)
+early = collections.defaultdict(float); calls = collections.Counter()
+total = gaps = 0.0
+for a, b in steps:
+    last_end = seq[a - 1][1]
+    total += seq[b - 1][1] - last_end
+    gaps += max(seq[a][0] - last_end, 0)
+    for i in range(a, b):
+        s, e, n = seq[i]
+        n = n[:44]
+        share[n] += max(e - last_end, 0); dur[n] += e - s; early[n] += max(last_end - s, 0)
+        calls[n] += 1
+        last_end = max(last_end, e)
+k = len(steps)
+print(f"{k} decode steps of {size} kernels: {total / k / 1000:.1f} us a step ({k * 1e9 / total:.0f} t/s), "
+      f"{gaps / k / 1000:.1f} us of it before the step's first kernel started")
+print("share: the kernel's end after the previous end (its cost as run); dur: its own start to end;")
+print("early: how long it started before the previous kernel ended (overlapped launch)")
+print(f"{'kernel':<46}{'calls':>6}{'share us':>10}{'dur us':>9}{'early us':>10}")
+for n in sorted(share, key=lambda n: -share[n]):
+    print(f"{n:<46}{calls[n] / k:>6.0f}{share[n] / k / 1000:>10.1f}{dur[n] / k / 1000:>9.1f}{early[n] / k / 1000:>10.1f}")
+PY
     done
     ;;
 ab)

@@ -117,6 +117,18 @@ pub trait Backend: Send + Sync {
         Ok(None)
     }
 
+    /// Writes host values into the contiguous `region` of `dst` in place
+    /// when `dst` is memory the host can write (a buffer of
+    /// `alloc_host_readable`), after the device's queued work (which may
+    /// read it) is done: a decode step's inputs, written between replays
+    /// without an upload or a copy launch. `bytes` are the region's values
+    /// in `dst`'s dtype, in memory order. `false` (the default, and for any
+    /// other buffer): nothing written; the caller uploads and copies.
+    fn write_host_readable(&self, dst: &dyn DeviceBuffer, region: &Layout, bytes: &[u8]) -> Result<bool, BackendError> {
+        let _ = (dst, region, bytes);
+        Ok(false)
+    }
+
     /// A weight on this device from its plain bytes (`spec.rows` rows of
     /// `spec.qtype` blocks, row after row; the caller has checked the
     /// length): a u8 buffer of `rows * row_bytes` elements as the executor

@@ -8,7 +8,7 @@ use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
 use rustorch_core::backend::{Backend, Buffer, DeviceBuffer, OpTimer, Replay, TensorRef};
 use rustorch_core::device::DeviceCapability;
-use rustorch_core::{BackendError, CpuStorage, DType, Device, HostSlice, Op, OpClass, TensorMeta};
+use rustorch_core::{BackendError, CpuStorage, DType, Device, HostSlice, Layout, Op, OpClass, TensorMeta};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -542,6 +542,23 @@ impl Backend for CudaBackend {
             usage: self.usage.clone(),
             row_acts: None,
         })))
+    }
+
+    fn write_host_readable(&self, dst: &dyn DeviceBuffer, region: &Layout, bytes: &[u8]) -> Result<bool, BackendError> {
+        let b = self.own("write_host_readable", dst)?;
+        let crate::buffer::Memory::Mapped(m) = &b.mem else {
+            return Ok(false);
+        };
+        let offset = region.offset() * b.dtype.size_in_bytes();
+        if !region.is_contiguous() || offset + bytes.len() > m.bytes {
+            return Ok(false);
+        }
+        // The work queued before may still read it (the last step's kernels).
+        self.stream
+            .synchronize()
+            .map_err(|e| self.err("write_host_readable", e, bytes.len()))?;
+        m.write(offset, bytes);
+        Ok(true)
     }
 
     fn download(&self, buffer: &dyn DeviceBuffer) -> Result<CpuStorage, BackendError> {

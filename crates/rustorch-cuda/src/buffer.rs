@@ -105,6 +105,18 @@ impl MappedHost {
     }
 }
 
+impl MappedHost {
+    /// Writes `src` at byte `offset` (the caller has synchronized with the
+    /// device work that reads them, and checked the range).
+    pub(crate) fn write(&self, offset: usize, src: &[u8]) {
+        debug_assert!(offset + src.len() <= self.bytes, "a write past a mapped buffer's end");
+        // SAFETY: in bounds (checked above) of the `bytes` bytes allocated at
+        // `host`, which only this value's owner writes, and no device work
+        // touches them now.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.host.add(offset), src.len()) }
+    }
+}
+
 impl Drop for MappedHost {
     fn drop(&mut self) {
         // Its owner has waited for the device work that uses it (a

@@ -95,6 +95,44 @@ fn a_recorded_pass_replays_with_the_values_written_into_its_inputs() {
     assert_eq!(z.device(), GPU);
 }
 
+/// A decode step's inputs: written by the host in place into mapped
+/// memory (`Tensor::host_readable_in`, no upload), copied to the device by
+/// the recording's first kernel, at every replay the values just written.
+#[test]
+fn a_recorded_pass_reads_host_readable_inputs_written_in_place() {
+    let Some(g) = gpu("capture") else { return };
+    let exec = executor(g, false);
+    let mut staged = Tensor::host_readable_in(&exec, [N], DType::F32, GPU).unwrap();
+    let mut x = Tensor::zeros_in(&exec, [N], DType::F32, GPU).unwrap();
+    let step = |x: &mut Tensor, staged: &Tensor| -> Result<Tensor> {
+        x.write_slice(0, 0, staged)?;
+        x.mul_scalar(2.0)?.add(x)
+    };
+    step(&mut x, &staged).unwrap();
+    let (recording, y) = exec.capture(GPU, 1 << 20, || step(&mut x, &staged)).unwrap();
+    for round in 0..4 {
+        let v = values(N, round as f32);
+        staged.write_slice(0, 0, &host(&exec, v.clone(), &[N])).unwrap();
+        assert_eq!(staged.to_vec::<f32>().unwrap(), v, "round {round}: the host's write");
+        exec.replay(GPU, recording.as_ref()).unwrap();
+        let want: Vec<f32> = v.iter().map(|a| a * 2.0 + a).collect();
+        assert!(close(&y.to_vec::<f32>().unwrap(), &want), "round {round}");
+    }
+    // A part of the buffer (the region's offset) and a source of another dtype (converted on
+    // the device instead).
+    staged.write_slice(0, 8, &host(&exec, vec![5.0; 4], &[4])).unwrap();
+    let f64s = Tensor::from_vec(vec![1.5f64; N], [N])
+        .unwrap()
+        .with_executor(&exec)
+        .unwrap();
+    let mut other = Tensor::host_readable_in(&exec, [N], DType::F32, GPU).unwrap();
+    other.write_slice(0, 0, &f64s).unwrap();
+    assert_eq!(other.to_vec::<f32>().unwrap(), vec![1.5f32; N]);
+    let got = staged.to_vec::<f32>().unwrap();
+    assert_eq!(&got[8..12], &[5.0; 4]);
+    assert_eq!(got[12], values(N, 3.0)[12]);
+}
+
 #[test]
 fn what_cannot_be_recorded_fails_the_capture_and_the_gpu_works_on() {
     let Some(g) = gpu("capture") else { return };

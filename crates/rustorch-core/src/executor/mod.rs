@@ -653,6 +653,9 @@ impl Executor {
             ));
         }
         let start = self.op_clock(backend.as_ref());
+        if self.write_host_readable(OP, dst, region, src, &backend)? {
+            return Ok(());
+        }
         let (local, bytes_moved) = self.on_device(OP, &src.buffer, &backend)?;
         let target = unique_target(OP, dst)?;
         let src_ref = TensorRef {
@@ -678,6 +681,39 @@ impl Executor {
             });
         }
         Ok(())
+    }
+
+    /// `write_into`'s host-to-device case without an upload where it can
+    /// be (`Backend::write_host_readable`: `dst` in host memory the device
+    /// maps): a contiguous host source of `dst`'s dtype into a contiguous
+    /// region, outside a recording. `false`: not such a case, or the
+    /// backend declined; nothing was written.
+    fn write_host_readable(
+        &self,
+        op: &str,
+        dst: &mut Buffer,
+        region: &Layout,
+        src: &Operand,
+        backend: &Arc<dyn Backend>,
+    ) -> Result<bool> {
+        let Some(host) = src.buffer.as_any().downcast_ref::<crate::storage::CpuStorage>() else {
+            return Ok(false);
+        };
+        let n = region.shape().numel();
+        if self.capture_device().is_some()
+            || host.dtype() != dst.dtype()
+            || !region.is_contiguous()
+            || !src.layout.is_contiguous()
+            || src.layout.offset() + n > host.len()
+        {
+            return Ok(false);
+        }
+        let target = unique_target(op, dst)?;
+        let size = host.dtype().size_in_bytes();
+        let bytes = &host.as_host().as_bytes()[src.layout.offset() * size..(src.layout.offset() + n) * size];
+        backend
+            .write_host_readable(&*target, region, bytes)
+            .map_err(|e| self.backend_error(op, backend.device(), e))
     }
 
     /// `write_into` at a position read when the write runs

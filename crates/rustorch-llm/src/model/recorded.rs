@@ -2,8 +2,9 @@
 //! model runs on one GPU, a step of one token is a few hundred small
 //! kernels whose launches and routing cost the host more than the GPU
 //! spends on them. The step is recorded once (`Executor::capture`) and
-//! replayed for every later token, which costs the host three small copies
-//! (the token's embedding row, its position, the logits) and one launch.
+//! replayed for every later token, which costs the host two small writes
+//! into mapped memory (the token's embedding row, its position), one
+//! launch and the logits' copy out of mapped memory.
 //!
 //! A replay cannot take new host values, so everything that changes per
 //! token lives in device buffers written before each replay: the hidden
@@ -54,10 +55,7 @@ enum State {
 struct Session {
     cache_id: u64,
     device: Device,
-    /// The step's hidden-state input `[1, n_embd]` and position `[1]` (I64),
-    /// on the GPU at fixed addresses.
-    x_in: Tensor,
-    pos: Tensor,
+    inputs: Inputs,
     /// RoPE tables for every position of the cache, per settings:
     /// `[n_alloc, n_rot / 2]` cosines and sines on the GPU.
     tables: Vec<(RopeParams, Tensor, Tensor)>,
@@ -68,6 +66,73 @@ struct Session {
     /// where the host reads them in place (`Tensor::host_readable_in`: a
     /// download of them cost the H200's host ~67 us a step, a tenth of it).
     logits: Tensor,
+    /// `RUSTORCH_STEP_TIMES=1`: where the host's time of a replayed step goes.
+    times: Option<StepTimes>,
+}
+
+/// The host's time in each part of the replayed steps (`RUSTORCH_STEP_TIMES=1`),
+/// printed every `STEP_TIMES_EVERY` steps: what the GPU waits for between
+/// two recorded steps (bench/device_cuda_profile.sh `ab` compares the totals).
+#[derive(Default)]
+struct StepTimes {
+    steps: u32,
+    /// From the previous step's return to this step's call (the caller's sampling).
+    between: std::time::Duration,
+    /// Token check, embedding row and position written.
+    inputs: std::time::Duration,
+    /// The replay's launch.
+    launch: std::time::Duration,
+    /// The wait for the step's end and the logits' copy to the host.
+    finish: std::time::Duration,
+    last_end: Option<std::time::Instant>,
+}
+
+const STEP_TIMES_EVERY: u32 = 128;
+
+impl StepTimes {
+    fn wanted() -> Option<StepTimes> {
+        matches!(std::env::var("RUSTORCH_STEP_TIMES").as_deref(), Ok("1")).then(StepTimes::default)
+    }
+
+    fn add(&mut self, start: std::time::Instant, inputs: std::time::Instant, launch: std::time::Instant) {
+        let end = std::time::Instant::now();
+        if let Some(last) = self.last_end {
+            self.between += start - last;
+        }
+        self.inputs += inputs - start;
+        self.launch += launch - inputs;
+        self.finish += end - launch;
+        self.last_end = Some(end);
+        self.steps += 1;
+        if self.steps == STEP_TIMES_EVERY {
+            let us = |d: std::time::Duration| d.as_secs_f64() * 1e6 / f64::from(self.steps);
+            eprintln!(
+                "rustorch: {} replayed steps, host us a step: between steps {:.1}, inputs {:.1}, launch {:.1}, wait and logits {:.1}",
+                self.steps,
+                us(self.between),
+                us(self.inputs),
+                us(self.launch),
+                us(self.finish)
+            );
+            *self = StepTimes {
+                last_end: self.last_end,
+                ..StepTimes::default()
+            };
+        }
+    }
+}
+
+/// A step's per-token inputs: the hidden state of the token `[1, n_embd]`
+/// and its position `[1]` (I64). The host writes them into `x_host` and
+/// `pos_host`, mapped host memory where the device has it (a plain write,
+/// no upload or launch between steps: the two uploads cost the H200's host
+/// ~20 us a step); the step's first kernels copy them into `x` and `pos`
+/// on the device, at fixed addresses, where its other kernels read them.
+struct Inputs {
+    x_host: Tensor,
+    pos_host: Tensor,
+    x: Tensor,
+    pos: Tensor,
 }
 
 /// Headroom over the measured step for the recording's arena, and a floor.
@@ -131,8 +196,12 @@ impl Model {
 
     fn new_session(&self, cache: &KvCache, device: Device) -> Result<Session> {
         let cfg = &self.config;
-        let x_in = Tensor::zeros_in(&self.exec, [1, cfg.n_embd], DType::F32, device)?;
-        let pos = Tensor::zeros_in(&self.exec, [1], DType::I64, device)?;
+        let inputs = Inputs {
+            x_host: Tensor::host_readable_in(&self.exec, [1, cfg.n_embd], DType::F32, device)?,
+            pos_host: Tensor::host_readable_in(&self.exec, [1], DType::I64, device)?,
+            x: Tensor::zeros_in(&self.exec, [1, cfg.n_embd], DType::F32, device)?,
+            pos: Tensor::zeros_in(&self.exec, [1], DType::I64, device)?,
+        };
         let mut tables: Vec<(RopeParams, Tensor, Tensor)> = Vec::new();
         for il in 0..cfg.n_layer {
             let p = cfg.rope_for_layer(il);
@@ -146,31 +215,41 @@ impl Model {
         Ok(Session {
             cache_id: cache.id(),
             device,
-            x_in,
-            pos,
+            inputs,
             tables,
             step_bytes: None,
             recorded: None,
             logits,
+            times: StepTimes::wanted(),
         })
     }
 
     /// One step: inputs written, then the step run (first step), recorded
     /// and replayed (second), or replayed.
     fn step_in(&self, s: &mut Session, cache: &mut KvCache, token: u32) -> std::result::Result<Tensor, Fail> {
+        let start = std::time::Instant::now();
         self.write_inputs(s, cache, token).map_err(Fail::Step)?;
         match (&s.recorded, s.step_bytes) {
             (Some(recording), _) => {
+                let inputs = std::time::Instant::now();
                 self.exec
                     .replay(s.device, recording.as_ref())
                     .map_err(|e| Fail::Step(e.into()))?;
+                if s.times.is_some() {
+                    let launch = std::time::Instant::now();
+                    let logits = self.finish_step(cache, &s.logits).map_err(Fail::Step)?;
+                    if let Some(t) = s.times.as_mut() {
+                        t.add(start, inputs, launch);
+                    }
+                    return Ok(logits);
+                }
             }
             (None, Some(bytes)) => {
                 let arena = (bytes as usize).saturating_mul(ARENA_FACTOR).max(ARENA_MIN);
-                let (x_in, pos, tables, out) = (&s.x_in, &s.pos, &s.tables, &mut s.logits);
+                let (inputs, tables, out) = (&mut s.inputs, &s.tables, &mut s.logits);
                 let (recording, ()) = self
                     .exec
-                    .capture(s.device, arena, || self.step_into(cache, x_in, pos, tables, out))
+                    .capture(s.device, arena, || self.step_into(cache, inputs, tables, out))
                     .map_err(|e| Fail::Record(e.to_string()))?;
                 self.exec
                     .replay(s.device, recording.as_ref())
@@ -183,7 +262,7 @@ impl Model {
                 // recording off, and the step runs as `forward` runs it
                 // (which rewrites whatever this wrote at the position; a
                 // device that is really lost fails there too).
-                self.step_into(cache, &s.x_in, &s.pos, &s.tables, &mut s.logits)
+                self.step_into(cache, &mut s.inputs, &s.tables, &mut s.logits)
                     .map_err(|e| Fail::Record(e.to_string()))?;
                 let after = self.exec.bytes_allocated(s.device);
                 // A device that does not count its allocations records
@@ -204,9 +283,9 @@ impl Model {
         self.check_tokens(cache, &[token])?;
         let ids = Tensor::from_vec(vec![token as i64], [1])?.with_executor(&self.exec)?;
         let row = self.weights.tok_embd.embedding(&ids)?;
-        s.x_in.write_slice(0, 0, &row)?;
+        s.inputs.x_host.write_slice(0, 0, &row)?;
         let p = Tensor::from_vec(vec![cache.len() as i64], [1])?.with_executor(&self.exec)?;
-        s.pos.write_slice(0, 0, &p)?;
+        s.inputs.pos_host.write_slice(0, 0, &p)?;
         Ok(())
     }
 
@@ -237,20 +316,22 @@ impl Model {
         let device = cache.layer_device(0).unwrap_or(Device::Cpu);
         let mut s = self.new_session(cache, device)?;
         self.write_inputs(&mut s, cache, token)?;
-        self.step_into(cache, &s.x_in, &s.pos, &s.tables, &mut s.logits)?;
+        self.step_into(cache, &mut s.inputs, &s.tables, &mut s.logits)?;
         Ok(self.finish_step(cache, &s.logits)?.to_vec::<f32>()?)
     }
 
-    /// `step_body`, its logits written into `out` (the session's logits).
+    /// The inputs copied to the device, then `step_body`, its logits
+    /// written into `out` (the session's logits).
     fn step_into(
         &self,
         cache: &mut KvCache,
-        x_in: &Tensor,
-        pos: &Tensor,
+        inputs: &mut Inputs,
         tables: &[(RopeParams, Tensor, Tensor)],
         out: &mut Tensor,
     ) -> Result<()> {
-        let logits = self.step_body(cache, x_in, pos, tables)?;
+        inputs.x.write_slice(0, 0, &inputs.x_host)?;
+        inputs.pos.write_slice(0, 0, &inputs.pos_host)?;
+        let logits = self.step_body(cache, &inputs.x, &inputs.pos, tables)?;
         out.write_slice(0, 0, &logits)?;
         Ok(())
     }
