@@ -159,18 +159,26 @@ for line in open(sys.argv[1]):
     s, e, n = line.rstrip("\n").split(",", 2)
     seq.append((int(s), int(e), n))
 seq.sort()
-starts = [i for i, (_, _, n) in enumerate(seq) if n.startswith("index_gather")]
-steps = list(zip(starts, starts[1:]))
+# Runs of kernels split where the GPU waited more than 15 us for the host; a step's recording is
+# one long run (the host's own small launches between steps make short ones).
+cuts = [0] + [i for i in range(1, len(seq)) if seq[i][0] - max(e for _, e, _ in seq[max(i - 8, 0):i]) > 15000]
+runs = list(zip(cuts, cuts[1:] + [len(seq)]))
+long = [b - a for a, b in runs if b - a >= 50]
+if not long:
+    sys.exit(f"no run of 50 kernels in {len(seq)}")
+size = statistics.mode(long)
+steps = [(a, b) for a, b in runs if b - a == size and a > 0][-100:]
 if len(steps) < 20:
     sys.exit(f"only {len(steps)} decode steps in {len(seq)} kernels")
-size = statistics.mode(b - a for a, b in steps)
-steps = [(a, b) for a, b in steps if b - a == size][-100:]
 share = collections.defaultdict(float); dur = collections.defaultdict(float)
 early = collections.defaultdict(float); calls = collections.Counter()
 total = gaps = 0.0
+prev = None
 for a, b in steps:
     last_end = seq[a - 1][1]
-    total += seq[b - 1][1] - last_end
+    if prev is not None:
+        total += seq[b - 1][1] - prev
+    prev = seq[b - 1][1]
     gaps += max(seq[a][0] - last_end, 0)
     for i in range(a, b):
         s, e, n = seq[i]
@@ -179,8 +187,9 @@ for a, b in steps:
         calls[n] += 1
         last_end = max(last_end, e)
 k = len(steps)
-print(f"{k} decode steps of {size} kernels: {total / k / 1000:.1f} us a step ({k * 1e9 / total:.0f} t/s), "
-      f"{gaps / k / 1000:.1f} us of it before the step's first kernel started")
+print(f"{k} decode steps of {size} kernels: {total / (k - 1) / 1000:.1f} us from one step's end to the next's "
+      f"({(k - 1) * 1e9 / total:.0f} t/s traced), the recording's first kernel {gaps / k / 1000:.1f} us after the "
+      "kernel before it")
 print("share: the kernel's end after the previous end (its cost as run); dur: its own start to end;")
 print("early: how long it started before the previous kernel ended (overlapped launch)")
 print(f"{'kernel':<46}{'calls':>6}{'share us':>10}{'dur us':>9}{'early us':>10}")

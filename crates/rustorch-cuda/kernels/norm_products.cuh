@@ -115,6 +115,7 @@ __device__ __forceinline__ i64 qn_columns(const QMulti& p, int count) {
 // The lines of the block's columns (c0, c0 + step, ...), into L2 before
 // the wait: no kernel writes the weights.
 __device__ __forceinline__ void qn_prefetch_multi(const QMulti& p, int count, i64 row_bytes) {
+    if (!q_prefetch_wanted()) return;
     const i64 total = qn_columns(p, count), step = (i64)gridDim.x * QN_WARPS;
     for (i64 c = (i64)blockIdx.x * QN_WARPS + (threadIdx.x >> 5); c < total; c += step) {
         // The column's row alone: one row of row_bytes from its start.
@@ -165,6 +166,7 @@ __device__ __forceinline__ void qn_gated(const u8* wg, i64 sg, const u8* wu, i64
     }
 }
 __device__ __forceinline__ void qn_prefetch_gated(const u8* wg, i64 sg, const u8* wu, i64 su, i64 n, i64 row_bytes) {
+    if (!q_prefetch_wanted()) return;
     const i64 step = (i64)gridDim.x * QN_WARPS;
     for (i64 j = (i64)blockIdx.x * QN_WARPS + (threadIdx.x >> 5); j < n; j += step) {
         q_prefetch_rows(wg, sg, n, j, 1, threadIdx.x & 31, 32);
@@ -172,23 +174,29 @@ __device__ __forceinline__ void qn_prefetch_gated(const u8* wg, i64 sg, const u8
     }
 }
 
-// The kernels' entries, the same for every weight type: the weights'
-// lines into L2 before the wait, then MULTI / GATED (the type's norm and
-// products, below).
-#define QN_ENTRIES(NAME, MULTI, GATED)                                                            \
+// The kernels' entries, the same for every weight type. QUANT (the
+// quantized types): the weights' lines into L2 before the wait (see
+// q_prefetch_wanted), then MULTI / GATED (the type's norm and products,
+// below); the float types' MULTI / GATED make the wait themselves, after
+// their first weight loads (see w_row_lanes).
+#define QN_ENTRIES(NAME, MULTI, GATED, QUANT)                                                     \
     extern "C" __global__ void __launch_bounds__(32 * QN_WARPS) qnorm_multi_##NAME(              \
         QNormIn in, QMulti p, int count, i64 row_bytes) {                                         \
         extern __shared__ __align__(16) u8 qn_sm[];                                               \
-        qn_prefetch_multi(p, count, row_bytes);                                                   \
-        rt_kernel_entry();                                                                        \
+        if (QUANT) {                                                                              \
+            qn_prefetch_multi(p, count, row_bytes);                                               \
+            rt_kernel_entry();                                                                    \
+        }                                                                                         \
         MULTI(in, p, count, qn_sm);                                                               \
     }                                                                                             \
     extern "C" __global__ void __launch_bounds__(32 * QN_WARPS) qnorm_gated_##NAME(              \
         QNormIn in, const u8* wg, i64 sg, const u8* wu, i64 su, i64 n, i64 row_bytes, int act,   \
         float* y) {                                                                               \
         extern __shared__ __align__(16) u8 qn_sm[];                                               \
-        qn_prefetch_gated(wg, sg, wu, su, n, row_bytes);                                          \
-        rt_kernel_entry();                                                                        \
+        if (QUANT) {                                                                              \
+            qn_prefetch_gated(wg, sg, wu, su, n, row_bytes);                                      \
+            rt_kernel_entry();                                                                    \
+        }                                                                                         \
         GATED(in, wg, sg, wu, su, n, act, y, qn_sm);                                              \
     }
 
@@ -204,22 +212,36 @@ __device__ __forceinline__ void qn_gated_q(const QNormIn& in, const u8* wg, i64 
     const QActs a = qn_norm_quantized<QV<T>::ACT>(in, sm);
     qn_gated<T>(wg, sg, wu, su, n, a, act, y);
 }
-#define QN_KERNELS(NAME, T) QN_ENTRIES(NAME, qn_multi_q<T>, qn_gated_q<T>)
+#define QN_KERNELS(NAME, T) QN_ENTRIES(NAME, qn_multi_q<T>, qn_gated_q<T>, true)
 Q_MMVQ_TYPES(QN_KERNELS)
 
 // The float weights (F16, BF16, F32): the normed row stays f32 in shared
-// memory and the columns are summed as w_row_lanes sums them.
+// memory and the columns are summed as w_row_lanes sums them. The warp's
+// first column (pair) is loaded before the wait and the norm, whose
+// latency the loads then overlap (as the one-row float products').
 template <int WK>
-__device__ __forceinline__ void wn_multi(const QMulti& p, int count, i64 k, const float* y) {
+__device__ __forceinline__ void qn_multi_w(const QNormIn& in, const QMulti& p, int count, u8* sm) {
     const int lane = threadIdx.x & 31;
-    const i64 total = qn_columns(p, count), step = (i64)gridDim.x * QN_WARPS;
-    for (i64 c = (i64)blockIdx.x * QN_WARPS + (threadIdx.x >> 5); c < total; c += 2 * step) {
+    const i64 total = qn_columns(p, count), step = (i64)gridDim.x * QN_WARPS, k = in.k;
+    const i64 c_first = (i64)blockIdx.x * QN_WARPS + (threadIdx.x >> 5);
+    const i64 chunks = k / (WK == 2 ? 4 : 8);
+    uint4 un[2][W_ROW_LOADS / 2];
+    if (c_first < total) {
+        const QnCol o0 = qn_column(p, count, c_first);
+        const QnCol o1 = c_first + step < total ? qn_column(p, count, c_first + step) : o0;
+        const u8* rows[2] = {o0.row, o1.row};
+        w_row_load<WK, 2>(rows, chunks, lane, 32, un);
+    }
+    rt_kernel_entry();
+    const float* y = qn_norm_row(in, sm);
+    for (i64 c = c_first; c < total; c += 2 * step) {
         const QnCol o0 = qn_column(p, count, c);
         const bool two = c + step < total;
         const QnCol o1 = two ? qn_column(p, count, c + step) : o0;
         const u8* rows[2] = {o0.row, o1.row};
         float acc[2];
-        w_row_lanes<WK, 2>(rows, k, y, 1, lane, 32, acc);
+        if (c == c_first) w_row_lanes_after<WK, 2>(rows, k, y, lane, 32, un, acc);
+        else w_row_lanes<WK, 2>(rows, k, y, 1, lane, 32, acc);
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) {
             acc[0] += __shfl_xor_sync(0xffffffffu, acc[0], o);
@@ -232,30 +254,31 @@ __device__ __forceinline__ void wn_multi(const QMulti& p, int count, i64 k, cons
     }
 }
 template <int WK>
-__device__ __forceinline__ void wn_gated(const u8* wg, i64 sg, const u8* wu, i64 su, i64 n, i64 k, const float* x,
-                                         int act, float* y) {
+__device__ __forceinline__ void qn_gated_w(const QNormIn& in, const u8* wg, i64 sg, const u8* wu, i64 su, i64 n,
+                                           int act, float* out, u8* sm) {
     const int lane = threadIdx.x & 31;
-    const i64 step = (i64)gridDim.x * QN_WARPS;
-    for (i64 j = (i64)blockIdx.x * QN_WARPS + (threadIdx.x >> 5); j < n; j += step) {
+    const i64 step = (i64)gridDim.x * QN_WARPS, k = in.k;
+    const i64 j_first = (i64)blockIdx.x * QN_WARPS + (threadIdx.x >> 5);
+    const i64 chunks = k / (WK == 2 ? 4 : 8);
+    uint4 un[2][W_ROW_LOADS / 2];
+    if (j_first < n) {
+        const u8* rows[2] = {wg + j_first * sg, wu + j_first * su};
+        w_row_load<WK, 2>(rows, chunks, lane, 32, un);
+    }
+    rt_kernel_entry();
+    const float* y = qn_norm_row(in, sm);
+    for (i64 j = j_first; j < n; j += step) {
         const u8* rows[2] = {wg + j * sg, wu + j * su};
         float acc[2];
-        w_row_lanes<WK, 2>(rows, k, x, 1, lane, 32, acc);
+        if (j == j_first) w_row_lanes_after<WK, 2>(rows, k, y, lane, 32, un, acc);
+        else w_row_lanes<WK, 2>(rows, k, y, 1, lane, 32, acc);
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) {
             acc[0] += __shfl_xor_sync(0xffffffffu, acc[0], o);
             acc[1] += __shfl_xor_sync(0xffffffffu, acc[1], o);
         }
-        if (lane == 0) y[j] = act == 0 ? op_swiglu(acc[0], acc[1]) : op_gelu_tanh(acc[0]) * acc[1];
+        if (lane == 0) out[j] = act == 0 ? op_swiglu(acc[0], acc[1]) : op_gelu_tanh(acc[0]) * acc[1];
     }
 }
-template <int WK>
-__device__ __forceinline__ void qn_multi_w(const QNormIn& in, const QMulti& p, int count, u8* sm) {
-    wn_multi<WK>(p, count, in.k, qn_norm_row(in, sm));
-}
-template <int WK>
-__device__ __forceinline__ void qn_gated_w(const QNormIn& in, const u8* wg, i64 sg, const u8* wu, i64 su, i64 n,
-                                           int act, float* y, u8* sm) {
-    wn_gated<WK>(wg, sg, wu, su, n, in.k, qn_norm_row(in, sm), act, y);
-}
-#define WN_KERNELS(NAME, WK) QN_ENTRIES(NAME, qn_multi_w<WK>, qn_gated_w<WK>)
+#define WN_KERNELS(NAME, WK) QN_ENTRIES(NAME, qn_multi_w<WK>, qn_gated_w<WK>, false)
 WN_KERNELS(F16, 0) WN_KERNELS(BF16, 1) WN_KERNELS(F32, 2)

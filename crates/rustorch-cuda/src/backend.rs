@@ -286,14 +286,33 @@ impl CudaBackend {
         let sm = self.arch.replace("compute_", "sm_");
         if let Ok(cubin) = crate::compile::compile_cubin(module, src, &sm) {
             if let Ok(m) = self.ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin)) {
-                return Ok(m);
+                return self.set_module_switches(m);
             }
         }
         let ptx = crate::compile::compile(module, src, &self.arch).map_err(|message| BackendError::Device {
             device: self.device,
             message,
         })?;
-        self.ctx.load_module(ptx).map_err(|e| self.err("loading kernels", e, 0))
+        let m = self
+            .ctx
+            .load_module(ptx)
+            .map_err(|e| self.err("loading kernels", e, 0))?;
+        self.set_module_switches(m)
+    }
+
+    /// The module's switches in constant memory (kernels/common.cuh):
+    /// `rt_weight_prefetch_off` where `RUSTORCH_CUDA_WEIGHT_PREFETCH=0`.
+    fn set_module_switches(&self, m: Arc<CudaModule>) -> Result<Arc<CudaModule>, BackendError> {
+        if env_is("RUSTORCH_CUDA_WEIGHT_PREFETCH", "0") {
+            // A module the compiler left without the symbol has nothing to switch.
+            if let Ok(mut flag) = m.get_global("rt_weight_prefetch_off", &self.stream) {
+                self.stream
+                    .memcpy_htod(&1i32.to_le_bytes(), &mut flag)
+                    .and_then(|()| self.stream.synchronize())
+                    .map_err(|e| self.err("setting a kernel switch", e, 4))?;
+            }
+        }
+        Ok(m)
     }
 
     /// Compiles (or reads from the disk cache) and loads every kernel
