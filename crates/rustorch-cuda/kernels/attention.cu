@@ -460,23 +460,23 @@ template <typename KT> __device__ __forceinline__ float at_elem(KT, const u32* w
 }
 
 
-// What a block of NW warps keeps in shared memory.
-template <int NW> struct AtShared {
+// What a block keeps in shared memory.
+struct AtShared {
     float q[AT_MAX_DIM];
-    float m[NW];
-    float l[NW];
-    float acc[NW][AT_MAX_DIM];
+    float m[AT_WARPS];
+    float l[AT_WARPS];
+    float acc[AT_WARPS][AT_MAX_DIM];
 };
 
 // The block's part of attention_at (see above). Returns the splits of the
 // row that have keys (the first `used` ones; every block of the row computes
 // the same number): the one-launch form merges only those. PL: the value
 // features a lane owns, Dv / 32 rounded up to 2, 4 or 8.
-template <typename KT, int PL, bool VEC, int L>
+template <typename KT, int PL, bool VEC>
 __device__ i64 attention_at_block(const void* q, int qtype, Str4 lq, const typename KT::store* k, Str4 lk,
                                   const typename KT::store* v, Str4 lv, const void* pos, i64 pos_off, int pos64,
                                   float* part, i64 t, i64 n, i64 d, i64 dv, i64 group, i64 window, float scale,
-                                  int* bad, float* y1, i64 min_share, int prefetch, AtShared<AT_WARPS * L>& sh) {
+                                  int* bad, float* y1, i64 min_share, int prefetch, AtShared& sh) {
     typedef typename KT::store KS;
     // Index arithmetic in 32 bits (the launcher keeps rows, heads and the
     // capacity below 2^31): a 64-bit division is a long subroutine, and a
@@ -516,10 +516,9 @@ __device__ i64 attention_at_block(const void* q, int qtype, Str4 lq, const typen
     }
     __syncthreads();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    // L lanes a key (sub: which L-th of its features this lane scores), KW
-    // keys a chunk, NW warps a block.
-    constexpr int KW = 32 / L, NW = AT_WARPS * L;
-    const int sub = lane % L, key = lane / L;
+    // A key a lane: KW keys a chunk, NW warps a block.
+    constexpr int KW = 32, NW = AT_WARPS;
+    const int key = lane;
     const int ndv = (int)(dv >> 5);
     const bool vec_v = VEC && ndv == PL;
     typedef typename AtWords<KT>::word W;
@@ -542,7 +541,7 @@ __device__ i64 attention_at_block(const void* q, int qtype, Str4 lq, const typen
         // The lane's key and value rows of the warp's next chunk into L2
         // (128-byte lines) while this one is used.
         const int jn = j + KW * NW;
-        if (prefetch && sub == 0 && jn < hi && lk.s[3] == 1 && lv.s[3] == 1) {
+        if (prefetch && jn < hi && lk.s[3] == 1 && lv.s[3] == 1) {
             const char* kr = reinterpret_cast<const char*>(k + kbase + jn * ks);
             const char* vr = reinterpret_cast<const char*>(v + lv.off + hk * lv.s[1] + jn * vs);
             for (i64 b = 0; b < d * (i64)sizeof(KS); b += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(kr + b));
@@ -565,14 +564,13 @@ __device__ i64 attention_at_block(const void* q, int qtype, Str4 lq, const typen
             }
         };
         load_values(0);
-        // The lane's features of its key row (all of them for L = 1), 64
-        // at a time (all their loads in flight together), summed in 8
-        // partial sums, then over the key's L lanes.
+        // The lane's key row, 64 features at a time (all their loads in
+        // flight together), summed in 8 partial sums.
         float s = 0.0f;
         {
             const KS* kr = k + kbase + (i64)(valid ? j : hi - 1) * ks;
-            const int fl = (int)d / L, f0 = sub * fl, f1 = f0 + fl;
-            for (int e0 = f0; e0 < f1; e0 += 64) {
+            const int f1 = (int)d;
+            for (int e0 = 0; e0 < f1; e0 += 64) {
                 W kx[8][8 / PER];
                 float part8[8];
 #pragma unroll
@@ -590,8 +588,6 @@ __device__ i64 attention_at_block(const void* q, int qtype, Str4 lq, const typen
 #pragma unroll
                 for (int u = 0; u < 8; ++u) s += part8[u];
             }
-#pragma unroll
-            for (int o = 1; o < L; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
         }
         const float sg = valid ? __fmul_rn(scale, s) : NEG_INF;
         const float mnew = nan_max(m, warp_max(sg));
@@ -601,8 +597,7 @@ __device__ i64 attention_at_block(const void* q, int qtype, Str4 lq, const typen
         if (mnew != NEG_INF) {
             const float corr = expf(m - mnew);
             pg = expf(sg - mnew);
-            // A key's L lanes hold the same probability; one adds it.
-            l = l * corr + (sub == 0 ? pg : 0.0f);
+            l = l * corr + pg;
 #pragma unroll
             for (int r = 0; r < PL; ++r) acc[r] *= corr;
             m = mnew;
@@ -614,7 +609,7 @@ __device__ i64 attention_at_block(const void* q, int qtype, Str4 lq, const typen
             if (kb > 0) load_values(kb);
 #pragma unroll
             for (int kk = 0; kk < VB; ++kk) {
-                const float pk = __shfl_sync(0xffffffffu, pg, ((kb + kk) * L) & 31);
+                const float pk = __shfl_sync(0xffffffffu, pg, (kb + kk) & 31);
 #pragma unroll
                 for (int r = 0; r < PL; ++r) acc[r] = fmaf(pk, at_elem(KT(), vx[kk], r), acc[r]);
             }
@@ -673,51 +668,49 @@ __device__ i64 attention_at_block(const void* q, int qtype, Str4 lq, const typen
 
 // attention_at_block with its register shapes picked from Dv, and its
 // loads as vectors where `vec`.
-template <typename KT, bool VEC, int L>
+template <typename KT, bool VEC>
 __device__ i64 attention_at_pl(const void* q, int qtype, Str4 lq, const typename KT::store* k, Str4 lk,
                                const typename KT::store* v, Str4 lv, const void* pos, i64 pos_off, int pos64,
                                float* part, i64 t, i64 n, i64 d, i64 dv, i64 group, i64 window, float scale,
-                               int* bad, float* y1, i64 min_share, int prefetch, AtShared<AT_WARPS * L>& sh) {
+                               int* bad, float* y1, i64 min_share, int prefetch, AtShared& sh) {
     if (dv <= 64)
-        return attention_at_block<KT, 2, VEC, L>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d,
+        return attention_at_block<KT, 2, VEC>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d,
                                                  dv, group, window, scale, bad, y1, min_share, prefetch, sh);
     if (dv <= 128)
-        return attention_at_block<KT, 4, VEC, L>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d,
+        return attention_at_block<KT, 4, VEC>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d,
                                                  dv, group, window, scale, bad, y1, min_share, prefetch, sh);
-    return attention_at_block<KT, 8, VEC, L>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, dv,
+    return attention_at_block<KT, 8, VEC>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, dv,
                                              group, window, scale, bad, y1, min_share, prefetch, sh);
 }
 
-template <typename KT, int L>
+template <typename KT>
 __device__ i64 attention_at_part(const void* q, int qtype, Str4 lq, const typename KT::store* k, Str4 lk,
                                  const typename KT::store* v, Str4 lv, const void* pos, i64 pos_off, int pos64,
                                  float* part, i64 t, i64 n, i64 d, i64 dv, i64 group, i64 window, float scale,
                                  int* bad, float* y1, i64 min_share, int vec, int prefetch) {
-    __shared__ AtShared<AT_WARPS * L> sh;
+    __shared__ AtShared sh;
     if (vec)
-        return attention_at_pl<KT, true, L>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, dv,
+        return attention_at_pl<KT, true>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, dv,
                                             group, window, scale, bad, y1, min_share, prefetch, sh);
-    return attention_at_pl<KT, false, L>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, dv, group,
+    return attention_at_pl<KT, false>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, dv, group,
                                          window, scale, bad, y1, min_share, prefetch, sh);
 }
 
-// attention_at_<KV>: a key a lane, AT_THREADS threads a block;
-// attention_at4_<KV>: four lanes a key (8 keys a warp), four times the
-// warps a block: a short row's keys then spread over more warps, each a
-// shorter chain of dependent instructions.
-#define ATTENTION_AT(KTY, SUFFIX, L)                                                             \
-    extern "C" __global__ void __launch_bounds__(AT_THREADS * L) attention_at##SUFFIX##_##KTY(   \
+// attention_at_<KV>: a key a lane, AT_THREADS threads a block. (Four
+// lanes a key, 8 keys a warp in blocks of four times the warps, was no
+// faster on the H200 at short rows and 7% slower after 1024 positions.)
+#define ATTENTION_AT(KTY)                                                                        \
+    extern "C" __global__ void __launch_bounds__(AT_THREADS) attention_at_##KTY(                 \
         const void* q, int qtype, Str4 lq, const KTY##T::store* k, Str4 lk,                      \
         const KTY##T::store* v, Str4 lv, const void* pos, i64 pos_off, int pos64, float* part,  \
         i64 t, i64 n, i64 d, i64 dv, i64 group, i64 window, float scale, int* bad,               \
         i64 min_share, int vec, int prefetch) {                                                  \
         rt_kernel_entry();                                                                       \
-        attention_at_part<KTY##T, L>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, \
+        attention_at_part<KTY##T>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n,    \
                                      d, dv, group, window, scale, bad, nullptr, min_share, vec,  \
                                      prefetch);                                                  \
     }
-ATTENTION_AT(F32, , 1) ATTENTION_AT(F16, , 1) ATTENTION_AT(BF16, , 1)
-ATTENTION_AT(F32, 4, 4) ATTENTION_AT(F16, 4, 4) ATTENTION_AT(BF16, 4, 4)
+ATTENTION_AT(F32) ATTENTION_AT(F16) ATTENTION_AT(BF16)
 
 // One block per row: the S partials of attention_at_* merged, y = acc / l.
 // S <= AT_MAX_SPLITS (the launcher's bound).
@@ -800,20 +793,19 @@ __device__ void at_join_row(const float* part, float* y, unsigned int* counters,
     at_combine_row(part, y, gridDim.y, used, dv, blockIdx.x, gridDim.x);
     if (threadIdx.x == 0) counters[blockIdx.x] = 0;
 }
-#define ATTENTION_AT_JOINED(KTY, SUFFIX, L)                                                        \
-    extern "C" __global__ void __launch_bounds__(AT_THREADS * L) attention_at_joined##SUFFIX##_##KTY( \
+#define ATTENTION_AT_JOINED(KTY)                                                                   \
+    extern "C" __global__ void __launch_bounds__(AT_THREADS) attention_at_joined_##KTY(              \
         const void* q, int qtype, Str4 lq, const KTY##T::store* k, Str4 lk,                          \
         const KTY##T::store* v, Str4 lv, const void* pos, i64 pos_off, int pos64, float* part,      \
         i64 t, i64 n, i64 d, i64 dv, i64 group, i64 window, float scale, int* bad,                   \
         i64 min_share, int vec, int prefetch, float* y, unsigned int* counters) {                    \
         rt_kernel_entry();                                                                           \
-        const i64 used = attention_at_part<KTY##T, L>(q, qtype, lq, k, lk, v, lv, pos, pos_off,      \
+        const i64 used = attention_at_part<KTY##T>(q, qtype, lq, k, lk, v, lv, pos, pos_off,         \
                                                       pos64, part, t, n, d, dv, group, window,       \
                                                       scale, bad, y, min_share, vec, prefetch);      \
         if (used > 1) at_join_row(part, y, counters, dv, used);                                      \
     }
-ATTENTION_AT_JOINED(F32, , 1) ATTENTION_AT_JOINED(F16, , 1) ATTENTION_AT_JOINED(BF16, , 1)
-ATTENTION_AT_JOINED(F32, 4, 4) ATTENTION_AT_JOINED(F16, 4, 4) ATTENTION_AT_JOINED(BF16, 4, 4)
+ATTENTION_AT_JOINED(F32) ATTENTION_AT_JOINED(F16) ATTENTION_AT_JOINED(BF16)
 
 // ---- Op::FlashAttention for long batches: cuBLAS on the tensor cores -----
 // The launcher (attention.rs, flash_gemm) multiplies S = Q K^T per key/value

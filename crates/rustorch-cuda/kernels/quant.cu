@@ -1630,7 +1630,9 @@ template <int WK> __device__ __forceinline__ void w_decode(const uint4 u, float*
 }
 // One pass of w_row_lanes over R rows (1, or a gated product's gate and
 // up rows): the lane's W_ROW_LOADS / R chunks of each row from chunk c0,
-// `step` apart (zeros past the row's end), all loaded before any is used...
+// `step` apart (zeros past the row's end), all loaded before any is used,
+// through the read-only path (weights: no kernel writes them, so these
+// loads may come before the kernel's wait)...
 template <int WK, int R>
 __device__ __forceinline__ void w_row_load(const u8* const (&rows)[R], i64 chunks, i64 c0, int step,
                                            uint4 (&un)[R][W_ROW_LOADS / R]) {
@@ -1639,7 +1641,7 @@ __device__ __forceinline__ void w_row_load(const u8* const (&rows)[R], i64 chunk
         const i64 c = c0 + (i64)step * t;
 #pragma unroll
         for (int i = 0; i < R; ++i)
-            un[i][t] = c < chunks ? reinterpret_cast<const uint4*>(rows[i])[c] : make_uint4(0u, 0u, 0u, 0u);
+            un[i][t] = c < chunks ? __ldg(reinterpret_cast<const uint4*>(rows[i]) + c) : make_uint4(0u, 0u, 0u, 0u);
     }
 }
 // ... then summed against x into acc.

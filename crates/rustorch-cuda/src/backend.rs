@@ -61,11 +61,6 @@ pub struct CudaBackend {
     /// next chunk into L2 while using one (`RUSTORCH_CUDA_AT_PREFETCH=0`:
     /// not; the A/B switch).
     pub(crate) attention_prefetch: bool,
-    /// Lanes of a warp that score one key in `attention_at`
-    /// (`RUSTORCH_CUDA_AT_LANES`, 1 or 4, default 1): four spread a short
-    /// row's keys over four times the warps (`attention_at4_*`, blocks of
-    /// 512 threads), each a shorter chain of dependent instructions.
-    pub(crate) attention_lanes: u32,
     /// Whether a prompt's flash attention runs as one tensor-core kernel
     /// (`flash_attention_mma_D`, compute capability 8.0 on) rather than
     /// cuBLAS products around a softmax kernel (`RUSTORCH_CUDA_FLASH_MMA=0`:
@@ -225,7 +220,6 @@ impl CudaBackend {
                 v => v,
             },
             attention_prefetch: !env_is("RUSTORCH_CUDA_AT_PREFETCH", "0"),
-            attention_lanes: if env_is("RUSTORCH_CUDA_AT_LANES", "4") { 4 } else { 1 },
             gated_columns: if env_is("RUSTORCH_CUDA_GATED_COLUMNS", "1") {
                 1
             } else {

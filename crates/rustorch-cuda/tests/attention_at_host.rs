@@ -93,10 +93,9 @@ static inline float load(F16T, u16 h) {
 }
 "#;
 
-/// `attention_at Q KV h t d hkv n dv window pos_off pos64 splits lanes
+/// `attention_at Q KV h t d hkv n dv window pos_off pos64 splits
 /// scale q.s1 q.s2 q.s3 q.off k.s1 .. v.s1 .. qfile kfile vfile posfile
-/// out`: the grid (h*t, splits) of `attention_at_<KV>` (lanes 1) or
-/// `attention_at4_<KV>` (lanes 4), then h*t blocks of
+/// out`: the grid (h*t, splits) of `attention_at_<KV>`, then h*t blocks of
 /// `attention_at_combine`; writes y (h*t*dv floats) and the flag (an i32).
 const MAIN: &str = r#"
 template <class F> static void grid(unsigned gx, unsigned gy, unsigned nthreads, F body) {
@@ -131,44 +130,43 @@ static std::vector<u8> slurp(const char* path) {
     return out;
 }
 int main(int argc, char** argv) {
-    if (argc != 32) return 2;
+    if (argc != 31) return 2;
     const char* qty = argv[1];
     const char* kty = argv[2];
-    i64 a[11];
-    for (int i = 0; i < 11; ++i) a[i] = atoll(argv[3 + i]);
+    i64 a[10];
+    for (int i = 0; i < 10; ++i) a[i] = atoll(argv[3 + i]);
     const i64 h = a[0], t = a[1], d = a[2], hkv = a[3], n = a[4], dv = a[5], window = a[6];
     const i64 pos_off = a[7];
     const int pos64 = (int)a[8];
-    const i64 splits = a[9], lanes = a[10];
-    const float scale = (float)atof(argv[14]);
+    const i64 splits = a[9];
+    const float scale = (float)atof(argv[13]);
     Str4 l[3];
     for (int o = 0; o < 3; ++o) {
         l[o].s[0] = 0;
-        for (int i = 0; i < 3; ++i) l[o].s[1 + i] = atoll(argv[15 + 4 * o + i]);
-        l[o].off = atoll(argv[18 + 4 * o]);
+        for (int i = 0; i < 3; ++i) l[o].s[1 + i] = atoll(argv[14 + 4 * o + i]);
+        l[o].off = atoll(argv[17 + 4 * o]);
     }
-    std::vector<u8> q = slurp(argv[27]), k = slurp(argv[28]), v = slurp(argv[29]), pos = slurp(argv[30]);
+    std::vector<u8> q = slurp(argv[26]), k = slurp(argv[27]), v = slurp(argv[28]), pos = slurp(argv[29]);
     const int qtype = !strcmp(qty, "F32") ? 0 : !strcmp(qty, "F16") ? 1 : 2;
     const i64 rows = h * t;
     std::vector<float> part(rows * splits * (dv + 2), NAN), y(rows * dv, -1.0f);
     int bad = 0;
     bool found = false;
-#define AT_RUN(KTY, SUFFIX, L)                                                                 \
-    if (!strcmp(kty, #KTY) && lanes == L) {                                                   \
+#define AT_RUN(KTY)                                                                            \
+    if (!strcmp(kty, #KTY)) {                                                                  \
         found = true;                                                                          \
-        grid((unsigned)rows, (unsigned)splits, AT_THREADS * L, [&] {                           \
-            attention_at##SUFFIX##_##KTY(q.data(), qtype, l[0], (const KTY##T::store*)k.data(), \
+        grid((unsigned)rows, (unsigned)splits, AT_THREADS, [&] {                               \
+            attention_at_##KTY(q.data(), qtype, l[0], (const KTY##T::store*)k.data(),          \
                                          l[1], (const KTY##T::store*)v.data(), l[2], pos.data(), \
                                          pos_off, pos64, part.data(), t, n, d, dv,             \
                                          hkv ? h / hkv : 0, window, scale, &bad,               \
                                          AT_KEYS_PER_SPLIT, 0, 0);                             \
         });                                                                                    \
     }
-    AT_RUN(F32, , 1) AT_RUN(F16, , 1) AT_RUN(BF16, , 1)
-    AT_RUN(F32, 4, 4) AT_RUN(F16, 4, 4) AT_RUN(BF16, 4, 4)
+    AT_RUN(F32) AT_RUN(F16) AT_RUN(BF16)
     if (!found) return 4;
     grid((unsigned)rows, 1, AT_THREADS, [&] { attention_at_combine(part.data(), y.data(), splits, dv); });
-    FILE* f = fopen(argv[31], "wb");
+    FILE* f = fopen(argv[30], "wb");
     if (!f) return 5;
     fwrite(y.data(), 4, y.size(), f);
     fwrite(&bad, 4, 1, f);
@@ -252,8 +250,6 @@ struct Case {
     pos: i64,
     window: Option<usize>,
     splits: usize,
-    /// Lanes a key: 1 (`attention_at_<KV>`) or 4 (`attention_at4_<KV>`).
-    lanes: usize,
     /// q a transposed view of a [H, D, T] buffer; the keys of a
     /// [Hkv, D, N] buffer (feature stride N).
     q_transposed: bool,
@@ -367,7 +363,6 @@ fn run_case(exe: &Path, dir: &Path, c: Case, seed: u64) -> f64 {
         1,
         (!c.pos_i32) as i64,
         c.splits as i64,
-        c.lanes as i64,
     ] {
         args.push(x.to_string());
     }
@@ -429,7 +424,6 @@ fn the_kernels_match_the_cpu() {
         pos: 17,
         window: None,
         splits: 1,
-        lanes: 1,
         q_transposed: false,
         k_transposed: false,
         pos_i32: false,
@@ -549,12 +543,10 @@ fn the_kernels_match_the_cpu() {
     ];
     let mut worst = 0.0f64;
     for (i, c) in cases.iter().enumerate() {
-        for lanes in [1, 4] {
-            worst = worst.max(run_case(&exe, &dir, Case { lanes, ..*c }, 0x5EED + i as u64));
-        }
+        worst = worst.max(run_case(&exe, &dir, *c, 0x5EED + i as u64));
     }
     eprintln!(
-        "attention_at_host: {} cases, each with a key a lane and four lanes a key, largest difference from the CPU {worst:.2e}",
+        "attention_at_host: {} cases, largest difference from the CPU {worst:.2e}",
         cases.len()
     );
     let _ = std::fs::remove_dir_all(&dir);

@@ -18,8 +18,7 @@ use rustorch_core::{BackendError, DType, Layout, Op, TensorMeta};
 /// Threads per block and keys per tile (`ATT_THREADS`, `ATT_TILE`).
 const THREADS: u32 = 128;
 const TILE: usize = 64;
-/// `Op::AttentionAt`: threads per block with a key a lane (`AT_THREADS`;
-/// four times that with four lanes a key), the largest head
+/// `Op::AttentionAt`: threads per block (`AT_THREADS`), the largest head
 /// dim (`AT_MAX_DIM`), keys per split of the cache's capacity and the most
 /// splits (`AT_MAX_SPLITS`).
 const AT_THREADS: u32 = 128;
@@ -721,11 +720,9 @@ pub(super) fn attention_at(
     } else {
         None
     };
-    let lanes = b.attention_lanes;
-    let four = if lanes == 4 { "4" } else { "" };
     let kernel = match counters {
-        Some(_) => format!("attention_at_joined{four}_{kty}"),
-        None => format!("attention_at{four}_{kty}"),
+        Some(_) => format!("attention_at_joined_{kty}"),
+        None => format!("attention_at_{kty}"),
     };
     let f = b.function("attention", &kernel)?;
     let (qp, kp, vp, pp, partp, yp, badp) = (
@@ -787,10 +784,10 @@ pub(super) fn attention_at(
     }
     let cfg = LaunchConfig {
         grid_dim: (rows as u32, splits as u32, 1),
-        block_dim: (AT_THREADS * lanes, 1, 1),
+        block_dim: (AT_THREADS, 1, 1),
         shared_mem_bytes: 0,
     };
-    // SAFETY: attention_at[4]_<KV>(q, qtype, lq, k, lk, v, lv, pos, pos_off,
+    // SAFETY: attention_at_<KV>(q, qtype, lq, k, lk, v, lv, pos, pos_off,
     // pos64, part, t, n, d, dv, group, window, scale, bad, min_share, vec,
     // prefetch [, y, counters]): each layout is its input's own (checked by
     // the executor), qtype names q's dtype, pos_off addresses pos's one
