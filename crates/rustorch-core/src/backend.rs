@@ -222,6 +222,36 @@ pub trait Backend: Send + Sync {
         ))
     }
 
+    /// A decode step's attention with its inputs' RoPE and cache write in
+    /// the same call: `rope_write_kv_at` (`at`, `layout`, `qkv`) with the
+    /// rotation's cos and sin the rows of `tables` (`[rows, R/2]` each) at
+    /// the position `at.pos` holds, then `Op::AttentionAt { scale, window }`
+    /// of the rotated queries over the whole caches (`caches`: kc's and
+    /// vc's layouts as the attention reads them, `[Hkv, N, D]` and
+    /// `[Hkv, N, Dv]`). Returns the attention's output (`[H, T, Dv]`, f32).
+    /// The values must be those of the ops one by one. The default says
+    /// unsupported; the caller then runs those ops
+    /// (`Tensor::try_rope_attention_at`).
+    #[allow(clippy::too_many_arguments)]
+    fn rope_attention_at(
+        &self,
+        kc: &mut dyn DeviceBuffer,
+        vc: &mut dyn DeviceBuffer,
+        at: &KvWriteAt<'_>,
+        caches: [&Layout; 2],
+        layout: RopeLayout,
+        qkv: [TensorRef<'_>; 3],
+        tables: [TensorRef<'_>; 2],
+        (scale, window): (f32, Option<usize>),
+    ) -> Result<Buffer, BackendError> {
+        let _ = (kc, vc, at, caches, layout, qkv, tables, scale, window);
+        Err(BackendError::unsupported(
+            self.device(),
+            "rope_attention_at",
+            "this backend has no attention with a fused RoPE and cache write",
+        ))
+    }
+
     /// Runs `pass`, many ops in a row (a model's forward pass, a whole
     /// generation loop), with whatever this backend holds for such runs:
     /// the CPU keeps its worker threads spinning between the ops, a GPU

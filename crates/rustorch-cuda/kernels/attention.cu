@@ -460,6 +460,55 @@ template <typename KT> __device__ __forceinline__ float at_elem(KT, const u32* w
 }
 
 
+// A decode step's RoPE and cache write done by the attention kernel itself
+// (attention_rope_at_joined_*, Backend::rope_attention_at): the new
+// position's raw keys k_new [Hkv, D] and values v_new [Hkv, Dv] (f32,
+// contiguous), the RoPE tables cs / sn [rows, half] (f32, contiguous; the
+// position's row is read here), and the rotation's layout.
+struct AtRope {
+    const float* k_new;
+    const float* v_new;
+    const float* cs;
+    const float* sn;
+    i64 half;
+    int interleaved;
+};
+// Feature f of the row x (element e at x[e * stride]) rotated by the table
+// rows cs / sn, as rope_kv_at_F32_F16 rotates it (the same products and
+// fused adds, so the same bits).
+__device__ __forceinline__ float at_rope_feature(const float* x, i64 stride, int f, const float* cs, const float* sn,
+                                                 int half, int interleaved) {
+    if (f >= 2 * half) return x[f * stride];
+    int kk, j0, j1;
+    bool second;
+    if (interleaved) {
+        kk = f >> 1; j0 = 2 * kk; j1 = j0 + 1; second = (f & 1) != 0;
+    } else {
+        second = f >= half; kk = second ? f - half : f; j0 = kk; j1 = kk + half;
+    }
+    const float c = cs[kk], s = sn[kk], x0 = x[j0 * stride], x1 = x[j1 * stride];
+    return second ? __fmaf_rn(x0, s, __fmul_rn(x1, c)) : __fmaf_rn(x0, c, -__fmul_rn(x1, s));
+}
+
+// The new position p's key (rotated) and values into the caches of
+// key/value head hk (as rope_kv_at_F32_F16 writes them), by one block's
+// threads. Every query head of the key/value head writes the same bits, so
+// blocks that do so at once agree.
+template <typename KT>
+__device__ __forceinline__ void at_rope_write_row(const AtRope& rope, const typename KT::store* k, const Str4& lk,
+                                                  const typename KT::store* v, const Str4& lv, u32 hk, i64 p, i64 d,
+                                                  i64 dv) {
+    typedef typename KT::store KS;
+    KS* kw = const_cast<KS*>(k) + lk.off + hk * lk.s[1] + p * lk.s[2];
+    KS* vw = const_cast<KS*>(v) + lv.off + hk * lv.s[1] + p * lv.s[2];
+    const float* cs = rope.cs + p * rope.half;
+    const float* sn = rope.sn + p * rope.half;
+    for (u32 c = threadIdx.x; c < (u32)d; c += blockDim.x)
+        kw[c * lk.s[3]] =
+            store(KT(), at_rope_feature(rope.k_new + hk * d, 1, (int)c, cs, sn, (int)rope.half, rope.interleaved));
+    for (u32 c = threadIdx.x; c < (u32)dv; c += blockDim.x) vw[c * lv.s[3]] = store(KT(), rope.v_new[hk * dv + c]);
+}
+
 // What a block keeps in shared memory.
 struct AtShared {
     float q[AT_MAX_DIM];
@@ -472,11 +521,12 @@ struct AtShared {
 // row that have keys (the first `used` ones; every block of the row computes
 // the same number): the one-launch form merges only those. PL: the value
 // features a lane owns, Dv / 32 rounded up to 2, 4 or 8.
-template <typename KT, int PL, bool VEC>
+template <typename KT, int PL, bool VEC, bool ROPE>
 __device__ i64 attention_at_block(const void* q, int qtype, Str4 lq, const typename KT::store* k, Str4 lk,
                                   const typename KT::store* v, Str4 lv, const void* pos, i64 pos_off, int pos64,
                                   float* part, i64 t, i64 n, i64 d, i64 dv, i64 group, i64 window, float scale,
-                                  int* bad, float* y1, i64 min_share, int prefetch, AtShared& sh) {
+                                  int* bad, float* y1, i64 min_share, int prefetch, const AtRope& rope,
+                                  AtShared& sh) {
     typedef typename KT::store KS;
     // Index arithmetic in 32 bits (the launcher keeps rows, heads and the
     // capacity below 2^31): a 64-bit division is a long subroutine, and a
@@ -488,10 +538,19 @@ __device__ i64 attention_at_block(const void* q, int qtype, Str4 lq, const typen
     float* pacc = part + 2 * (i64)rows * splits + slot * dv;
     const u32 t32 = (u32)t, h = t32 == 1 ? row : row / t32, i = row - h * t32, hk = h / (u32)group;
     // The query row into shared memory (as f32) while the position loads:
-    // it does not depend on it.
-    for (u32 c = threadIdx.x; c < (u32)d; c += blockDim.x)
-        sh.q[c] = at_load_q(q, lq.off + h * lq.s[1] + i * lq.s[2] + c * lq.s[3], qtype);
+    // it does not depend on it (with ROPE it does: rotated at its row of
+    // the tables; f32 queries, one row).
     const i64 p0 = at_pos(pos, pos_off, pos64);
+    if constexpr (ROPE) {
+        const i64 row_at = p0 >= 0 && p0 <= n - t ? p0 : 0;
+        const float* qr = (const float*)q + lq.off + h * lq.s[1];
+        for (u32 c = threadIdx.x; c < (u32)d; c += blockDim.x)
+            sh.q[c] = at_rope_feature(qr, lq.s[3], (int)c, rope.cs + row_at * rope.half, rope.sn + row_at * rope.half,
+                                      (int)rope.half, rope.interleaved);
+    } else {
+        for (u32 c = threadIdx.x; c < (u32)d; c += blockDim.x)
+            sh.q[c] = at_load_q(q, lq.off + h * lq.s[1] + i * lq.s[2] + c * lq.s[3], qtype);
+    }
     int lo = 0, hi = 0, used = 0;
     if (p0 < 0 || p0 > n - t) {
         if (threadIdx.x == 0) *bad = 1;
@@ -513,6 +572,11 @@ __device__ i64 attention_at_block(const void* q, int qtype, Str4 lq, const typen
             pl[slot] = 0.0f;
         }
         return used;
+    }
+    // This block holds the new position: its key, rotated, and its values
+    // into the caches, read back below after the barrier.
+    if constexpr (ROPE) {
+        if (hi == (int)p0 + 1) at_rope_write_row<KT>(rope, k, lk, v, lv, hk, p0, d, dv);
     }
     __syncthreads();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -668,32 +732,33 @@ __device__ i64 attention_at_block(const void* q, int qtype, Str4 lq, const typen
 
 // attention_at_block with its register shapes picked from Dv, and its
 // loads as vectors where `vec`.
-template <typename KT, bool VEC>
+template <typename KT, bool VEC, bool ROPE>
 __device__ i64 attention_at_pl(const void* q, int qtype, Str4 lq, const typename KT::store* k, Str4 lk,
                                const typename KT::store* v, Str4 lv, const void* pos, i64 pos_off, int pos64,
                                float* part, i64 t, i64 n, i64 d, i64 dv, i64 group, i64 window, float scale,
-                               int* bad, float* y1, i64 min_share, int prefetch, AtShared& sh) {
+                               int* bad, float* y1, i64 min_share, int prefetch, const AtRope& rope, AtShared& sh) {
     if (dv <= 64)
-        return attention_at_block<KT, 2, VEC>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d,
-                                                 dv, group, window, scale, bad, y1, min_share, prefetch, sh);
+        return attention_at_block<KT, 2, VEC, ROPE>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d,
+                                                 dv, group, window, scale, bad, y1, min_share, prefetch, rope, sh);
     if (dv <= 128)
-        return attention_at_block<KT, 4, VEC>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d,
-                                                 dv, group, window, scale, bad, y1, min_share, prefetch, sh);
-    return attention_at_block<KT, 8, VEC>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, dv,
-                                             group, window, scale, bad, y1, min_share, prefetch, sh);
+        return attention_at_block<KT, 4, VEC, ROPE>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d,
+                                                 dv, group, window, scale, bad, y1, min_share, prefetch, rope, sh);
+    return attention_at_block<KT, 8, VEC, ROPE>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, dv,
+                                             group, window, scale, bad, y1, min_share, prefetch, rope, sh);
 }
 
-template <typename KT>
+template <typename KT, bool ROPE = false>
 __device__ i64 attention_at_part(const void* q, int qtype, Str4 lq, const typename KT::store* k, Str4 lk,
                                  const typename KT::store* v, Str4 lv, const void* pos, i64 pos_off, int pos64,
                                  float* part, i64 t, i64 n, i64 d, i64 dv, i64 group, i64 window, float scale,
-                                 int* bad, float* y1, i64 min_share, int vec, int prefetch) {
+                                 int* bad, float* y1, i64 min_share, int vec, int prefetch,
+                                 const AtRope& rope = AtRope{}) {
     __shared__ AtShared sh;
     if (vec)
-        return attention_at_pl<KT, true>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, dv,
-                                            group, window, scale, bad, y1, min_share, prefetch, sh);
-    return attention_at_pl<KT, false>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, dv, group,
-                                         window, scale, bad, y1, min_share, prefetch, sh);
+        return attention_at_pl<KT, true, ROPE>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, dv,
+                                               group, window, scale, bad, y1, min_share, prefetch, rope, sh);
+    return attention_at_pl<KT, false, ROPE>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, dv,
+                                            group, window, scale, bad, y1, min_share, prefetch, rope, sh);
 }
 
 // attention_at_<KV>: a key a lane, AT_THREADS threads a block. (Four
@@ -806,6 +871,25 @@ __device__ void at_join_row(const float* part, float* y, unsigned int* counters,
         if (used > 1) at_join_row(part, y, counters, dv, used);                                      \
     }
 ATTENTION_AT_JOINED(F32) ATTENTION_AT_JOINED(F16) ATTENTION_AT_JOINED(BF16)
+
+// attention_rope_at_joined_F16 (Backend::rope_attention_at): a decode
+// step's RoPE and key/value cache write inside its attention, one launch
+// instead of two (and no gather of the tables' rows): q the raw f32 query
+// row of each head ([H, 1, D]), k_new / v_new the raw keys and values, the
+// caches f16; each block rotates its query at the position's table row,
+// and the block holding the new position writes that position's key and
+// values before it reads them (AtRope).
+extern "C" __global__ void __launch_bounds__(AT_THREADS) attention_rope_at_joined_F16(
+    const float* q, Str4 lq, const u16* k, Str4 lk, const u16* v, Str4 lv, const void* pos, i64 pos_off, int pos64,
+    float* part, i64 n, i64 d, i64 dv, i64 group, i64 window, float scale, int* bad, i64 min_share, int vec,
+    int prefetch, float* y, unsigned int* counters, const float* k_new, const float* v_new, const float* cs,
+    const float* sn, i64 half, int interleaved) {
+    rt_kernel_entry();
+    const AtRope rope = {k_new, v_new, cs, sn, half, interleaved};
+    const i64 used = attention_at_part<F16T, true>(q, 0, lq, k, lk, v, lv, pos, pos_off, pos64, part, 1, n, d, dv,
+                                                   group, window, scale, bad, y, min_share, vec, prefetch, rope);
+    if (used > 1) at_join_row(part, y, counters, dv, used);
+}
 
 // ---- Op::FlashAttention for long batches: cuBLAS on the tensor cores -----
 // The launcher (attention.rs, flash_gemm) multiplies S = Q K^T per key/value

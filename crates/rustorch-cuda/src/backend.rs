@@ -43,6 +43,10 @@ pub struct CudaBackend {
     /// `RUSTORCH_CUDA_FUSED_ROPE=0`, which runs the ops one by one: an A/B
     /// switch for the benchmarks).
     pub(crate) fused_rope: bool,
+    /// Whether a decode step's attention does its RoPE and cache write
+    /// itself (`Backend::rope_attention_at`, `attention_rope_at_joined_F16`):
+    /// on with `RUSTORCH_CUDA_ROPE_ATTENTION=1` (not yet measured on a GPU).
+    pub(crate) rope_attention: bool,
     /// Whether a one-row add + norm also quantizes its row for the
     /// products after it (ops/reduce.rs `add_rms_norm`, `add_rms_norm_q_F32`; off with
     /// `RUSTORCH_CUDA_NORM_QUANT=0`: the A/B switch).
@@ -214,6 +218,7 @@ impl CudaBackend {
             transfer_forced,
             overlap_launches: major >= 9 && !env_is("RUSTORCH_CUDA_PDL", "0"),
             fused_rope: !env_is("RUSTORCH_CUDA_FUSED_ROPE", "0"),
+            rope_attention: env_is("RUSTORCH_CUDA_ROPE_ATTENTION", "1"),
             norm_quant: !env_is("RUSTORCH_CUDA_NORM_QUANT", "0"),
             attention_min_share: match env_number("RUSTORCH_CUDA_AT_MIN_SHARE", 256u32) {
                 0 => 256,
@@ -632,6 +637,20 @@ impl Backend for CudaBackend {
         cos_sin: [TensorRef<'_>; 2],
     ) -> Result<rustorch_core::backend::Buffer, BackendError> {
         crate::ops::rope_write_kv_at(self, kc, vc, at, layout, qkv, cos_sin)
+    }
+
+    fn rope_attention_at(
+        &self,
+        kc: &mut dyn rustorch_core::backend::DeviceBuffer,
+        vc: &mut dyn rustorch_core::backend::DeviceBuffer,
+        at: &rustorch_core::backend::KvWriteAt<'_>,
+        caches: [&Layout; 2],
+        layout: rustorch_core::op::RopeLayout,
+        qkv: [TensorRef<'_>; 3],
+        tables: [TensorRef<'_>; 2],
+        attention: (f32, Option<usize>),
+    ) -> Result<rustorch_core::backend::Buffer, BackendError> {
+        crate::ops::attention::rope_attention_at(self, (kc, vc), at, caches, layout, qkv, tables, attention)
     }
 
     fn synchronize(&self) -> Result<(), BackendError> {

@@ -65,6 +65,7 @@ template <class T> static inline T __shfl_sync(unsigned, T v, int src) {
 }
 static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
 static inline double __dmul_rn(double a, double b) { return a * b; }
 static inline float __fadd_rn(float a, float b) { return a + b; }
 static inline double __dadd_rn(double a, double b) { return a + b; }

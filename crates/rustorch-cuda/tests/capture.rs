@@ -255,3 +255,98 @@ fn the_fused_rope_and_cache_write_is_the_ops_one_by_one() {
         assert!(err.to_string().contains("position"), "{err}");
     }
 }
+
+/// A decode step's attention with its RoPE and cache write
+/// (`Tensor::try_rope_attention_at`) through `dev`: the attention's output
+/// and both caches (f16) as f32 values; `None` where `dev` does not fuse
+/// them. On the CPU (`reference`), the ops one by one: the tables' row
+/// gathered, `rope_write_kv_at`, `attention_at`.
+#[allow(clippy::type_complexity)]
+fn rope_attention(
+    ex: &Arc<Executor>,
+    dev: Device,
+    layout: RopeLayout,
+    p: i64,
+    reference: bool,
+) -> Result<Option<[Vec<f32>; 3]>> {
+    let (h, hkv, d, dv, n) = (8, 2, 64, 64, 96);
+    let on = |v: Vec<f32>, s: &[usize]| host(ex, v, s).to_device(dev);
+    let (q, k, v) = (
+        on(values(h * d, 0.1), &[h, 1, d])?,
+        on(values(hkv * d, 0.7), &[hkv, 1, d])?,
+        on(values(hkv * dv, 1.3), &[hkv, 1, dv])?,
+    );
+    let positions: Vec<usize> = (0..n).collect();
+    let (cos, sin) = Tensor::rope_cos_sin(&positions, d, 10000.0, DType::F32)?;
+    let (cos, sin) = (on(cos.to_vec()?, &[n, d / 2])?, on(sin.to_vec()?, &[n, d / 2])?);
+    let cache = |w: usize| {
+        host(ex, values(hkv * n * w, 2.9), &[hkv, n, w])
+            .to_dtype(DType::F16)?
+            .to_device(dev)
+    };
+    let (mut kc, mut vc) = (cache(d)?, cache(dv)?);
+    let pos = Tensor::from_storage_in(ex, CpuStorage::from_vec(vec![p]), [1])?.to_device(dev)?;
+    let attention = (0.125, Some(40));
+    let out = if reference {
+        let (c, s) = (cos.index_select(0, &pos)?, sin.index_select(0, &pos)?);
+        let qr = Tensor::rope_write_kv_at(&q, &k, &v, (&c, &s, layout), &mut kc, &mut vc, 1, &pos)?;
+        Tensor::attention_at(&qr, &kc, &vc, &pos, attention.0, attention.1)?
+    } else {
+        match Tensor::try_rope_attention_at(&q, &k, &v, (&cos, &sin, layout), &mut kc, &mut vc, 1, &pos, attention)? {
+            Some(out) => out,
+            None => return Ok(None),
+        }
+    };
+    Ok(Some([
+        out.to_vec()?,
+        kc.to_dtype(DType::F32)?.to_vec()?,
+        vc.to_dtype(DType::F32)?.to_vec()?,
+    ]))
+}
+
+/// With `RUSTORCH_CUDA_ROPE_ATTENTION=1` (bench/device_cuda.sh runs this
+/// binary so too), the attention that rotates its inputs and writes them
+/// into the caches itself is one op on the GPU, whose caches have the bits
+/// of the ops one by one on the CPU and whose output is theirs to the
+/// attention's tolerance, for both RoPE layouts and positions at the
+/// start, inside the window's reach and at the cache's end; a position past
+/// the cache is an error. Without the switch it declines (`None`).
+#[test]
+fn the_attention_with_its_rope_and_cache_write_is_the_ops_one_by_one() {
+    let name = "the_attention_with_its_rope_and_cache_write_is_the_ops_one_by_one";
+    let Some(g) = gpu(name) else {
+        return;
+    };
+    let on = std::env::var("RUSTORCH_CUDA_ROPE_ATTENTION").is_ok_and(|v| v == "1");
+    let ex = executor(g, true);
+    let host_ex = cpu();
+    for layout in [RopeLayout::NeoX, RopeLayout::Interleaved] {
+        for p in [0, 37, 95] {
+            ex.clear_trace();
+            let got = rope_attention(&ex, GPU, layout, p, false).unwrap();
+            let Some(got) = got else {
+                assert!(!on, "{layout:?} at {p}: declined with RUSTORCH_CUDA_ROPE_ATTENTION=1");
+                continue;
+            };
+            assert!(on, "fused without RUSTORCH_CUDA_ROPE_ATTENTION=1");
+            let fused: Vec<_> = ex.trace().into_iter().filter(|e| e.op == "rope_attention_at").collect();
+            assert!(
+                fused.len() == 1 && fused[0].device == GPU,
+                "{layout:?}: not one fused op on the GPU:\n{}",
+                ex.trace_table()
+            );
+            let want = rope_attention(&host_ex, Device::Cpu, layout, p, true).unwrap().unwrap();
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got[1]), bits(&want[1]), "{layout:?} at {p}: the key cache");
+            assert_eq!(bits(&got[2]), bits(&want[2]), "{layout:?} at {p}: the value cache");
+            assert!(close(&got[0], &want[0]), "{layout:?} at {p}: the attention's output");
+        }
+        if on {
+            let err = rope_attention(&ex, GPU, layout, 96, false).unwrap_err();
+            assert!(err.to_string().contains("position"), "{err}");
+        }
+    }
+    if !on {
+        eprintln!("{name}: the fused form is off (RUSTORCH_CUDA_ROPE_ATTENTION=1 turns it on); it declined");
+    }
+}

@@ -817,30 +817,89 @@ impl Executor {
         &self,
         kc: &mut Buffer,
         vc: &mut Buffer,
-        (k_region, k_step): (&Layout, usize),
-        (v_region, v_step): (&Layout, usize),
+        k_at: (&Layout, usize),
+        v_at: (&Layout, usize),
         max_pos: usize,
         pos: &Operand,
         layout: crate::op::RopeLayout,
         qkv: [&Operand; 3],
         cos_sin: [&Operand; 2],
     ) -> Result<Option<Buffer>> {
-        const OP: &str = "rope_write_kv_at";
+        let inputs: Vec<&Operand> = qkv.iter().chain(&cos_sin).copied().collect();
+        self.fused_kv_write(
+            "rope_write_kv_at",
+            (kc, vc),
+            (k_at, v_at, max_pos, pos),
+            &inputs,
+            |b, kt, vt, at| b.rope_write_kv_at(kt, vt, at, layout, qkv.map(operand_ref), cos_sin.map(operand_ref)),
+        )
+    }
+
+    /// `Backend::rope_attention_at` on the caches' device, where every input
+    /// already is: `Some` attention output, or `None` where the backend
+    /// does not fuse this case or the inputs are elsewhere (the caller then
+    /// runs the ops one by one, nothing having been written). `caches` are
+    /// kc's and vc's layouts as the attention reads them; the regions are
+    /// checked as for `rope_write_kv_at`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rope_attention_at(
+        &self,
+        (kc, vc): (&mut Buffer, &mut Buffer),
+        caches: [&Layout; 2],
+        (k_at, v_at, max_pos): ((&Layout, usize), (&Layout, usize), usize),
+        pos: &Operand,
+        layout: crate::op::RopeLayout,
+        qkv: [&Operand; 3],
+        tables: [&Operand; 2],
+        attention: (f32, Option<usize>),
+    ) -> Result<Option<Buffer>> {
+        let inputs: Vec<&Operand> = qkv.iter().chain(&tables).copied().collect();
+        self.fused_kv_write(
+            "rope_attention_at",
+            (kc, vc),
+            (k_at, v_at, max_pos, pos),
+            &inputs,
+            |b, kt, vt, at| {
+                b.rope_attention_at(
+                    kt,
+                    vt,
+                    at,
+                    caches,
+                    layout,
+                    qkv.map(operand_ref),
+                    tables.map(operand_ref),
+                    attention,
+                )
+            },
+        )
+    }
+
+    /// A backend call that writes the key and value caches at a position
+    /// (`call`, given the caches and the checked `KvWriteAt`) where the
+    /// caches, `pos` and every one of `inputs` are on one device: its
+    /// output, or `None` where they are not or the backend declines.
+    #[allow(clippy::type_complexity)]
+    fn fused_kv_write(
+        &self,
+        op: &'static str,
+        (kc, vc): (&mut Buffer, &mut Buffer),
+        ((k_region, k_step), (v_region, v_step), max_pos, pos): ((&Layout, usize), (&Layout, usize), usize, &Operand),
+        inputs: &[&Operand],
+        call: impl FnOnce(
+            &dyn Backend,
+            &mut dyn crate::backend::DeviceBuffer,
+            &mut dyn crate::backend::DeviceBuffer,
+            &crate::backend::KvWriteAt<'_>,
+        ) -> std::result::Result<Buffer, BackendError>,
+    ) -> Result<Option<Buffer>> {
         let device = kc.device();
-        let inputs = qkv.iter().chain(&cos_sin).chain([&pos]);
-        if vc.device() != device || inputs.clone().any(|o| o.buffer.device() != device) {
+        if vc.device() != device || inputs.iter().chain([&pos]).any(|o| o.buffer.device() != device) {
             return Ok(None);
         }
         let backend = self.backend_or_err(device)?.clone();
-        fn r(o: &Operand) -> TensorRef<'_> {
-            TensorRef {
-                buffer: o.buffer.as_ref(),
-                layout: &o.layout,
-            }
-        }
         for (dst, region, step) in [(&*kc, k_region, k_step), (&*vc, v_region, v_step)] {
-            crate::backend::check_write_at(dst.len(), region, step, max_pos, r(pos))
-                .map_err(|m| Error::invalid(OP, m))?;
+            crate::backend::check_write_at(dst.len(), region, step, max_pos, operand_ref(pos))
+                .map_err(|m| Error::invalid(op, m))?;
         }
         let start = self.op_clock(backend.as_ref());
         let at = crate::backend::KvWriteAt {
@@ -849,23 +908,23 @@ impl Executor {
             v_region,
             v_step,
             max_pos,
-            pos: r(pos),
+            pos: operand_ref(pos),
         };
-        let kt = unique_target(OP, kc)?;
-        let vt = unique_target(OP, vc)?;
-        let out = match backend.rope_write_kv_at(kt, vt, &at, layout, qkv.map(|o| r(o)), cos_sin.map(|o| r(o))) {
+        let kt = unique_target(op, kc)?;
+        let vt = unique_target(op, vc)?;
+        let out = match call(backend.as_ref(), kt, vt, &at) {
             Ok(out) => out,
             Err(BackendError::Unsupported { .. }) => return Ok(None),
-            Err(e) => return Err(self.backend_error(OP, device, e)),
+            Err(e) => return Err(self.backend_error(op, device, e)),
         };
-        let (elapsed, host) = self.op_time(OP, device, start)?;
-        self.profile_op(|| OP.into(), [qkv[0].layout.shape()], (elapsed, host));
+        let (elapsed, host) = self.op_time(op, device, start)?;
+        self.profile_op(|| op.into(), [inputs[0].layout.shape()], (elapsed, host));
         if self.config.trace {
             self.record(TraceEvent {
                 seq: 0,
-                op: OP.into(),
-                input_shapes: inputs.map(|o| o.layout.shape().clone()).collect(),
-                dtype: qkv[0].buffer.dtype().to_string(),
+                op: op.into(),
+                input_shapes: inputs.iter().chain([&pos]).map(|o| o.layout.shape().clone()).collect(),
+                dtype: inputs[0].buffer.dtype().to_string(),
                 device,
                 reason: "the caches' device (one fused launch)".into(),
                 fallbacks: vec![],
@@ -1254,6 +1313,14 @@ fn bad_outputs(device: Device, bufs: &[Buffer], want: &[TensorMeta]) -> Option<S
 
 /// The destination of an in-place write, which no other tensor may share:
 /// a write must not change what a view or a clone sees.
+/// An operand as a backend reads it.
+fn operand_ref(o: &Operand) -> TensorRef<'_> {
+    TensorRef {
+        buffer: o.buffer.as_ref(),
+        layout: &o.layout,
+    }
+}
+
 fn unique_target<'a>(op: &str, dst: &'a mut Buffer) -> Result<&'a mut dyn crate::backend::DeviceBuffer> {
     let others = Arc::strong_count(dst) - 1;
     Arc::get_mut(dst).ok_or_else(|| {

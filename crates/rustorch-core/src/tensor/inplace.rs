@@ -129,4 +129,66 @@ impl Tensor {
         vc.write_slice_at(dim, pos, v)?;
         Ok(q)
     }
+
+    /// A decode step's attention with its inputs' RoPE and cache write, in
+    /// one call where the caches' backend fuses them (CUDA, with
+    /// `RUSTORCH_CUDA_ROPE_ATTENTION=1`: one launch): what
+    /// `rope_write_kv_at(q, k, v, (cos, sin, layout), kc, vc, dim, pos)`
+    /// with `cos` and `sin` the rows of `cos_table` and `sin_table`
+    /// (`[rows, R/2]`) at the position `pos` holds, then
+    /// `attention_at(q, kc, vc, pos, scale, window)` compute, with the same
+    /// values. `None`, with nothing written: not fused here (the caller
+    /// runs those ops).
+    #[allow(clippy::too_many_arguments)]
+    pub fn try_rope_attention_at(
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        (cos_table, sin_table, layout): (&Tensor, &Tensor, RopeLayout),
+        kc: &mut Tensor,
+        vc: &mut Tensor,
+        dim: isize,
+        pos: &Tensor,
+        (scale, window): (f32, Option<usize>),
+    ) -> Result<Option<Tensor>> {
+        const OP: &str = "rope_attention_at";
+        let d = kc.shape().dim(OP, dim)?;
+        if vc.shape().dim(OP, dim)? != d || k.rank() != kc.rank() || v.rank() != vc.rank() || cos_table.rank() != 2 {
+            return Ok(None);
+        }
+        let (n, len) = (kc.dims()[d], k.dims()[d]);
+        if vc.dims()[d] != n || v.dims()[d] != len || len > n || sin_table.dims() != cos_table.dims() {
+            return Ok(None);
+        }
+        // Shapes and dtypes as the ops one by one would check them (the
+        // rotation with one row of the tables).
+        let meta = |t: &Tensor| crate::op::TensorMeta::new(t.shape().clone(), t.dtype());
+        let row = crate::op::TensorMeta::new(vec![1, cos_table.dims()[1]], cos_table.dtype());
+        let rope = Op::Rope { layout };
+        let q_meta = crate::op::infer_outputs(&rope, &[meta(q), row.clone(), row.clone()])?;
+        crate::op::infer_outputs(&rope, &[meta(k), row.clone(), row])?;
+        let attention = Op::AttentionAt { scale, window };
+        let out = crate::op::infer_outputs(&attention, &[q_meta[0].clone(), meta(kc), meta(vc), meta(pos)])?;
+        let k_region = kc.layout.narrow(OP, d as isize, 0, len)?;
+        let v_region = vc.layout.narrow(OP, d as isize, 0, len)?;
+        if k_region.shape() != k.shape() || v_region.shape() != v.shape() {
+            return Ok(None);
+        }
+        let (k_step, v_step) = (kc.layout.strides()[d], vc.layout.strides()[d]);
+        let (k_layout, v_layout) = (kc.layout.clone(), vc.layout.clone());
+        let exec = kc.exec.clone();
+        let buf = exec.rope_attention_at(
+            (&mut kc.buffer, &mut vc.buffer),
+            [&k_layout, &v_layout],
+            ((&k_region, k_step), (&v_region, v_step), n - len),
+            &pos.operand(),
+            layout,
+            [&q.operand(), &k.operand(), &v.operand()],
+            [&cos_table.operand(), &sin_table.operand()],
+            (scale, window),
+        )?;
+        Ok(buf
+            .zip(out.into_iter().next())
+            .map(|(buf, meta)| Tensor::from_parts(buf, crate::layout::Layout::contiguous(meta.shape), q.exec.clone())))
+    }
 }

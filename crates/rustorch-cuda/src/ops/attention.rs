@@ -11,9 +11,11 @@ use super::float_suffix;
 use crate::backend::CudaBackend;
 use crate::buffer::CudaBuffer;
 use cudarc::driver::{DeviceRepr, LaunchConfig};
-use rustorch_core::backend::TensorRef;
+use rustorch_core::backend::{Buffer, DeviceBuffer, KvWriteAt, TensorRef};
 use rustorch_core::op::AttnMask;
+use rustorch_core::op::RopeLayout;
 use rustorch_core::{BackendError, DType, Layout, Op, TensorMeta};
+use std::sync::Arc;
 
 /// Threads per block and keys per tile (`ATT_THREADS`, `ATT_TILE`).
 const THREADS: u32 = 128;
@@ -822,6 +824,172 @@ pub(super) fn attention_at(
     // floats.
     unsafe { args.launch(cfg) }.map_err(|e| b.launch_err(combine, e))?;
     finish_attention_at(b, &bad, name, t, n, y)
+}
+
+/// `Backend::rope_attention_at` in one launch (`attention_rope_at_joined_F16`,
+/// with `RUSTORCH_CUDA_ROPE_ATTENTION=1`): one query row a head (q
+/// `[H, 1, D]`), raw keys `[Hkv, 1, D]` and values `[Hkv, 1, Dv]`, f32 and
+/// contiguous, f16 caches whose write regions are their rows at the
+/// position (`[Hkv, 1, D]` of `[Hkv, N, D]`), f32 contiguous tables with a
+/// row for every cache position, and the counters of the one-launch
+/// attention; anything else is unsupported (the caller then runs the ops).
+/// The values are rope_kv_at_F32_F16's and attention_at_joined_F16's.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn rope_attention_at(
+    b: &CudaBackend,
+    (kc, vc): (&mut dyn DeviceBuffer, &mut dyn DeviceBuffer),
+    at: &KvWriteAt<'_>,
+    [lk_all, lv_all]: [&Layout; 2],
+    layout: RopeLayout,
+    [q, k, v]: [TensorRef<'_>; 3],
+    [cos, sin]: [TensorRef<'_>; 2],
+    (scale, window): (f32, Option<usize>),
+) -> Result<Buffer, BackendError> {
+    const OP: &str = "rope_attention_at";
+    let unsupported = |why: &str| Err(BackendError::unsupported(b.device, OP, why.to_string()));
+    if !b.rope_attention {
+        return unsupported("RUSTORCH_CUDA_ROPE_ATTENTION is not 1");
+    }
+    let all = [&q, &k, &v, &cos, &sin];
+    if all.iter().any(|t| t.dtype() != DType::F32 || !t.layout.is_contiguous())
+        || kc.dtype() != DType::F16
+        || vc.dtype() != DType::F16
+    {
+        return unsupported("contiguous f32 inputs and f16 caches only");
+    }
+    let (qd, kd, vd) = (q.layout.dims(), k.layout.dims(), v.layout.dims());
+    let (cd, kcd, vcd) = (cos.layout.dims(), lk_all.dims(), lv_all.dims());
+    if qd.len() != 3 || kd.len() != 3 || vd.len() != 3 || kcd.len() != 3 || vcd.len() != 3 || cd.len() != 2 {
+        return unsupported("q, k, v and the caches of rank 3, tables of rank 2");
+    }
+    let (h, d, hkv, n, dv, half) = (qd[0], qd[2], kcd[0], kcd[1], vcd[2], cd[1]);
+    if qd[1] != 1
+        || kd != [hkv, 1, d]
+        || vd != [hkv, 1, dv]
+        || vcd[..2] != [hkv, n]
+        || kcd[2] != d
+        || hkv == 0
+        || !h.is_multiple_of(hkv)
+        || sin.layout.dims() != cd
+        || cd[0] < n
+        || 2 * half > d
+        || !at_head_dims(d, dv)
+        || window == Some(0)
+        || h > AT_COUNTER_ROWS
+        || i32::try_from(n).is_err()
+    {
+        return unsupported("one query row a head over f16 caches, tables with a row for every position");
+    }
+    // The kernel writes each head's row at the position through the
+    // caches' own layouts: the write regions must be exactly those rows.
+    let (lk, lv) = match (Str4::of(lk_all), Str4::of(lv_all)) {
+        (Some(lk), Some(lv)) => (lk, lv),
+        _ => return unsupported("caches of at most 4 dims"),
+    };
+    let row_of = |region: &Layout, all: &Layout, step: usize| {
+        region.offset() == all.offset() && region.strides() == all.strides() && step == all.strides()[1]
+    };
+    if !row_of(at.k_region, lk_all, at.k_step) || !row_of(at.v_region, lv_all, at.v_step) || at.max_pos + 1 != n {
+        return unsupported("write regions other than the caches' rows at the position");
+    }
+    for (dst, region, step) in [(&*kc, at.k_region, at.k_step), (&*vc, at.v_region, at.v_step)] {
+        rustorch_core::backend::check_write_at(dst.len(), region, step, at.max_pos, at.pos)
+            .map_err(|m| BackendError::invalid(OP, m))?;
+    }
+    let pos64: i32 = match at.pos.dtype() {
+        DType::I64 => 1,
+        _ => 0,
+    };
+    let Some(counters) = attention_counters(b)? else {
+        return unsupported("no counters for the one-launch attention");
+    };
+    let cache = |c: &mut dyn DeviceBuffer| -> Result<u64, BackendError> {
+        c.as_any()
+            .downcast_ref::<CudaBuffer>()
+            .filter(|c| c.device == b.device)
+            .map(|c| c.ptr())
+            .ok_or_else(|| BackendError::invalid(OP, format!("a cache is not on {}", b.device)))
+    };
+    crate::buffer::forget_row_acts(kc);
+    crate::buffer::forget_row_acts(vc);
+    let (kp, vp) = (cache(kc)?, cache(vc)?);
+    let ptr = |t: &TensorRef<'_>| -> Result<u64, BackendError> {
+        Ok(b.own(OP, t.buffer)?.ptr() + (t.layout.offset() * t.dtype().size_in_bytes()) as u64)
+    };
+    let (qp, knp, vnp, cp, sp) = (ptr(&q)?, ptr(&k)?, ptr(&v)?, ptr(&cos)?, ptr(&sin)?);
+    let pp = b.own(OP, at.pos.buffer)?.ptr();
+    let pos_off = at.pos.layout.offset() as i64;
+    // q as the attention reads it: [H, 1, D] from its start (the pointer
+    // already holds the offset).
+    let lq = Str4 {
+        s: [0, d as i64, d as i64, 1],
+        off: 0,
+    };
+    let y = b.alloc(DType::F32, h * dv)?;
+    let splits = at_splits(n);
+    let part = b.alloc(DType::F32, h * splits * (dv + 2))?;
+    let bad = super::ErrorFlag::new(b)?;
+    let eighths =
+        |l: &Str4, p: u64| l.s[3] == 1 && [l.off, l.s[1], l.s[2]].iter().all(|x| x % 8 == 0) && p.is_multiple_of(32);
+    let vec = i32::from(eighths(&lk, kp) && eighths(&lv, vp));
+    let (n64, d64, dv64, half64) = (n as i64, d as i64, dv as i64, half as i64);
+    let g64 = (h / hkv) as i64;
+    let window64 = window.map_or(0, |w| i64::try_from(w).unwrap_or(i64::MAX));
+    let min_share = b.attention_min_share as i64;
+    let prefetch = i32::from(b.attention_prefetch);
+    let interleaved = matches!(layout, RopeLayout::Interleaved) as i32;
+    let kernel = "attention_rope_at_joined_F16";
+    let f = b.function("attention", kernel)?;
+    let (partp, yp, badp) = (part.ptr(), y.ptr(), bad.ptr());
+    let mut args = crate::launch::Launch::new(b, &f);
+    args.arg(&qp)
+        .arg(&lq)
+        .arg(&kp)
+        .arg(&lk)
+        .arg(&vp)
+        .arg(&lv)
+        .arg(&pp)
+        .arg(&pos_off)
+        .arg(&pos64)
+        .arg(&partp)
+        .arg(&n64)
+        .arg(&d64)
+        .arg(&dv64)
+        .arg(&g64)
+        .arg(&window64)
+        .arg(&scale)
+        .arg(&badp)
+        .arg(&min_share)
+        .arg(&vec)
+        .arg(&prefetch)
+        .arg(&yp)
+        .arg(&counters)
+        .arg(&knp)
+        .arg(&vnp)
+        .arg(&cp)
+        .arg(&sp)
+        .arg(&half64)
+        .arg(&interleaved);
+    let cfg = LaunchConfig {
+        grid_dim: (h as u32, splits as u32, 1),
+        block_dim: (AT_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: attention_rope_at_joined_F16(q, lq, k, lk, v, lv, pos, pos_off,
+    // pos64, part, n, d, dv, group, window, scale, bad, min_share, vec,
+    // prefetch, y, counters, k_new, v_new, cs, sn, half, interleaved): q
+    // holds H rows of d f32 (lq), the caches' layouts are their own (Hkv x
+    // N rows of d and dv f16), a block writes and reads cache rows only at
+    // positions below pos + 1 <= N after checking that bound on the device
+    // (the rows at pos are inside the caches: check_write_at above);
+    // k_new / v_new hold Hkv rows of d / dv f32, the tables at least N rows
+    // of `half` f32 with 2 half <= d; d and dv are multiples of 32 up to
+    // AT_MAX_DIM; part holds H * S * (dv + 2) floats, y H * dv, bad one i32,
+    // the counters H <= AT_COUNTER_ROWS zeroed u32 (as attention_at's
+    // joined form); vec only where the cache rows are contiguous and
+    // aligned to 8 elements; min_share >= 1.
+    unsafe { args.launch(cfg) }.map_err(|e| b.launch_err(kernel, e))?;
+    Ok(Arc::new(finish_attention_at(b, &bad, OP, 1, n, y)?))
 }
 
 /// `attention_at`'s output, or the error its kernels flagged.

@@ -2,7 +2,7 @@
 //! Everything not listed in `supports` is declined, so the executor runs
 //! it on the next device and the trace says so.
 
-mod attention;
+pub(crate) mod attention;
 mod conv;
 mod elementwise;
 mod index;

@@ -233,6 +233,29 @@ impl KvCache {
         Ok(Tensor::rope_write_kv_at(q, k, v, rope, kc, vc, 1, pos)?)
     }
 
+    /// `rope_write_at` then the attention of the rotated queries over the
+    /// cache (`Tensor::attention_at` with `attention`'s scale and window),
+    /// in one call where the cache's device fuses them
+    /// (`Tensor::try_rope_attention_at`: the rotation's rows read from the
+    /// whole tables `rope` at the position); `None`, with nothing written,
+    /// where it does not.
+    pub(crate) fn rope_attention_at(
+        &mut self,
+        il: usize,
+        (q, k, v): (&Tensor, &Tensor, &Tensor),
+        tables: (&Tensor, &Tensor, RopeLayout),
+        pos: &Tensor,
+        attention: (f32, Option<usize>),
+    ) -> Result<Option<Tensor>> {
+        if !self.flash {
+            return Ok(None);
+        }
+        let (kc, vc) = (&mut self.k[il], &mut self.vt[il]);
+        Ok(Tensor::try_rope_attention_at(
+            q, k, v, tables, kc, vc, 1, pos, attention,
+        )?)
+    }
+
     /// Layer `il`'s whole key and value buffers (`[n_head_kv, n_alloc, d]`;
     /// values as rows only in a flash-attention cache).
     pub(crate) fn layer(&self, il: usize) -> (&Tensor, &Tensor) {

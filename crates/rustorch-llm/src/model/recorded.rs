@@ -352,11 +352,10 @@ impl Model {
         } else {
             x_in.clone()
         };
-        // This position's RoPE rows, one pair per settings.
+        // This position's RoPE rows, one pair per settings, gathered when a
+        // layer first needs them (an attention that rotates its inputs
+        // itself reads the whole tables).
         let mut rows: Vec<(RopeParams, Tensor, Tensor)> = Vec::with_capacity(tables.len());
-        for (p, cos, sin) in tables {
-            rows.push((*p, cos.index_select(0, pos)?, sin.index_select(0, pos)?));
-        }
         // Each residual add, the norm after it and the products of the
         // normed row are one op (add_rms_norm_then: the GPU norms the row
         // inside the products' launch): `pending` is the last block's
@@ -365,11 +364,8 @@ impl Model {
         let mut pending: Option<Tensor> = None;
         for il in 0..cfg.n_layer {
             let lw = &self.weights.layers[il];
-            let (_, cos, sin) = rows
-                .iter()
-                .find(|(p, _, _)| *p == cfg.rope_for_layer(il))
-                .expect("rows were made for every layer's rope settings");
-            let layout = cfg.rope_for_layer(il).layout;
+            let settings = cfg.rope_for_layer(il);
+            let layout = settings.layout;
             let (q, k, v) = match pending.take() {
                 None => self.qkv_heads(il, x.rms_norm(Some(&lw.attn_norm), eps)?)?,
                 Some(d) => {
@@ -380,16 +376,45 @@ impl Model {
             };
             let attn = {
                 let (q, k, v) = (q.transpose(0, 1)?, k.transpose(0, 1)?, v.transpose(0, 1)?);
-                // q and k rotated, k and v into the cache: one launch on a GPU.
-                let mut q = cache.rope_write_at(il, &q, &k, &v, (cos, sin, layout), pos)?;
-                let scale = if cfg.arch == Arch::Gemma3 {
-                    q = q.mul_scalar(cfg.attn_scale as f64)?;
-                    1.0
-                } else {
-                    cfg.attn_scale
+                let window = cfg.window_for_layer(il);
+                // Gemma scales the rotated queries before the attention (a
+                // rounding the fused form does not make): the ops for it.
+                let fused = match tables.iter().find(|(p, _, _)| *p == settings) {
+                    Some((_, cos_t, sin_t)) if cfg.arch != Arch::Gemma3 => cache.rope_attention_at(
+                        il,
+                        (&q, &k, &v),
+                        (cos_t, sin_t, layout),
+                        pos,
+                        (cfg.attn_scale, window),
+                    )?,
+                    _ => None,
                 };
-                let (kc, vc) = cache.layer(il);
-                let out = Tensor::attention_at(&q, kc, vc, pos, scale, cfg.window_for_layer(il))?;
+                let out = match fused {
+                    Some(out) => out,
+                    None => {
+                        if !rows.iter().any(|(p, _, _)| *p == settings) {
+                            let (_, cos_t, sin_t) = tables
+                                .iter()
+                                .find(|(p, _, _)| *p == settings)
+                                .expect("tables were made for every layer's rope settings");
+                            rows.push((settings, cos_t.index_select(0, pos)?, sin_t.index_select(0, pos)?));
+                        }
+                        let (_, cos, sin) = rows
+                            .iter()
+                            .find(|(p, _, _)| *p == settings)
+                            .expect("the rows were gathered above");
+                        // q and k rotated, k and v into the cache: one launch on a GPU.
+                        let mut q = cache.rope_write_at(il, &q, &k, &v, (cos, sin, layout), pos)?;
+                        let scale = if cfg.arch == Arch::Gemma3 {
+                            q = q.mul_scalar(cfg.attn_scale as f64)?;
+                            1.0
+                        } else {
+                            cfg.attn_scale
+                        };
+                        let (kc, vc) = cache.layer(il);
+                        Tensor::attention_at(&q, kc, vc, pos, scale, window)?
+                    }
+                };
                 out.transpose(0, 1)?.reshape([1, cfg.n_head * cfg.head_dim_v])?
             };
             let mut a = attn.qmatmul(&lw.wo)?;
