@@ -6,11 +6,14 @@
 //! the warps' online softmax, the merges and the error flag, checked on a
 //! machine without a GPU. Each case fills the cache with NaN from
 //! pos + T on (a key read there would show in the output) and the scratch
-//! with NaN (an accumulator read where none was written would too).
+//! with NaN (an accumulator read where none was written would too). The
+//! form that rotates its query and new key and writes the caches itself
+//! (`attention_rope_at_joined_F16`'s blocks) runs against the CPU's RoPE,
+//! cache write and attention, the caches compared bit for bit.
 //! Needs a C++20 compiler (`$CXX`, else `c++`); without one the test says
 //! so in one line and passes, unless `RUSTORCH_REQUIRE_CXX` is set.
 
-use rustorch_core::{CpuStorage, DType, Layout, Op, Shape, TensorMeta};
+use rustorch_core::{CpuStorage, DType, Layout, Op, RopeLayout, Shape, TensorMeta};
 use rustorch_cpu::{CpuBackend, CpuInput};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -26,6 +29,8 @@ const SHIM: &str = r#"
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
+#include <utility>
 #include <thread>
 #include <vector>
 #define __device__
@@ -72,6 +77,7 @@ static inline double __dadd_rn(double a, double b) { return a + b; }
 struct F32T { typedef float store; typedef float acc; };
 struct F16T { typedef u16 store; typedef float acc; };
 struct BF16T { typedef u16 store; typedef float acc; };
+static inline u16 store(F16T, float x) { _Float16 h = (_Float16)x; u16 u; std::memcpy(&u, &h, 2); return u; }
 static inline float load(F32T, float x) { return x; }
 static inline float load(BF16T, u16 h) { u32 u = (u32)h << 16; float f; std::memcpy(&f, &u, 4); return f; }
 static inline float load(F16T, u16 h) {
@@ -96,8 +102,13 @@ static inline float load(F16T, u16 h) {
 
 /// `attention_at Q KV h t d hkv n dv window pos_off pos64 splits
 /// scale q.s1 q.s2 q.s3 q.off k.s1 .. v.s1 .. qfile kfile vfile posfile
-/// out`: the grid (h*t, splits) of `attention_at_<KV>`, then h*t blocks of
-/// `attention_at_combine`; writes y (h*t*dv floats) and the flag (an i32).
+/// out [half interleaved knew vnew cos sin]`: the grid (h*t, splits) of
+/// `attention_at_<KV>`, then h*t blocks of `attention_at_combine`; writes y
+/// (h*t*dv floats) and the flag (an i32). With the six RoPE arguments (f32
+/// q, f16 caches, one query row): `attention_at_part<F16T, true>` (the
+/// decode attention that rotates q and the new key at the tables' row and
+/// writes the new key and values into the caches), then the caches too, to
+/// `out.k` and `out.v`.
 const MAIN: &str = r#"
 template <class F> static void grid(unsigned gx, unsigned gy, unsigned nthreads, F body) {
     gridDim = {gx, gy, 1};
@@ -131,7 +142,8 @@ static std::vector<u8> slurp(const char* path) {
     return out;
 }
 int main(int argc, char** argv) {
-    if (argc != 31) return 2;
+    if (argc != 31 && argc != 37) return 2;
+    const bool roped = argc == 37;
     const char* qty = argv[1];
     const char* kty = argv[2];
     i64 a[10];
@@ -164,7 +176,24 @@ int main(int argc, char** argv) {
                                          AT_KEYS_PER_SPLIT, 0, 0);                             \
         });                                                                                    \
     }
-    AT_RUN(F32) AT_RUN(F16) AT_RUN(BF16)
+    std::vector<u8> knew, vnew, cs, sn;
+    if (roped) {
+        if (strcmp(kty, "F16") || qtype != 0 || t != 1) return 6;
+        knew = slurp(argv[33]);
+        vnew = slurp(argv[34]);
+        cs = slurp(argv[35]);
+        sn = slurp(argv[36]);
+        const AtRope rope = {(const float*)knew.data(), (const float*)vnew.data(), (const float*)cs.data(),
+                             (const float*)sn.data(), atoll(argv[31]), atoi(argv[32])};
+        found = true;
+        grid((unsigned)rows, (unsigned)splits, AT_THREADS, [&] {
+            attention_at_part<F16T, true>(q.data(), 0, l[0], (const u16*)k.data(), l[1], (const u16*)v.data(), l[2],
+                                          pos.data(), pos_off, pos64, part.data(), t, n, d, dv, hkv ? h / hkv : 0,
+                                          window, scale, &bad, nullptr, AT_KEYS_PER_SPLIT, 0, 0, rope);
+        });
+    } else {
+        AT_RUN(F32) AT_RUN(F16) AT_RUN(BF16)
+    }
     if (!found) return 4;
     grid((unsigned)rows, 1, AT_THREADS, [&] { attention_at_combine(part.data(), y.data(), splits, dv); });
     FILE* f = fopen(argv[30], "wb");
@@ -172,6 +201,14 @@ int main(int argc, char** argv) {
     fwrite(y.data(), 4, y.size(), f);
     fwrite(&bad, 4, 1, f);
     fclose(f);
+    if (roped) {
+        for (auto [ext, buf] : {std::pair{".k", &k}, std::pair{".v", &v}}) {
+            FILE* c = fopen((std::string(argv[30]) + ext).c_str(), "wb");
+            if (!c) return 5;
+            fwrite(buf->data(), 1, buf->size(), c);
+            fclose(c);
+        }
+    }
     return 0;
 }
 "#;
@@ -405,6 +442,173 @@ fn run_case(exe: &Path, dir: &Path, c: Case, seed: u64) -> f64 {
     }
 }
 
+/// A case of the decode attention that rotates its inputs and writes the
+/// caches itself (`attention_at_part<F16T, true>`): f32 q of one row a
+/// head, f16 caches of `n` positions, RoPE tables of `n` rows of `half`.
+#[derive(Clone, Copy, Debug)]
+struct RopeCase {
+    h: usize,
+    hkv: usize,
+    n: usize,
+    d: usize,
+    dv: usize,
+    half: usize,
+    pos: i64,
+    window: Option<usize>,
+    splits: usize,
+    layout: RopeLayout,
+}
+
+fn f32_storage(v: &[f64]) -> CpuStorage {
+    CpuStorage::from_f64_iter(DType::F32, v.iter().copied())
+}
+
+fn cpu_run(op: &Op, inputs: &[(&CpuStorage, Layout)], out: TensorMeta) -> Result<CpuStorage, String> {
+    let inputs: Vec<CpuInput<'_>> = inputs
+        .iter()
+        .map(|(storage, layout)| CpuInput { storage, layout })
+        .collect();
+    CpuBackend::run(op, &inputs, &[out])
+        .map(|mut v| v.remove(0))
+        .map_err(|e| e.to_string())
+}
+
+/// Runs a RoPE case on the host build and on the CPU backend (the row of
+/// the tables at the position, `Op::Rope` of q and of the new key, both
+/// caches written, `Op::AttentionAt`): the output to the attention's
+/// tolerance and both caches' bits, or both refusing a bad position. The
+/// caches hold NaN at the position before the kernel writes it (a read
+/// before the write would show) and from the position on.
+fn run_rope_case(exe: &Path, dir: &Path, c: RopeCase, seed: u64) -> f64 {
+    let mut rng = Rng(seed);
+    let mut draw = |n: usize| (0..n).map(|_| rng.unit()).collect::<Vec<f64>>();
+    let (q_vals, k_new, v_new) = (draw(c.h * c.d), draw(c.hkv * c.d), draw(c.hkv * c.dv));
+    let (k_vals, v_vals) = (draw(c.hkv * c.n * c.d), draw(c.hkv * c.n * c.dv));
+    let (cs, sn) = (draw(c.n * c.half), draw(c.n * c.half));
+    let contiguous = |dims: &[usize]| Layout::contiguous(Shape::from(dims.to_vec()));
+    let p = c.pos;
+    let valid = p >= 0 && (p as usize) < c.n;
+    // The caches as the kernel gets them: NaN at the position and past it.
+    let cache = |vals: &[f64], w: usize, row: Option<&[f64]>| {
+        let mut out = Vec::with_capacity(vals.len());
+        for hk in 0..c.hkv {
+            for j in 0..c.n {
+                for f in 0..w {
+                    let at = j as i64 == p;
+                    out.push(match row {
+                        Some(r) if at => r[hk * w + f],
+                        _ if j as i64 >= p => f64::NAN,
+                        _ => vals[(hk * c.n + j) * w + f],
+                    });
+                }
+            }
+        }
+        CpuStorage::from_f64_iter(DType::F16, out.into_iter())
+    };
+    let (k_in, v_in) = (cache(&k_vals, c.d, None), cache(&v_vals, c.dv, None));
+    let q = f32_storage(&q_vals);
+    let pos = CpuStorage::from_f64_iter(DType::I64, [-7.0, p as f64].into_iter());
+    let pos_layout = Layout::contiguous_with_offset(Shape::from([1]), 1);
+    let scale = 1.0 / (c.d as f32).sqrt();
+    let want = if valid {
+        let at = p as usize;
+        let row = |t: &[f64]| f32_storage(&t[at * c.half..(at + 1) * c.half]);
+        let (cos, sin) = (row(&cs), row(&sn));
+        let rope = Op::Rope { layout: c.layout };
+        let rotate = |x: &CpuStorage, heads: usize| {
+            cpu_run(
+                &rope,
+                &[
+                    (x, contiguous(&[heads, 1, c.d])),
+                    (&cos, contiguous(&[1, c.half])),
+                    (&sin, contiguous(&[1, c.half])),
+                ],
+                TensorMeta::new([heads, 1, c.d], DType::F32),
+            )
+            .unwrap()
+            .to_f64_vec()
+        };
+        let (q_rot, k_rot) = (rotate(&q, c.h), rotate(&f32_storage(&k_new), c.hkv));
+        let (k_want, v_want) = (cache(&k_vals, c.d, Some(&k_rot)), cache(&v_vals, c.dv, Some(&v_new)));
+        let y = cpu_run(
+            &Op::AttentionAt {
+                scale,
+                window: c.window,
+            },
+            &[
+                (&f32_storage(&q_rot), contiguous(&[c.h, 1, c.d])),
+                (&k_want, contiguous(&[c.hkv, c.n, c.d])),
+                (&v_want, contiguous(&[c.hkv, c.n, c.dv])),
+                (&pos, pos_layout.clone()),
+            ],
+            TensorMeta::new([c.h, 1, c.dv], DType::F32),
+        )
+        .unwrap();
+        Some((y.to_f64_vec(), k_want, v_want))
+    } else {
+        None
+    };
+
+    let write = |name: &str, st: &CpuStorage| {
+        let path = dir.join(format!("{name}.bin"));
+        std::fs::write(&path, st.as_host().as_bytes()).unwrap();
+        path.display().to_string()
+    };
+    let out = dir.join("y.bin");
+    let mut args: Vec<String> = vec!["F32".into(), "F16".into()];
+    let window = c.window.map_or(0, |w| w as i64);
+    for x in [c.h, 1, c.d, c.hkv, c.n, c.dv]
+        .map(|x| x as i64)
+        .into_iter()
+        .chain([window, 1, 1, c.splits as i64])
+    {
+        args.push(x.to_string());
+    }
+    args.push(format!("{scale:e}"));
+    for (dims, w) in [([c.h, 1], c.d), ([c.hkv, c.n], c.d), ([c.hkv, c.n], c.dv)] {
+        let l = contiguous(&[dims[0], dims[1], w]);
+        let st = l.strides();
+        args.extend([st[0], st[1], st[2], 0].map(|x| x.to_string()));
+    }
+    args.extend([write("q", &q), write("k", &k_in), write("v", &v_in), write("pos", &pos)]);
+    args.push(out.display().to_string());
+    args.push(c.half.to_string());
+    args.push((matches!(c.layout, RopeLayout::Interleaved) as i32).to_string());
+    args.extend([
+        write("knew", &f32_storage(&k_new)),
+        write("vnew", &f32_storage(&v_new)),
+        write("cs", &f32_storage(&cs)),
+        write("sn", &f32_storage(&sn)),
+    ]);
+    let status = Command::new(exe).args(&args).status().unwrap();
+    assert!(status.success(), "{c:?}: the host run failed ({status})");
+    let floats: Vec<f32> = std::fs::read(&out)
+        .unwrap()
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        .collect();
+    let (y, flag) = floats.split_at(floats.len() - 1);
+    let bad = flag[0].to_bits() != 0;
+    let Some((want, k_want, v_want)) = want else {
+        assert!(bad, "{c:?}: a position outside the cache, but the kernel set no flag");
+        return 0.0;
+    };
+    assert!(!bad, "{c:?}: the kernel flagged a position the CPU takes");
+    let read = |ext: &str| std::fs::read(format!("{}{ext}", out.display())).unwrap();
+    assert_eq!(read(".k"), k_want.as_host().as_bytes(), "{c:?}: the key cache");
+    assert_eq!(read(".v"), v_want.as_host().as_bytes(), "{c:?}: the value cache");
+    let mut worst = 0.0f64;
+    for (i, (&g, &w)) in y.iter().zip(&want).enumerate() {
+        let err = (g as f64 - w).abs();
+        assert!(
+            err <= 2e-5 + 2e-5 * w.abs(),
+            "{c:?}: element {i} is {g}, the CPU gives {w}"
+        );
+        worst = worst.max(err);
+    }
+    worst
+}
+
 #[test]
 fn the_kernels_match_the_cpu() {
     let dir = std::env::temp_dir().join(format!("rustorch-attention-at-host-{}", std::process::id()));
@@ -546,9 +750,51 @@ fn the_kernels_match_the_cpu() {
     for (i, c) in cases.iter().enumerate() {
         worst = worst.max(run_case(&exe, &dir, *c, 0x5EED + i as u64));
     }
+    // The attention that rotates its inputs and writes the caches itself:
+    // both layouts, partial rotation, the first and last positions, a
+    // window, several splits (the new key in the last one's share), and a
+    // position past the cache.
+    let rope = RopeCase {
+        h: 6,
+        hkv: 2,
+        n: 40,
+        d: 64,
+        dv: 32,
+        half: 32,
+        pos: 17,
+        window: None,
+        splits: 1,
+        layout: RopeLayout::NeoX,
+    };
+    let rope_cases = [
+        rope,
+        RopeCase {
+            layout: RopeLayout::Interleaved,
+            half: 24,
+            pos: 0,
+            ..rope
+        },
+        RopeCase {
+            pos: 39,
+            splits: 3,
+            window: Some(7),
+            ..rope
+        },
+        RopeCase {
+            layout: RopeLayout::Interleaved,
+            pos: 30,
+            splits: 5,
+            ..rope
+        },
+        RopeCase { pos: 40, ..rope },
+    ];
+    for (i, c) in rope_cases.iter().enumerate() {
+        worst = worst.max(run_rope_case(&exe, &dir, *c, 0xA0BE + i as u64));
+    }
     eprintln!(
-        "attention_at_host: {} cases, largest difference from the CPU {worst:.2e}",
-        cases.len()
+        "attention_at_host: {} cases and {} with the RoPE and cache write, largest difference from the CPU {worst:.2e}",
+        cases.len(),
+        rope_cases.len()
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
