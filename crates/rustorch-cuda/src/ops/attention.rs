@@ -635,6 +635,14 @@ pub(super) fn at_splits(capacity: usize) -> usize {
     capacity.div_ceil(AT_KEYS_PER_SPLIT).clamp(1, AT_MAX_SPLITS)
 }
 
+/// Whether the decode attention reads a cache's rows (layout `l` over
+/// the buffer at `p`) as vectors of 8 elements: contiguous features, and
+/// every row starting on a multiple of 8 elements (32 bytes at most) from
+/// an address aligned to that.
+fn rows_in_eighths(l: &Str4, p: u64) -> bool {
+    l.s[3] == 1 && [l.off, l.s[1], l.s[2]].iter().all(|x| x % 8 == 0) && p.is_multiple_of(32)
+}
+
 /// `Op::AttentionAt`: q [H, T, D] (f32, f16 or bf16), k [Hkv, N, D] and v
 /// [Hkv, N, Dv] (f32, f16 or bf16), pos one i32 or i64 element. One launch
 /// (`attention_at_joined_<KV>`: the last block of each row merges the row's
@@ -741,12 +749,7 @@ pub(super) fn attention_at(
         DType::F16 => 1,
         _ => 2,
     };
-    // Rows read as vectors of 8 elements: contiguous features, and every
-    // row of k and v starting on a multiple of 8 elements (32 bytes at
-    // most) from an address aligned to that.
-    let eighths =
-        |l: &Str4, p: u64| l.s[3] == 1 && [l.off, l.s[1], l.s[2]].iter().all(|x| x % 8 == 0) && p.is_multiple_of(32);
-    let vec = i32::from(eighths(&lk, kp) && eighths(&lv, vp));
+    let vec = i32::from(rows_in_eighths(&lk, kp) && rows_in_eighths(&lv, vp));
     let pos_off = pos.layout.offset() as i64;
     let (t64, n64, d64, dv64) = (t as i64, n as i64, d as i64, dv as i64);
     let g64 = (h / hkv) as i64;
@@ -850,11 +853,7 @@ pub(crate) fn rope_attention_at(
     if !b.rope_attention {
         return unsupported("RUSTORCH_CUDA_ROPE_ATTENTION is not 1");
     }
-    let all = [&q, &k, &v, &cos, &sin];
-    if all.iter().any(|t| t.dtype() != DType::F32 || !t.layout.is_contiguous())
-        || kc.dtype() != DType::F16
-        || vc.dtype() != DType::F16
-    {
+    if !super::rope::f32_inputs_f16_caches(&[&q, &k, &v, &cos, &sin], &*kc, &*vc) {
         return unsupported("contiguous f32 inputs and f16 caches only");
     }
     let (qd, kd, vd) = (q.layout.dims(), k.layout.dims(), v.layout.dims());
@@ -929,9 +928,7 @@ pub(crate) fn rope_attention_at(
     let splits = at_splits(n);
     let part = b.alloc(DType::F32, h * splits * (dv + 2))?;
     let bad = super::ErrorFlag::new(b)?;
-    let eighths =
-        |l: &Str4, p: u64| l.s[3] == 1 && [l.off, l.s[1], l.s[2]].iter().all(|x| x % 8 == 0) && p.is_multiple_of(32);
-    let vec = i32::from(eighths(&lk, kp) && eighths(&lv, vp));
+    let vec = i32::from(rows_in_eighths(&lk, kp) && rows_in_eighths(&lv, vp));
     let (n64, d64, dv64, half64) = (n as i64, d as i64, dv as i64, half as i64);
     let g64 = (h / hkv) as i64;
     let window64 = window.map_or(0, |w| i64::try_from(w).unwrap_or(i64::MAX));

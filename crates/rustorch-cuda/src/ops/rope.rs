@@ -72,6 +72,16 @@ pub(super) fn rope(
     Ok(y)
 }
 
+/// The one case the fused decode kernels take: every input contiguous f32,
+/// both caches f16.
+pub(crate) fn f32_inputs_f16_caches(inputs: &[&TensorRef<'_>], kc: &dyn DeviceBuffer, vc: &dyn DeviceBuffer) -> bool {
+    inputs
+        .iter()
+        .all(|t| t.dtype() == DType::F32 && t.layout.is_contiguous())
+        && kc.dtype() == DType::F16
+        && vc.dtype() == DType::F16
+}
+
 /// `Backend::rope_write_kv_at` in one launch (`rope_kv_at_F32_F16`): one
 /// position (q `[.., 1, D]`, k and v `[.., 1, D]`, cos and sin `[1, R/2]`),
 /// contiguous f32 inputs and f16 caches; anything else is unsupported
@@ -93,11 +103,7 @@ pub(crate) fn rope_write_kv_at(
     if !b.fused_rope {
         return unsupported("RUSTORCH_CUDA_FUSED_ROPE=0");
     }
-    let all = [&q, &k, &v, &cos, &sin];
-    if all.iter().any(|t| t.dtype() != DType::F32 || !t.layout.is_contiguous())
-        || kc.dtype() != DType::F16
-        || vc.dtype() != DType::F16
-    {
+    if !f32_inputs_f16_caches(&[&q, &k, &v, &cos, &sin], kc, vc) {
         return unsupported("contiguous f32 inputs and f16 caches only");
     }
     let (qd, kd) = (q.layout.dims(), k.layout.dims());
