@@ -538,8 +538,12 @@ __device__ i64 attention_at_block(const void* q, int qtype, Str4 lq, const typen
     float* pacc = part + 2 * (i64)rows * splits + slot * dv;
     const u32 t32 = (u32)t, h = t32 == 1 ? row : row / t32, i = row - h * t32, hk = h / (u32)group;
     // The query row into shared memory (as f32) while the position loads:
-    // it does not depend on it (with ROPE it does: rotated at its row of
-    // the tables; f32 queries, one row).
+    // it does not depend on it. With ROPE it does (f32 queries, one row,
+    // rotated at the position's row of the tables).
+    if constexpr (!ROPE) {
+        for (u32 c = threadIdx.x; c < (u32)d; c += blockDim.x)
+            sh.q[c] = at_load_q(q, lq.off + h * lq.s[1] + i * lq.s[2] + c * lq.s[3], qtype);
+    }
     const i64 p0 = at_pos(pos, pos_off, pos64);
     if constexpr (ROPE) {
         const i64 row_at = p0 >= 0 && p0 <= n - t ? p0 : 0;
@@ -547,9 +551,6 @@ __device__ i64 attention_at_block(const void* q, int qtype, Str4 lq, const typen
         for (u32 c = threadIdx.x; c < (u32)d; c += blockDim.x)
             sh.q[c] = at_rope_feature(qr, lq.s[3], (int)c, rope.cs + row_at * rope.half, rope.sn + row_at * rope.half,
                                       (int)rope.half, rope.interleaved);
-    } else {
-        for (u32 c = threadIdx.x; c < (u32)d; c += blockDim.x)
-            sh.q[c] = at_load_q(q, lq.off + h * lq.s[1] + i * lq.s[2] + c * lq.s[3], qtype);
     }
     int lo = 0, hi = 0, used = 0;
     if (p0 < 0 || p0 > n - t) {
@@ -580,16 +581,13 @@ __device__ i64 attention_at_block(const void* q, int qtype, Str4 lq, const typen
     }
     __syncthreads();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    // A key a lane: KW keys a chunk, NW warps a block.
-    constexpr int KW = 32, NW = AT_WARPS;
-    const int key = lane;
     const int ndv = (int)(dv >> 5);
     const bool vec_v = VEC && ndv == PL;
     typedef typename AtWords<KT>::word W;
     constexpr int PER = AtWords<KT>::per;
     const i64 kbase = lk.off + hk * lk.s[1], vbase = lv.off + hk * lv.s[1] + (i64)lane * ndv * lv.s[3];
-    // Keys whose values a lane holds at once (64 elements, at most a chunk).
-    constexpr int VB = 64 / PL < KW ? 64 / PL : KW;
+    // Keys whose values a lane holds at once (64 elements).
+    constexpr int VB = 64 / PL;
     float m = NEG_INF, l = 0.0f, acc[PL];
 #pragma unroll
     for (int r = 0; r < PL; ++r) acc[r] = 0.0f;
@@ -597,14 +595,14 @@ __device__ i64 attention_at_block(const void* q, int qtype, Str4 lq, const typen
     // last key's (every load is then unconditional, with no branch; what
     // such a row gives is discarded: a score of -inf, values set to 0).
     const i64 ks = lk.s[2], vs = lv.s[2];
-    for (int c0 = lo + KW * warp; c0 < hi; c0 += KW * NW) {
-        const int j = c0 + key;
+    for (int c0 = lo + 32 * warp; c0 < hi; c0 += 32 * AT_WARPS) {
+        const int j = c0 + lane;
         const bool valid = j < hi;
-        const int nk = hi - c0 < KW ? hi - c0 : KW;
+        const int nk = hi - c0 < 32 ? hi - c0 : 32;
 #ifdef __CUDA_ARCH__
         // The lane's key and value rows of the warp's next chunk into L2
         // (128-byte lines) while this one is used.
-        const int jn = j + KW * NW;
+        const int jn = j + 32 * AT_WARPS;
         if (prefetch && jn < hi && lk.s[3] == 1 && lv.s[3] == 1) {
             const char* kr = reinterpret_cast<const char*>(k + kbase + jn * ks);
             const char* vr = reinterpret_cast<const char*>(v + lv.off + hk * lv.s[1] + jn * vs);
@@ -633,17 +631,16 @@ __device__ i64 attention_at_block(const void* q, int qtype, Str4 lq, const typen
         float s = 0.0f;
         {
             const KS* kr = k + kbase + (i64)(valid ? j : hi - 1) * ks;
-            const int f1 = (int)d;
-            for (int e0 = 0; e0 < f1; e0 += 64) {
+            for (int e0 = 0; e0 < (int)d; e0 += 64) {
                 W kx[8][8 / PER];
                 float part8[8];
 #pragma unroll
                 for (int u = 0; u < 8; ++u)
-                    if (e0 + 8 * u < f1) at_words<8>(KT(), kr + (e0 + 8 * u) * lk.s[3], lk.s[3], VEC, 8, kx[u]);
+                    if (e0 + 8 * u < d) at_words<8>(KT(), kr + (e0 + 8 * u) * lk.s[3], lk.s[3], VEC, 8, kx[u]);
 #pragma unroll
                 for (int u = 0; u < 8; ++u) {
                     part8[u] = 0.0f;
-                    if (e0 + 8 * u < f1) {
+                    if (e0 + 8 * u < d) {
 #pragma unroll
                         for (int e = 0; e < 8; ++e)
                             part8[u] = fmaf(sh.q[e0 + 8 * u + e], at_elem(KT(), kx[u], e), part8[u]);
@@ -691,7 +688,7 @@ __device__ i64 attention_at_block(const void* q, int qtype, Str4 lq, const typen
     // The block's max; warps that saw no key (m = -inf) are left out.
     float bm = NEG_INF;
 #pragma unroll
-    for (int w = 0; w < NW; ++w) bm = nan_max(bm, sh.m[w]);
+    for (int w = 0; w < AT_WARPS; ++w) bm = nan_max(bm, sh.m[w]);
     // A row whose keys this one block holds (a short row) is written here,
     // with at_combine_row's bits for one partial (weight exp(0) = 1,
     // y = acc * (1 / l), NaN where l = 0), and nothing is merged.
@@ -705,9 +702,9 @@ __device__ i64 attention_at_block(const void* q, int qtype, Str4 lq, const typen
         }
         return used;
     }
-    float e[NW], bl = 0.0f;
+    float e[AT_WARPS], bl = 0.0f;
 #pragma unroll
-    for (int w = 0; w < NW; ++w) {
+    for (int w = 0; w < AT_WARPS; ++w) {
         e[w] = sh.m[w] == NEG_INF ? 0.0f : expf(sh.m[w] - bm);
         if (sh.m[w] != NEG_INF) bl += sh.l[w] * e[w];
     }
@@ -715,7 +712,7 @@ __device__ i64 attention_at_block(const void* q, int qtype, Str4 lq, const typen
     for (i64 c = threadIdx.x; c < dv; c += blockDim.x) {
         float a = 0.0f;
 #pragma unroll
-        for (int w = 0; w < NW; ++w)
+        for (int w = 0; w < AT_WARPS; ++w)
             if (sh.m[w] != NEG_INF) a += sh.acc[w][c] * e[w];
         if (alone) {
             y1[row * dv + c] = a * inv;
@@ -771,9 +768,9 @@ __device__ i64 attention_at_part(const void* q, int qtype, Str4 lq, const typena
         i64 t, i64 n, i64 d, i64 dv, i64 group, i64 window, float scale, int* bad,               \
         i64 min_share, int vec, int prefetch) {                                                  \
         rt_kernel_entry();                                                                       \
-        attention_at_part<KTY##T>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n,    \
-                                     d, dv, group, window, scale, bad, nullptr, min_share, vec,  \
-                                     prefetch);                                                  \
+        attention_at_part<KTY##T>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, \
+                                  dv, group, window, scale, bad, nullptr, min_share, vec,        \
+                                  prefetch);                                                     \
     }
 ATTENTION_AT(F32) ATTENTION_AT(F16) ATTENTION_AT(BF16)
 
@@ -859,16 +856,16 @@ __device__ void at_join_row(const float* part, float* y, unsigned int* counters,
     if (threadIdx.x == 0) counters[blockIdx.x] = 0;
 }
 #define ATTENTION_AT_JOINED(KTY)                                                                   \
-    extern "C" __global__ void __launch_bounds__(AT_THREADS) attention_at_joined_##KTY(              \
-        const void* q, int qtype, Str4 lq, const KTY##T::store* k, Str4 lk,                          \
-        const KTY##T::store* v, Str4 lv, const void* pos, i64 pos_off, int pos64, float* part,      \
-        i64 t, i64 n, i64 d, i64 dv, i64 group, i64 window, float scale, int* bad,                   \
-        i64 min_share, int vec, int prefetch, float* y, unsigned int* counters) {                    \
-        rt_kernel_entry();                                                                           \
-        const i64 used = attention_at_part<KTY##T>(q, qtype, lq, k, lk, v, lv, pos, pos_off,         \
-                                                      pos64, part, t, n, d, dv, group, window,       \
-                                                      scale, bad, y, min_share, vec, prefetch);      \
-        if (used > 1) at_join_row(part, y, counters, dv, used);                                      \
+    extern "C" __global__ void __launch_bounds__(AT_THREADS) attention_at_joined_##KTY(            \
+        const void* q, int qtype, Str4 lq, const KTY##T::store* k, Str4 lk,                         \
+        const KTY##T::store* v, Str4 lv, const void* pos, i64 pos_off, int pos64, float* part,     \
+        i64 t, i64 n, i64 d, i64 dv, i64 group, i64 window, float scale, int* bad,                  \
+        i64 min_share, int vec, int prefetch, float* y, unsigned int* counters) {                   \
+        rt_kernel_entry();                                                                          \
+        const i64 used = attention_at_part<KTY##T>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, \
+                                                   part, t, n, d, dv, group, window, scale, bad, y, \
+                                                   min_share, vec, prefetch);                       \
+        if (used > 1) at_join_row(part, y, counters, dv, used);                                    \
     }
 ATTENTION_AT_JOINED(F32) ATTENTION_AT_JOINED(F16) ATTENTION_AT_JOINED(BF16)
 

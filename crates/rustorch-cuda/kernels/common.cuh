@@ -12,6 +12,12 @@ typedef unsigned long long u64;
 
 #define RT_MAX_DIMS 8
 
+// Set to 1 by the host when it loads the module (src/backend.rs,
+// set_module_switches; RUSTORCH_CUDA_WEIGHT_PREFETCH=0) to turn off the
+// quantized products' weight prefetch before their wait
+// (q_prefetch_wanted in quant.cu): the A/B switch of that prefetch.
+__constant__ int rt_weight_prefetch_off;
+
 // Programmatic dependent launch (src/launch.rs, Hopper on): a kernel may
 // be scheduled while the kernel before it in the stream still runs. Every
 // kernel therefore starts with rt_kernel_entry, before it touches memory
@@ -22,12 +28,6 @@ typedef unsigned long long u64;
 // first. The wait is unconditional and first, before any early return:
 // a kernel whose blocks all left without waiting would let the kernel after
 // it overtake the one before.
-// Set to 1 by the host when it loads the module (src/backend.rs,
-// set_module_switches; RUSTORCH_CUDA_WEIGHT_PREFETCH=0) to turn off the
-// quantized products' weight prefetch before their wait
-// (q_prefetch_wanted in quant.cu): the A/B switch of that prefetch.
-__constant__ int rt_weight_prefetch_off;
-
 __device__ __forceinline__ void rt_kernel_entry() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");

@@ -224,13 +224,13 @@ __device__ __forceinline__ void qn_multi_w(const QNormIn& in, const QMulti& p, i
     const int lane = threadIdx.x & 31;
     const i64 total = qn_columns(p, count), step = (i64)gridDim.x * QN_WARPS, k = in.k;
     const i64 c_first = (i64)blockIdx.x * QN_WARPS + (threadIdx.x >> 5);
-    const i64 chunks = k / (WK == 2 ? 4 : 8);
+    const i64 chunks = k / w_chunk_values<WK>();
     uint4 un[2][W_ROW_LOADS / 2];
     if (c_first < total) {
         const QnCol o0 = qn_column(p, count, c_first);
         const QnCol o1 = c_first + step < total ? qn_column(p, count, c_first + step) : o0;
         const u8* rows[2] = {o0.row, o1.row};
-        w_row_load<WK, 2>(rows, chunks, lane, 32, un);
+        w_row_load<2>(rows, chunks, lane, 32, un);
     }
     rt_kernel_entry();
     const float* y = qn_norm_row(in, sm);
@@ -259,11 +259,11 @@ __device__ __forceinline__ void qn_gated_w(const QNormIn& in, const u8* wg, i64 
     const int lane = threadIdx.x & 31;
     const i64 step = (i64)gridDim.x * QN_WARPS, k = in.k;
     const i64 j_first = (i64)blockIdx.x * QN_WARPS + (threadIdx.x >> 5);
-    const i64 chunks = k / (WK == 2 ? 4 : 8);
+    const i64 chunks = k / w_chunk_values<WK>();
     uint4 un[2][W_ROW_LOADS / 2];
     if (j_first < n) {
         const u8* rows[2] = {wg + j_first * sg, wu + j_first * su};
-        w_row_load<WK, 2>(rows, chunks, lane, 32, un);
+        w_row_load<2>(rows, chunks, lane, 32, un);
     }
     rt_kernel_entry();
     const float* y = qn_norm_row(in, sm);

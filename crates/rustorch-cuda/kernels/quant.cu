@@ -1224,10 +1224,6 @@ __device__ __forceinline__ void w_matvec(const u8* w, i64 row_stride, i64 n, i64
         }
     }
 }
-// A team's weight rows, fetched into L2 before rt_kernel_entry: the
-// weights are written by no kernel, so while the kernel before this one
-// (the activations' quantization) still runs, the product's memory reads
-// are already under way (src/launch.rs). One 128-byte line per lane and step.
 // Whether a quantized product prefetches its weights' lines into L2
 // before its wait, while the kernel before it runs: it helps them (their
 // lanes keep few loads in flight; TinyLlama Q4_K_M tg128 1072 -> 1105 t/s
@@ -1236,6 +1232,10 @@ __device__ __forceinline__ void w_matvec(const u8* w, i64 row_stride, i64 n, i64
 // 700 -> 751 t/s without it, whether capped at 8 MB a launch or not).
 __device__ __forceinline__ bool q_prefetch_wanted() { return !rt_weight_prefetch_off; }
 
+// A team's weight rows, fetched into L2 before rt_kernel_entry: the
+// weights are written by no kernel, so while the kernel before this one
+// (the activations' quantization) still runs, the product's memory reads
+// are already under way (src/launch.rs). One 128-byte line per lane and step.
 __device__ __forceinline__ void q_prefetch_rows(const u8* w, i64 row_stride, i64 n, i64 j0, int r, int first,
                                                 int step) {
     if (j0 >= n) return;
@@ -1628,12 +1628,14 @@ template <int WK> __device__ __forceinline__ void w_decode(const uint4 u, float*
         }
     }
 }
+// Values of a 16-byte chunk of a float row: f32 (WK 2) 4, f16 and bf16 8.
+template <int WK> __device__ __forceinline__ constexpr int w_chunk_values() { return WK == 2 ? 4 : 8; }
 // One pass of w_row_lanes over R rows (1, or a gated product's gate and
 // up rows): the lane's W_ROW_LOADS / R chunks of each row from chunk c0,
 // `step` apart (zeros past the row's end), all loaded before any is used,
 // through the read-only path (weights: no kernel writes them, so these
 // loads may come before the kernel's wait)...
-template <int WK, int R>
+template <int R>
 __device__ __forceinline__ void w_row_load(const u8* const (&rows)[R], i64 chunks, i64 c0, int step,
                                            uint4 (&un)[R][W_ROW_LOADS / R]) {
 #pragma unroll
@@ -1648,7 +1650,7 @@ __device__ __forceinline__ void w_row_load(const u8* const (&rows)[R], i64 chunk
 template <int WK, int R>
 __device__ __forceinline__ void w_row_use(const uint4 (&un)[R][W_ROW_LOADS / R], const float* x, i64 chunks, i64 c0,
                                           int step, float (&acc)[R]) {
-    const int V = WK == 2 ? 4 : 8;
+    const int V = w_chunk_values<WK>();
 #pragma unroll
     for (int t = 0; t < W_ROW_LOADS / R; ++t) {
         const i64 c = c0 + (i64)step * t;
@@ -1680,7 +1682,7 @@ __device__ __forceinline__ void w_row_use(const uint4 (&un)[R][W_ROW_LOADS / R],
 template <int WK, int R, bool ENTRY = false>
 __device__ __forceinline__ void w_row_lanes(const u8* const (&rows)[R], i64 k, const float* x, int live, int first,
                                             int step, float (&acc)[R]) {
-    const int V = WK == 2 ? 4 : 8;
+    const int V = w_chunk_values<WK>();
     const int U = W_ROW_LOADS / R;
 #pragma unroll
     for (int i = 0; i < R; ++i) acc[i] = 0.0f;
@@ -1692,7 +1694,7 @@ __device__ __forceinline__ void w_row_lanes(const u8* const (&rows)[R], i64 k, c
     bool waited = !ENTRY;
     for (i64 c0 = first; c0 < chunks; c0 += (i64)step * U) {
         uint4 un[R][U];
-        w_row_load<WK, R>(rows, chunks, c0, step, un);
+        w_row_load<R>(rows, chunks, c0, step, un);
         if (!waited) {
             rt_kernel_entry();
             waited = true;
@@ -1706,7 +1708,7 @@ __device__ __forceinline__ void w_row_lanes(const u8* const (&rows)[R], i64 k, c
 template <int WK, int R>
 __device__ __forceinline__ void w_row_lanes_after(const u8* const (&rows)[R], i64 k, const float* x, int first, int step,
                                                   const uint4 (&un)[R][W_ROW_LOADS / R], float (&acc)[R]) {
-    const int V = WK == 2 ? 4 : 8;
+    const int V = w_chunk_values<WK>();
     const int U = W_ROW_LOADS / R;
 #pragma unroll
     for (int i = 0; i < R; ++i) acc[i] = 0.0f;
@@ -1714,7 +1716,7 @@ __device__ __forceinline__ void w_row_lanes_after(const u8* const (&rows)[R], i6
     if (first < chunks) w_row_use<WK, R>(un, x, chunks, first, step, acc);
     for (i64 c0 = first + (i64)step * U; c0 < chunks; c0 += (i64)step * U) {
         uint4 next[R][U];
-        w_row_load<WK, R>(rows, chunks, c0, step, next);
+        w_row_load<R>(rows, chunks, c0, step, next);
         w_row_use<WK, R>(next, x, chunks, c0, step, acc);
     }
 }

@@ -103,9 +103,7 @@ impl MappedHost {
         // SAFETY: `bytes` bytes allocated at `host`, alive while self is.
         unsafe { std::slice::from_raw_parts(self.host, self.bytes) }
     }
-}
 
-impl MappedHost {
     /// Writes `src` at byte `offset` (the caller has synchronized with the
     /// device work that reads them, and checked the range).
     pub(crate) fn write(&self, offset: usize, src: &[u8]) {

@@ -825,12 +825,11 @@ impl Executor {
         qkv: [&Operand; 3],
         cos_sin: [&Operand; 2],
     ) -> Result<Option<Buffer>> {
-        let inputs: Vec<&Operand> = qkv.iter().chain(&cos_sin).copied().collect();
         self.fused_kv_write(
             "rope_write_kv_at",
             (kc, vc),
             (k_at, v_at, max_pos, pos),
-            &inputs,
+            &[qkv[0], qkv[1], qkv[2], cos_sin[0], cos_sin[1]],
             |b, kt, vt, at| b.rope_write_kv_at(kt, vt, at, layout, qkv.map(operand_ref), cos_sin.map(operand_ref)),
         )
     }
@@ -853,12 +852,11 @@ impl Executor {
         tables: [&Operand; 2],
         attention: (f32, Option<usize>),
     ) -> Result<Option<Buffer>> {
-        let inputs: Vec<&Operand> = qkv.iter().chain(&tables).copied().collect();
         self.fused_kv_write(
             "rope_attention_at",
             (kc, vc),
             (k_at, v_at, max_pos, pos),
-            &inputs,
+            &[qkv[0], qkv[1], qkv[2], tables[0], tables[1]],
             |b, kt, vt, at| {
                 b.rope_attention_at(
                     kt,
@@ -1311,8 +1309,6 @@ fn bad_outputs(device: Device, bufs: &[Buffer], want: &[TensorMeta]) -> Option<S
     })
 }
 
-/// The destination of an in-place write, which no other tensor may share:
-/// a write must not change what a view or a clone sees.
 /// An operand as a backend reads it.
 fn operand_ref(o: &Operand) -> TensorRef<'_> {
     TensorRef {
@@ -1321,6 +1317,8 @@ fn operand_ref(o: &Operand) -> TensorRef<'_> {
     }
 }
 
+/// The destination of an in-place write, which no other tensor may share:
+/// a write must not change what a view or a clone sees.
 fn unique_target<'a>(op: &str, dst: &'a mut Buffer) -> Result<&'a mut dyn crate::backend::DeviceBuffer> {
     let others = Arc::strong_count(dst) - 1;
     Arc::get_mut(dst).ok_or_else(|| {

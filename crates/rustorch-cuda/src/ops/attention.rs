@@ -902,16 +902,9 @@ pub(crate) fn rope_attention_at(
     let Some(counters) = attention_counters(b)? else {
         return unsupported("no counters for the one-launch attention");
     };
-    let cache = |c: &mut dyn DeviceBuffer| -> Result<u64, BackendError> {
-        c.as_any()
-            .downcast_ref::<CudaBuffer>()
-            .filter(|c| c.device == b.device)
-            .map(|c| c.ptr())
-            .ok_or_else(|| BackendError::invalid(OP, format!("a cache is not on {}", b.device)))
-    };
     crate::buffer::forget_row_acts(kc);
     crate::buffer::forget_row_acts(vc);
-    let (kp, vp) = (cache(kc)?, cache(vc)?);
+    let (kp, vp) = (super::rope::cache_ptr(b, OP, kc)?, super::rope::cache_ptr(b, OP, vc)?);
     let ptr = |t: &TensorRef<'_>| -> Result<u64, BackendError> {
         Ok(b.own(OP, t.buffer)?.ptr() + (t.layout.offset() * t.dtype().size_in_bytes()) as u64)
     };

@@ -82,6 +82,15 @@ pub(crate) fn f32_inputs_f16_caches(inputs: &[&TensorRef<'_>], kc: &dyn DeviceBu
         && vc.dtype() == DType::F16
 }
 
+/// The device address of a cache the fused decode kernels write.
+pub(crate) fn cache_ptr(b: &CudaBackend, op: &str, c: &dyn DeviceBuffer) -> Result<u64, BackendError> {
+    c.as_any()
+        .downcast_ref::<CudaBuffer>()
+        .filter(|c| c.device == b.device)
+        .map(|c| c.ptr())
+        .ok_or_else(|| BackendError::invalid(op, format!("a cache is not on {}", b.device)))
+}
+
 /// `Backend::rope_write_kv_at` in one launch (`rope_kv_at_F32_F16`): one
 /// position (q `[.., 1, D]`, k and v `[.., 1, D]`, cos and sin `[1, R/2]`),
 /// contiguous f32 inputs and f16 caches; anything else is unsupported
@@ -132,14 +141,7 @@ pub(crate) fn rope_write_kv_at(
             "the cache regions differ from the keys and values",
         ));
     }
-    let cache = |c: &mut dyn DeviceBuffer| -> Result<u64, BackendError> {
-        c.as_any()
-            .downcast_ref::<CudaBuffer>()
-            .filter(|c| c.device == b.device)
-            .map(|c| c.ptr())
-            .ok_or_else(|| BackendError::invalid(OP, format!("a cache is not on {}", b.device)))
-    };
-    let (kcp, vcp) = (cache(kc)?, cache(vc)?);
+    let (kcp, vcp) = (cache_ptr(b, OP, kc)?, cache_ptr(b, OP, vc)?);
     let (nq, nk) = (q.layout.numel(), k.layout.numel());
     if i32::try_from(nq + 2 * nk).is_err() {
         // The kernel indexes in 32 bits.

@@ -72,7 +72,7 @@ struct Session {
 
 /// The host's time in each part of the replayed steps (`RUSTORCH_STEP_TIMES=1`),
 /// printed every `STEP_TIMES_EVERY` steps: what the GPU waits for between
-/// two recorded steps (bench/device_cuda_profile.sh `ab` compares the totals).
+/// two recorded steps.
 #[derive(Default)]
 struct StepTimes {
     steps: u32,
@@ -229,20 +229,15 @@ impl Model {
     fn step_in(&self, s: &mut Session, cache: &mut KvCache, token: u32) -> std::result::Result<Tensor, Fail> {
         let start = std::time::Instant::now();
         self.write_inputs(s, cache, token).map_err(Fail::Step)?;
+        // The replay's start and end (for `times`), where the step replays.
+        let mut replayed = None;
         match (&s.recorded, s.step_bytes) {
             (Some(recording), _) => {
                 let inputs = std::time::Instant::now();
                 self.exec
                     .replay(s.device, recording.as_ref())
                     .map_err(|e| Fail::Step(e.into()))?;
-                if s.times.is_some() {
-                    let launch = std::time::Instant::now();
-                    let logits = self.finish_step(cache, &s.logits).map_err(Fail::Step)?;
-                    if let Some(t) = s.times.as_mut() {
-                        t.add(start, inputs, launch);
-                    }
-                    return Ok(logits);
-                }
+                replayed = Some((inputs, std::time::Instant::now()));
             }
             (None, Some(bytes)) => {
                 let arena = (bytes as usize).saturating_mul(ARENA_FACTOR).max(ARENA_MIN);
@@ -274,7 +269,11 @@ impl Model {
                 });
             }
         };
-        self.finish_step(cache, &s.logits).map_err(Fail::Step)
+        let logits = self.finish_step(cache, &s.logits).map_err(Fail::Step)?;
+        if let (Some(t), Some((inputs, launch))) = (s.times.as_mut(), replayed) {
+            t.add(start, inputs, launch);
+        }
+        Ok(logits)
     }
 
     /// Checks the token and writes the step's inputs: its embedding row
@@ -379,30 +378,26 @@ impl Model {
                 let window = cfg.window_for_layer(il);
                 // Gemma scales the rotated queries before the attention (a
                 // rounding the fused form does not make): the ops for it.
-                let fused = match tables.iter().find(|(p, _, _)| *p == settings) {
-                    Some((_, cos_t, sin_t)) if cfg.arch != Arch::Gemma3 => cache.rope_attention_at(
-                        il,
-                        (&q, &k, &v),
-                        (cos_t, sin_t, layout),
-                        pos,
-                        (cfg.attn_scale, window),
-                    )?,
-                    _ => None,
+                let (_, cos_t, sin_t) = tables
+                    .iter()
+                    .find(|(p, _, _)| *p == settings)
+                    .expect("tables were made for every layer's rope settings");
+                let fused = if cfg.arch == Arch::Gemma3 {
+                    None
+                } else {
+                    cache.rope_attention_at(il, (&q, &k, &v), (cos_t, sin_t, layout), pos, (cfg.attn_scale, window))?
                 };
                 let out = match fused {
                     Some(out) => out,
                     None => {
-                        if !rows.iter().any(|(p, _, _)| *p == settings) {
-                            let (_, cos_t, sin_t) = tables
-                                .iter()
-                                .find(|(p, _, _)| *p == settings)
-                                .expect("tables were made for every layer's rope settings");
-                            rows.push((settings, cos_t.index_select(0, pos)?, sin_t.index_select(0, pos)?));
-                        }
-                        let (_, cos, sin) = rows
-                            .iter()
-                            .find(|(p, _, _)| *p == settings)
-                            .expect("the rows were gathered above");
+                        let at = match rows.iter().position(|(p, _, _)| *p == settings) {
+                            Some(at) => at,
+                            None => {
+                                rows.push((settings, cos_t.index_select(0, pos)?, sin_t.index_select(0, pos)?));
+                                rows.len() - 1
+                            }
+                        };
+                        let (_, cos, sin) = &rows[at];
                         // q and k rotated, k and v into the cache: one launch on a GPU.
                         let mut q = cache.rope_write_at(il, &q, &k, &v, (cos, sin, layout), pos)?;
                         let scale = if cfg.arch == Arch::Gemma3 {
