@@ -132,7 +132,7 @@ impl Tensor {
 
     /// A decode step's attention with its inputs' RoPE and cache write, in
     /// one call where the caches' backend fuses them (CUDA, with
-    /// `RUSTORCH_CUDA_ROPE_ATTENTION=1`: one launch): what
+    /// unless `RUSTORCH_CUDA_ROPE_ATTENTION=0`: one launch): what
     /// `rope_write_kv_at(q, k, v, (cos, sin, layout), kc, vc, dim, pos)`
     /// with `cos` and `sin` the rows of `cos_table` and `sin_table`
     /// (`[rows, R/2]`) at the position `pos` holds, then

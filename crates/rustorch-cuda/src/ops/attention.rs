@@ -830,7 +830,7 @@ pub(super) fn attention_at(
 }
 
 /// `Backend::rope_attention_at` in one launch (`attention_rope_at_joined_F16`,
-/// with `RUSTORCH_CUDA_ROPE_ATTENTION=1`): one query row a head (q
+/// unless `RUSTORCH_CUDA_ROPE_ATTENTION=0`): one query row a head (q
 /// `[H, 1, D]`), raw keys `[Hkv, 1, D]` and values `[Hkv, 1, Dv]`, f32 and
 /// contiguous, f16 caches whose write regions are their rows at the
 /// position (`[Hkv, 1, D]` of `[Hkv, N, D]`), f32 contiguous tables with a
@@ -851,7 +851,7 @@ pub(crate) fn rope_attention_at(
     const OP: &str = "rope_attention_at";
     let unsupported = |why: &str| Err(BackendError::unsupported(b.device, OP, why.to_string()));
     if !b.rope_attention {
-        return unsupported("RUSTORCH_CUDA_ROPE_ATTENTION is not 1");
+        return unsupported("off (RUSTORCH_CUDA_ROPE_ATTENTION=0)");
     }
     if !super::rope::f32_inputs_f16_caches(&[&q, &k, &v, &cos, &sin], &*kc, &*vc) {
         return unsupported("contiguous f32 inputs and f16 caches only");
