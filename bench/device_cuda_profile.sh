@@ -58,9 +58,9 @@ gen() { # FILE: a short greedy generation
 }
 
 # ncu's CSV (--csv --print-units base, gpu__time_duration.sum) summed by kernel, the most time first
-# (the first $TOP lines, all by default): MODE step, one decode step, from one `index_gather` (the
-# step's RoPE rows) to the third after it; MODE prompt, the second half of the launches (bench's
-# timed pass, after its warm-up pass).
+# (the first $TOP lines, all by default): MODE step, one decode step, from one `copy_into_b8` (the
+# step's position, copied into place by its first kernels) to the next; MODE prompt, the second
+# half of the launches (bench's timed pass, after its warm-up pass).
 sum_kernels() { # CSV MODE
     python3 - "$1" "$2" <<'PY'
 import collections, csv, os, sys
@@ -70,10 +70,10 @@ h = {k: j for j, k in enumerate(rows[head])}
 seq = [(r[h["Kernel Name"]], float(r[h["Metric Value"]].replace(",", "")))
        for r in rows[head + 1:] if r[h["Metric Name"]] == "gpu__time_duration.sum"]
 if sys.argv[2] == "step":
-    starts = [i for i, (n, _) in enumerate(seq) if n.startswith("index_gather")]
-    if len(starts) < 3:
+    starts = [i for i, (n, _) in enumerate(seq) if n.startswith("copy_into_b8")]
+    if len(starts) < 2:
         sys.exit(f"fewer than two decode steps in {len(seq)} kernels: raise NCU_COUNT")
-    a, b, what = starts[0], starts[2], "one decode step"
+    a, b, what = starts[0], starts[1], "one decode step"
 else:
     a, b, what = len(seq) // 2, len(seq), "one prompt pass"
 agg = collections.defaultdict(lambda: [0, 0.0])
@@ -96,7 +96,7 @@ times | prompt)
         f=$(model "$ty") || exit 2
         csv="$OUTDIR/ncu-$mode-$ty.csv"
         if [ "$mode" = times ]; then
-            run=(--launch-skip "${NCU_SKIP:-3000}" --launch-count "${NCU_COUNT:-800}"
+            run=(--launch-skip "${NCU_SKIP:-1000}" --launch-count "${NCU_COUNT:-800}"
                 "$CLI" -m "$f" -b cuda -p "Once upon a time" -n 12 --temp 0)
             part=step
         else

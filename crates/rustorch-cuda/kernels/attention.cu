@@ -729,22 +729,33 @@ __device__ i64 attention_at_block(const void* q, int qtype, Str4 lq, const typen
 
 // attention_at_block with its register shapes picked from Dv, and its
 // loads as vectors where `vec`.
-template <typename KT, bool VEC, bool ROPE>
+// attention_at_block with its register shape picked from Dv (PLF = 0), or
+// fixed (PLF: 2, 4 or 8, the kernels of one shape each), and its loads as
+// vectors where VEC.
+template <typename KT, bool VEC, bool ROPE, int PLF>
 __device__ i64 attention_at_pl(const void* q, int qtype, Str4 lq, const typename KT::store* k, Str4 lk,
                                const typename KT::store* v, Str4 lv, const void* pos, i64 pos_off, int pos64,
                                float* part, i64 t, i64 n, i64 d, i64 dv, i64 group, i64 window, float scale,
                                int* bad, float* y1, i64 min_share, int prefetch, const AtRope& rope, AtShared& sh) {
-    if (dv <= 64)
-        return attention_at_block<KT, 2, VEC, ROPE>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d,
-                                                 dv, group, window, scale, bad, y1, min_share, prefetch, rope, sh);
-    if (dv <= 128)
-        return attention_at_block<KT, 4, VEC, ROPE>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d,
-                                                 dv, group, window, scale, bad, y1, min_share, prefetch, rope, sh);
-    return attention_at_block<KT, 8, VEC, ROPE>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, dv,
-                                             group, window, scale, bad, y1, min_share, prefetch, rope, sh);
+    if constexpr (PLF != 0) {
+        return attention_at_block<KT, PLF, VEC, ROPE>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d,
+                                                      dv, group, window, scale, bad, y1, min_share, prefetch, rope,
+                                                      sh);
+    } else {
+        if (dv <= 64)
+            return attention_at_block<KT, 2, VEC, ROPE>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n,
+                                                        d, dv, group, window, scale, bad, y1, min_share, prefetch,
+                                                        rope, sh);
+        if (dv <= 128)
+            return attention_at_block<KT, 4, VEC, ROPE>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n,
+                                                        d, dv, group, window, scale, bad, y1, min_share, prefetch,
+                                                        rope, sh);
+        return attention_at_block<KT, 8, VEC, ROPE>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d,
+                                                    dv, group, window, scale, bad, y1, min_share, prefetch, rope, sh);
+    }
 }
 
-template <typename KT, bool ROPE = false>
+template <typename KT, bool ROPE = false, int PLF = 0>
 __device__ i64 attention_at_part(const void* q, int qtype, Str4 lq, const typename KT::store* k, Str4 lk,
                                  const typename KT::store* v, Str4 lv, const void* pos, i64 pos_off, int pos64,
                                  float* part, i64 t, i64 n, i64 d, i64 dv, i64 group, i64 window, float scale,
@@ -752,10 +763,10 @@ __device__ i64 attention_at_part(const void* q, int qtype, Str4 lq, const typena
                                  const AtRope& rope = AtRope{}) {
     __shared__ AtShared sh;
     if (vec)
-        return attention_at_pl<KT, true, ROPE>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, dv,
-                                               group, window, scale, bad, y1, min_share, prefetch, rope, sh);
-    return attention_at_pl<KT, false, ROPE>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, dv,
-                                            group, window, scale, bad, y1, min_share, prefetch, rope, sh);
+        return attention_at_pl<KT, true, ROPE, PLF>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d,
+                                                    dv, group, window, scale, bad, y1, min_share, prefetch, rope, sh);
+    return attention_at_pl<KT, false, ROPE, PLF>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, part, t, n, d, dv,
+                                                 group, window, scale, bad, y1, min_share, prefetch, rope, sh);
 }
 
 // attention_at_<KV>: a key a lane, AT_THREADS threads a block. (Four
@@ -855,38 +866,48 @@ __device__ void at_join_row(const float* part, float* y, unsigned int* counters,
     at_combine_row(part, y, gridDim.y, used, dv, blockIdx.x, gridDim.x);
     if (threadIdx.x == 0) counters[blockIdx.x] = 0;
 }
-#define ATTENTION_AT_JOINED(KTY)                                                                   \
-    extern "C" __global__ void __launch_bounds__(AT_THREADS) attention_at_joined_##KTY(            \
-        const void* q, int qtype, Str4 lq, const KTY##T::store* k, Str4 lk,                         \
-        const KTY##T::store* v, Str4 lv, const void* pos, i64 pos_off, int pos64, float* part,     \
-        i64 t, i64 n, i64 d, i64 dv, i64 group, i64 window, float scale, int* bad,                  \
-        i64 min_share, int vec, int prefetch, float* y, unsigned int* counters) {                   \
-        rt_kernel_entry();                                                                          \
-        const i64 used = attention_at_part<KTY##T>(q, qtype, lq, k, lk, v, lv, pos, pos_off, pos64, \
-                                                   part, t, n, d, dv, group, window, scale, bad, y, \
-                                                   min_share, vec, prefetch);                       \
-        if (used > 1) at_join_row(part, y, counters, dv, used);                                    \
+// One kernel per cache type and register shape (_pl2, _pl4, _pl8: Dv up
+// to 64, 128, 256; the launcher picks it): a kernel holding all three took
+// the largest's registers (255, with spills) for every head size, and on
+// the H200 a decode step's attention of 64-value heads ran in 6-7 us
+// instead of 8-13 once it had its own.
+#define ATTENTION_AT_JOINED(KTY, PL)                                                                 \
+    extern "C" __global__ void __launch_bounds__(AT_THREADS) attention_at_joined_##KTY##_pl##PL(     \
+        const void* q, int qtype, Str4 lq, const KTY##T::store* k, Str4 lk,                           \
+        const KTY##T::store* v, Str4 lv, const void* pos, i64 pos_off, int pos64, float* part,       \
+        i64 t, i64 n, i64 d, i64 dv, i64 group, i64 window, float scale, int* bad,                    \
+        i64 min_share, int vec, int prefetch, float* y, unsigned int* counters) {                     \
+        rt_kernel_entry();                                                                            \
+        const i64 used = attention_at_part<KTY##T, false, PL>(q, qtype, lq, k, lk, v, lv, pos, pos_off, \
+                                                              pos64, part, t, n, d, dv, group, window,  \
+                                                              scale, bad, y, min_share, vec, prefetch); \
+        if (used > 1) at_join_row(part, y, counters, dv, used);                                      \
     }
-ATTENTION_AT_JOINED(F32) ATTENTION_AT_JOINED(F16) ATTENTION_AT_JOINED(BF16)
+#define ATTENTION_AT_JOINED_SHAPES(KTY) ATTENTION_AT_JOINED(KTY, 2) ATTENTION_AT_JOINED(KTY, 4) ATTENTION_AT_JOINED(KTY, 8)
+ATTENTION_AT_JOINED_SHAPES(F32) ATTENTION_AT_JOINED_SHAPES(F16) ATTENTION_AT_JOINED_SHAPES(BF16)
 
-// attention_rope_at_joined_F16 (Backend::rope_attention_at): a decode
+// attention_rope_at_joined_F16_pl* (Backend::rope_attention_at): a decode
 // step's RoPE and key/value cache write inside its attention, one launch
 // instead of two (and no gather of the tables' rows): q the raw f32 query
 // row of each head ([H, 1, D]), k_new / v_new the raw keys and values, the
 // caches f16; each block rotates its query at the position's table row,
 // and the block holding the new position writes that position's key and
 // values before it reads them (AtRope).
-extern "C" __global__ void __launch_bounds__(AT_THREADS) attention_rope_at_joined_F16(
-    const float* q, Str4 lq, const u16* k, Str4 lk, const u16* v, Str4 lv, const void* pos, i64 pos_off, int pos64,
-    float* part, i64 n, i64 d, i64 dv, i64 group, i64 window, float scale, int* bad, i64 min_share, int vec,
-    int prefetch, float* y, unsigned int* counters, const float* k_new, const float* v_new, const float* cs,
-    const float* sn, i64 half, int interleaved) {
-    rt_kernel_entry();
-    const AtRope rope = {k_new, v_new, cs, sn, half, interleaved};
-    const i64 used = attention_at_part<F16T, true>(q, 0, lq, k, lk, v, lv, pos, pos_off, pos64, part, 1, n, d, dv,
-                                                   group, window, scale, bad, y, min_share, vec, prefetch, rope);
-    if (used > 1) at_join_row(part, y, counters, dv, used);
-}
+// One kernel per register shape, as attention_at_joined_*_pl*.
+#define ATTENTION_ROPE_AT_JOINED(PL)                                                                          \
+    extern "C" __global__ void __launch_bounds__(AT_THREADS) attention_rope_at_joined_F16_pl##PL(             \
+        const float* q, Str4 lq, const u16* k, Str4 lk, const u16* v, Str4 lv, const void* pos, i64 pos_off,   \
+        int pos64, float* part, i64 n, i64 d, i64 dv, i64 group, i64 window, float scale, int* bad,             \
+        i64 min_share, int vec, int prefetch, float* y, unsigned int* counters, const float* k_new,             \
+        const float* v_new, const float* cs, const float* sn, i64 half, int interleaved) {                      \
+        rt_kernel_entry();                                                                                     \
+        const AtRope rope = {k_new, v_new, cs, sn, half, interleaved};                                         \
+        const i64 used = attention_at_part<F16T, true, PL>(q, 0, lq, k, lk, v, lv, pos, pos_off, pos64, part, 1, \
+                                                           n, d, dv, group, window, scale, bad, y, min_share,    \
+                                                           vec, prefetch, rope);                                \
+        if (used > 1) at_join_row(part, y, counters, dv, used);                                                \
+    }
+ATTENTION_ROPE_AT_JOINED(2) ATTENTION_ROPE_AT_JOINED(4) ATTENTION_ROPE_AT_JOINED(8)
 
 // ---- Op::FlashAttention for long batches: cuBLAS on the tensor cores -----
 // The launcher (attention.rs, flash_gemm) multiplies S = Q K^T per key/value

@@ -1392,11 +1392,15 @@ extern "C" __global__ void add_rms_norm_q_F32(const float* x, Strided lo, const 
                                               Strided lw, float* s, float* y, i64 n, double eps,
                                               signed char* q32, float* d32, int* sum32, float* s32,
                                               signed char* qk, float* dk, int* bsumk) {
+    // The norm's weights before the wait (rt_norm_weights_late: after).
+    float wv[ROW_PER];
+    const bool early = !rt_norm_weights_late;
+    if (early) rms_norm_weights(w, lw, n, threadIdx.x, blockDim.x, wv);
     rt_kernel_entry();
     // The block's slice of the normed row, read back from here rather than
     // from y (a round trip to L2 in a chain of dependent steps).
     __shared__ float slice[1024];
-    rms_norm_rows<F32T, false, true, true>(x, lo, a, w, lw, s, y, n, eps, 1, slice);
+    rms_norm_rows<F32T, false, true, true>(x, lo, a, w, lw, s, y, n, eps, 1, slice, early ? wv : nullptr);
     __syncthreads();
     const i64 nt = blockDim.x, lo_v = (i64)blockIdx.x * nt, hi_v = min(lo_v + nt, n);
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;

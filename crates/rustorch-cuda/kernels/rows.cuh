@@ -43,11 +43,13 @@ template <bool WARP> __device__ __forceinline__ bool row_of(i64 rows, i64& o, in
 // same bits), but writes only values g * nt .. (g + 1) * nt of s and y:
 // the slice the kernel then works on further (add_rms_norm_q_F32), also
 // into `slice_out` (shared memory, value t of the slice at t) where given.
+// w_pre (SLICED only): the thread's weights, read by rms_norm_weights
+// before the kernel's wait; null: read here.
 template <typename TY, bool WARP, bool ADD, bool SLICED = false>
 __device__ void rms_norm_rows(const typename TY::store* x, const Strided& lo, const typename TY::store* a,
                               const typename TY::store* w, const Strided& lw, typename TY::store* s,
                               typename TY::store* y, i64 n64, double eps, i64 rows,
-                              float* slice_out = nullptr) {
+                              float* slice_out = nullptr, const float* w_pre = nullptr) {
     __shared__ double ssum[32];
     i64 o; int t, nt;
     if (SLICED) {
@@ -83,7 +85,8 @@ __device__ void rms_norm_rows(const typename TY::store* x, const Strided& lo, co
         // loads then overlap the row's instead of adding a memory round
         // trip (a decode step's norm is one block, bound by that latency).
         // The host sends contiguous weights only (one stride of 1).
-        wv[k] = (w && r < n) ? (float)load(TY(), w[lw.offset + r]) : 1.0f;
+        if (SLICED && w_pre) wv[k] = w_pre[k];
+        else wv[k] = (w && r < n) ? (float)load(TY(), w[lw.offset + r]) : 1.0f;
         q += (double)v[k] * (double)v[k];
     }
     if (ADD) {
@@ -107,3 +110,16 @@ __device__ void rms_norm_rows(const typename TY::store* x, const Strided& lo, co
     }
 }
 
+
+// A one-row block norm's weights for thread t of nt (values t + k nt), as
+// rms_norm_rows reads them, through the read-only path: a weight no kernel
+// writes, so a kernel reads it before its wait (rt_kernel_entry), its
+// memory round trip then overlapping the kernel before.
+__device__ __forceinline__ void rms_norm_weights(const float* w, const Strided& lw, i64 n, int t, int nt,
+                                                 float (&wv)[ROW_PER]) {
+#pragma unroll
+    for (int k = 0; k < ROW_PER; ++k) {
+        const i64 r = t + (i64)k * nt;
+        wv[k] = (w && r < n) ? __ldg(w + lw.offset + r) : 1.0f;
+    }
+}

@@ -300,12 +300,21 @@ impl CudaBackend {
         self.set_module_switches(m)
     }
 
-    /// The module's switches in constant memory (kernels/common.cuh):
-    /// `rt_weight_prefetch_off` where `RUSTORCH_CUDA_WEIGHT_PREFETCH=0`.
+    /// The module's switches in constant memory (kernels/common.cuh), each
+    /// set to 1 where its variable is `0`: `rt_weight_prefetch_off`
+    /// (`RUSTORCH_CUDA_WEIGHT_PREFETCH=0`), `rt_norm_weights_late`
+    /// (`RUSTORCH_CUDA_NORM_WEIGHTS_EARLY=0`).
     fn set_module_switches(&self, m: Arc<CudaModule>) -> Result<Arc<CudaModule>, BackendError> {
-        if env_is("RUSTORCH_CUDA_WEIGHT_PREFETCH", "0") {
+        const SWITCHES: [(&str, &str); 2] = [
+            ("RUSTORCH_CUDA_WEIGHT_PREFETCH", "rt_weight_prefetch_off"),
+            ("RUSTORCH_CUDA_NORM_WEIGHTS_EARLY", "rt_norm_weights_late"),
+        ];
+        for (var, symbol) in SWITCHES {
+            if !env_is(var, "0") {
+                continue;
+            }
             // A module the compiler left without the symbol has nothing to switch.
-            if let Ok(mut flag) = m.get_global("rt_weight_prefetch_off", &self.stream) {
+            if let Ok(mut flag) = m.get_global(symbol, &self.stream) {
                 self.stream
                     .memcpy_htod(&1i32.to_le_bytes(), &mut flag)
                     .and_then(|()| self.stream.synchronize())

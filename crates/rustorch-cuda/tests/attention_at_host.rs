@@ -8,7 +8,7 @@
 //! pos + T on (a key read there would show in the output) and the scratch
 //! with NaN (an accumulator read where none was written would too). The
 //! form that rotates its query and new key and writes the caches itself
-//! (`attention_rope_at_joined_F16`'s blocks) runs against the CPU's RoPE,
+//! (`attention_rope_at_joined_F16_pl*`'s blocks) runs against the CPU's RoPE,
 //! cache write and attention, the caches compared bit for bit.
 //! Needs a C++20 compiler (`$CXX`, else `c++`); without one the test says
 //! so in one line and passes, unless `RUSTORCH_REQUIRE_CXX` is set.

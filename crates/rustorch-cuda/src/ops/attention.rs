@@ -45,6 +45,17 @@ fn attention_counters(b: &CudaBackend) -> Result<Option<u64>, BackendError> {
     c.zero(&b.stream).map_err(|e| b.launch_err("attention counters", e))?;
     Ok(Some(b.attention_counters.get_or_init(|| c).ptr()))
 }
+/// The register shape of the one-launch decode attention's kernel for
+/// value rows of `dv` features (`_pl2`, `_pl4`, `_pl8`: the features a lane
+/// owns, attention_at_pl's pick).
+fn register_shape(dv: usize) -> usize {
+    match dv {
+        ..=64 => 2,
+        65..=128 => 4,
+        _ => 8,
+    }
+}
+
 /// Shared memory a block may use without opting in to more.
 const SHARED_LIMIT: usize = 48 * 1024;
 
@@ -645,7 +656,7 @@ fn rows_in_eighths(l: &Str4, p: u64) -> bool {
 
 /// `Op::AttentionAt`: q [H, T, D] (f32, f16 or bf16), k [Hkv, N, D] and v
 /// [Hkv, N, Dv] (f32, f16 or bf16), pos one i32 or i64 element. One launch
-/// (`attention_at_joined_<KV>`: the last block of each row merges the row's
+/// (`attention_at_joined_<KV>_pl*`: the last block of each row merges the row's
 /// partials) or, past the counters, two (`attention_at_<KV>`
 /// writes partial softmax states to scratch from `alloc`,
 /// `attention_at_combine` merges them), and the error flag's read-back,
@@ -731,7 +742,7 @@ pub(super) fn attention_at(
         None
     };
     let kernel = match counters {
-        Some(_) => format!("attention_at_joined_{kty}"),
+        Some(_) => format!("attention_at_joined_{kty}_pl{}", register_shape(dv)),
         None => format!("attention_at_{kty}"),
     };
     let f = b.function("attention", &kernel)?;
@@ -829,7 +840,7 @@ pub(super) fn attention_at(
     finish_attention_at(b, &bad, name, t, n, y)
 }
 
-/// `Backend::rope_attention_at` in one launch (`attention_rope_at_joined_F16`,
+/// `Backend::rope_attention_at` in one launch (`attention_rope_at_joined_F16_pl*`,
 /// unless `RUSTORCH_CUDA_ROPE_ATTENTION=0`): one query row a head (q
 /// `[H, 1, D]`), raw keys `[Hkv, 1, D]` and values `[Hkv, 1, Dv]`, f32 and
 /// contiguous, f16 caches whose write regions are their rows at the
@@ -928,8 +939,8 @@ pub(crate) fn rope_attention_at(
     let min_share = b.attention_min_share as i64;
     let prefetch = i32::from(b.attention_prefetch);
     let interleaved = matches!(layout, RopeLayout::Interleaved) as i32;
-    let kernel = "attention_rope_at_joined_F16";
-    let f = b.function("attention", kernel)?;
+    let kernel = format!("attention_rope_at_joined_F16_pl{}", register_shape(dv));
+    let f = b.function("attention", &kernel)?;
     let (partp, yp, badp) = (part.ptr(), y.ptr(), bad.ptr());
     let mut args = crate::launch::Launch::new(b, &f);
     args.arg(&qp)
@@ -965,7 +976,7 @@ pub(crate) fn rope_attention_at(
         block_dim: (AT_THREADS, 1, 1),
         shared_mem_bytes: 0,
     };
-    // SAFETY: attention_rope_at_joined_F16(q, lq, k, lk, v, lv, pos, pos_off,
+    // SAFETY: attention_rope_at_joined_F16_pl*(q, lq, k, lk, v, lv, pos, pos_off,
     // pos64, part, n, d, dv, group, window, scale, bad, min_share, vec,
     // prefetch, y, counters, k_new, v_new, cs, sn, half, interleaved): q
     // holds H rows of d f32 (lq), the caches' layouts are their own (Hkv x
@@ -978,7 +989,7 @@ pub(crate) fn rope_attention_at(
     // the counters H <= AT_COUNTER_ROWS zeroed u32 (as attention_at's
     // joined form); vec only where the cache rows are contiguous and
     // aligned to 8 elements; min_share >= 1.
-    unsafe { args.launch(cfg) }.map_err(|e| b.launch_err(kernel, e))?;
+    unsafe { args.launch(cfg) }.map_err(|e| b.launch_err(&kernel, e))?;
     Ok(Arc::new(finish_attention_at(b, &bad, OP, 1, n, y)?))
 }
 
