@@ -727,8 +727,6 @@ __device__ i64 attention_at_block(const void* q, int qtype, Str4 lq, const typen
     return used;
 }
 
-// attention_at_block with its register shapes picked from Dv, and its
-// loads as vectors where `vec`.
 // attention_at_block with its register shape picked from Dv (PLF = 0), or
 // fixed (PLF: 2, 4 or 8, the kernels of one shape each), and its loads as
 // vectors where VEC.

@@ -110,7 +110,6 @@ __device__ void rms_norm_rows(const typename TY::store* x, const Strided& lo, co
     }
 }
 
-
 // A one-row block norm's weights for thread t of nt (values t + k nt), as
 // rms_norm_rows reads them, through the read-only path: a weight no kernel
 // writes, so a kernel reads it before its wait (rt_kernel_entry), its

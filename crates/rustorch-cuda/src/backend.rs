@@ -44,7 +44,7 @@ pub struct CudaBackend {
     /// switch for the benchmarks).
     pub(crate) fused_rope: bool,
     /// Whether a decode step's attention does its RoPE and cache write
-    /// itself (`Backend::rope_attention_at`, `attention_rope_at_joined_F16`):
+    /// itself (`Backend::rope_attention_at`, `attention_rope_at_joined_F16_pl*`):
     /// on unless `RUSTORCH_CUDA_ROPE_ATTENTION=0` (measured on an H200:
     /// tg128 +5-10% on TinyLlama Q4_K_M, Q8_0 and F16, at 0 and 1024 positions).
     pub(crate) rope_attention: bool,

@@ -45,9 +45,10 @@ fn attention_counters(b: &CudaBackend) -> Result<Option<u64>, BackendError> {
     c.zero(&b.stream).map_err(|e| b.launch_err("attention counters", e))?;
     Ok(Some(b.attention_counters.get_or_init(|| c).ptr()))
 }
+
 /// The register shape of the one-launch decode attention's kernel for
 /// value rows of `dv` features (`_pl2`, `_pl4`, `_pl8`: the features a lane
-/// owns, attention_at_pl's pick).
+/// owns; the same rule as attention_at_pl's pick for the two-launch form).
 fn register_shape(dv: usize) -> usize {
     match dv {
         ..=64 => 2,
