@@ -143,6 +143,9 @@ fn gated(op: &Op, qtypes: &[QType; 2], act: GateActivation, x: CpuInput<'_>, ws:
     Ok(vec![CpuStorage::F32(gate)])
 }
 
+/// Lookups of at most this many rows run on the calling thread.
+const SERIAL_LOOKUP_ROWS: usize = 4;
+
 fn embedding(op: &Op, qtype: QType, w: CpuInput<'_>, ids: CpuInput<'_>) -> CpuResult {
     let (bytes, rows, cols, layout) = weight(op, qtype, w)?;
     if layout != Layout::Rows {
@@ -156,9 +159,15 @@ fn embedding(op: &Op, qtype: QType, w: CpuInput<'_>, ids: CpuInput<'_>) -> CpuRe
     // The same checked reading as every other indexing op.
     let ids = super::index::indices(op, ids, rows, 0)?;
     let mut out = vec![0f32; ids.len() * cols];
-    out.par_chunks_mut(cols.max(1))
-        .zip(ids.par_iter())
-        .try_for_each(|(o, &r)| dequantize_into(qtype, &bytes[r * row_bytes..(r + 1) * row_bytes], o))
-        .map_err(|e| quant_err(op, e))?;
+    let row = |(o, &r): (&mut [f32], &usize)| dequantize_into(qtype, &bytes[r * row_bytes..(r + 1) * row_bytes], o);
+    // A decode step's one row on the calling thread: handing it to the
+    // thread pool and waiting for it cost more than the row (the GPU's
+    // replayed steps wait for this lookup between tokens).
+    if ids.len() <= SERIAL_LOOKUP_ROWS {
+        out.chunks_mut(cols.max(1)).zip(ids.iter()).try_for_each(row)
+    } else {
+        out.par_chunks_mut(cols.max(1)).zip(ids.par_iter()).try_for_each(row)
+    }
+    .map_err(|e| quant_err(op, e))?;
     Ok(vec![CpuStorage::F32(out)])
 }

@@ -52,6 +52,14 @@ pub struct CudaBackend {
     /// products after it (ops/reduce.rs `add_rms_norm`, `add_rms_norm_q_F32`; off with
     /// `RUSTORCH_CUDA_NORM_QUANT=0`: the A/B switch).
     pub(crate) norm_quant: bool,
+    /// Whether that add + norm runs as `add_rms_norm_q_lean_F32` (an f32
+    /// sum and a fraction of the instructions) rather than
+    /// `add_rms_norm_q_F32` (`RUSTORCH_CUDA_LEAN_NORM=0`: the A/B switch).
+    pub(crate) lean_norm: bool,
+    /// Whether that add + norm quantizes its row in every layout whose
+    /// blocks it holds whole (`RUSTORCH_CUDA_NORM_ALL_LAYOUTS=1`), not only
+    /// in those its products read (the A/B switch).
+    pub(crate) norm_all_layouts: bool,
     /// Columns a team of the one-row gated MMVQ kernel takes, one after
     /// another (`RUSTORCH_CUDA_GATED_COLUMNS`, 1 or 2: fewer blocks, so
     /// a decode step's feed-forward fits the GPU in one wave).
@@ -221,6 +229,8 @@ impl CudaBackend {
             fused_rope: !env_is("RUSTORCH_CUDA_FUSED_ROPE", "0"),
             rope_attention: !env_is("RUSTORCH_CUDA_ROPE_ATTENTION", "0"),
             norm_quant: !env_is("RUSTORCH_CUDA_NORM_QUANT", "0"),
+            lean_norm: !env_is("RUSTORCH_CUDA_LEAN_NORM", "0"),
+            norm_all_layouts: env_is("RUSTORCH_CUDA_NORM_ALL_LAYOUTS", "1"),
             attention_min_share: match env_number("RUSTORCH_CUDA_AT_MIN_SHARE", 256u32) {
                 0 => 256,
                 v => v,

@@ -166,7 +166,7 @@ pub(crate) fn execute(
         }
         Op::TopK { k, dim, largest } => return sort::sort(b, "topk", &inputs[0], *dim, *k, *largest, outputs),
         Op::AddRmsNorm { eps } => {
-            let outs = reduce::add_rms_norm(b, op, *eps, inputs, outputs)?;
+            let outs = reduce::add_rms_norm(b, op, *eps, inputs, outputs, [true, true])?;
             return Ok(outs.into_iter().map(|buf| std::sync::Arc::new(buf) as Buffer).collect());
         }
         Op::AddRmsNormThen { .. } => {

@@ -71,7 +71,15 @@ pub(super) fn run(
     }
     // The parts: the norm (its output a buffer of this op's), then the products.
     let norm = Op::AddRmsNorm { eps: *eps };
-    let mut sy = super::reduce::add_rms_norm(b, &norm, *eps, &inputs[..3], &[outputs[0].clone(), outputs[0].clone()])?;
+    let wanted = super::quant::layouts_read_by(then);
+    let mut sy = super::reduce::add_rms_norm(
+        b,
+        &norm,
+        *eps,
+        &inputs[..3],
+        &[outputs[0].clone(), outputs[0].clone()],
+        wanted,
+    )?;
     let y = sy
         .pop()
         .ok_or_else(|| BackendError::invalid(op.name(), "the norm gave no output"))?;

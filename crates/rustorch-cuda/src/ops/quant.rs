@@ -683,10 +683,16 @@ fn mmvq_grid(b: &CudaBackend, kernel: &str, blocks: usize) -> Result<LaunchConfi
 /// launching `qact_q8_*`) and the kernel's seven array arguments: Q8_1's
 /// quants, scales, sums and s, then Q8_K's quants, scales and sums (zero
 /// where the layout is absent).
-pub(super) fn norm_row_acts(b: &CudaBackend, n: usize, slice: usize) -> Result<(RowActs, [u64; 7]), BackendError> {
+pub(super) fn norm_row_acts(
+    b: &CudaBackend,
+    n: usize,
+    slice: usize,
+    wanted: [bool; 2],
+) -> Result<(RowActs, [u64; 7]), BackendError> {
     let layouts = [ActLayout::Q32, ActLayout::K].map(|l| {
         let block = act_block(l);
-        (n.is_multiple_of(block) && slice.is_multiple_of(block)).then(|| ActRegions::new(1, n, l))
+        let want = wanted[l as usize] || b.norm_all_layouts;
+        (want && n.is_multiple_of(block) && slice.is_multiple_of(block)).then(|| ActRegions::new(1, n, l))
     });
     let total: usize = layouts.iter().flatten().map(|r| r.total.next_multiple_of(16)).sum();
     let buf = b.alloc(DType::U8, total.max(1))?;
@@ -706,6 +712,23 @@ pub(super) fn norm_row_acts(b: &CudaBackend, n: usize, slice: usize) -> Result<(
         _buf: buf,
     };
     Ok((acts, [q32, d32, sum32, s32, qk, dk, bsumk]))
+}
+
+/// The activation layouts (`[Q32, K]`, as `ActLayout` indexes them) that
+/// the one-row products of `then` read: the layouts a norm feeding them
+/// quantizes its row into. Any other op: both.
+pub(super) fn layouts_read_by(then: &Op) -> [bool; 2] {
+    let qtypes: &[QType] = match then {
+        Op::QMatMuls { qtypes } => qtypes,
+        Op::QMatMulGated { qtypes, .. } => qtypes,
+        Op::QMatMul { qtype, .. } => std::slice::from_ref(qtype),
+        _ => return [true, true],
+    };
+    let mut wanted = [false; 2];
+    for (layout, _) in qtypes.iter().filter_map(|&q| mmvq_layout(q)) {
+        wanted[layout as usize] = true;
+    }
+    wanted
 }
 
 /// `x` quantized for the MMVQ kernels (`qact_q8_32` / `qact_q8_k`, one

@@ -316,13 +316,16 @@ fn split_rows(b: &CudaBackend, rows: usize, n: usize) -> Option<(usize, usize)> 
 /// weight in one launch (`add_rms_norm_{warp,block}_F32`, the plain norm's
 /// code with the add before it), for rows that fit in registers (`supports`
 /// declines longer ones: they run as the add and the norm, the op's
-/// decomposition); strided inputs are copied first.
+/// decomposition); strided inputs are copied first. A one-row norm also
+/// quantizes its row for the products after it, in the activation layouts
+/// `wanted` (`[Q32, K]`, quant.rs `layouts_read_by`).
 pub(super) fn add_rms_norm(
     b: &CudaBackend,
     op: &Op,
     eps: f64,
     inputs: &[TensorRef<'_>],
     out: &[TensorMeta],
+    wanted: [bool; 2],
 ) -> Result<Vec<CudaBuffer>, BackendError> {
     let (x, a, w) = (&inputs[0], &inputs[1], &inputs[2]);
     let n = x.layout.dims().last().copied().unwrap_or(1);
@@ -354,12 +357,22 @@ pub(super) fn add_rms_norm(
     let (xp, ap, wp) = (at(x)?, at(a)?, at(w)?);
     // A decode step's norm also quantizes its row for the products after
     // it, in the same launch (one block a slice of `threads` values).
-    let quantized = if rows == 1 && mode == "block" && b.norm_quant && n.is_multiple_of(32) {
-        Some(super::quant::norm_row_acts(b, n, cfg.block_dim.0 as usize)?)
+    let threads = cfg.block_dim.0 as usize;
+    let quantized = if rows == 1 && mode == "block" && b.norm_quant && n.is_multiple_of(32) && wanted.contains(&true) {
+        Some(super::quant::norm_row_acts(b, n, threads, wanted)?)
     } else {
         None
     };
+    let lean = quantized.is_some() && b.lean_norm;
     let (module, kernel, cfg) = match quantized {
+        Some(_) if lean => (
+            "quant",
+            "add_rms_norm_q_lean_F32".to_string(),
+            LaunchConfig {
+                grid_dim: (n.div_ceil(threads) as u32, 1, 1),
+                ..cfg
+            },
+        ),
         Some(_) => (
             "quant",
             "add_rms_norm_q_F32".to_string(),
@@ -374,16 +387,21 @@ pub(super) fn add_rms_norm(
     let lw = Strided::from_parts(&[n], &[1], 0).expect("one dim");
     let (sp, yp, n64, rows64) = (s.ptr(), y.ptr(), n as i64, rows as i64);
     let f = b.function(module, &kernel)?;
+    let n32 = n as i32;
     let mut args = crate::launch::Launch::new(b, &f);
-    args.arg(&xp)
-        .arg(&lo)
-        .arg(&ap)
-        .arg(&wp)
-        .arg(&lw)
-        .arg(&sp)
-        .arg(&yp)
-        .arg(&n64)
-        .arg(&eps);
+    if lean {
+        args.arg(&xp).arg(&ap).arg(&wp).arg(&sp).arg(&yp).arg(&n32).arg(&eps);
+    } else {
+        args.arg(&xp)
+            .arg(&lo)
+            .arg(&ap)
+            .arg(&wp)
+            .arg(&lw)
+            .arg(&sp)
+            .arg(&yp)
+            .arg(&n64)
+            .arg(&eps);
+    }
     match &quantized {
         Some((_, arrays)) => arrays.iter().for_each(|p| {
             args.arg(p);
@@ -397,7 +415,10 @@ pub(super) fn add_rms_norm(
     // rows * n values each (n for w); s and y hold rows * n.
     // add_rms_norm_q_F32(x, lo, a, w, lw, s, y, n, eps, q32, d32, sum32,
     // s32, qk, dk, bsumk): the same for one row, and each layout's arrays
-    // (null where absent) in the allocation norm_row_acts made for them.
+    // (null where absent) in the allocation norm_row_acts made for them;
+    // add_rms_norm_q_lean_F32(x, a, w, s, y, n, eps, the same arrays): the
+    // same row, contiguous from x, a and w (n <= REGISTER_ROW_MAX, the
+    // block mode's bound, so n fits an i32).
     unsafe { args.launch(cfg) }.map_err(|e| b.launch_err(&kernel, e))?;
     let mut y = y;
     if let Some((acts, _)) = quantized {

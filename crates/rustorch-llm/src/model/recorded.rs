@@ -82,7 +82,9 @@ struct StepTimes {
     inputs: std::time::Duration,
     /// The replay's launch.
     launch: std::time::Duration,
-    /// The wait for the step's end and the logits' copy to the host.
+    /// The wait for the step's end.
+    wait: std::time::Duration,
+    /// The logits' copy to the host and the cache's advance.
     finish: std::time::Duration,
     last_end: Option<std::time::Instant>,
 }
@@ -94,24 +96,26 @@ impl StepTimes {
         matches!(std::env::var("RUSTORCH_STEP_TIMES").as_deref(), Ok("1")).then(StepTimes::default)
     }
 
-    fn add(&mut self, start: std::time::Instant, inputs: std::time::Instant, launch: std::time::Instant) {
+    fn add(&mut self, start: std::time::Instant, [inputs, launch, waited]: [std::time::Instant; 3]) {
         let end = std::time::Instant::now();
         if let Some(last) = self.last_end {
             self.between += start - last;
         }
         self.inputs += inputs - start;
         self.launch += launch - inputs;
-        self.finish += end - launch;
+        self.wait += waited - launch;
+        self.finish += end - waited;
         self.last_end = Some(end);
         self.steps += 1;
         if self.steps == STEP_TIMES_EVERY {
             let us = |d: std::time::Duration| d.as_secs_f64() * 1e6 / f64::from(self.steps);
             eprintln!(
-                "rustorch: {} replayed steps, host us a step: between steps {:.1}, inputs {:.1}, launch {:.1}, wait and logits {:.1}",
+                "rustorch: {} replayed steps, host us a step: between steps {:.1}, inputs {:.1}, launch {:.1}, wait {:.1}, logits {:.1}",
                 self.steps,
                 us(self.between),
                 us(self.inputs),
                 us(self.launch),
+                us(self.wait),
                 us(self.finish)
             );
             *self = StepTimes {
@@ -237,7 +241,12 @@ impl Model {
                 self.exec
                     .replay(s.device, recording.as_ref())
                     .map_err(|e| Fail::Step(e.into()))?;
-                replayed = Some((inputs, std::time::Instant::now()));
+                let launch = std::time::Instant::now();
+                // Timed steps wait here, so that the logits' copy is timed alone.
+                if s.times.is_some() {
+                    self.exec.synchronize().map_err(|e| Fail::Step(e.into()))?;
+                }
+                replayed = Some([inputs, launch, std::time::Instant::now()]);
             }
             (None, Some(bytes)) => {
                 let arena = (bytes as usize).saturating_mul(ARENA_FACTOR).max(ARENA_MIN);
@@ -270,8 +279,8 @@ impl Model {
             }
         };
         let logits = self.finish_step(cache, &s.logits).map_err(Fail::Step)?;
-        if let (Some(t), Some((inputs, launch))) = (s.times.as_mut(), replayed) {
-            t.add(start, inputs, launch);
+        if let (Some(t), Some(at)) = (s.times.as_mut(), replayed) {
+            t.add(start, at);
         }
         Ok(logits)
     }
