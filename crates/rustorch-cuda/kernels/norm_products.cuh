@@ -26,24 +26,39 @@ struct QNormIn {
 
 // The block's normed row: y (f32, k values) at the start of `sm`, the
 // dynamic shared memory. Every thread of the block calls it.
+// The sum of squares in f32 and rsqrtf, as add_rms_norm_q_lean_F32 (and
+// llama.cpp's CUDA norm), unless rt_lean_norm_off (RUSTORCH_CUDA_LEAN_NORM=0):
+// then in f64, as rms_norm_rows.
 __device__ __forceinline__ float* qn_norm_row(const QNormIn& in, u8* sm) {
     __shared__ double part[QN_WARPS];
+    __shared__ float part_f[QN_WARPS];
     float* y = reinterpret_cast<float*>(sm);
     const int t = threadIdx.x, nt = blockDim.x;
     const int n = (int)in.k;
+    const bool lean = !rt_lean_norm_off;
     float v[QN_PER], wv[QN_PER];
     double q = 0.0;
+    float qf = 0.0f;
     // Every load before any store (see rms_norm_rows).
 #pragma unroll
     for (int i = 0; i < QN_PER; ++i) {
         const int r = t + i * nt;
         v[i] = r < n ? in.x[r] + in.a[r] : 0.0f;
         wv[i] = r < n ? in.w[r] : 0.0f;
-        q += (double)v[i] * (double)v[i];
     }
+    if (lean) {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) q += __shfl_xor_sync(0xffffffffu, q, o);
-    if ((t & 31) == 0) part[t >> 5] = q;
+        for (int i = 0; i < QN_PER; ++i) qf = fmaf(v[i], v[i], qf);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) qf += __shfl_xor_sync(0xffffffffu, qf, o);
+        if ((t & 31) == 0) part_f[t >> 5] = qf;
+    } else {
+#pragma unroll
+        for (int i = 0; i < QN_PER; ++i) q += (double)v[i] * (double)v[i];
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) q += __shfl_xor_sync(0xffffffffu, q, o);
+        if ((t & 31) == 0) part[t >> 5] = q;
+    }
     if (blockIdx.x == 0 && in.s) {
 #pragma unroll
         for (int i = 0; i < QN_PER; ++i) {
@@ -52,9 +67,16 @@ __device__ __forceinline__ float* qn_norm_row(const QNormIn& in, u8* sm) {
         }
     }
     __syncthreads();
-    double sum = 0.0;
-    for (int w = 0; w < (nt >> 5); ++w) sum += part[w];
-    const float scale = (float)(1.0 / sqrt(sum / (double)in.k + in.eps));
+    float scale;
+    if (lean) {
+        float sum = part_f[0];
+        for (int w = 1; w < (nt >> 5); ++w) sum += part_f[w];
+        scale = rsqrtf(__fdiv_rn(sum, (float)n) + (float)in.eps);
+    } else {
+        double sum = 0.0;
+        for (int w = 0; w < (nt >> 5); ++w) sum += part[w];
+        scale = (float)(1.0 / sqrt(sum / (double)in.k + in.eps));
+    }
 #pragma unroll
     for (int i = 0; i < QN_PER; ++i) {
         const int r = t + i * nt;

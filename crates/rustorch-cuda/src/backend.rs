@@ -315,9 +315,10 @@ impl CudaBackend {
     /// (`RUSTORCH_CUDA_WEIGHT_PREFETCH=0`), `rt_norm_weights_late`
     /// (`RUSTORCH_CUDA_NORM_WEIGHTS_EARLY=0`).
     fn set_module_switches(&self, m: Arc<CudaModule>) -> Result<Arc<CudaModule>, BackendError> {
-        const SWITCHES: [(&str, &str); 2] = [
+        const SWITCHES: [(&str, &str); 3] = [
             ("RUSTORCH_CUDA_WEIGHT_PREFETCH", "rt_weight_prefetch_off"),
             ("RUSTORCH_CUDA_NORM_WEIGHTS_EARLY", "rt_norm_weights_late"),
+            ("RUSTORCH_CUDA_LEAN_NORM", "rt_lean_norm_off"),
         ];
         for (var, symbol) in SWITCHES {
             if !env_is(var, "0") {

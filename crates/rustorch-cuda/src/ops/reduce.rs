@@ -355,17 +355,19 @@ pub(super) fn add_rms_norm(
         Ok(p)
     };
     let (xp, ap, wp) = (at(x)?, at(a)?, at(w)?);
-    // A decode step's norm also quantizes its row for the products after
-    // it, in the same launch (one block a slice of `threads` values).
     let threads = cfg.block_dim.0 as usize;
-    let quantized = if rows == 1 && mode == "block" && b.norm_quant && n.is_multiple_of(32) && wanted.contains(&true) {
+    // A decode step's norm (one row, in registers): the lean kernel, which
+    // also quantizes the row for the products after it where they read a
+    // quantized row (`wanted`), or add_rms_norm_q_F32 where it is off.
+    let one_row = rows == 1 && mode == "block" && b.norm_quant && n.is_multiple_of(32);
+    let quantized = if one_row && wanted.contains(&true) {
         Some(super::quant::norm_row_acts(b, n, threads, wanted)?)
     } else {
         None
     };
-    let lean = quantized.is_some() && b.lean_norm;
+    let lean = one_row && b.lean_norm;
     let (module, kernel, cfg) = match quantized {
-        Some(_) if lean => (
+        _ if lean => (
             "quant",
             "add_rms_norm_q_lean_F32".to_string(),
             LaunchConfig {
@@ -402,8 +404,13 @@ pub(super) fn add_rms_norm(
             .arg(&n64)
             .arg(&eps);
     }
+    // The lean kernel's layouts that are not wanted: null.
+    let no_arrays = [0u64; 7];
     match &quantized {
         Some((_, arrays)) => arrays.iter().for_each(|p| {
+            args.arg(p);
+        }),
+        None if lean => no_arrays.iter().for_each(|p| {
             args.arg(p);
         }),
         None => {
