@@ -61,9 +61,9 @@ pub struct CudaBackend {
     /// in those its products read (the A/B switch).
     pub(crate) norm_all_layouts: bool,
     /// Columns a team of the one-row gated MMVQ kernel takes, one after
-    /// another (`RUSTORCH_CUDA_GATED_COLUMNS`, 1 or 2: fewer blocks, so
-    /// a decode step's feed-forward fits the GPU in one wave).
-    pub(crate) gated_columns: i32,
+    /// another, where `RUSTORCH_CUDA_GATED_COLUMNS` forces 1 or 2; `None`:
+    /// chosen by the launch's size (ops/quant.rs `gated_columns`).
+    pub(crate) gated_columns: Option<i32>,
     /// The fewest keys a block of the one-launch `attention_at` takes
     /// (`RUSTORCH_CUDA_AT_MIN_SHARE`, default 256): a row with fewer visible
     /// keys is one block's, written without a merge. On the H200 (session
@@ -236,10 +236,10 @@ impl CudaBackend {
                 v => v,
             },
             attention_prefetch: !env_is("RUSTORCH_CUDA_AT_PREFETCH", "0"),
-            gated_columns: if env_is("RUSTORCH_CUDA_GATED_COLUMNS", "1") {
-                1
-            } else {
-                2
+            gated_columns: match std::env::var("RUSTORCH_CUDA_GATED_COLUMNS").as_deref() {
+                Ok("1") => Some(1),
+                Ok("2") => Some(2),
+                _ => None,
             },
             flash_mma: major >= 8 && !env_is("RUSTORCH_CUDA_FLASH_MMA", "0"),
             attention_counters: std::sync::OnceLock::new(),

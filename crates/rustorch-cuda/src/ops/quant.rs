@@ -664,6 +664,27 @@ fn wrow_product(
 }
 
 /// A grid of `blocks` MMVQ-shaped blocks (`QMMVQ_WARPS` warps each).
+/// Columns a team of the one-row gated kernel takes (`cols`): one where
+/// the launch then fills at most half a wave of the blocks the GPU holds
+/// at once (SmolLM2's 1536 columns: about a third, which two a team left
+/// mostly idle: tg128 1349 -> 1408 with one, H200), else two (TinyLlama's
+/// 5632: more than a wave, where two a team measured faster: Q8_0 1027 ->
+/// 1072). `RUSTORCH_CUDA_GATED_COLUMNS=1` or `2` forces it.
+fn gated_columns(b: &CudaBackend, f: &cudarc::driver::CudaFunction, n: usize, teams: usize) -> i32 {
+    if let Some(cols) = b.gated_columns {
+        return cols;
+    }
+    let per_sm = f
+        .occupancy_max_active_blocks_per_multiprocessor((32 * MMVQ_WARPS) as u32, 0, None)
+        .unwrap_or(0);
+    let wave = per_sm as usize * b.sm_count as usize;
+    if wave > 0 && 2 * n.div_ceil(teams) <= wave {
+        1
+    } else {
+        2
+    }
+}
+
 fn mmvq_grid(b: &CudaBackend, kernel: &str, blocks: usize) -> Result<LaunchConfig, BackendError> {
     let blocks = u32::try_from(blocks)
         .map_err(|_| BackendError::unsupported(b.device, kernel, "more weight rows than a grid holds"))?;
@@ -1034,7 +1055,7 @@ fn gated_mmvq(
     let kernel = format!("qmmvq_gated_{ty}");
     let f = b.function("quant", &kernel)?;
     let tw = mmvq_team_warps(x.k, mmvq_row_unit(qtypes[0]), 1);
-    let (tw32, cols) = (tw as i32, b.gated_columns);
+    let (tw32, cols) = (tw as i32, gated_columns(b, &f, n, mmvq_teams(tw)));
     let cfg = mmvq_grid(b, &kernel, n.div_ceil(cols as usize * mmvq_teams(tw)))?;
     let as_ = if layout == ActLayout::Q32 { qa.s } else { 0 };
     let (n64, k64, yp) = (n as i64, x.k as i64, y.ptr());
