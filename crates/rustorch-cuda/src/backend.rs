@@ -49,8 +49,8 @@ pub struct CudaBackend {
     /// tg128 +5-10% on TinyLlama Q4_K_M, Q8_0 and F16, at 0 and 1024 positions).
     pub(crate) rope_attention: bool,
     /// Whether a one-row add + norm also quantizes its row for the
-    /// products after it (ops/reduce.rs `add_rms_norm`, `add_rms_norm_q_F32`; off with
-    /// `RUSTORCH_CUDA_NORM_QUANT=0`: the A/B switch).
+    /// products after it (ops/reduce.rs `add_rms_norm`, `add_rms_norm_q_lean_F32`;
+    /// off with `RUSTORCH_CUDA_NORM_QUANT=0`: the A/B switch).
     pub(crate) norm_quant: bool,
     /// Whether that add + norm runs as `add_rms_norm_q_lean_F32` (an f32
     /// sum and a fraction of the instructions) rather than
@@ -313,7 +313,8 @@ impl CudaBackend {
     /// The module's switches in constant memory (kernels/common.cuh), each
     /// set to 1 where its variable is `0`: `rt_weight_prefetch_off`
     /// (`RUSTORCH_CUDA_WEIGHT_PREFETCH=0`), `rt_norm_weights_late`
-    /// (`RUSTORCH_CUDA_NORM_WEIGHTS_EARLY=0`).
+    /// (`RUSTORCH_CUDA_NORM_WEIGHTS_EARLY=0`), `rt_lean_norm_off`
+    /// (`RUSTORCH_CUDA_LEAN_NORM=0`).
     fn set_module_switches(&self, m: Arc<CudaModule>) -> Result<Arc<CudaModule>, BackendError> {
         const SWITCHES: [(&str, &str); 3] = [
             ("RUSTORCH_CUDA_WEIGHT_PREFETCH", "rt_weight_prefetch_off"),

@@ -663,7 +663,6 @@ fn wrow_product(
     Ok(())
 }
 
-/// A grid of `blocks` MMVQ-shaped blocks (`QMMVQ_WARPS` warps each).
 /// Columns a team of the one-row gated kernel takes (`cols`): one where
 /// the launch then fills at most half a wave of the blocks the GPU holds
 /// at once (SmolLM2's 1536 columns: about a third, which two a team left
@@ -685,6 +684,7 @@ fn gated_columns(b: &CudaBackend, f: &cudarc::driver::CudaFunction, n: usize, te
     }
 }
 
+/// A grid of `blocks` MMVQ-shaped blocks (`QMMVQ_WARPS` warps each).
 fn mmvq_grid(b: &CudaBackend, kernel: &str, blocks: usize) -> Result<LaunchConfig, BackendError> {
     let blocks = u32::try_from(blocks)
         .map_err(|_| BackendError::unsupported(b.device, kernel, "more weight rows than a grid holds"))?;
@@ -696,9 +696,10 @@ fn mmvq_grid(b: &CudaBackend, kernel: &str, blocks: usize) -> Result<LaunchConfi
 }
 
 /// Where a one-row add + norm quantizes its output row for the products
-/// after it (`add_rms_norm_q_F32`, launched by `reduce::add_rms_norm`):
-/// every layout whose blocks divide the row and the kernel's slices of
-/// `slice` values (one a block), in one allocation. Returns the `RowActs`
+/// after it (`add_rms_norm_q_lean_F32` or `add_rms_norm_q_F32`, launched
+/// by `reduce::add_rms_norm`): each layout `wanted` (all with
+/// `RUSTORCH_CUDA_NORM_ALL_LAYOUTS=1`) whose blocks divide the row and the
+/// kernel's slices of `slice` values (one a block), in one allocation. Returns the `RowActs`
 /// to set on the output once the kernel is queued (the products that read
 /// that buffer whole then take it, `Activations::quantized`, instead of
 /// launching `qact_q8_*`) and the kernel's seven array arguments: Q8_1's
