@@ -10,6 +10,10 @@
 #   bash bench/device_cuda_profile.sh kernel NAME [TYPE]  ncu's full set for one launch of kernel
 #                                                          NAME (a regex) in decode steps (in a
 #                                                          512-token prompt pass with NCU_PROMPT=1)
+#   bash bench/device_cuda_profile.sh stalls NAME [TYPE]  ncu's stall reasons (cycles a warp waited per
+#                                                          instruction issued, by reason), instructions,
+#                                                          warps and duration of one launch of NAME in
+#                                                          decode steps (NCU_SKIP, default 100, launches first)
 #   bash bench/device_cuda_profile.sh prompt [TYPE...]    ncu gpu__time_duration of the kernels of
 #                                                          a 512-token prompt pass, summed by kernel
 #   bash bench/device_cuda_profile.sh ops [TYPE...]       RUSTORCH_PROFILE=1 of a 512-token prompt
@@ -127,6 +131,35 @@ h = {k: j for j, k in enumerate(rows[head])}
 for r in rows[head + 1:]:
     if r[h["Metric Name"]]:
         print(f"{r[h['Section Name']][:24]:<26}{r[h['Metric Name']]:<50}{r[h['Metric Value']]} {r[h['Metric Unit']]}")
+PY
+    ;;
+stalls)
+    name=${2:?kernel name (a regex)}
+    f=$(model "${3:-Q4_K_M}") || exit 2
+    csv="$OUTDIR/ncu-stalls.csv"
+    timeout 300 ncu --clock-control none --cache-control none -k "regex:$name" \
+        --launch-skip "${NCU_SKIP:-100}" --launch-count 1 --csv --page raw \
+        --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,gpu__time_duration.sum,smsp__inst_executed.sum,smsp__warps_launched.sum,smsp__cycles_active.max" \
+        "$CLI" -m "$f" -b cuda -p "Once upon a time" -n 12 --temp 0 > "$csv" 2> "$OUTDIR/ncu-stalls.err"
+    python3 - "$csv" <<'PY'
+import csv, sys
+rows = [r for r in csv.reader(open(sys.argv[1])) if r]
+i = next(i for i, r in enumerate(rows) if r[0] == "ID")
+head, values = rows[i], rows[i + 2]
+print(values[head.index("Kernel Name")])
+out = []
+for k, x in zip(head, values):
+    try:
+        v = float(x.replace(",", ""))
+    except ValueError:
+        continue
+    if "stalled" in k:
+        if v >= 0.05:
+            out.append(("stall " + k.replace("smsp__average_warps_issue_stalled_", "").replace("_per_issue_active.ratio", ""), v))
+    elif k.startswith(("gpu__time_duration.sum", "smsp__inst_executed.sum", "smsp__warps_launched.sum", "smsp__cycles_active.max")):
+        out.append((k, v))
+for k, v in sorted(out, key=lambda t: (t[0].startswith("stall"), -t[1])):
+    print(f"  {k:<40}{v:,.2f}")
 PY
     ;;
 ops)
