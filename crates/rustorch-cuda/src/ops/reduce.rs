@@ -404,18 +404,14 @@ pub(super) fn add_rms_norm(
             .arg(&n64)
             .arg(&eps);
     }
-    // The lean kernel's layouts that are not wanted: null.
-    let no_arrays = [0u64; 7];
-    match &quantized {
-        Some((_, arrays)) => arrays.iter().for_each(|p| {
+    // The quantizing kernels' seven layout arrays (null where not wanted).
+    let arrays = quantized.as_ref().map_or([0u64; 7], |(_, arrays)| *arrays);
+    if lean || quantized.is_some() {
+        arrays.iter().for_each(|p| {
             args.arg(p);
-        }),
-        None if lean => no_arrays.iter().for_each(|p| {
-            args.arg(p);
-        }),
-        None => {
-            args.arg(&rows64);
-        }
+        });
+    } else {
+        args.arg(&rows64);
     }
     // SAFETY: add_rms_norm_{warp,block}_F32(x, lo, a, w, lw, s, y, n, eps,
     // rows): x, a and w contiguous f32 from their offsets (checked above),
