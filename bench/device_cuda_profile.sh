@@ -28,7 +28,10 @@
 #                                                          setting in turn, in one run (for example
 #                                                          RUSTORCH_CUDA_FUSED_ROPE=0 RUSTORCH_CUDA_FUSED_ROPE=1;
 #                                                          several variables at once: A=1+B=2;
-#                                                          AB_ARGS="-d 1024": after 1024 positions)
+#                                                          AB_ARGS="-d 1024": after 1024 positions;
+#                                                          the setting BASE: the build packed in
+#                                                          .device-base by tools/pack_device_base.sh,
+#                                                          e.g. BASE NONE for the old and new code)
 #
 # ncu runs with --clock-control none --cache-control none: each kernel alone, no cache flush, so a
 # step's sum is above its time in a run (launches overlap there). Tables go to stdout; ncu's CSV to
@@ -237,13 +240,27 @@ ab)
     while [ $# -gt 0 ] && [ "$1" != "--" ]; do settings+=("$1"); shift; done
     [ "${1:-}" = "--" ] && shift
     [ ${#settings[@]} -gt 0 ] || { echo "usage: $0 ab VAR=V... [-- TYPE...]" >&2; exit 2; }
+    base_cli=$W/base/rustorch-cli
+    if printf '%s\n' "${settings[@]}" | grep -qx BASE; then
+        root=$(cd "$(dirname "$0")/.." && pwd)
+        [ -f "$root/.device-base/rustorch-cli.xz" ] || { echo "device_cuda_profile: no .device-base (tools/pack_device_base.sh)" >&2; exit 2; }
+        rm -rf "$W/base" && mkdir -p "$W/base/cache"
+        xz -dc "$root/.device-base/rustorch-cli.xz" > "$base_cli" && chmod +x "$base_cli"
+        tar -xJf "$root/.device-base/kcache.tar.xz" -C "$W/base/cache"
+    fi
     for ty in "${@:-Q4_K_M}"; do
         f=$(model "$ty") || exit 2
         for s in "${settings[@]}"; do
-            # A setting of several variables joins them with '+' (A=1+B=2).
-            IFS='+' read -ra vars <<< "$s"
+            # A setting of several variables joins them with '+' (A=1+B=2);
+            # BASE runs the packed base build with its own kernels, NONE nothing set.
+            cli=$CLI vars=()
+            case $s in
+                BASE) cli=$base_cli vars=(RUSTORCH_CUDA_CACHE="$W/base/cache") ;;
+                NONE) ;;
+                *) IFS='+' read -ra vars <<< "$s" ;;
+            esac
             # shellcheck disable=SC2086 # AB_ARGS: extra bench arguments, split on spaces (-d 1024)
-            tg=$(env "${vars[@]}" "$CLI" bench -m "$f" -b cuda -p 512 -n 128 -r 3 ${AB_ARGS:-} 2>/dev/null | awk -F'|' '/tg128/ {print $(NF-1)}')
+            tg=$(env "${vars[@]}" "$cli" bench -m "$f" -b cuda -p 512 -n 128 -r 3 ${AB_ARGS:-} 2>/dev/null | awk -F'|' '/tg128/ {print $(NF-1)}')
             echo "$ty $s: tg128 $tg t/s"
         done
     done
