@@ -17,14 +17,6 @@ typedef unsigned long long u64;
 // quantized products' weight prefetch before their wait
 // (q_prefetch_wanted in quant.cu): the A/B switch of that prefetch.
 __constant__ int rt_weight_prefetch_off;
-// Set to 1 by the host where RUSTORCH_CUDA_NORM_WEIGHTS_EARLY=0: the
-// decode step's add + norm (add_rms_norm_q_F32) then reads its weights
-// after the wait, not before it: that A/B switch.
-__constant__ int rt_norm_weights_late;
-// Set to 1 where RUSTORCH_CUDA_LEAN_NORM=0: the norm inside the products'
-// launches (kernels/norm_products.cuh) sums in f64, not f32 (the host's
-// side of the switch picks the decode step's add + norm kernel).
-__constant__ int rt_lean_norm_off;
 
 // Programmatic dependent launch (src/launch.rs, Hopper on): a kernel may
 // be scheduled while the kernel before it in the stream still runs. Every

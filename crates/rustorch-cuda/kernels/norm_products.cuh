@@ -4,15 +4,20 @@
 // whose output the products then wait for. Included at the end of
 // quant.cu (it uses the MMVQ and float-row routines there).
 //
-// Each block: s = x + a (block 0 writes it out, where s is not null), the sum of squares in
-// double in a fixed order (the same bits in every block), y = s * scale *
-// w as rms_norm_rows computes it, then y quantized into shared memory by
+// Each block: s = x + a (block 0 writes it out, where s is not null), the
+// sum of squares in f32 in a fixed order (the same bits in every block, and
+// as the decode step's own norm kernel, add_rms_norm_q_lean_F32), y = s *
+// scale * w, then y quantized into shared memory by
 // qact_block_32 / qact_block_k (the qact kernels' code), or kept in f32
 // for the float weights. The blocks are few (a grid the GPU holds at
 // once): each takes columns gridDim.x * QN_WARPS apart, one warp a column
 // (two at once: both rows' loads in flight), so the row is normed once a
 // block rather than once per column group.
 #define QN_WARPS 8
+// Blocks an SM must hold at once: the launcher's grid is this many times
+// the SMs (RUSTORCH_CUDA_NORM_PRODUCTS, default 2), so more registers than
+// that allows would make the grid two waves.
+#define QN_BLOCKS_PER_SM 2
 #define QN_PER 16  // values of the row a thread holds: rows up to 32 * QN_WARPS * QN_PER = 4096
 
 struct QNormIn {
@@ -25,20 +30,16 @@ struct QNormIn {
 };
 
 // The block's normed row: y (f32, k values) at the start of `sm`, the
-// dynamic shared memory. Every thread of the block calls it.
-// The sum of squares in f32 and rsqrtf, as add_rms_norm_q_lean_F32 (and
-// llama.cpp's CUDA norm), unless rt_lean_norm_off (RUSTORCH_CUDA_LEAN_NORM=0):
-// then in f64, as rms_norm_rows.
+// dynamic shared memory. Every thread of the block calls it. The sum of
+// squares in f32 and rsqrtf, as add_rms_norm_q_lean_F32 (and llama.cpp's
+// CUDA norm).
 __device__ __forceinline__ float* qn_norm_row(const QNormIn& in, u8* sm) {
-    __shared__ double part[QN_WARPS];
-    __shared__ float part_f[QN_WARPS];
+    __shared__ float part[QN_WARPS];
     float* y = reinterpret_cast<float*>(sm);
     const int t = threadIdx.x, nt = blockDim.x;
     const int n = (int)in.k;
-    const bool lean = !rt_lean_norm_off;
     float v[QN_PER], wv[QN_PER];
-    double q = 0.0;
-    float qf = 0.0f;
+    float q = 0.0f;
     // Every load before any store (see rms_norm_rows).
 #pragma unroll
     for (int i = 0; i < QN_PER; ++i) {
@@ -46,19 +47,9 @@ __device__ __forceinline__ float* qn_norm_row(const QNormIn& in, u8* sm) {
         v[i] = r < n ? in.x[r] + in.a[r] : 0.0f;
         wv[i] = r < n ? in.w[r] : 0.0f;
     }
-    if (lean) {
 #pragma unroll
-        for (int i = 0; i < QN_PER; ++i) qf = fmaf(v[i], v[i], qf);
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) qf += __shfl_xor_sync(0xffffffffu, qf, o);
-        if ((t & 31) == 0) part_f[t >> 5] = qf;
-    } else {
-#pragma unroll
-        for (int i = 0; i < QN_PER; ++i) q += (double)v[i] * (double)v[i];
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) q += __shfl_xor_sync(0xffffffffu, q, o);
-        if ((t & 31) == 0) part[t >> 5] = q;
-    }
+    for (int i = 0; i < QN_PER; ++i) q = fmaf(v[i], v[i], q);
+    const float sum = block_sum_f32(q, part);
     if (blockIdx.x == 0 && in.s) {
 #pragma unroll
         for (int i = 0; i < QN_PER; ++i) {
@@ -66,17 +57,7 @@ __device__ __forceinline__ float* qn_norm_row(const QNormIn& in, u8* sm) {
             if (r < n) in.s[r] = v[i];
         }
     }
-    __syncthreads();
-    float scale;
-    if (lean) {
-        float sum = part_f[0];
-        for (int w = 1; w < (nt >> 5); ++w) sum += part_f[w];
-        scale = rsqrtf(__fdiv_rn(sum, (float)n) + (float)in.eps);
-    } else {
-        double sum = 0.0;
-        for (int w = 0; w < (nt >> 5); ++w) sum += part[w];
-        scale = (float)(1.0 / sqrt(sum / (double)in.k + in.eps));
-    }
+    const float scale = rsqrtf(__fdiv_rn(sum, (float)n) + (float)in.eps);
 #pragma unroll
     for (int i = 0; i < QN_PER; ++i) {
         const int r = t + i * nt;
@@ -202,7 +183,7 @@ __device__ __forceinline__ void qn_prefetch_gated(const u8* wg, i64 sg, const u8
 // below); the float types' MULTI / GATED make the wait themselves, after
 // their first weight loads (see w_row_lanes).
 #define QN_ENTRIES(NAME, MULTI, GATED, QUANT)                                                     \
-    extern "C" __global__ void __launch_bounds__(32 * QN_WARPS) qnorm_multi_##NAME(              \
+    extern "C" __global__ void __launch_bounds__(32 * QN_WARPS, QN_BLOCKS_PER_SM) qnorm_multi_##NAME( \
         QNormIn in, QMulti p, int count, i64 row_bytes) {                                         \
         extern __shared__ __align__(16) u8 qn_sm[];                                               \
         if (QUANT) {                                                                              \
@@ -211,7 +192,7 @@ __device__ __forceinline__ void qn_prefetch_gated(const u8* wg, i64 sg, const u8
         }                                                                                         \
         MULTI(in, p, count, qn_sm);                                                               \
     }                                                                                             \
-    extern "C" __global__ void __launch_bounds__(32 * QN_WARPS) qnorm_gated_##NAME(              \
+    extern "C" __global__ void __launch_bounds__(32 * QN_WARPS, QN_BLOCKS_PER_SM) qnorm_gated_##NAME( \
         QNormIn in, const u8* wg, i64 sg, const u8* wu, i64 su, i64 n, i64 row_bytes, int act,   \
         float* y) {                                                                               \
         extern __shared__ __align__(16) u8 qn_sm[];                                               \

@@ -1380,50 +1380,17 @@ extern "C" __global__ void qact_q8_k(const float* x, i64 blocks, signed char* q,
     qact_block_k(x + 256 * t, t, threadIdx.x & 31, q, d, bsum);
 }
 
-// Op::AddRmsNorm of one row (a decode step's residual add and the norm
-// after it), then that row quantized for the products that follow, in
-// each layout whose blocks the slices below hold whole (q32 / qk null
-// where not): ROW_PER blocks, each sized as the norm's block mode sizes
-// its one block (nt threads); block g computes the whole norm (the same
-// bits as add_rms_norm_block_F32), writes values g nt .. (g + 1) nt of s
-// and y, and quantizes the blocks of that slice with qact_block_32 /
-// qact_block_k reading it back after a barrier (the block's own global
-// writes are visible to it then), so the quantized row has the bits the
-// qact kernels would give it and the slices' blocks quantize in parallel.
-extern "C" __global__ void add_rms_norm_q_F32(const float* x, Strided lo, const float* a, const float* w,
-                                              Strided lw, float* s, float* y, i64 n, double eps,
-                                              signed char* q32, float* d32, int* sum32, float* s32,
-                                              signed char* qk, float* dk, int* bsumk) {
-    // The norm's weights before the wait (rt_norm_weights_late: after).
-    float wv[ROW_PER];
-    const bool early = !rt_norm_weights_late;
-    if (early) rms_norm_weights(w, lw, n, threadIdx.x, blockDim.x, wv);
-    rt_kernel_entry();
-    // The block's slice of the normed row, read back from here rather than
-    // from y (a round trip to L2 in a chain of dependent steps).
-    __shared__ float slice[1024];
-    rms_norm_rows<F32T, false, true, true>(x, lo, a, w, lw, s, y, n, eps, 1, slice, early ? wv : nullptr);
-    __syncthreads();
-    const i64 nt = blockDim.x, lo_v = (i64)blockIdx.x * nt, hi_v = min(lo_v + nt, n);
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
-    if (q32)
-        for (i64 t = lo_v / 32 + warp; t < hi_v / 32; t += warps)
-            qact_block_32(slice + (32 * t - lo_v), t, lane, q32, d32, sum32, s32);
-    if (qk)
-        for (i64 t = lo_v / 256 + warp; t < hi_v / 256; t += warps)
-            qact_block_k(slice + (256 * t - lo_v), t, lane, qk, dk, bsumk);
-}
-
-// add_rms_norm_q_F32's job for a contiguous row of n <= 1024 ROW_PER
-// values (the host checks): the decode step's add + norm and its
-// quantization, in a fraction of the instructions (ncu on the H200: 845
-// instructions a warp there, a chain of 2.9 us, for 2048 values). Block g
-// of n / nt loads the whole row (thread t values t + k nt) to sum its
-// squares in f32, as llama.cpp's CUDA norm does (rsqrtf too), and keeps
-// value g nt + t, which it writes to s and y; a warp's 32 values are a
-// Q8_0 block, quantized from registers (qact_value_32), and the slice's
-// 256-value blocks (nt a multiple of 256) go through shared memory to
-// qact_block_k. The layouts whose pointers are null are skipped.
+// Op::AddRmsNorm of one contiguous row of n <= 1024 ROW_PER values (a
+// decode step's residual add and the norm after it; the host checks), and
+// that row quantized for the products that follow in each layout whose
+// pointers are not null, in a fraction of the instructions of a general
+// norm (ncu on the H200: the f64 kernel this replaced ran 845 instructions
+// a warp, a chain of 2.9 us, for 2048 values). Block g of n / nt loads the
+// whole row (thread t values t + k nt) to sum its squares in f32, as
+// llama.cpp's CUDA norm does (rsqrtf too), and keeps value g nt + t, which
+// it writes to s and y; a warp's 32 values are a Q8_0 block, quantized from
+// registers (qact_value_32), and the slice's 256-value blocks (nt a
+// multiple of 256) go through shared memory to qact_block_k.
 extern "C" __global__ void add_rms_norm_q_lean_F32(const float* x, const float* a, const float* w, float* s, float* y,
                                                    int n, double eps, signed char* q32, float* d32, int* sum32,
                                                    float* s32, signed char* qk, float* dk, int* bsumk) {
@@ -1446,15 +1413,10 @@ extern "C" __global__ void add_rms_norm_q_lean_F32(const float* x, const float* 
         sq = fmaf(v[k], v[k], sq);
         if (k == g) sv = v[k];
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
     __shared__ float part[32];
-    const int warp = t >> 5, lane = t & 31, warps = nt >> 5;
-    if (lane == 0) part[warp] = sq;
-    __syncthreads();
     // The warps' sums in one order in every thread and block: one scale.
-    float total = part[0];
-    for (int k = 1; k < warps; ++k) total += part[k];
+    const float total = block_sum_f32(sq, part);
+    const int warp = t >> 5, lane = t & 31, warps = nt >> 5;
     const float scale = rsqrtf(__fdiv_rn(total, (float)n) + (float)eps);
     const float z = sv * scale * wv;
     if (mine) {

@@ -1,7 +1,7 @@
 // Rows held in registers, shared by kernels/reduce.cu (softmax, RMS norm)
 // and kernels/quant.cu (the decode step's add + norm that also quantizes
-// its row): ROW_PER values per thread, one warp per row (WARP) or one
-// block per row. Compiled into each module that includes it (NVRTC has no
+// its row, and the norm of the fused float products): ROW_PER values per
+// thread, one warp per row (WARP) or one block per row. Compiled into each module that includes it (NVRTC has no
 // file system: compile::full_source inlines it).
 #define ROW_PER 8
 
@@ -18,6 +18,20 @@ template <bool WARP> __device__ __forceinline__ double row_sum(double v, double*
     for (int w = 1; w < warps; ++w) v += smem[w];
     __syncthreads();
     return v;
+}
+
+// The f32 sum of one value per thread over the whole block, in one fixed
+// order (all threads get it): the decode step's norms sum their squares
+// so, as llama.cpp's CUDA norm does. `part` holds a float per warp and is
+// used once: no barrier after.
+__device__ __forceinline__ float block_sum_f32(float v, float* part) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    if (lane == 0) part[warp] = v;
+    __syncthreads();
+    float sum = part[0];
+    for (int w = 1; w < warps; ++w) sum += part[w];
+    return sum;
 }
 
 // Which row this thread works on, its index in the row and the row's
@@ -38,28 +52,13 @@ template <bool WARP> __device__ __forceinline__ bool row_of(i64 rows, i64& o, in
 // ADD (Op::AddRmsNorm, f32): the row is x + a (a's rows at the same
 // offsets as x's), added as the binary add kernel does, written to s, then
 // normalized exactly as the plain norm normalizes a tensor holding it.
-// SLICED (one row, block mode): block g of ROW_PER computes the whole
-// row's norm, as one block would (the same sum in the same order, so the
-// same bits), but writes only values g * nt .. (g + 1) * nt of s and y:
-// the slice the kernel then works on further (add_rms_norm_q_F32), also
-// into `slice_out` (shared memory, value t of the slice at t) where given.
-// w_pre (SLICED only): the thread's weights, read by rms_norm_weights
-// before the kernel's wait; null: read here.
-template <typename TY, bool WARP, bool ADD, bool SLICED = false>
+template <typename TY, bool WARP, bool ADD>
 __device__ void rms_norm_rows(const typename TY::store* x, const Strided& lo, const typename TY::store* a,
                               const typename TY::store* w, const Strided& lw, typename TY::store* s,
-                              typename TY::store* y, i64 n64, double eps, i64 rows,
-                              float* slice_out = nullptr, const float* w_pre = nullptr) {
+                              typename TY::store* y, i64 n64, double eps, i64 rows) {
     __shared__ double ssum[32];
     i64 o; int t, nt;
-    if (SLICED) {
-        o = 0;
-        t = threadIdx.x;
-        nt = blockDim.x;
-    } else if (!row_of<WARP>(rows, o, t, nt)) {
-        return;
-    }
-    const int slice = SLICED ? (int)blockIdx.x : -1;
+    if (!row_of<WARP>(rows, o, t, nt)) return;
     const int n = (int)n64;
     const typename TY::store* xr = x + strided_at(lo, o);
     typename TY::store* yr = y + o * n64;
@@ -85,15 +84,14 @@ __device__ void rms_norm_rows(const typename TY::store* x, const Strided& lo, co
         // loads then overlap the row's instead of adding a memory round
         // trip (a decode step's norm is one block, bound by that latency).
         // The host sends contiguous weights only (one stride of 1).
-        if (SLICED && w_pre) wv[k] = w_pre[k];
-        else wv[k] = (w && r < n) ? (float)load(TY(), w[lw.offset + r]) : 1.0f;
+        wv[k] = (w && r < n) ? (float)load(TY(), w[lw.offset + r]) : 1.0f;
         q += (double)v[k] * (double)v[k];
     }
     if (ADD) {
 #pragma unroll
         for (int k = 0; k < ROW_PER; ++k) {
             int r = t + k * nt;
-            if (r < n && (!SLICED || k == slice)) s[o * n64 + r] = store(TY(), v[k]);
+            if (r < n) s[o * n64 + r] = store(TY(), v[k]);
         }
     }
     q = row_sum<WARP>(q, ssum);
@@ -101,24 +99,10 @@ __device__ void rms_norm_rows(const typename TY::store* x, const Strided& lo, co
 #pragma unroll
     for (int k = 0; k < ROW_PER; ++k) {
         int r = t + k * nt;
-        if (r < n && (!SLICED || k == slice)) {
+        if (r < n) {
             float z = v[k] * scale;
             if (w) z = z * wv[k];
             yr[r] = store(TY(), z);
-            if (SLICED && slice_out) slice_out[t] = z;
         }
-    }
-}
-
-// A one-row block norm's weights for thread t of nt (values t + k nt), as
-// rms_norm_rows reads them, through the read-only path: a weight no kernel
-// writes, so a kernel reads it before its wait (rt_kernel_entry), its
-// memory round trip then overlapping the kernel before.
-__device__ __forceinline__ void rms_norm_weights(const float* w, const Strided& lw, i64 n, int t, int nt,
-                                                 float (&wv)[ROW_PER]) {
-#pragma unroll
-    for (int k = 0; k < ROW_PER; ++k) {
-        const i64 r = t + (i64)k * nt;
-        wv[k] = (w && r < n) ? __ldg(w + lw.offset + r) : 1.0f;
     }
 }

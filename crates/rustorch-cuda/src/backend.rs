@@ -23,6 +23,9 @@ pub struct CudaBackend {
     pub(crate) sm_count: u32,
     modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
     functions: Mutex<HashMap<String, CudaFunction>>,
+    /// Blocks of a kernel an SM holds at once, by kernel and block size
+    /// (`blocks_per_sm`): the driver's occupancy answer, asked once.
+    occupancy: Mutex<HashMap<(String, u32), u32>>,
     pub(crate) usage: Arc<MemoryUse>,
     /// `RUSTORCH_CUDA_MEM_LIMIT`: bytes this backend may hold (tests of the
     /// out-of-memory path); `None`: whatever the GPU has.
@@ -52,10 +55,6 @@ pub struct CudaBackend {
     /// products after it (ops/reduce.rs `add_rms_norm`, `add_rms_norm_q_lean_F32`;
     /// off with `RUSTORCH_CUDA_NORM_QUANT=0`: the A/B switch).
     pub(crate) norm_quant: bool,
-    /// Whether that add + norm runs as `add_rms_norm_q_lean_F32` (an f32
-    /// sum and a fraction of the instructions) rather than
-    /// `add_rms_norm_q_F32` (`RUSTORCH_CUDA_LEAN_NORM=0`: the A/B switch).
-    pub(crate) lean_norm: bool,
     /// Whether that add + norm quantizes its row in every layout whose
     /// blocks it holds whole (`RUSTORCH_CUDA_NORM_ALL_LAYOUTS=1`), not only
     /// in those its products read (the A/B switch).
@@ -220,6 +219,7 @@ impl CudaBackend {
             sm_count,
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
+            occupancy: Mutex::new(HashMap::new()),
             usage: Arc::new(MemoryUse::default()),
             mem_limit,
             pool,
@@ -229,7 +229,6 @@ impl CudaBackend {
             fused_rope: !env_is("RUSTORCH_CUDA_FUSED_ROPE", "0"),
             rope_attention: !env_is("RUSTORCH_CUDA_ROPE_ATTENTION", "0"),
             norm_quant: !env_is("RUSTORCH_CUDA_NORM_QUANT", "0"),
-            lean_norm: !env_is("RUSTORCH_CUDA_LEAN_NORM", "0"),
             norm_all_layouts: env_is("RUSTORCH_CUDA_NORM_ALL_LAYOUTS", "1"),
             attention_min_share: match env_number("RUSTORCH_CUDA_AT_MIN_SHARE", 256u32) {
                 0 => 256,
@@ -252,6 +251,19 @@ impl CudaBackend {
 
     pub(crate) fn err(&self, what: &str, e: cudarc::driver::DriverError, bytes: usize) -> BackendError {
         error::driver(self.device, what, e, bytes)
+    }
+
+    /// Blocks of `threads` threads (no dynamic shared memory) of kernel
+    /// `name` (`f`) an SM holds at once, 0 where the driver does not say:
+    /// asked once per kernel and size (a launch in an op-by-op decode step
+    /// would otherwise ask at each layer).
+    pub(crate) fn blocks_per_sm(&self, name: &str, f: &CudaFunction, threads: u32) -> u32 {
+        let key = (name.to_string(), threads);
+        let mut known = self.occupancy.lock().unwrap_or_else(|e| e.into_inner());
+        *known.entry(key).or_insert_with(|| {
+            f.occupancy_max_active_blocks_per_multiprocessor(threads, 0, None)
+                .unwrap_or(0)
+        })
     }
 
     /// The kernel `name` of module `module`, compiled on first use.
@@ -312,15 +324,9 @@ impl CudaBackend {
 
     /// The module's switches in constant memory (kernels/common.cuh), each
     /// set to 1 where its variable is `0`: `rt_weight_prefetch_off`
-    /// (`RUSTORCH_CUDA_WEIGHT_PREFETCH=0`), `rt_norm_weights_late`
-    /// (`RUSTORCH_CUDA_NORM_WEIGHTS_EARLY=0`), `rt_lean_norm_off`
-    /// (`RUSTORCH_CUDA_LEAN_NORM=0`).
+    /// (`RUSTORCH_CUDA_WEIGHT_PREFETCH=0`).
     fn set_module_switches(&self, m: Arc<CudaModule>) -> Result<Arc<CudaModule>, BackendError> {
-        const SWITCHES: [(&str, &str); 3] = [
-            ("RUSTORCH_CUDA_WEIGHT_PREFETCH", "rt_weight_prefetch_off"),
-            ("RUSTORCH_CUDA_NORM_WEIGHTS_EARLY", "rt_norm_weights_late"),
-            ("RUSTORCH_CUDA_LEAN_NORM", "rt_lean_norm_off"),
-        ];
+        const SWITCHES: [(&str, &str); 1] = [("RUSTORCH_CUDA_WEIGHT_PREFETCH", "rt_weight_prefetch_off")];
         for (var, symbol) in SWITCHES {
             if !env_is(var, "0") {
                 continue;

@@ -13,7 +13,7 @@
 //! these loop over columns on a grid the GPU holds, and each block's norm
 //! reads the row again (24 KB at 2048 values). So the quantized types run
 //! as the parts (whose norm quantizes the row for the products,
-//! `add_rms_norm_q_F32`) unless `RUSTORCH_CUDA_NORM_PRODUCTS_QUANT=1`.
+//! `add_rms_norm_q_lean_F32`) unless `RUSTORCH_CUDA_NORM_PRODUCTS_QUANT=1`.
 //!
 //! The values are those of the parts up to the norm's rounding: the fused
 //! kernel sums the squares in another order than the norm kernel, so a

@@ -669,13 +669,11 @@ fn wrow_product(
 /// mostly idle: tg128 1349 -> 1408 with one, H200), else two (TinyLlama's
 /// 5632: more than a wave, where two a team measured faster: Q8_0 1027 ->
 /// 1072). `RUSTORCH_CUDA_GATED_COLUMNS=1` or `2` forces it.
-fn gated_columns(b: &CudaBackend, f: &cudarc::driver::CudaFunction, n: usize, teams: usize) -> i32 {
+fn gated_columns(b: &CudaBackend, kernel: &str, f: &cudarc::driver::CudaFunction, n: usize, teams: usize) -> i32 {
     if let Some(cols) = b.gated_columns {
         return cols;
     }
-    let per_sm = f
-        .occupancy_max_active_blocks_per_multiprocessor((32 * MMVQ_WARPS) as u32, 0, None)
-        .unwrap_or(0);
+    let per_sm = b.blocks_per_sm(kernel, f, (32 * MMVQ_WARPS) as u32);
     let wave = per_sm as usize * b.sm_count as usize;
     if wave > 0 && 2 * n.div_ceil(teams) <= wave {
         1
@@ -696,8 +694,7 @@ fn mmvq_grid(b: &CudaBackend, kernel: &str, blocks: usize) -> Result<LaunchConfi
 }
 
 /// Where a one-row add + norm quantizes its output row for the products
-/// after it (`add_rms_norm_q_lean_F32` or `add_rms_norm_q_F32`, launched
-/// by `reduce::add_rms_norm`): each layout `wanted` (all with
+/// after it (`add_rms_norm_q_lean_F32`, launched by `reduce::add_rms_norm`): each layout `wanted` (all with
 /// `RUSTORCH_CUDA_NORM_ALL_LAYOUTS=1`) whose blocks divide the row and the
 /// kernel's slices of `slice` values (one a block), in one allocation. Returns the `RowActs`
 /// to set on the output once the kernel is queued (the products that read
@@ -1056,7 +1053,7 @@ fn gated_mmvq(
     let kernel = format!("qmmvq_gated_{ty}");
     let f = b.function("quant", &kernel)?;
     let tw = mmvq_team_warps(x.k, mmvq_row_unit(qtypes[0]), 1);
-    let (tw32, cols) = (tw as i32, gated_columns(b, &f, n, mmvq_teams(tw)));
+    let (tw32, cols) = (tw as i32, gated_columns(b, &kernel, &f, n, mmvq_teams(tw)));
     let cfg = mmvq_grid(b, &kernel, n.div_ceil(cols as usize * mmvq_teams(tw)))?;
     let as_ = if layout == ActLayout::Q32 { qa.s } else { 0 };
     let (n64, k64, yp) = (n as i64, x.k as i64, y.ptr());

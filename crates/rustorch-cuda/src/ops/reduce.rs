@@ -356,43 +356,40 @@ pub(super) fn add_rms_norm(
     };
     let (xp, ap, wp) = (at(x)?, at(a)?, at(w)?);
     let threads = cfg.block_dim.0 as usize;
-    // A decode step's norm (one row, in registers): the lean kernel, which
-    // also quantizes the row for the products after it where they read a
-    // quantized row (`wanted`), or add_rms_norm_q_F32 where it is off.
+    // A decode step's norm (one row, in registers): add_rms_norm_q_lean_F32,
+    // which also quantizes the row for the products after it where they
+    // read a quantized row (`wanted`).
     let one_row = rows == 1 && mode == "block" && b.norm_quant && n.is_multiple_of(32);
     let quantized = if one_row && wanted.contains(&true) {
         Some(super::quant::norm_row_acts(b, n, threads, wanted)?)
     } else {
         None
     };
-    let lean = one_row && b.lean_norm;
-    let (module, kernel, cfg) = match quantized {
-        _ if lean => (
+    let (module, kernel, cfg) = if one_row {
+        (
             "quant",
             "add_rms_norm_q_lean_F32".to_string(),
             LaunchConfig {
                 grid_dim: (n.div_ceil(threads) as u32, 1, 1),
                 ..cfg
             },
-        ),
-        Some(_) => (
-            "quant",
-            "add_rms_norm_q_F32".to_string(),
-            LaunchConfig {
-                grid_dim: (ROW_PER as u32, 1, 1),
-                ..cfg
-            },
-        ),
-        None => ("reduce", format!("add_rms_norm_{mode}_F32"), cfg),
+        )
+    } else {
+        ("reduce", format!("add_rms_norm_{mode}_F32"), cfg)
     };
     let lo = Strided::from_parts(&[rows], &[n], 0).expect("one dim");
     let lw = Strided::from_parts(&[n], &[1], 0).expect("one dim");
     let (sp, yp, n64, rows64) = (s.ptr(), y.ptr(), n as i64, rows as i64);
     let f = b.function(module, &kernel)?;
     let n32 = n as i32;
+    // The quantizing kernel's seven layout arrays (null where not wanted).
+    let arrays = quantized.as_ref().map_or([0u64; 7], |(_, arrays)| *arrays);
     let mut args = crate::launch::Launch::new(b, &f);
-    if lean {
+    if one_row {
         args.arg(&xp).arg(&ap).arg(&wp).arg(&sp).arg(&yp).arg(&n32).arg(&eps);
+        arrays.iter().for_each(|p| {
+            args.arg(p);
+        });
     } else {
         args.arg(&xp)
             .arg(&lo)
@@ -402,26 +399,16 @@ pub(super) fn add_rms_norm(
             .arg(&sp)
             .arg(&yp)
             .arg(&n64)
-            .arg(&eps);
-    }
-    // The quantizing kernels' seven layout arrays (null where not wanted).
-    let arrays = quantized.as_ref().map_or([0u64; 7], |(_, arrays)| *arrays);
-    if lean || quantized.is_some() {
-        arrays.iter().for_each(|p| {
-            args.arg(p);
-        });
-    } else {
-        args.arg(&rows64);
+            .arg(&eps)
+            .arg(&rows64);
     }
     // SAFETY: add_rms_norm_{warp,block}_F32(x, lo, a, w, lw, s, y, n, eps,
     // rows): x, a and w contiguous f32 from their offsets (checked above),
     // rows * n values each (n for w); s and y hold rows * n.
-    // add_rms_norm_q_F32(x, lo, a, w, lw, s, y, n, eps, q32, d32, sum32,
-    // s32, qk, dk, bsumk): the same for one row, and each layout's arrays
-    // (null where absent) in the allocation norm_row_acts made for them;
-    // add_rms_norm_q_lean_F32(x, a, w, s, y, n, eps, the same arrays): the
-    // same row, contiguous from x, a and w (n <= REGISTER_ROW_MAX, the
-    // block mode's bound, so n fits an i32).
+    // add_rms_norm_q_lean_F32(x, a, w, s, y, n, eps, q32, d32, sum32, s32,
+    // qk, dk, bsumk): the same for one row (n <= REGISTER_ROW_MAX, the block
+    // mode's bound, so n fits an i32), and each layout's arrays (null where
+    // absent) in the allocation norm_row_acts made for them.
     unsafe { args.launch(cfg) }.map_err(|e| b.launch_err(&kernel, e))?;
     let mut y = y;
     if let Some((acts, _)) = quantized {
