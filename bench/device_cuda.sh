@@ -48,7 +48,8 @@ grep -E "^test result|^failures|^    cuda::" /tmp/rustorch-cuda-conformance-nq.l
 # fault (each in its own process: the fault spoils the CUDA context); recorded
 # passes (CUDA graphs) replayed with new inputs, and what cannot be recorded.
 for t in out_of_memory lost_device capture; do
-    "$bin/$t" --nocapture 2>&1 | grep -E "^test |panicked|skipped" || rc=1
+    # A panic's message follows its "panicked at" line: the two lines after it are kept.
+    "$bin/$t" --nocapture 2>&1 | awk '/panicked/ {n = 3} n > 0 {print; n--; next} /^test |skipped/' || rc=1
 done
 # The decode attention that rotates its inputs and writes the caches itself, switched off: it
 # declines, and the ops run one by one.
