@@ -10,20 +10,21 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 commit="${1:-HEAD}"
 wt=$(mktemp -d /tmp/rustorch-base.XXXXXX)
-cache=$(mktemp -d /tmp/rustorch-base-kc.XXXXXX)
-trap 'git -C "$root" worktree remove --force "$wt" 2>/dev/null || true; rm -rf "$wt" "$cache"' EXIT
+out=$(mktemp -d /tmp/rustorch-base-out.XXXXXX)
+cache="$out/kcache"
+mkdir -p "$cache"
+trap 'git -C "$root" worktree remove --force "$wt" 2>/dev/null || true; rm -rf "$wt" "$out"' EXIT
 git -C "$root" worktree add -q --detach "$wt" "$commit"
 nvrtc="${XDG_CACHE_HOME:-$HOME/.cache}/rustorch/nvrtc13.0/nvidia/cu13/lib"
 (
     cd "$wt"
     CARGO_TARGET_DIR="$root/target" cargo build --release -q -p rustorch-cli --features cuda
-    strip -o "$cache.cli" "$root/target/release/rustorch-cli"
+    strip -o "$out/rustorch-cli" "$root/target/release/rustorch-cli"
     LD_LIBRARY_PATH="$nvrtc" RUSTORCH_CUDA_CACHE="$cache" CARGO_TARGET_DIR="$root/target" \
         cargo run --release -q -p rustorch-cuda --example kernel_cache -- sm_90
 )
 mkdir -p "$root/.device-base"
-xz -T2 -6 -c "$cache.cli" > "$root/.device-base/rustorch-cli.xz"
-rm -f "$cache.cli"
+xz -T2 -6 -c "$out/rustorch-cli" > "$root/.device-base/rustorch-cli.xz"
 tar -cJf "$root/.device-base/kcache.tar.xz" -C "$cache" .
 git -C "$root" rev-parse --short "$commit" > "$root/.device-base/COMMIT"
 echo "packed $(cat "$root/.device-base/COMMIT") into .device-base"

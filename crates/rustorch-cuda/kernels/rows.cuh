@@ -1,8 +1,9 @@
 // Rows held in registers, shared by kernels/reduce.cu (softmax, RMS norm)
 // and kernels/quant.cu (the decode step's add + norm that also quantizes
 // its row, and the norm of the fused float products): ROW_PER values per
-// thread, one warp per row (WARP) or one block per row. Compiled into each module that includes it (NVRTC has no
-// file system: compile::full_source inlines it).
+// thread, one warp per row (WARP) or one block per row. Compiled into each
+// module that includes it (NVRTC has no file system:
+// compile::full_source inlines it).
 #define ROW_PER 8
 
 // The sum of one value per thread over the threads of a row: the warp

@@ -23,9 +23,9 @@ pub struct CudaBackend {
     pub(crate) sm_count: u32,
     modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
     functions: Mutex<HashMap<String, CudaFunction>>,
-    /// Blocks of a kernel an SM holds at once, by kernel and block size
+    /// Blocks of a kernel an SM holds at once, by block size and kernel
     /// (`blocks_per_sm`): the driver's occupancy answer, asked once.
-    occupancy: Mutex<HashMap<(String, u32), u32>>,
+    occupancy: Mutex<HashMap<u32, HashMap<String, u32>>>,
     pub(crate) usage: Arc<MemoryUse>,
     /// `RUSTORCH_CUDA_MEM_LIMIT`: bytes this backend may hold (tests of the
     /// out-of-memory path); `None`: whatever the GPU has.
@@ -258,12 +258,17 @@ impl CudaBackend {
     /// asked once per kernel and size (a launch in an op-by-op decode step
     /// would otherwise ask at each layer).
     pub(crate) fn blocks_per_sm(&self, name: &str, f: &CudaFunction, threads: u32) -> u32 {
-        let key = (name.to_string(), threads);
         let mut known = self.occupancy.lock().unwrap_or_else(|e| e.into_inner());
-        *known.entry(key).or_insert_with(|| {
-            f.occupancy_max_active_blocks_per_multiprocessor(threads, 0, None)
-                .unwrap_or(0)
-        })
+        let by_kernel = known.entry(threads).or_default();
+        // Looked up by &str: no allocation once the kernel is known.
+        if let Some(&blocks) = by_kernel.get(name) {
+            return blocks;
+        }
+        let blocks = f
+            .occupancy_max_active_blocks_per_multiprocessor(threads, 0, None)
+            .unwrap_or(0);
+        by_kernel.insert(name.to_string(), blocks);
+        blocks
     }
 
     /// The kernel `name` of module `module`, compiled on first use.

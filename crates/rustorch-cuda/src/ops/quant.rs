@@ -694,10 +694,11 @@ fn mmvq_grid(b: &CudaBackend, kernel: &str, blocks: usize) -> Result<LaunchConfi
 }
 
 /// Where a one-row add + norm quantizes its output row for the products
-/// after it (`add_rms_norm_q_lean_F32`, launched by `reduce::add_rms_norm`): each layout `wanted` (all with
-/// `RUSTORCH_CUDA_NORM_ALL_LAYOUTS=1`) whose blocks divide the row and the
-/// kernel's slices of `slice` values (one a block), in one allocation. Returns the `RowActs`
-/// to set on the output once the kernel is queued (the products that read
+/// after it (`add_rms_norm_q_lean_F32`, launched by `reduce::add_rms_norm`):
+/// each layout `wanted` (all with `RUSTORCH_CUDA_NORM_ALL_LAYOUTS=1`) whose
+/// blocks divide the row and the kernel's slices of `slice` values (one a
+/// block), in one allocation. Returns the `RowActs` to set on the output
+/// once the kernel is queued (the products that read
 /// that buffer whole then take it, `Activations::quantized`, instead of
 /// launching `qact_q8_*`) and the kernel's seven array arguments: Q8_1's
 /// quants, scales, sums and s, then Q8_K's quants, scales and sums (zero
