@@ -636,15 +636,21 @@ fn flash_gemm(
 }
 
 /// How many blocks share a row's keys for a cache of `capacity`
-/// positions: one per 64 positions, at most 64 (a block's warps walk their
-/// keys one after another, each a chain of dependent loads and a warp
-/// sum: with a share of 256, a 32-head decode step's attention was 6 us
-/// on the H200 with a quarter of the GPU idle). It depends on the
-/// capacity only, never on the position, so the launch is the same for
-/// every step (a CUDA graph replays it); each block takes an equal share
-/// of the keys the row sees at that step.
-pub(super) fn at_splits(capacity: usize) -> usize {
-    capacity.div_ceil(AT_KEYS_PER_SPLIT).clamp(1, AT_MAX_SPLITS)
+/// positions when each takes at least `min_share` keys (the kernels'
+/// argument): one per max(64, min_share) positions, at most 64. A block
+/// takes max(ceil(seen / S), min_share) of the `seen` keys, which is
+/// min_share for every S >= ceil(capacity / min_share): more splits than
+/// that only add blocks that never get a key (at 194 registers two blocks
+/// an SM, so they came in rounds after the working ones: 1024 blocks of
+/// which 32 worked in a decode step of a 2048-position cache), and fewer
+/// than that are never needed. The same keys go to the same blocks either
+/// way (the same bits). It depends on the capacity only, never on the
+/// position, so the launch is the same for every step (a CUDA graph
+/// replays it).
+pub(super) fn at_splits(capacity: usize, min_share: usize) -> usize {
+    capacity
+        .div_ceil(AT_KEYS_PER_SPLIT.max(min_share))
+        .clamp(1, AT_MAX_SPLITS)
 }
 
 /// Whether the decode attention reads a cache's rows (layout `l` over
@@ -731,10 +737,6 @@ pub(super) fn attention_at(
         Str4::of(k.layout).ok_or_else(deep)?,
         Str4::of(v.layout).ok_or_else(deep)?,
     );
-    let splits = at_splits(n);
-    // m and l per (row, split), then the accumulators [rows, S, Dv].
-    let part = b.alloc(DType::F32, rows * splits * (dv + 2))?;
-    let bad = super::ErrorFlag::new(b)?;
     // One launch where the counters are there: the last block of each row
     // merges it.
     let counters = if rows <= AT_COUNTER_ROWS {
@@ -742,6 +744,15 @@ pub(super) fn attention_at(
     } else {
         None
     };
+    // The two-launch form's blocks take at least AT_KEYS_PER_SPLIT keys.
+    let min_share = match counters {
+        Some(_) => b.attention_min_share as i64,
+        None => AT_KEYS_PER_SPLIT as i64,
+    };
+    let splits = at_splits(n, min_share as usize);
+    // m and l per (row, split), then the accumulators [rows, S, Dv].
+    let part = b.alloc(DType::F32, rows * splits * (dv + 2))?;
+    let bad = super::ErrorFlag::new(b)?;
     let kernel = match counters {
         Some(_) => format!("attention_at_joined_{kty}_pl{}", register_shape(dv)),
         None => format!("attention_at_{kty}"),
@@ -766,11 +777,6 @@ pub(super) fn attention_at(
     let (t64, n64, d64, dv64) = (t as i64, n as i64, d as i64, dv as i64);
     let g64 = (h / hkv) as i64;
     let window64 = window.map_or(0, |w| i64::try_from(w).unwrap_or(i64::MAX));
-    // The two-launch form's blocks take at least AT_KEYS_PER_SPLIT keys.
-    let min_share = match counters {
-        Some(_) => b.attention_min_share as i64,
-        None => AT_KEYS_PER_SPLIT as i64,
-    };
     let prefetch = i32::from(b.attention_prefetch);
     let mut args = crate::launch::Launch::new(b, &f);
     args.arg(&qp)
@@ -930,14 +936,14 @@ pub(crate) fn rope_attention_at(
         off: 0,
     };
     let y = b.alloc(DType::F32, h * dv)?;
-    let splits = at_splits(n);
+    let min_share = b.attention_min_share as i64;
+    let splits = at_splits(n, min_share as usize);
     let part = b.alloc(DType::F32, h * splits * (dv + 2))?;
     let bad = super::ErrorFlag::new(b)?;
     let vec = i32::from(rows_in_eighths(&lk, kp) && rows_in_eighths(&lv, vp));
     let (n64, d64, dv64, half64) = (n as i64, d as i64, dv as i64, half as i64);
     let g64 = (h / hkv) as i64;
     let window64 = window.map_or(0, |w| i64::try_from(w).unwrap_or(i64::MAX));
-    let min_share = b.attention_min_share as i64;
     let prefetch = i32::from(b.attention_prefetch);
     let interleaved = matches!(layout, RopeLayout::Interleaved) as i32;
     let kernel = format!("attention_rope_at_joined_F16_pl{}", register_shape(dv));
@@ -1034,11 +1040,13 @@ mod tests {
 
     #[test]
     fn attention_at_splits_follow_the_capacity() {
-        assert_eq!(at_splits(1), 1);
-        assert_eq!(at_splits(64), 1);
-        assert_eq!(at_splits(65), 2);
-        assert_eq!(at_splits(768), 12);
-        assert_eq!(at_splits(1 << 20), AT_MAX_SPLITS);
+        assert_eq!(at_splits(1, 64), 1);
+        assert_eq!(at_splits(64, 64), 1);
+        assert_eq!(at_splits(65, 64), 2);
+        assert_eq!(at_splits(768, 64), 12);
+        assert_eq!(at_splits(768, 256), 3);
+        assert_eq!(at_splits(768, 1), 12);
+        assert_eq!(at_splits(1 << 20, 256), AT_MAX_SPLITS);
         assert!(at_head_dims(64, 64) && at_head_dims(256, 128) && at_head_dims(32, 256));
         assert!(!at_head_dims(48, 64) && !at_head_dims(64, 288) && !at_head_dims(0, 64));
         let src = crate::KERNEL_SOURCES
@@ -1065,5 +1073,41 @@ mod tests {
         assert!(fits(128, 128, 8));
         assert!(!fits(8192, 8192, 4));
         assert!(!fits(usize::MAX, 1, 4));
+    }
+
+    /// The keys of each block as attention_at_block splits them (`lo..hi`
+    /// of block `y` of `splits`), for a row that sees `seen` keys from 0.
+    fn shares(seen: usize, splits: usize, min_share: usize) -> Vec<(usize, usize)> {
+        let share = seen.div_ceil(splits).max(min_share);
+        (0..splits)
+            .map(|y| {
+                let lo = y * share;
+                (lo, (lo + share).min(seen))
+            })
+            .filter(|(lo, hi)| lo < hi)
+            .collect()
+    }
+
+    #[test]
+    fn fewer_splits_give_every_key_to_the_same_block() {
+        for min_share in [64, 128, 256, 512] {
+            for capacity in [1usize, 63, 64, 65, 640, 768, 2048, 4096, 8192, 1 << 15, 1 << 20] {
+                let (old, new) = (
+                    capacity.div_ceil(AT_KEYS_PER_SPLIT).clamp(1, AT_MAX_SPLITS),
+                    at_splits(capacity, min_share),
+                );
+                assert!(new <= old);
+                for seen in [1, 2, 63, 64, 65, 255, 256, 257, 639, 640, capacity / 2 + 1, capacity] {
+                    if seen == 0 || seen > capacity {
+                        continue;
+                    }
+                    assert_eq!(
+                        shares(seen, new, min_share),
+                        shares(seen, old, min_share),
+                        "{capacity} {seen} {min_share}"
+                    );
+                }
+            }
+        }
     }
 }
