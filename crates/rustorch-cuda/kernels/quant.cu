@@ -1231,6 +1231,14 @@ __device__ __forceinline__ void w_matvec(const u8* w, i64 row_stride, i64 n, i64
 // flight a lane) do not prefetch: theirs only doubled the requests (F16
 // 700 -> 751 t/s without it, whether capped at 8 MB a launch or not).
 __device__ __forceinline__ bool q_prefetch_wanted() { return !rt_weight_prefetch_off; }
+// The one-row MMVQ kernels' `tw` argument: the team's warps (1, 2 or 4),
+// with QMMVQ_NO_PREFETCH set where the launcher leaves the prefetch out
+// (a product of more bytes than RUSTORCH_CUDA_PREFETCH_MAX_MB: TinyLlama
+// Q8_0's, whose requests then only competed with the kernel before).
+#define QMMVQ_NO_PREFETCH 256
+__device__ __forceinline__ bool q_prefetch_wanted(int tw) {
+    return !rt_weight_prefetch_off && !(tw & QMMVQ_NO_PREFETCH);
+}
 
 // A team's weight rows, fetched into L2 before rt_kernel_entry: the
 // weights are written by no kernel, so while the kernel before this one
@@ -1448,6 +1456,7 @@ struct QTeam {
     i64 index;  // the team's index in the grid
 };
 __device__ __forceinline__ QTeam q_team(int tw) {
+    tw &= QMMVQ_NO_PREFETCH - 1;
     QTeam t;
     t.warp = threadIdx.x >> 5;
     t.lane = threadIdx.x & 31;
@@ -1579,7 +1588,7 @@ __device__ __forceinline__ void q_mmvq_multi(const QOne& o, const QActs& a, cons
         const u8* w, i64 row_stride, i64 n, i64 k, const int* aq, const float* ad,           \
         const int* asum, const float* as, int m, int tw, float* y) {                         \
         const QTeam t = q_team(tw);                                                          \
-        if (q_prefetch_wanted())                                               \
+        if (q_prefetch_wanted(tw))                                               \
             q_prefetch_rows(w, row_stride, n, t.index * QMMVQ_R(M), QMMVQ_R(M), t.first, t.step); \
         rt_kernel_entry();                                                                   \
         QActs a = {aq, ad, asum, as, k};                                                     \
@@ -1591,7 +1600,7 @@ __device__ __forceinline__ void q_mmvq_multi(const QOne& o, const QActs& a, cons
         const u8* wg, i64 sg, const u8* wu, i64 su, i64 n, i64 k, const int* aq, const float* ad, \
         const int* asum, const float* as, int act, int cols, int tw, float* y) {             \
         const QTeam t = q_team(tw);                                                          \
-        if (q_prefetch_wanted()) {                                              \
+        if (q_prefetch_wanted(tw)) {                                              \
             q_prefetch_rows(wg, sg, n, t.index * cols, cols, t.first, t.step);               \
             q_prefetch_rows(wu, su, n, t.index * cols, cols, t.first, t.step);               \
         }                                                                                    \
@@ -1604,7 +1613,7 @@ __device__ __forceinline__ void q_mmvq_multi(const QOne& o, const QActs& a, cons
         const float* as, int tw) {                                                           \
         const QOne o = q_multi_pick(p, count);                                               \
         const QTeam t = q_team(tw);                                                          \
-        if (q_prefetch_wanted())                                      \
+        if (q_prefetch_wanted(tw))                                      \
             q_prefetch_rows(o.w, o.stride, o.n, q_multi_column(o, t), 1, t.first, t.step);   \
         rt_kernel_entry();                                                                   \
         QActs a = {aq, ad, asum, as, k};                                                     \
@@ -1621,7 +1630,7 @@ Q_MMVQ_TYPES(Q_MMVQ_KERNELS)
         const int* asum, const float* as, int tw) {                                           \
         const QOne o = q_multi_pick(p, count);                                                \
         const QTeam t = q_team(tw);                                                           \
-        if (q_prefetch_wanted())                                       \
+        if (q_prefetch_wanted(tw))                                       \
             q_prefetch_rows(o.w, o.stride, o.n, q_multi_column(o, t), 1, t.first, t.step);    \
         rt_kernel_entry();                                                                    \
         QActs a = {aq, ad, asum, as, k};                                                      \

@@ -149,6 +149,19 @@ fn mmvq_team_warps(k: usize, unit: usize, kernel_m: usize) -> usize {
 }
 
 /// Output columns of one MMVQ block whose teams have `tw` warps.
+/// The one-row MMVQ kernels' `tw` argument: the team's warps, with
+/// QMMVQ_NO_PREFETCH (kernels/quant.cu) where the launch's weights are
+/// more than `prefetch_max_bytes`.
+fn mmvq_tw(b: &CudaBackend, tw: usize, weight_bytes: usize) -> i32 {
+    const QMMVQ_NO_PREFETCH: i32 = 256;
+    let tw = tw as i32;
+    if weight_bytes > b.prefetch_max_bytes {
+        tw | QMMVQ_NO_PREFETCH
+    } else {
+        tw
+    }
+}
+
 fn mmvq_teams(tw: usize) -> usize {
     MMVQ_WARPS / tw
 }
@@ -483,6 +496,11 @@ pub(super) struct Weight {
 }
 
 impl Weight {
+    /// The bytes a product reads of it.
+    pub(super) fn bytes(&self) -> usize {
+        self.rows * self.row_stride as usize
+    }
+
     /// The weight's rows in place where its bytes are contiguous within
     /// rows and its address and row stride are multiples of `align`, else
     /// a contiguous (and aligned: a fresh allocation) copy.
@@ -817,7 +835,7 @@ fn mmvq_product(
         let rows = (x.m - r0).min(MMVQ_PASS_ROWS);
         let (mk, per_warp) = mmvq_kernel_rows(rows);
         let tw = mmvq_team_warps(k, mmvq_row_unit(qtype), mk);
-        let tw32 = tw as i32;
+        let tw32 = mmvq_tw(b, tw, w.bytes());
         let kernel = format!("qmmvq_{ty}_m{mk}");
         let f = b.function("quant", &kernel)?;
         let cfg = mmvq_grid(b, &kernel, n.div_ceil(per_warp * mmvq_teams(tw)))?;
@@ -976,7 +994,7 @@ fn multi_mmvq(
         .collect::<Result<Vec<_>, _>>()?;
     let qa = x.quantized(b, layout)?;
     let tw = mmvq_team_warps(x.k, mmvq_row_unit(q0), 1);
-    let tw32 = tw as i32;
+    let tw32 = mmvq_tw(b, tw, weights.iter().map(|w| w.bytes()).sum());
     let mut p = QMulti::default();
     let mut blocks = 0usize;
     for (i, (w, y)) in weights.iter().zip(&ys).enumerate() {
@@ -1054,7 +1072,10 @@ fn gated_mmvq(
     let kernel = format!("qmmvq_gated_{ty}");
     let f = b.function("quant", &kernel)?;
     let tw = mmvq_team_warps(x.k, mmvq_row_unit(qtypes[0]), 1);
-    let (tw32, cols) = (tw as i32, gated_columns(b, &kernel, &f, n, mmvq_teams(tw)));
+    let (tw32, cols) = (
+        mmvq_tw(b, tw, g.bytes() + u.bytes()),
+        gated_columns(b, &kernel, &f, n, mmvq_teams(tw)),
+    );
     let cfg = mmvq_grid(b, &kernel, n.div_ceil(cols as usize * mmvq_teams(tw)))?;
     let as_ = if layout == ActLayout::Q32 { qa.s } else { 0 };
     let (n64, k64, yp) = (n as i64, x.k as i64, y.ptr());
