@@ -1231,13 +1231,16 @@ __device__ __forceinline__ void w_matvec(const u8* w, i64 row_stride, i64 n, i64
 // flight a lane) do not prefetch: theirs only doubled the requests (F16
 // 700 -> 751 t/s without it, whether capped at 8 MB a launch or not).
 __device__ __forceinline__ bool q_prefetch_wanted() { return !rt_weight_prefetch_off; }
-// The one-row MMVQ kernels' `tw` argument: the team's warps (1, 2 or 4),
-// with QMMVQ_NO_PREFETCH set where the launcher leaves the prefetch out
-// (a product of more bytes than RUSTORCH_CUDA_PREFETCH_MAX_MB: TinyLlama
-// Q8_0's, whose requests then only competed with the kernel before).
-#define QMMVQ_NO_PREFETCH 256
+// The one-row MMVQ kernels' `tw` argument: the team's warps (1, 2 or 4)
+// in its low QMMVQ_TW_BITS, above them the number of blocks (the first
+// ones) that prefetch their rows: the launcher's choice (ops/quant.rs
+// mmvq_tw; a product of more bytes than RUSTORCH_CUDA_PREFETCH_MAX_MB
+// prefetches only its first RUSTORCH_CUDA_PREFETCH_PART_MB: TinyLlama
+// Q8_0's large products, whose requests otherwise competed with the kernel
+// before).
+#define QMMVQ_TW_BITS 8
 __device__ __forceinline__ bool q_prefetch_wanted(int tw) {
-    return !rt_weight_prefetch_off && !(tw & QMMVQ_NO_PREFETCH);
+    return !rt_weight_prefetch_off && (int)blockIdx.x < (tw >> QMMVQ_TW_BITS);
 }
 
 // A team's weight rows, fetched into L2 before rt_kernel_entry: the
@@ -1456,7 +1459,7 @@ struct QTeam {
     i64 index;  // the team's index in the grid
 };
 __device__ __forceinline__ QTeam q_team(int tw) {
-    tw &= QMMVQ_NO_PREFETCH - 1;
+    tw &= (1 << QMMVQ_TW_BITS) - 1;
     QTeam t;
     t.warp = threadIdx.x >> 5;
     t.lane = threadIdx.x & 31;

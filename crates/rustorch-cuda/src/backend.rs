@@ -63,10 +63,12 @@ pub struct CudaBackend {
     /// another, where `RUSTORCH_CUDA_GATED_COLUMNS` forces 1 or 2; `None`:
     /// chosen by the launch's size (ops/quant.rs `gated_columns`).
     pub(crate) gated_columns: Option<i32>,
-    /// The most weight bytes a one-row MMVQ launch prefetches into L2
-    /// before its wait (`RUSTORCH_CUDA_PREFETCH_MAX_MB`, in MiB); a larger
-    /// product goes without (ops/quant.rs `mmvq_tw`).
+    /// The most weight bytes a one-row MMVQ launch prefetches whole into
+    /// L2 before its wait (`RUSTORCH_CUDA_PREFETCH_MAX_MB`, in MiB); a
+    /// larger product prefetches only its first `prefetch_part_bytes`
+    /// (`RUSTORCH_CUDA_PREFETCH_PART_MB`; ops/quant.rs `mmvq_tw`).
     pub(crate) prefetch_max_bytes: usize,
+    pub(crate) prefetch_part_bytes: usize,
     /// The fewest keys a block of the one-launch `attention_at` takes
     /// (`RUSTORCH_CUDA_AT_MIN_SHARE`, default 256): a row with fewer visible
     /// keys is one block's, written without a merge. On the H200 (session
@@ -240,6 +242,7 @@ impl CudaBackend {
             },
             attention_prefetch: !env_is("RUSTORCH_CUDA_AT_PREFETCH", "0"),
             prefetch_max_bytes: env_number("RUSTORCH_CUDA_PREFETCH_MAX_MB", 6usize).saturating_mul(1 << 20),
+            prefetch_part_bytes: env_number("RUSTORCH_CUDA_PREFETCH_PART_MB", 4usize).saturating_mul(1 << 20),
             gated_columns: match std::env::var("RUSTORCH_CUDA_GATED_COLUMNS").as_deref() {
                 Ok("1") => Some(1),
                 Ok("2") => Some(2),

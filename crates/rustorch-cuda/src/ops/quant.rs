@@ -149,17 +149,26 @@ fn mmvq_team_warps(k: usize, unit: usize, kernel_m: usize) -> usize {
 }
 
 /// Output columns of one MMVQ block whose teams have `tw` warps.
-/// The one-row MMVQ kernels' `tw` argument: the team's warps, with
-/// QMMVQ_NO_PREFETCH (kernels/quant.cu) where the launch's weights are
-/// more than `prefetch_max_bytes`.
-fn mmvq_tw(b: &CudaBackend, tw: usize, weight_bytes: usize) -> i32 {
-    const QMMVQ_NO_PREFETCH: i32 = 256;
-    let tw = tw as i32;
-    if weight_bytes > b.prefetch_max_bytes {
-        tw | QMMVQ_NO_PREFETCH
+/// The one-row MMVQ kernels' `tw` argument (kernels/quant.cu
+/// `q_prefetch_wanted`): the team's warps in the low QMMVQ_TW_BITS, above
+/// them how many of the launch's `blocks` (the first) prefetch their rows
+/// into L2 before the wait: all of them where the weights are at most
+/// `prefetch_max_bytes`, else those of the first `prefetch_part_bytes`.
+fn mmvq_tw(b: &CudaBackend, tw: usize, weight_bytes: usize, blocks: usize) -> i32 {
+    mmvq_tw_with(tw, weight_bytes, blocks, b.prefetch_max_bytes, b.prefetch_part_bytes)
+}
+
+/// `mmvq_tw` for the given limits (`max_bytes`, `part_bytes`).
+fn mmvq_tw_with(tw: usize, weight_bytes: usize, blocks: usize, max_bytes: usize, part_bytes: usize) -> i32 {
+    const QMMVQ_TW_BITS: u32 = 8;
+    let prefetching = if weight_bytes <= max_bytes {
+        blocks
     } else {
-        tw
-    }
+        let part = part_bytes.min(weight_bytes);
+        (blocks as u128 * part as u128).div_ceil(weight_bytes.max(1) as u128) as usize
+    };
+    let prefetching = prefetching.min((i32::MAX >> QMMVQ_TW_BITS) as usize) as i32;
+    tw as i32 | (prefetching << QMMVQ_TW_BITS)
 }
 
 fn mmvq_teams(tw: usize) -> usize {
@@ -835,10 +844,11 @@ fn mmvq_product(
         let rows = (x.m - r0).min(MMVQ_PASS_ROWS);
         let (mk, per_warp) = mmvq_kernel_rows(rows);
         let tw = mmvq_team_warps(k, mmvq_row_unit(qtype), mk);
-        let tw32 = mmvq_tw(b, tw, w.bytes());
         let kernel = format!("qmmvq_{ty}_m{mk}");
         let f = b.function("quant", &kernel)?;
-        let cfg = mmvq_grid(b, &kernel, n.div_ceil(per_warp * mmvq_teams(tw)))?;
+        let blocks = n.div_ceil(per_warp * mmvq_teams(tw));
+        let cfg = mmvq_grid(b, &kernel, blocks)?;
+        let tw32 = mmvq_tw(b, tw, w.bytes(), blocks);
         let aq = qa.q + (r0 * k) as u64;
         let ad = qa.d + (4 * r0 * qa.d_per_row) as u64;
         let asum = qa.sum + (4 * r0 * qa.sum_per_row) as u64;
@@ -994,7 +1004,6 @@ fn multi_mmvq(
         .collect::<Result<Vec<_>, _>>()?;
     let qa = x.quantized(b, layout)?;
     let tw = mmvq_team_warps(x.k, mmvq_row_unit(q0), 1);
-    let tw32 = mmvq_tw(b, tw, weights.iter().map(|w| w.bytes()).sum());
     let mut p = QMulti::default();
     let mut blocks = 0usize;
     for (i, (w, y)) in weights.iter().zip(&ys).enumerate() {
@@ -1011,6 +1020,7 @@ fn multi_mmvq(
     };
     let f = b.function("quant", &kernel)?;
     let cfg = mmvq_grid(b, &kernel, blocks)?;
+    let tw32 = mmvq_tw(b, tw, weights.iter().map(|w| w.bytes()).sum(), blocks);
     let count = weights.len() as i32;
     let first_b32 = first_b as i32;
     let as_ = if layout == ActLayout::Q32 { qa.s } else { 0 };
@@ -1072,11 +1082,10 @@ fn gated_mmvq(
     let kernel = format!("qmmvq_gated_{ty}");
     let f = b.function("quant", &kernel)?;
     let tw = mmvq_team_warps(x.k, mmvq_row_unit(qtypes[0]), 1);
-    let (tw32, cols) = (
-        mmvq_tw(b, tw, g.bytes() + u.bytes()),
-        gated_columns(b, &kernel, &f, n, mmvq_teams(tw)),
-    );
-    let cfg = mmvq_grid(b, &kernel, n.div_ceil(cols as usize * mmvq_teams(tw)))?;
+    let cols = gated_columns(b, &kernel, &f, n, mmvq_teams(tw));
+    let blocks = n.div_ceil(cols as usize * mmvq_teams(tw));
+    let cfg = mmvq_grid(b, &kernel, blocks)?;
+    let tw32 = mmvq_tw(b, tw, g.bytes() + u.bytes(), blocks);
     let as_ = if layout == ActLayout::Q32 { qa.s } else { 0 };
     let (n64, k64, yp) = (n as i64, x.k as i64, y.ptr());
     let act32: i32 = match act {
@@ -1451,6 +1460,21 @@ mod tests {
 
     /// Every type the CPU multiplies (and so looks up) has a decoder here,
     /// and nothing else claims one.
+    #[test]
+    fn the_prefetching_blocks_cover_the_first_part_of_a_large_product() {
+        const MIB: usize = 1 << 20;
+        let split = |v: i32| ((v & 0xff) as usize, (v >> 8) as usize);
+        // At most max_bytes: every block, the team's warps kept.
+        assert_eq!(split(mmvq_tw_with(2, 6 * MIB, 704, 6 * MIB, 4 * MIB)), (2, 704));
+        // Larger: the blocks of the first part_bytes, rounded up.
+        assert_eq!(split(mmvq_tw_with(1, 24 * MIB, 704, 6 * MIB, 4 * MIB)), (1, 118));
+        assert_eq!(split(mmvq_tw_with(4, 24 * MIB, 704, 6 * MIB, 0)), (4, 0));
+        assert_eq!(split(mmvq_tw_with(1, 24 * MIB, 704, 6 * MIB, 100 * MIB)), (1, 704));
+        // A grid too large for the bits left: capped, tw intact.
+        let (tw, blocks) = split(mmvq_tw_with(4, MIB, usize::MAX, 6 * MIB, 0));
+        assert_eq!((tw, blocks), (4, (i32::MAX >> 8) as usize));
+    }
+
     #[test]
     fn the_kernel_types_are_the_cpus() {
         for q in QType::ALL {
