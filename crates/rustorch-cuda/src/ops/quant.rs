@@ -148,7 +148,10 @@ fn mmvq_team_warps(k: usize, unit: usize, kernel_m: usize) -> usize {
     }
 }
 
-/// Output columns of one MMVQ block whose teams have `tw` warps.
+/// Bits of the one-row MMVQ kernels' `tw` argument that hold the team's
+/// warps (QMMVQ_TW_BITS in kernels/quant.cu).
+const QMMVQ_TW_BITS: u32 = 8;
+
 /// The one-row MMVQ kernels' `tw` argument (kernels/quant.cu
 /// `q_prefetch_wanted`): the team's warps in the low QMMVQ_TW_BITS, above
 /// them how many of the launch's `blocks` (the first) prefetch their rows
@@ -160,17 +163,18 @@ fn mmvq_tw(b: &CudaBackend, tw: usize, weight_bytes: usize, blocks: usize) -> i3
 
 /// `mmvq_tw` for the given limits (`max_bytes`, `part_bytes`).
 fn mmvq_tw_with(tw: usize, weight_bytes: usize, blocks: usize, max_bytes: usize, part_bytes: usize) -> i32 {
-    const QMMVQ_TW_BITS: u32 = 8;
     let prefetching = if weight_bytes <= max_bytes {
         blocks
     } else {
+        // weight_bytes > max_bytes >= 0: no division by zero.
         let part = part_bytes.min(weight_bytes);
-        (blocks as u128 * part as u128).div_ceil(weight_bytes.max(1) as u128) as usize
+        (blocks as u128 * part as u128).div_ceil(weight_bytes as u128) as usize
     };
     let prefetching = prefetching.min((i32::MAX >> QMMVQ_TW_BITS) as usize) as i32;
     tw as i32 | (prefetching << QMMVQ_TW_BITS)
 }
 
+/// Output columns of one MMVQ block whose teams have `tw` warps.
 fn mmvq_teams(tw: usize) -> usize {
     MMVQ_WARPS / tw
 }
@@ -1458,12 +1462,10 @@ fn embedding(
 mod tests {
     use super::*;
 
-    /// Every type the CPU multiplies (and so looks up) has a decoder here,
-    /// and nothing else claims one.
     #[test]
     fn the_prefetching_blocks_cover_the_first_part_of_a_large_product() {
         const MIB: usize = 1 << 20;
-        let split = |v: i32| ((v & 0xff) as usize, (v >> 8) as usize);
+        let split = |v: i32| ((v & ((1 << QMMVQ_TW_BITS) - 1)) as usize, (v >> QMMVQ_TW_BITS) as usize);
         // At most max_bytes: every block, the team's warps kept.
         assert_eq!(split(mmvq_tw_with(2, 6 * MIB, 704, 6 * MIB, 4 * MIB)), (2, 704));
         // Larger: the blocks of the first part_bytes, rounded up.
@@ -1472,9 +1474,11 @@ mod tests {
         assert_eq!(split(mmvq_tw_with(1, 24 * MIB, 704, 6 * MIB, 100 * MIB)), (1, 704));
         // A grid too large for the bits left: capped, tw intact.
         let (tw, blocks) = split(mmvq_tw_with(4, MIB, usize::MAX, 6 * MIB, 0));
-        assert_eq!((tw, blocks), (4, (i32::MAX >> 8) as usize));
+        assert_eq!((tw, blocks), (4, (i32::MAX >> QMMVQ_TW_BITS) as usize));
     }
 
+    /// Every type the CPU multiplies (and so looks up) has a decoder here,
+    /// and nothing else claims one.
     #[test]
     fn the_kernel_types_are_the_cpus() {
         for q in QType::ALL {
