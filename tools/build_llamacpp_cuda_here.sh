@@ -105,6 +105,8 @@ toolkit() {
         python3 -m pip install --quiet --target "$wheels/cmake" "$CMAKE_WHEEL" || return 1
     fi
     export PATH="$wheels/ninja/bin:$wheels/cmake/bin:$PATH"
+    # The wheels' bin/ entries are Python scripts that import their package from the --target folder.
+    export PYTHONPATH="$wheels/ninja:$wheels/cmake${PYTHONPATH:+:$PYTHONPATH}"
 }
 
 # glibc <= 2.34 and no GLIBCXX for every file of the bundle: prints the highest of each.

@@ -103,6 +103,10 @@ pub struct CudaBackend {
     /// (`RUSTORCH_CUDA_NORM_PRODUCTS_QUANT=1`; off by default: slower there,
     /// see ops/norm_products.rs).
     pub(crate) norm_products_quant: bool,
+    /// Whether the fused float kernels copy half of each row into shared
+    /// memory by cp.async (`_cp`, ops/norm_products.rs; on from compute
+    /// capability 8.0 unless `RUSTORCH_CUDA_QN_COPY=0`).
+    pub(crate) qn_copy: bool,
 }
 
 /// The driver's default memory pool of one device, kept as a cache: freed
@@ -254,6 +258,7 @@ impl CudaBackend {
             gap_function: std::sync::OnceLock::new(),
             norm_products: env_number("RUSTORCH_CUDA_NORM_PRODUCTS", 2),
             norm_products_quant: env_is("RUSTORCH_CUDA_NORM_PRODUCTS_QUANT", "1"),
+            qn_copy: major >= 8 && !env_is("RUSTORCH_CUDA_QN_COPY", "0"),
         })
     }
 

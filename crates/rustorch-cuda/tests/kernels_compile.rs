@@ -57,7 +57,8 @@ fn every_kernel_compiles_for_sm80_and_sm90() {
 /// (`griddepcontrol.wait`, kernels/common.cuh's `rt_kernel_entry`) before
 /// it reads or writes global memory. Only reads of weights, which no kernel
 /// writes, may come first: prefetches, and loads through the read-only
-/// path (`ld.global.nc`: the float products' first weights). The entries
+/// path (`ld.global.nc`: the float products' first weights) or by cp.async into
+/// the block's own shared memory (the fused float products'). The entries
 /// of `ptx` that break this, one message each.
 fn entries_touching_memory_before_the_wait(module: &str, ptx: &str) -> Vec<String> {
     let mut bad = Vec::new();
@@ -69,9 +70,12 @@ fn entries_touching_memory_before_the_wait(module: &str, ptx: &str) -> Vec<Strin
         };
         let before = &entry[..wait];
         for access in ["ld.global", "st.global", "atom.", "red.", "ld.shared", "st.shared"] {
-            let found = before
-                .lines()
-                .any(|l| l.contains(access) && !(access == "ld.global" && l.contains("ld.global.nc")));
+            // An instruction, not a substring of another (`cp.async.cg.shared.global`, the
+            // weights copied into the block's own shared memory, holds "red.").
+            let found = before.lines().any(|l| {
+                l.split_whitespace()
+                    .any(|t| t.starts_with(access) && !(access == "ld.global" && t.starts_with("ld.global.nc")))
+            });
             if found {
                 bad.push(format!("{module}: kernel {name} has {access} before rt_kernel_entry"));
             }

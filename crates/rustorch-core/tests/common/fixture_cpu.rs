@@ -183,3 +183,31 @@ pub fn note_if_other_cpu(what: &str, cpu: &Value) {
     let _ = writeln!(std::io::stderr(), "{note}");
     noted.push(note);
 }
+
+/// Whether llama.cpp's build on this CPU sums bf16 products in the order of the build that wrote
+/// the fixtures `cpu` records: `vdpbf16ps` pairs where the CPU has AVX-512 BF16, f32 lanes where
+/// not (rustorch-cpu's ggml/bf16dot.rs follows this CPU's build, as llama.cpp built here would).
+/// Where the orders differ, a BF16 fixture's bits cannot be this CPU's: the callers say so in one
+/// line and check the other types.
+pub fn same_bf16_order(cpu: &Value) -> bool {
+    let dp = |flags: &[&str]| flags.contains(&"avx512f") && flags.contains(&"avx512_bf16");
+    let theirs: Vec<&str> = cpu["flags"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|f| f.as_str()).collect())
+        .unwrap_or_default();
+    dp(&theirs) == dp(&this_cpu_flags())
+}
+
+/// Prints, once per process, that `what`'s BF16 fixtures are not checked on this CPU.
+pub fn note_bf16_order_differs(what: &str) {
+    use std::sync::Once;
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let _ = writeln!(
+            std::io::stderr(),
+            "note: {what}: BF16 fixtures skipped: llama.cpp's build that wrote them sums bf16 in another \
+             order (vdpbf16ps with AVX-512 BF16, f32 lanes without) than its build for this CPU, which \
+             RusTorch follows (rustorch-cpu's bf16dot tests check both orders)"
+        );
+    });
+}

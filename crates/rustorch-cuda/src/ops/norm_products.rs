@@ -264,6 +264,40 @@ fn launch_config(b: &CudaBackend, q: QType, k: usize, columns: usize) -> LaunchC
     }
 }
 
+/// The entry suffix of a float weight's fused kernels and the shared
+/// memory it needs beyond `smem_bytes`: `_cp` (half of each row copied
+/// into two slots a warp by cp.async, kernels/norm_products.cuh) for rows of
+/// exactly 256 16-byte chunks (2048 F16 or BF16 values, 1024 F32) where the
+/// GPU has cp.async (`qn_copy`), else the plain entries.
+fn copy_variant(b: &CudaBackend, q: QType, k: usize) -> (&'static str, usize) {
+    match wrow_chunk_values(q) {
+        Some(v) if b.qn_copy && mmvq_layout(q).is_none() && k == 256 * v => ("_cp", COPY_SLOTS_BYTES),
+        _ => ("", 0),
+    }
+}
+/// The `_cp` kernels' slots: 8 warps x 2 slots x 4 KiB.
+const COPY_SLOTS_BYTES: usize = QN_WARPS * 2 * 4096;
+
+/// `cfg` with `extra` bytes of shared memory beyond `smem_bytes`, the
+/// function's limit raised where that passes the default 48 KiB.
+fn config_with(
+    b: &CudaBackend,
+    f: &cudarc::driver::CudaFunction,
+    name: &str,
+    mut cfg: LaunchConfig,
+    extra: usize,
+) -> Result<LaunchConfig, BackendError> {
+    if extra > 0 {
+        cfg.shared_mem_bytes += extra as u32;
+        f.set_attribute(
+            cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            cfg.shared_mem_bytes as i32,
+        )
+        .map_err(|e| b.launch_err(name, e))?;
+    }
+    Ok(cfg)
+}
+
 fn launch_multi(
     b: &CudaBackend,
     q: QType,
@@ -273,7 +307,8 @@ fn launch_multi(
     columns: usize,
 ) -> Result<(), BackendError> {
     let ty = kernel_type(q).ok_or_else(|| BackendError::unsupported(b.device, "qnorm_multi", "no kernel"))?;
-    let kernel = format!("qnorm_multi_{ty}");
+    let (suffix, extra) = copy_variant(b, q, norm.k as usize);
+    let kernel = format!("qnorm_multi_{ty}{suffix}");
     let f = b.function("quant", &kernel)?;
     let k = norm.k as usize;
     let row_bytes = q.bytes_for(k).unwrap_or(0) as i64;
@@ -285,7 +320,8 @@ fn launch_multi(
     // weights of p has n rows of k values of the type at its stride,
     // aligned for the type's loads (Weight::new), and an output of n f32;
     // the shared memory holds what qn_norm_quantized puts there (smem_bytes).
-    unsafe { args.launch(launch_config(b, q, k, columns)) }.map_err(|e| b.launch_err(&kernel, e))
+    let cfg = config_with(b, &f, &kernel, launch_config(b, q, k, columns), extra)?;
+    unsafe { args.launch(cfg) }.map_err(|e| b.launch_err(&kernel, e))
 }
 
 fn launch_gated(
@@ -298,7 +334,8 @@ fn launch_gated(
     y: &CudaBuffer,
 ) -> Result<(), BackendError> {
     let ty = kernel_type(q).ok_or_else(|| BackendError::unsupported(b.device, "qnorm_gated", "no kernel"))?;
-    let kernel = format!("qnorm_gated_{ty}");
+    let (suffix, extra) = copy_variant(b, q, norm.k as usize);
+    let kernel = format!("qnorm_gated_{ty}{suffix}");
     let f = b.function("quant", &kernel)?;
     let k = norm.k as usize;
     let row_bytes = q.bytes_for(k).unwrap_or(0) as i64;
@@ -321,5 +358,6 @@ fn launch_gated(
     // SAFETY: qnorm_gated_T(in, wg, sg, wu, su, n, row_bytes, act, y): as
     // qnorm_multi_T's norm; gate and up hold n rows of k values at their
     // strides, aligned for the type's loads; y holds n f32.
-    unsafe { args.launch(launch_config(b, q, k, g.rows)) }.map_err(|e| b.launch_err(&kernel, e))
+    let cfg = config_with(b, &f, &kernel, launch_config(b, q, k, g.rows), extra)?;
+    unsafe { args.launch(cfg) }.map_err(|e| b.launch_err(&kernel, e))
 }
