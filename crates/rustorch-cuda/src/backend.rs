@@ -42,6 +42,11 @@ pub struct CudaBackend {
     /// (`launch::Launch`): compute capability 9.0 on, unless
     /// `RUSTORCH_CUDA_PDL=0`.
     pub(crate) overlap_launches: bool,
+    /// Set after a kernel that writes memory a kernel may read before its
+    /// wait (an upload by the copy kernel of src/transfer.rs: weights): the
+    /// next launch then runs after it in plain stream order, not
+    /// overlapped (`launch::Launch::new` takes the flag).
+    pub(crate) no_overlap_next: std::sync::atomic::AtomicBool,
     /// Whether `rope_write_kv_at` is one launch (unless
     /// `RUSTORCH_CUDA_FUSED_ROPE=0`, which runs the ops one by one: an A/B
     /// switch for the benchmarks).
@@ -236,6 +241,7 @@ impl CudaBackend {
             staging: Default::default(),
             transfer_forced,
             overlap_launches: major >= 9 && !env_is("RUSTORCH_CUDA_PDL", "0"),
+            no_overlap_next: std::sync::atomic::AtomicBool::new(false),
             fused_rope: !env_is("RUSTORCH_CUDA_FUSED_ROPE", "0"),
             rope_attention: !env_is("RUSTORCH_CUDA_ROPE_ATTENTION", "0"),
             norm_quant: !env_is("RUSTORCH_CUDA_NORM_QUANT", "0"),

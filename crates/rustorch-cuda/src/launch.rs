@@ -32,7 +32,9 @@ impl<'a> Launch<'a> {
             func,
             stream: b.stream.cu_stream(),
             ctx: &b.ctx,
-            overlap: b.overlap_launches,
+            // Not after a kernel that wrote weights: this one may read
+            // its weights before its wait.
+            overlap: b.overlap_launches && !b.no_overlap_next.swap(false, std::sync::atomic::Ordering::Relaxed),
             args: Vec::with_capacity(16),
             gap: match b.gap_kernels {
                 0 => None,

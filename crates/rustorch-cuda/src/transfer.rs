@@ -314,6 +314,9 @@ impl CudaBackend {
         // addresses hold.
         unsafe { args.launch(crate::launch::grid(n.div_ceil(per_thread), self.sm_count)) }
             .map_err(|e| self.launch_err(name, e))?;
+        // What it writes may be weights, which the kernel after it may read
+        // before its wait (PDL): that one must not overlap it.
+        self.no_overlap_next.store(true, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 }
