@@ -527,13 +527,22 @@ fn qk_tile(q: [&[f32]; GROUP_ROWS], kt: &[f32], lp: usize, c: usize, d: usize, s
         unsafe { avx512::qk_tile(q, kt, lp, c, d, scores) };
         return;
     }
-    for (r, row) in scores.iter_mut().enumerate() {
-        for (j, s) in row.iter_mut().enumerate() {
-            let mut acc = 0f32;
+    qk_tile_portable(q, kt, lp, c, d, scores);
+}
+
+crate::simd_dispatch! {
+    /// `qk_tile` in portable code (compiled with FMA where the CPU has it,
+    /// so that `mul_add` is one instruction): each score's chain runs over
+    /// `dk` in order as before, the 64 keys side by side.
+    fn qk_tile_portable(q: [&[f32]; GROUP_ROWS], kt: &[f32], lp: usize, c: usize, d: usize, scores: &mut [[f32; TILE]; GROUP_ROWS]) {
+        for (r, row) in scores.iter_mut().enumerate() {
+            *row = [0f32; TILE];
             for dk in 0..d {
-                acc = kt[dk * lp + c + j].mul_add(q[r][dk], acc);
+                let (k, qv) = (&kt[dk * lp + c..dk * lp + c + TILE], q[r][dk]);
+                for (s, &kv) in row.iter_mut().zip(k) {
+                    *s = kv.mul_add(qv, *s);
+                }
             }
-            *s = acc;
         }
     }
 }
@@ -568,12 +577,19 @@ fn pv_tile(p: &[[f32; TILE]; GROUP_ROWS], v: &[f32], c: usize, live: usize, dv: 
         unsafe { avx512::pv_tile(p, v, c, live, dv, acc) };
         return;
     }
-    for (r, pr) in p.iter().enumerate() {
-        let a = &mut acc[r * dv..(r + 1) * dv];
-        for (j, &pj) in pr[..live].iter().enumerate() {
-            let vr = &v[(c + j) * dv..(c + j + 1) * dv];
-            for (x, &y) in a.iter_mut().zip(vr) {
-                *x = y.mul_add(pj, *x);
+    pv_tile_portable(p, v, c, live, dv, acc);
+}
+
+crate::simd_dispatch! {
+    /// `pv_tile` in portable code (compiled with FMA where the CPU has it).
+    fn pv_tile_portable(p: &[[f32; TILE]; GROUP_ROWS], v: &[f32], c: usize, live: usize, dv: usize, acc: &mut [f32]) {
+        for (r, pr) in p.iter().enumerate() {
+            let a = &mut acc[r * dv..(r + 1) * dv];
+            for (j, &pj) in pr[..live].iter().enumerate() {
+                let vr = &v[(c + j) * dv..(c + j + 1) * dv];
+                for (x, &y) in a.iter_mut().zip(vr) {
+                    *x = y.mul_add(pj, *x);
+                }
             }
         }
     }

@@ -1,11 +1,11 @@
-//! The tiled and repacked K-quant paths: the AVX-512 super-block sums
+//! The tiled and repacked K-quant paths: the AVX2 and AVX-512 super-block sums
 //! against the portable ones (bit for bit), and every product against an
 //! f64 product of the dequantized operands. tests/ggml_matmul.rs checks
 //! them against llama.cpp itself.
 
 use super::ggml_superblock::{chunk_sums_portable, Unpack};
 use super::{qmatmul_quantized_into, Isa, QuantizedRows};
-use rustorch_core::quant::blocks::{cast_blocks, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
+use rustorch_core::quant::blocks::{cast_blocks, BlockQ2K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
 use rustorch_core::quant::{dequantize, QTensor, QType};
 
 /// Deterministic values in [-1, 1).
@@ -85,8 +85,8 @@ fn scale_and_min_parts(qtype: QType, w: &[u8], n: usize) -> Vec<Vec<f32>> {
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn simd_unpacking_and_super_block_sums_equal_portable_ones() {
-    if !Isa::Avx512Vnni.is_available() {
-        eprintln!("skipped: no AVX-512 VNNI");
+    if !Isa::Avx2.is_available() {
+        eprintln!("skipped: no AVX2");
         return;
     }
     fn check<W: Unpack + rustorch_core::quant::blocks::Block>(qtype: QType) {
@@ -96,7 +96,7 @@ fn simd_unpacking_and_super_block_sums_equal_portable_ones() {
         let ys: &[BlockQ8K] = cast_blocks(&ab).unwrap();
         for (k, x) in ws.iter().enumerate() {
             let u = x.unpack();
-            // SAFETY: AVX-512 VNNI, and so AVX2, checked above.
+            // SAFETY: AVX2 checked above.
             let v = unsafe { x.unpack_avx2() };
             assert_eq!(
                 (u.codes, u.lane_scales, u.mins, u.bias_scales),
@@ -105,16 +105,22 @@ fn simd_unpacking_and_super_block_sums_equal_portable_ones() {
             );
             assert_eq!((u.d.to_bits(), u.dmin.to_bits()), (v.d.to_bits(), v.dmin.to_bits()));
             for (l, y) in ys.iter().enumerate() {
-                // SAFETY: AVX-512 VNNI checked above.
-                let got = unsafe { super::ggml_superblock::chunk_sums_vnni(&u, y) };
-                assert_eq!(
-                    got,
-                    chunk_sums_portable(&u, y),
-                    "{qtype} weight block {k}, activation block {l}"
-                );
+                let want = chunk_sums_portable(&u, y);
+                // SAFETY: AVX2 checked above.
+                let avx2 = unsafe { super::ggml_superblock::chunk_sums_avx2(&u, y) };
+                assert_eq!(avx2, want, "{qtype} weight block {k}, activation block {l}: AVX2");
+                if Isa::Avx512Vnni.is_available() {
+                    // SAFETY: AVX-512 VNNI checked just above.
+                    let vnni = unsafe { super::ggml_superblock::chunk_sums_vnni(&u, y) };
+                    assert_eq!(
+                        vnni, want,
+                        "{qtype} weight block {k}, activation block {l}: AVX-512 VNNI"
+                    );
+                }
             }
         }
     }
+    check::<BlockQ2K>(QType::Q2K);
     check::<BlockQ4K>(QType::Q4K);
     check::<BlockQ5K>(QType::Q5K);
     check::<BlockQ6K>(QType::Q6K);

@@ -327,6 +327,51 @@ pub(super) unsafe fn chunk_sums_vnni(u: &Unpacked, y: &BlockQ8K) -> Sums {
     }
     // Four 16-lane vectors to four sums (integers: any order is exact).
     let h: [__m256i; 4] = v.map(|x| _mm256_add_epi32(_mm512_castsi512_si256(x), _mm512_extracti64x4_epi64::<1>(x)));
+    // SAFETY: AVX2 is enabled here.
+    unsafe { with_bsum_terms(h, u, y) }
+}
+
+/// `chunk_sums_portable` with AVX2: `vpmaddubsw` multiplies the unsigned
+/// codes (at most 63) by the signed activations and adds pairs, which fit
+/// an i16 without saturating (2 * 63 * 128 < 32768); `vpmaddwd` then
+/// scales each four codes' sums by their lane's scale, copied into both
+/// i16 halves of the lane.
+///
+/// # Safety
+/// AVX2 must be available.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn chunk_sums_avx2(u: &Unpacked, y: &BlockQ8K) -> Sums {
+    use std::arch::x86_64::*;
+    let mut h = [_mm256_setzero_si256(); 4];
+    for (c, hc) in h.iter_mut().enumerate() {
+        for half in 0..2 {
+            let o = 64 * c + 32 * half;
+            // SAFETY: codes and activations o..o + 32 and lane scales
+            // o / 4..o / 4 + 8 are in bounds; unaligned loads are allowed.
+            unsafe {
+                let w = _mm256_loadu_si256(u.codes.as_ptr().add(o).cast());
+                let a = _mm256_loadu_si256(y.qs.as_ptr().add(o).cast());
+                let s = _mm256_loadu_si256(u.lane_scales.as_ptr().add(o / 4).cast());
+                let s = _mm256_or_si256(s, _mm256_slli_epi32::<16>(s));
+                *hc = _mm256_add_epi32(*hc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), s));
+            }
+        }
+    }
+    // SAFETY: AVX2 is enabled here.
+    unsafe { with_bsum_terms(h, u, y) }
+}
+
+/// The `Sums` from each chunk's scaled products (`h[c]`: eight i32 lanes
+/// that sum to chunk c's) and the bsums terms.
+///
+/// # Safety
+/// AVX2 must be available.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn with_bsum_terms(h: [std::arch::x86_64::__m256i; 4], u: &Unpacked, y: &BlockQ8K) -> Sums {
+    use std::arch::x86_64::*;
     let h01 = _mm256_hadd_epi32(h[0], h[1]);
     let h23 = _mm256_hadd_epi32(h[2], h[3]);
     let hh = _mm256_hadd_epi32(h01, h23);
@@ -537,14 +582,15 @@ unsafe fn run_tile_vnni(tile: &Tile<'_>, acts: &[&[BlockQ8K]], order: &dyn Fn(us
     run_tile_with(tile, acts, order, out, |u, y| unsafe { chunk_sums_vnni(u, y) })
 }
 
-/// The portable sums compiled with FMA.
+/// `run_tile_with` compiled for AVX2 and FMA.
 ///
 /// # Safety
 /// AVX2 and FMA must be available; as `run_tile`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn run_tile_fma(tile: &Tile<'_>, acts: &[&[BlockQ8K]], order: &dyn Fn(usize) -> Order, out: &super::OutPtr) {
-    run_tile_with(tile, acts, order, out, chunk_sums_portable)
+    // SAFETY: the features `chunk_sums_avx2` needs are enabled here.
+    run_tile_with(tile, acts, order, out, |u, y| unsafe { chunk_sums_avx2(u, y) })
 }
 
 /// Every output of `tile` with the widest code this CPU runs at or below
