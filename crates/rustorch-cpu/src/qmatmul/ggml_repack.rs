@@ -87,6 +87,12 @@ pub(super) fn product(isa: Isa, w: &QMatRef<'_>, act: &QuantizedRows, out: &mut 
         super::ggml_repack_gemv::gemm_small(w, &acts, out);
         return;
     }
+    #[cfg(target_arch = "x86_64")]
+    if w.qtype() == QType::Q4K && m < 4 && !w.is_interleaved() && isa >= Isa::Avx2 && Isa::Avx2.is_available() {
+        // The gemv order without AVX-512 VNNI: straight from the blocks too.
+        super::ggml_repack_gemv::gemv_q4k_avx2(w, &acts, out);
+        return;
+    }
     let (gemm, qtype) = match w.qtype() {
         QType::Q2K => (Order::RepackGemmHalves, QType::Q2K),
         _ => (Order::RepackGemm, QType::Q4K),

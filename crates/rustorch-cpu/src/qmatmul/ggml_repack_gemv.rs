@@ -49,6 +49,29 @@ pub(super) fn gemv(w: &QMatRef<'_>, acts: &[&[BlockQ8K]], out: &mut [f32]) {
     });
 }
 
+/// `gemv` for Q4_K weights in GGUF's layout on CPUs with AVX2 but not
+/// AVX-512 VNNI: one weight row at a time (`simd::gemv_q4k_avx2`), the
+/// same order and bits.
+#[cfg(target_arch = "x86_64")]
+pub(super) fn gemv_q4k_avx2(w: &QMatRef<'_>, acts: &[&[BlockQ8K]], out: &mut [f32]) {
+    use rustorch_core::quant::blocks::{cast_blocks, BlockQ4K};
+    let n = w.rows();
+    let chunk = chunk_rows(n);
+    let out_ptr = OutPtr(out.as_mut_ptr());
+    (0..n.div_ceil(chunk)).into_par_iter().for_each(|c| {
+        for j in c * chunk..((c + 1) * chunk).min(n) {
+            let wr: &[BlockQ4K] = cast_blocks(w.row(j)).expect("Q4_K weight rows are whole blocks");
+            for (i, a) in acts.iter().enumerate() {
+                // SAFETY: the caller checked AVX2 (with FMA and F16C).
+                let v = unsafe { simd::gemv_q4k_avx2(wr, a) };
+                // SAFETY: this task alone writes the outputs of weight rows
+                // c * chunk.. (columns of every output row); see `OutPtr`.
+                unsafe { out_ptr.write(i * n + j, v) };
+            }
+        }
+    });
+}
+
 /// Weight rows per task of `gemv`: whole groups of eight, a few chunks per
 /// thread to balance.
 #[cfg(target_arch = "x86_64")]
@@ -769,6 +792,71 @@ mod simd {
         }
         acc - acc_min
     }
+
+    /// `gemv_q4k_vnni` with AVX2: `vpmaddubsw` (codes below 16 times
+    /// activations: pairs fit an i16) and `vpmaddwd` with the group's scale;
+    /// the integers are exact, so the bits are the same.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C must be available.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(in super::super) unsafe fn gemv_q4k_avx2(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
+        use rustorch_core::quant::blocks::f16_to_f32;
+        let m4 = _mm256_set1_epi8(0xF);
+        let (mut acc, mut acc_min) = (0f32, 0f32);
+        for (x, y) in w.iter().zip(a) {
+            // The eight 6-bit scales (bytes 0..8) and mins (8..16), as
+            // ggml unpacks `scales` (`scale_min_k4` for every group).
+            let mut u = [0u32; 4];
+            for (k, v) in u.iter_mut().take(3).enumerate() {
+                *v = u32::from_le_bytes(x.scales[4 * k..4 * k + 4].try_into().expect("4 bytes"));
+            }
+            u[3] = ((u[2] >> 4) & 0x0f0f_0f0f) | (((u[1] >> 6) & 0x0303_0303) << 4);
+            let mins_lo = u[1] & 0x3f3f_3f3f;
+            u[1] = (u[2] & 0x0f0f_0f0f) | (((u[0] >> 6) & 0x0303_0303) << 4);
+            u[2] = mins_lo;
+            u[0] &= 0x3f3f_3f3f;
+            let sc: [u8; 16] = std::array::from_fn(|b| (u[b / 4] >> (8 * (b % 4))) as u8);
+            // sum over groups of mins[g] * (the activation's group sum).
+            // SAFETY: `bsums` is 32 bytes; `sc[8..16]` 8 bytes.
+            let mp = unsafe {
+                let bs_lo = _mm_loadu_si128(y.bsums.as_ptr().cast());
+                let bs_hi = _mm_loadu_si128(y.bsums.as_ptr().add(8).cast());
+                let groups = _mm_hadd_epi16(bs_lo, bs_hi);
+                let mins = _mm_cvtepu8_epi16(_mm_loadl_epi64(sc.as_ptr().add(8).cast()));
+                let t = _mm_madd_epi16(mins, groups);
+                let t = _mm_add_epi32(t, _mm_shuffle_epi32::<0b01_00_11_10>(t));
+                let t = _mm_add_epi32(t, _mm_shuffle_epi32::<0b10_11_00_01>(t));
+                _mm_cvtsi128_si32(t)
+            };
+            let mut total = _mm256_setzero_si256();
+            for c in 0..4 {
+                // SAFETY: 32 of the 128 quant bytes, 64 of the 256 activations.
+                let (v, a_lo, a_hi) = unsafe {
+                    (
+                        _mm256_loadu_si256(x.qs.as_ptr().add(32 * c).cast()),
+                        _mm256_loadu_si256(y.qs.as_ptr().add(64 * c).cast()),
+                        _mm256_loadu_si256(y.qs.as_ptr().add(64 * c + 32).cast()),
+                    )
+                };
+                // Low nibbles: group 2c; high nibbles: group 2c + 1.
+                let lo = _mm256_and_si256(v, m4);
+                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
+                let p_lo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, a_lo), _mm256_set1_epi16(sc[2 * c] as i16));
+                let p_hi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, a_hi), _mm256_set1_epi16(sc[2 * c + 1] as i16));
+                total = _mm256_add_epi32(total, _mm256_add_epi32(p_lo, p_hi));
+            }
+            let t = _mm_add_epi32(_mm256_castsi256_si128(total), _mm256_extracti128_si256::<1>(total));
+            let t = _mm_add_epi32(t, _mm_shuffle_epi32::<0b01_00_11_10>(t));
+            let t = _mm_add_epi32(t, _mm_shuffle_epi32::<0b10_11_00_01>(t));
+            let s = _mm_cvtsi128_si32(t);
+            let d = f16_to_f32(x.d) * y.scale();
+            let dmin = f16_to_f32(x.dmin) * y.scale();
+            acc = (s as f32).mul_add(d, acc);
+            acc_min = (mp as f32).mul_add(dmin, acc_min);
+        }
+        acc - acc_min
+    }
 }
 
 #[cfg(test)]
@@ -789,20 +877,24 @@ mod tests {
             .collect()
     }
 
-    /// The AVX-512 gemv equals the portable repacked gemv order
+    /// The AVX-512 and AVX2 gemvs equal the portable repacked gemv order
     /// (`ggml_superblock`, which tests/ggml_matmul.rs checks against
     /// llama.cpp) bit for bit, on quantized rows and on random bytes with
     /// extreme codes and scales, for 1..4 activation rows.
     #[test]
     fn gemv_equals_the_portable_order_bit_for_bit() {
         if Isa::Avx512Vnni.is_available() {
-            check(QType::Q4K, 0, 2);
-            check(QType::Q2K, 80, 82);
+            check(QType::Q4K, 0, 2, Isa::Avx512Vnni);
+            check(QType::Q2K, 80, 82, Isa::Avx512Vnni);
+        }
+        if Isa::Avx2.is_available() {
+            check(QType::Q4K, 0, 2, Isa::Avx2);
         }
     }
 
-    /// `d` and `dmin` at byte offsets `d_at`, `dmin_at` of a block.
-    fn check(qtype: QType, d_at: usize, dmin_at: usize) {
+    /// `d` and `dmin` at byte offsets `d_at`, `dmin_at` of a block; the
+    /// product at `isa` against the portable one.
+    fn check(qtype: QType, d_at: usize, dmin_at: usize, isa: Isa) {
         let (rows, cols) = (24, 768);
         let mut bytes = QTensor::quantize(qtype, [rows, cols], &values(rows * cols, 3))
             .expect("quantize")
@@ -833,11 +925,11 @@ mod tests {
                 *v = if *v < 0.0 { -1.0 } else { 1.0 };
             }
             let want = qmatmul_isa(Isa::Scalar, &w, &x).expect("product");
-            let got = qmatmul_isa(Isa::Avx512Vnni, &w, &x).expect("product");
+            let got = qmatmul_isa(isa, &w, &x).expect("product");
             for (k, (g, e)) in got.iter().zip(&want).enumerate() {
                 assert!(
                     g.to_bits() == e.to_bits() || (g.is_nan() && e.is_nan()),
-                    "{qtype} m={m} output {k}: {g} vs portable {e}"
+                    "{qtype} {isa:?} m={m} output {k}: {g} vs portable {e}"
                 );
             }
         }

@@ -315,7 +315,8 @@ mod simd {
                 )
             };
             let q8sclsub = _mm256_slli_epi32::<5>(_mm256_madd_epi16(q8sums, _mm256_cvtepi8_epi16(scales)));
-            let sc = x.scales.map(|s| s as i16);
+            // (Indexed in place: `scales.map` was left a call per block.)
+            let sc = |g: usize| x.scales[g] as i16;
             let mut sumi = _mm256_setzero_si256();
             for j in 0..2 {
                 // SAFETY: half j of `ql` (64 bytes), `qh` (32 bytes) and
@@ -343,7 +344,7 @@ mod simd {
                     let q8 = unsafe { _mm256_loadu_si256(y.qs.as_ptr().add(128 * j + 32 * k).cast()) };
                     let is = 4 * j + k;
                     // Values 0..16 take scale 2is, 16..32 scale 2is + 1.
-                    let s = _mm256_setr_m128i(_mm_set1_epi16(sc[2 * is]), _mm_set1_epi16(sc[2 * is + 1]));
+                    let s = _mm256_setr_m128i(_mm_set1_epi16(sc(2 * is)), _mm_set1_epi16(sc(2 * is + 1)));
                     p[k] = _mm256_madd_epi16(s, _mm256_maddubs_epi16(q[k], q8));
                 }
                 sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p[0], p[1]));
