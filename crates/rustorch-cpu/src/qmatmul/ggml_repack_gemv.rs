@@ -801,22 +801,13 @@ mod simd {
     /// AVX2, FMA and F16C must be available.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(in super::super) unsafe fn gemv_q4k_avx2(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
+        use super::super::kernels::kquants::k4_scales_mins;
         use rustorch_core::quant::blocks::f16_to_f32;
         let m4 = _mm256_set1_epi8(0xF);
         let (mut acc, mut acc_min) = (0f32, 0f32);
         for (x, y) in w.iter().zip(a) {
-            // The eight 6-bit scales (bytes 0..8) and mins (8..16), as
-            // ggml unpacks `scales` (`scale_min_k4` for every group).
-            let mut u = [0u32; 4];
-            for (k, v) in u.iter_mut().take(3).enumerate() {
-                *v = u32::from_le_bytes(x.scales[4 * k..4 * k + 4].try_into().expect("4 bytes"));
-            }
-            u[3] = ((u[2] >> 4) & 0x0f0f_0f0f) | (((u[1] >> 6) & 0x0303_0303) << 4);
-            let mins_lo = u[1] & 0x3f3f_3f3f;
-            u[1] = (u[2] & 0x0f0f_0f0f) | (((u[0] >> 6) & 0x0303_0303) << 4);
-            u[2] = mins_lo;
-            u[0] &= 0x3f3f_3f3f;
-            let sc: [u8; 16] = std::array::from_fn(|b| (u[b / 4] >> (8 * (b % 4))) as u8);
+            // The eight scales (bytes 0..8) and mins (8..16).
+            let sc = k4_scales_mins(&x.scales);
             // sum over groups of mins[g] * (the activation's group sum).
             // SAFETY: `bsums` is 32 bytes; `sc[8..16]` 8 bytes.
             let mp = unsafe {
@@ -824,10 +815,7 @@ mod simd {
                 let bs_hi = _mm_loadu_si128(y.bsums.as_ptr().add(8).cast());
                 let groups = _mm_hadd_epi16(bs_lo, bs_hi);
                 let mins = _mm_cvtepu8_epi16(_mm_loadl_epi64(sc.as_ptr().add(8).cast()));
-                let t = _mm_madd_epi16(mins, groups);
-                let t = _mm_add_epi32(t, _mm_shuffle_epi32::<0b01_00_11_10>(t));
-                let t = _mm_add_epi32(t, _mm_shuffle_epi32::<0b10_11_00_01>(t));
-                _mm_cvtsi128_si32(t)
+                hsum_i32x4(_mm_madd_epi16(mins, groups))
             };
             let mut total = _mm256_setzero_si256();
             for c in 0..4 {
@@ -846,16 +834,25 @@ mod simd {
                 let p_hi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, a_hi), _mm256_set1_epi16(sc[2 * c + 1] as i16));
                 total = _mm256_add_epi32(total, _mm256_add_epi32(p_lo, p_hi));
             }
-            let t = _mm_add_epi32(_mm256_castsi256_si128(total), _mm256_extracti128_si256::<1>(total));
-            let t = _mm_add_epi32(t, _mm_shuffle_epi32::<0b01_00_11_10>(t));
-            let t = _mm_add_epi32(t, _mm_shuffle_epi32::<0b10_11_00_01>(t));
-            let s = _mm_cvtsi128_si32(t);
+            let s = hsum_i32x4(_mm_add_epi32(
+                _mm256_castsi256_si128(total),
+                _mm256_extracti128_si256::<1>(total),
+            ));
             let d = f16_to_f32(x.d) * y.scale();
             let dmin = f16_to_f32(x.dmin) * y.scale();
             acc = (s as f32).mul_add(d, acc);
             acc_min = (mp as f32).mul_add(dmin, acc_min);
         }
         acc - acc_min
+    }
+
+    /// The sum of four i32 lanes (exact: any order).
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn hsum_i32x4(t: __m128i) -> i32 {
+        let t = _mm_add_epi32(t, _mm_shuffle_epi32::<0b01_00_11_10>(t));
+        let t = _mm_add_epi32(t, _mm_shuffle_epi32::<0b10_11_00_01>(t));
+        _mm_cvtsi128_si32(t)
     }
 }
 

@@ -100,7 +100,7 @@ pub(super) fn rows_kernel(qtype: QType, isa: Isa) -> Option<DotRowsFn> {
 /// llama.cpp's word arithmetic (`utmp`): bytes 0..8 are the scales of
 /// groups 0..8, bytes 8..16 their mins.
 #[inline(always)]
-fn k4_scales_mins(packed: &[u8; 12]) -> [u8; 16] {
+pub(in crate::qmatmul) fn k4_scales_mins(packed: &[u8; 12]) -> [u8; 16] {
     const KMASK1: u32 = 0x3f3f_3f3f;
     const KMASK2: u32 = 0x0f0f_0f0f;
     const KMASK3: u32 = 0x0303_0303;
