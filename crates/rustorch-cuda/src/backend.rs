@@ -42,9 +42,9 @@ pub struct CudaBackend {
     /// (`launch::Launch`): compute capability 9.0 on, unless
     /// `RUSTORCH_CUDA_PDL=0`.
     pub(crate) overlap_launches: bool,
-    /// Set after a kernel that writes memory a kernel may read before its
-    /// wait (an upload by the copy kernel of src/transfer.rs: weights): the
-    /// next launch then runs after it in plain stream order, not
+    /// Set after work that writes memory a kernel may read before its
+    /// wait (weights: uploads, copies of weights; `serialize_next_launch`):
+    /// the next launch then runs after it in plain stream order, not
     /// overlapped (`launch::Launch::new` takes the flag).
     pub(crate) no_overlap_next: std::sync::atomic::AtomicBool,
     /// Whether `rope_write_kv_at` is one launch (unless
@@ -470,6 +470,16 @@ impl CudaBackend {
                 format!("an input lives on {}, not on {}", b.device(), self.device),
             )),
         }
+    }
+
+    /// Makes the next launch wait for everything queued before it, not
+    /// overlap the kernel before it: to be called after queuing work that
+    /// writes memory a kernel may read before its wait (the products'
+    /// weights, the norm's weight: kernels/common.cuh, rt_kernel_entry).
+    /// Once that launch has started, so has nothing that could still be
+    /// writing, so every later launch may overlap again.
+    pub(crate) fn serialize_next_launch(&self) {
+        self.no_overlap_next.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     pub(crate) fn launch_err(&self, name: &str, e: cudarc::driver::DriverError) -> BackendError {

@@ -32,8 +32,8 @@ impl<'a> Launch<'a> {
             func,
             stream: b.stream.cu_stream(),
             ctx: &b.ctx,
-            // Not after a kernel that wrote weights: this one may read
-            // its weights before its wait.
+            // Not right after an upload (it may have written weights, which
+            // this kernel may read before its wait).
             overlap: b.overlap_launches && !b.no_overlap_next.swap(false, std::sync::atomic::Ordering::Relaxed),
             args: Vec::with_capacity(16),
             gap: match b.gap_kernels {

@@ -167,6 +167,9 @@ impl CudaBackend {
             return Ok(());
         }
         self.ctx.bind_to_thread().map_err(fail)?;
+        // What an upload writes may be weights, which a kernel may read
+        // before its wait.
+        self.serialize_next_launch();
         if method == Method::Pageable {
             // SAFETY: `dst` holds `src.len()` bytes; pageable copies are
             // staged by the driver before the call returns.
@@ -314,9 +317,8 @@ impl CudaBackend {
         // addresses hold.
         unsafe { args.launch(crate::launch::grid(n.div_ceil(per_thread), self.sm_count)) }
             .map_err(|e| self.launch_err(name, e))?;
-        // What it writes may be weights, which the kernel after it may read
-        // before its wait (PDL): that one must not overlap it.
-        self.no_overlap_next.store(true, std::sync::atomic::Ordering::Relaxed);
+        // Its launch took copy_to_device's flag: set it again, after it.
+        self.serialize_next_launch();
         Ok(())
     }
 }

@@ -40,6 +40,11 @@ enum Kind {
     Same,
     /// Random values of a fixed dtype.
     Fixed(DType),
+    /// Random values of a fixed dtype in [-1, 1), a third of `Fixed`'s
+    /// range: a norm's weight at a model's scale, for products of long rows
+    /// (with `Fixed`'s weights, products of 2048 values reach 3e4, past
+    /// the sizes the backends' product tolerances are set for).
+    Unit(DType),
     /// i64 indices in `0..bound`.
     Index(usize),
     /// A weight of `rows` x `cols` values quantized to `qtype`, as raw u8 blocks.
@@ -190,6 +195,7 @@ fn make_input(rng: &mut Rng, dims: &[usize], kind: Kind, dtype: DType, view: Vie
     let storage = match kind {
         Kind::Same => values(rng, dtype, n),
         Kind::Fixed(d) => values(rng, d, n),
+        Kind::Unit(d) => CpuStorage::from_f64_iter(d, (0..n).map(|_| rng.unit())),
         Kind::Index(bound) => CpuStorage::I64((0..n).map(|_| rng.below(bound) as i64).collect()),
         Kind::Quant(qtype, rows, cols) => {
             let v: Vec<f32> = (0..rows * cols).map(|_| rng.unit() as f32).collect();
@@ -238,7 +244,7 @@ fn run_specs(tg: &Target, specs: &[Spec], group: &str) {
                 .map(|(dims, kind)| {
                     let d = match kind {
                         Kind::Same => dtype,
-                        Kind::Fixed(d) => *d,
+                        Kind::Fixed(d) | Kind::Unit(d) => *d,
                         Kind::Index(_) => DType::I64,
                         Kind::Quant(..) => DType::U8,
                         Kind::CausalMask => DType::F32,
@@ -843,7 +849,12 @@ fn add_rms_norm_then_specs() -> Vec<Spec> {
         eps: 1e-5,
         then: Box::new(op),
     };
-    let head = |m: usize, k: usize| vec![(vec![m, k], f32_), (vec![m, k], f32_), (vec![k], f32_)];
+    let head = |m: usize, k: usize| {
+        // Rows of 2048 with `Fixed`'s norm weights give products past their
+        // tolerance's range (`Kind::Unit`).
+        let w = if k >= 1024 { Kind::Unit(DType::F32) } else { f32_ };
+        vec![(vec![m, k], f32_), (vec![m, k], f32_), (vec![k], w)]
+    };
     let many = |qtypes: Vec<QType>, m: usize, k: usize, rows: &[usize]| {
         let mut inputs = head(m, k);
         inputs.extend(qtypes.iter().zip(rows).map(|(&q, &r)| w(q, r, k)));
@@ -871,6 +882,13 @@ fn add_rms_norm_then_specs() -> Vec<Spec> {
         gated(Q8_0, GateActivation::GeGlu, 1, 160, 40),
         gated(F16, GateActivation::SwiGlu, 1, 256, 48),
         gated(Q6K, GateActivation::SwiGlu, 3, 256, 16),
+        // Decode sizes: rows of 2048 half values (1024 f32), which a GPU may
+        // read through other kernels than the short rows above (the CUDA
+        // `_cp` entries), and more columns than a launch has warps.
+        many(vec![F16, F16, F16], 1, 2048, &[2560, 1024, 1024]),
+        gated(F16, GateActivation::SwiGlu, 1, 2048, 5000),
+        gated(BF16, GateActivation::GeGlu, 1, 2048, 300),
+        many(vec![F32, F32], 1, 1024, &[64, 40]),
     ]
 }
 
@@ -988,7 +1006,7 @@ fn every_variant_is_covered(_tg: &Target) {
                 .map(|(dims, k)| {
                     let dt = match k {
                         Kind::Same => d,
-                        Kind::Fixed(x) => *x,
+                        Kind::Fixed(x) | Kind::Unit(x) => *x,
                         Kind::Index(_) => DType::I64,
                         Kind::Quant(..) => DType::U8,
                         Kind::CausalMask => DType::F32,

@@ -559,6 +559,8 @@ impl Weight {
             std::slice::from_ref(w),
             &TensorMeta::new(w.layout.shape().clone(), DType::U8),
         )?;
+        // The product reads its weights before its wait.
+        b.serialize_next_launch();
         Ok(Weight {
             ptr: copy.ptr(),
             row_stride: row_bytes as i64,
