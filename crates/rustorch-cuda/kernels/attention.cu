@@ -603,7 +603,7 @@ __device__ i64 attention_at_block(const void* q, int qtype, Str4 lq, const typen
         // The lane's key and value rows of the warp's next chunk into L2
         // (128-byte lines) while this one is used.
         const int jn = j + 32 * AT_WARPS;
-        if (prefetch && jn < hi && lk.s[3] == 1 && lv.s[3] == 1) {
+        if ((prefetch & 1) && jn < hi && lk.s[3] == 1 && lv.s[3] == 1) {
             const char* kr = reinterpret_cast<const char*>(k + kbase + jn * ks);
             const char* vr = reinterpret_cast<const char*>(v + lv.off + hk * lv.s[1] + jn * vs);
             for (i64 b = 0; b < d * (i64)sizeof(KS); b += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(kr + b));
@@ -891,6 +891,50 @@ ATTENTION_AT_JOINED_SHAPES(F32) ATTENTION_AT_JOINED_SHAPES(F16) ATTENTION_AT_JOI
 // caches f16; each block rotates its query at the position's table row,
 // and the block holding the new position writes that position's key and
 // values before it reads them (AtRope).
+// Before the wait (prefetch bit 2, Backend::rope_attention_at): the lines
+// the block reads after it, into L2: the position's RoPE table rows and the
+// key and value rows of the block's share of the cache, from DRAM while the
+// kernel before (the Q/K/V product) ends, instead of after the wait, where
+// they are the chain's longest steps. Only prefetches, which cannot give a
+// stale value (L2 is where every write lands); the position they are aimed
+// with is read through L2 only (ld.global.cg: nothing of it stays in L1 for
+// the read after the wait) and clamped into the cache, so a position the
+// kernel before were still writing would only aim them wrong.
+__device__ __forceinline__ void at_prefetch_early(const u16* k, const Str4& lk, const u16* v, const Str4& lv,
+                                                  const void* pos, i64 pos_off, int pos64, i64 n, i64 d, i64 dv,
+                                                  i64 group, i64 window, i64 min_share, const float* cs,
+                                                  const float* sn, i64 half) {
+#ifdef __CUDA_ARCH__
+    i64 p;
+    if (pos64) {
+        asm volatile("ld.global.cg.s64 %0, [%1];" : "=l"(p) : "l"((const i64*)pos + pos_off));
+    } else {
+        int p32;
+        asm volatile("ld.global.cg.s32 %0, [%1];" : "=r"(p32) : "l"((const int*)pos + pos_off));
+        p = p32;
+    }
+    p = p < 0 ? 0 : (p >= n ? n - 1 : p);
+    const u32 tid = threadIdx.x;
+    if (tid * 32 < (u32)half) {
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(cs + p * half + tid * 32));
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(sn + p * half + tid * 32));
+    }
+    if (lk.s[3] != 1 || lv.s[3] != 1) return;
+    // The block's share as attention_at_block computes it (32-bit, as there).
+    const u32 p32 = (u32)p, first = (window > 0 && p32 + 1 > (u32)window) ? p32 + 1 - (u32)window : 0;
+    const u32 seen = p32 + 1 - first, even = (seen + gridDim.y - 1) / gridDim.y;
+    const u32 share = even > (u32)min_share ? even : (u32)min_share;
+    const u32 lo = first + blockIdx.y * share, hi = lo + share < p32 + 1 ? lo + share : p32 + 1;
+    const u32 hk = blockIdx.x / (u32)group;
+    const char* kr = reinterpret_cast<const char*>(k + lk.off + hk * lk.s[1]);
+    const char* vr = reinterpret_cast<const char*>(v + lv.off + hk * lv.s[1]);
+    for (u32 j = lo + tid; j < hi; j += blockDim.x) {
+        for (i64 b = 0; b < 2 * d; b += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(kr + 2 * j * lk.s[2] + b));
+        for (i64 b = 0; b < 2 * dv; b += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(vr + 2 * j * lv.s[2] + b));
+    }
+#endif
+}
+
 // One kernel per register shape, as attention_at_joined_*_pl*.
 #define ATTENTION_ROPE_AT_JOINED(PL)                                                                          \
     extern "C" __global__ void __launch_bounds__(AT_THREADS) attention_rope_at_joined_F16_pl##PL(             \
@@ -898,6 +942,9 @@ ATTENTION_AT_JOINED_SHAPES(F32) ATTENTION_AT_JOINED_SHAPES(F16) ATTENTION_AT_JOI
         int pos64, float* part, i64 n, i64 d, i64 dv, i64 group, i64 window, float scale, int* bad,             \
         i64 min_share, int vec, int prefetch, float* y, unsigned int* counters, const float* k_new,             \
         const float* v_new, const float* cs, const float* sn, i64 half, int interleaved) {                      \
+        if (prefetch & 2)                                                                                      \
+            at_prefetch_early(k, lk, v, lv, pos, pos_off, pos64, n, d, dv, group, window, min_share, cs, sn,   \
+                              half);                                                                           \
         rt_kernel_entry();                                                                                     \
         const AtRope rope = {k_new, v_new, cs, sn, half, interleaved};                                         \
         const i64 used = attention_at_part<F16T, true, PL>(q, 0, lq, k, lk, v, lv, pos, pos_off, pos64, part, 1, \

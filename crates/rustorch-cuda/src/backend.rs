@@ -84,6 +84,10 @@ pub struct CudaBackend {
     /// next chunk into L2 while using one (`RUSTORCH_CUDA_AT_PREFETCH=0`:
     /// not; the A/B switch).
     pub(crate) attention_prefetch: bool,
+    /// Whether a decode step's attention with its RoPE prefetches its
+    /// position's table rows and its share of the cache into L2 before its
+    /// wait (`at_prefetch_early`; `RUSTORCH_CUDA_AT_PREFETCH_EARLY=0`: not).
+    pub(crate) attention_prefetch_early: bool,
     /// Whether a prompt's flash attention runs as one tensor-core kernel
     /// (`flash_attention_mma_D`, compute capability 8.0 on) rather than
     /// cuBLAS products around a softmax kernel (`RUSTORCH_CUDA_FLASH_MMA=0`:
@@ -251,6 +255,7 @@ impl CudaBackend {
                 v => v,
             },
             attention_prefetch: !env_is("RUSTORCH_CUDA_AT_PREFETCH", "0"),
+            attention_prefetch_early: !env_is("RUSTORCH_CUDA_AT_PREFETCH_EARLY", "0"),
             prefetch_max_bytes: env_number("RUSTORCH_CUDA_PREFETCH_MAX_MB", 6usize).saturating_mul(1 << 20),
             prefetch_part_bytes: env_number("RUSTORCH_CUDA_PREFETCH_PART_MB", 4usize).saturating_mul(1 << 20),
             gated_columns: match std::env::var("RUSTORCH_CUDA_GATED_COLUMNS").as_deref() {

@@ -944,7 +944,8 @@ pub(crate) fn rope_attention_at(
     let (n64, d64, dv64, half64) = (n as i64, d as i64, dv as i64, half as i64);
     let g64 = (h / hkv) as i64;
     let window64 = window.map_or(0, |w| i64::try_from(w).unwrap_or(i64::MAX));
-    let prefetch = i32::from(b.attention_prefetch);
+    // Bit 1: the in-loop prefetch; bit 2: the early one (at_prefetch_early).
+    let prefetch = i32::from(b.attention_prefetch) | (i32::from(b.attention_prefetch_early) << 1);
     let interleaved = matches!(layout, RopeLayout::Interleaved) as i32;
     let kernel = format!("attention_rope_at_joined_F16_pl{}", register_shape(dv));
     let f = b.function("attention", &kernel)?;
