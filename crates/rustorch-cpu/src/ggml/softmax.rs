@@ -75,18 +75,22 @@ fn max_of(w: &[f32]) -> f32 {
     lanes.iter().fold(tail, |m, &v| pick(m, v))
 }
 
-/// e = exp(w - max) in place on whole 16-lane blocks; returns GGML's sum.
-fn exp_blocks(w: &mut [f32], max: f32) -> f64 {
-    let mut sum = 0f64;
-    for block in w.chunks_exact_mut(16) {
-        let mut e = [0f32; 16];
-        for (o, &v) in e.iter_mut().zip(block.iter()) {
-            *o = v_expf(v - max);
+crate::simd_dispatch! {
+    /// e = exp(w - max) in place on whole 16-lane blocks; returns GGML's
+    /// sum. (Compiled with FMA where the CPU has it: `v_expf`'s `mul_add`
+    /// is otherwise a libm call; the same bits.)
+    fn exp_blocks(w: &mut [f32], max: f32) -> f64 {
+        let mut sum = 0f64;
+        for block in w.chunks_exact_mut(16) {
+            let mut e = [0f32; 16];
+            for (o, &v) in e.iter_mut().zip(block.iter()) {
+                *o = v_expf(v - max);
+            }
+            block.copy_from_slice(&e);
+            sum += reduce16(&e) as f64;
         }
-        block.copy_from_slice(&e);
-        sum += reduce16(&e) as f64;
+        sum
     }
-    sum
 }
 
 /// `soft_max_ext_row` with a mask, computed only over the 16-element

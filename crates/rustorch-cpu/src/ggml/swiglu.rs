@@ -13,9 +13,7 @@ pub(crate) fn swiglu_row(x: &[f32], g: &[f32], out: &mut [f32]) {
         // cover `blocks` elements.
         unsafe { avx512::blocks(&x[..blocks], &g[..blocks], &mut out[..blocks]) };
     } else {
-        for i in 0..blocks {
-            out[i] = v_silu(x[i]) * g[i];
-        }
+        silu_blocks(&x[..blocks], &g[..blocks], &mut out[..blocks]);
     }
     #[cfg(not(target_arch = "x86_64"))]
     for i in 0..blocks {
@@ -23,6 +21,17 @@ pub(crate) fn swiglu_row(x: &[f32], g: &[f32], out: &mut [f32]) {
     }
     for i in blocks..n {
         out[i] = silu_libm(x[i]) * g[i];
+    }
+}
+
+crate::simd_dispatch! {
+    /// `v_silu(x) * g` one lane at a time where AVX-512 is missing, compiled
+    /// with FMA where the CPU has it (`mul_add` is otherwise a libm call):
+    /// the same bits.
+    fn silu_blocks(x: &[f32], g: &[f32], out: &mut [f32]) {
+        for ((o, &x), &g) in out.iter_mut().zip(x).zip(g) {
+            *o = v_silu(x) * g;
+        }
     }
 }
 

@@ -62,7 +62,7 @@ pub(super) unsafe fn dot_scalar(w: &[u8], a: &[u8]) -> f32 {
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(super) use simd::dot_avx2;
+pub(super) use simd::{dot_avx2, dot_rows_avx2};
 
 #[cfg(target_arch = "x86_64")]
 mod simd {
@@ -88,6 +88,32 @@ mod simd {
                 _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(yv)),
             );
             // hadd gives sums [0, 1, 4, 5 | 2, 3, 6, 7]; restore 0..8.
+            _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_hadd_epi32(lo, hi))
+        }
+    }
+
+    /// The 32 quants at `x` sign-extended to i16, in two halves.
+    #[inline(always)]
+    unsafe fn widen(x: *const u8) -> [__m256i; 2] {
+        // SAFETY: 32 readable bytes at `x` (caller); AVX2 enabled in the
+        // calling kernel.
+        unsafe {
+            let v = _mm256_loadu_si256(x.cast());
+            [
+                _mm256_cvtepi8_epi16(_mm256_castsi256_si128(v)),
+                _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(v)),
+            ]
+        }
+    }
+
+    /// `lanes_avx2` with the first operand already widened.
+    #[inline(always)]
+    unsafe fn lanes_widened(x: &[__m256i; 2], y: *const u8) -> __m256i {
+        // SAFETY: as `widen`.
+        unsafe {
+            let y = widen(y);
+            let lo = _mm256_madd_epi16(x[0], y[0]);
+            let hi = _mm256_madd_epi16(x[1], y[1]);
             _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_hadd_epi32(lo, hi))
         }
     }
@@ -123,5 +149,41 @@ mod simd {
         }
         // SAFETY: AVX enabled above.
         unsafe { hsum8(acc) }
+    }
+
+    /// One weight row against four activation rows, each output exactly
+    /// as `dot_avx2` computes it (the same lane sums, scale products and
+    /// order), with each weight block loaded and widened once for the
+    /// four: a batch's kernel where AVX-512 VNNI is missing (each output
+    /// was a `dot_avx2` call). Rows that do not match give NaN.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C must be available (`Isa::Avx2`).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(in super::super) unsafe fn dot_rows_avx2(w: &[u8], a: [&[u8]; 4], out: &mut [f32; 4]) {
+        let nb = blocks(w, a[0]);
+        if nb.is_none() || a.iter().any(|r| blocks(w, r) != nb) {
+            *out = [f32::NAN; 4];
+            return;
+        }
+        let nb = nb.unwrap_or(0);
+        let mut acc = [_mm256_setzero_ps(); 4];
+        for i in 0..nb {
+            let x = &w[i * B..(i + 1) * B];
+            let dw = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(u16::from_le_bytes([x[0], x[1]]) as i32)));
+            // SAFETY: each block has 32 quant bytes after its scale.
+            let xw = unsafe { widen(x.as_ptr().add(2)) };
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let y = &a[r][i * B..(i + 1) * B];
+                let da = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(u16::from_le_bytes([y[0], y[1]]) as i32)));
+                // SAFETY: as above, for the activation block.
+                let l = unsafe { lanes_widened(&xw, y.as_ptr().add(2)) };
+                *acc = _mm256_fmadd_ps(_mm256_set1_ps(dw * da), _mm256_cvtepi32_ps(l), *acc);
+            }
+        }
+        for (o, acc) in out.iter_mut().zip(acc) {
+            // SAFETY: AVX enabled above.
+            *o = unsafe { hsum8(acc) };
+        }
     }
 }

@@ -101,6 +101,7 @@ pub(super) fn rows_kernel(qtype: QType, isa: Isa) -> Option<DotRowsFn> {
     let k: DotRowsFn = match isa {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => match qtype {
+            Q8_0 => ggml_q8_0::dot_rows_avx2,
             Q8_1 => avx2::dot4::<W8_1>,
             _ => return None,
         },
