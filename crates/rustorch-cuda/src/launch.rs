@@ -32,8 +32,9 @@ impl<'a> Launch<'a> {
             func,
             stream: b.stream.cu_stream(),
             ctx: &b.ctx,
-            // Not right after an upload (it may have written weights, which
-            // this kernel may read before its wait).
+            // Not right after a write of memory this kernel may read before
+            // its wait (`CudaBackend::serialize_next_launch`: uploads,
+            // copies of weights).
             overlap: b.overlap_launches && !b.no_overlap_next.swap(false, std::sync::atomic::Ordering::Relaxed),
             args: Vec::with_capacity(16),
             gap: match b.gap_kernels {
