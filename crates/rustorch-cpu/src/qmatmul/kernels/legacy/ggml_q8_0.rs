@@ -74,22 +74,8 @@ mod simd {
     /// pairs added).
     #[inline(always)]
     unsafe fn lanes_avx2(x: *const u8, y: *const u8) -> __m256i {
-        // SAFETY: 32 readable bytes at `x` and `y` (caller); AVX2 enabled
-        // in the calling kernel.
-        unsafe {
-            let xv = _mm256_loadu_si256(x.cast());
-            let yv = _mm256_loadu_si256(y.cast());
-            let lo = _mm256_madd_epi16(
-                _mm256_cvtepi8_epi16(_mm256_castsi256_si128(xv)),
-                _mm256_cvtepi8_epi16(_mm256_castsi256_si128(yv)),
-            );
-            let hi = _mm256_madd_epi16(
-                _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(xv)),
-                _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(yv)),
-            );
-            // hadd gives sums [0, 1, 4, 5 | 2, 3, 6, 7]; restore 0..8.
-            _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_hadd_epi32(lo, hi))
-        }
+        // SAFETY: 32 readable bytes at `x` and `y` (caller).
+        unsafe { lanes_widened(&widen(x), y) }
     }
 
     /// The 32 quants at `x` sign-extended to i16, in two halves.
@@ -161,12 +147,10 @@ mod simd {
     /// AVX2, FMA and F16C must be available (`Isa::Avx2`).
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(in super::super) unsafe fn dot_rows_avx2(w: &[u8], a: [&[u8]; 4], out: &mut [f32; 4]) {
-        let nb = blocks(w, a[0]);
-        if nb.is_none() || a.iter().any(|r| blocks(w, r) != nb) {
+        let Some(nb) = blocks(w, a[0]).filter(|&nb| a.iter().all(|r| blocks(w, r) == Some(nb))) else {
             *out = [f32::NAN; 4];
             return;
-        }
-        let nb = nb.unwrap_or(0);
+        };
         let mut acc = [_mm256_setzero_ps(); 4];
         for i in 0..nb {
             let x = &w[i * B..(i + 1) * B];
