@@ -178,6 +178,13 @@ fn mad_widened(acc: &mut [f32], v: &[f16], s: f32) {
         unsafe { avx512::mad_widened(acc, v, s) };
         return;
     }
+    #[cfg(target_arch = "x86_64")]
+    if acc.len().is_multiple_of(8) && super::has_avx2_fma_f16c() {
+        // SAFETY: AVX2, FMA and F16C are present (checked above); `v`
+        // holds a value per element.
+        unsafe { avx2::mad_widened(acc, v, s) };
+        return;
+    }
     for (a, &x) in acc.iter_mut().zip(v) {
         *a = f16::from_f32(x.to_f32().mul_add(s, *a)).to_f32();
     }
@@ -196,8 +203,54 @@ pub(crate) fn scale_f16(acc: &mut [f32], s: f32, half: GgmlHalf) {
             *a = mul_half(*a, s16);
         }
     }
+    #[cfg(target_arch = "x86_64")]
+    if tail.len().is_multiple_of(8) && super::has_avx2_fma_f16c() {
+        // SAFETY: AVX2 and F16C are present (checked above).
+        unsafe { avx2::scale_widened(tail, s) };
+        return;
+    }
     for a in tail {
         *a = f16::from_f32(*a * s).to_f32();
+    }
+}
+
+/// The widened steps 8 lanes at a time, for CPUs without AVX-512 (the
+/// scalar loops' bits: one f32 FMA or product, rounded to f16 to nearest
+/// even; the scalar loops called libm's `fmaf` and converted each element
+/// on its own, a third of a decode step's time on an AVX2-only EPYC).
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use half::f16;
+    use std::arch::x86_64::*;
+
+    /// `acc[e] = f16(v[e] * s + acc[e])`.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `acc.len()` a multiple of 8, `v` at least as long.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn mad_widened(acc: &mut [f32], v: &[f16], s: f32) {
+        debug_assert!(v.len() >= acc.len());
+        let sv = _mm256_set1_ps(s);
+        for (i, a) in acc.chunks_exact_mut(8).enumerate() {
+            let x = _mm256_cvtph_ps(_mm_loadu_si128(v.as_ptr().add(8 * i).cast()));
+            let y = _mm256_fmadd_ps(x, sv, _mm256_loadu_ps(a.as_ptr()));
+            let r = _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(y));
+            _mm256_storeu_ps(a.as_mut_ptr(), r);
+        }
+    }
+
+    /// `acc[e] = f16(acc[e] * s)`.
+    ///
+    /// # Safety
+    /// AVX2 and F16C; `acc.len()` a multiple of 8.
+    #[target_feature(enable = "avx2,f16c")]
+    pub(super) unsafe fn scale_widened(acc: &mut [f32], s: f32) {
+        let sv = _mm256_set1_ps(s);
+        for a in acc.chunks_exact_mut(8) {
+            let y = _mm256_mul_ps(_mm256_loadu_ps(a.as_ptr()), sv);
+            let r = _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(y));
+            _mm256_storeu_ps(a.as_mut_ptr(), r);
+        }
     }
 }
 

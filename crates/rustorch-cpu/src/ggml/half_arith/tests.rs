@@ -263,3 +263,41 @@ mod hw {
         r as u16
     }
 }
+
+#[test]
+fn widened_vector_steps_round_as_the_scalar_steps() {
+    // Every length the vector paths take (multiples of 8 and 16) and one
+    // they leave to the scalar loop; values past f16's range (infinities),
+    // subnormals, NaN and signed zeros included.
+    let mut rng = Rng(23);
+    for n in [8usize, 16, 24, 64, 72, 13] {
+        for _ in 0..300 {
+            let v: Vec<f16> = (0..n).map(|_| f16::from_f32(rng.half(15))).collect();
+            let mut acc: Vec<f32> = (0..n).map(|_| rng.half(16)).collect();
+            acc[0] = f32::NAN;
+            if n > 2 {
+                acc[1] = -0.0;
+                acc[2] = f32::INFINITY;
+            }
+            let s = rng.half(3) * 1.37;
+            let mut got = acc.clone();
+            mad_f16(&mut got, &v, s, GgmlHalf::Widened);
+            let mut scaled = acc.clone();
+            scale_f16(&mut scaled, s, GgmlHalf::Widened);
+            for i in 0..n {
+                let mad = f16::from_f32(v[i].to_f32().mul_add(s, acc[i])).to_f32();
+                let scale = f16::from_f32(acc[i] * s).to_f32();
+                assert!(
+                    got[i].to_bits() == mad.to_bits() || (got[i].is_nan() && mad.is_nan()),
+                    "mad n={n} i={i}: {} vs {mad}",
+                    got[i]
+                );
+                assert!(
+                    scaled[i].to_bits() == scale.to_bits() || (scaled[i].is_nan() && scale.is_nan()),
+                    "scale n={n} i={i}: {} vs {scale}",
+                    scaled[i]
+                );
+            }
+        }
+    }
+}
