@@ -11,9 +11,10 @@
 //! exact way of forming them gives the same bits; only the float order
 //! matters, and every level here follows it.
 //!
-//! The kernels are symmetric in their two operands (both are Q8_0 blocks
-//! and every operation commutes). The four-output kernels (matvecs and
-//! batches) are `exact512`'s, which have the same order.
+//! The AVX2 kernels form the sums as llama.cpp's AVX2 build does, exact
+//! where the second operand (the activations) holds quants in -127..=127,
+//! which every activation encoder gives. The four-output kernels
+//! (matvecs and batches) are `exact512`'s, which have the same order.
 
 use rustorch_core::quant::blocks::f16_to_f32;
 
@@ -69,38 +70,32 @@ mod simd {
     use super::{blocks, reduce8, B};
     use std::arch::x86_64::*;
 
-    /// The eight four-product sums of the 32 quants at `x` and `y`, exact
-    /// for any byte values (sign-extended to i16, `vpmaddwd` into pairs,
-    /// pairs added).
+    /// The 32 weight quants at `x`: their magnitudes (as u8) and
+    /// themselves (for their signs), `lanes` operands loaded once a block.
     #[inline(always)]
-    unsafe fn lanes_avx2(x: *const u8, y: *const u8) -> __m256i {
-        // SAFETY: 32 readable bytes at `x` and `y` (caller).
-        unsafe { lanes_widened(&widen(x), y) }
-    }
-
-    /// The 32 quants at `x` sign-extended to i16, in two halves.
-    #[inline(always)]
-    unsafe fn widen(x: *const u8) -> [__m256i; 2] {
+    unsafe fn signs(x: *const u8) -> [__m256i; 2] {
         // SAFETY: 32 readable bytes at `x` (caller); AVX2 enabled in the
         // calling kernel.
         unsafe {
             let v = _mm256_loadu_si256(x.cast());
-            [
-                _mm256_cvtepi8_epi16(_mm256_castsi256_si128(v)),
-                _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(v)),
-            ]
+            [_mm256_sign_epi8(v, v), v]
         }
     }
 
-    /// `lanes_avx2` with the first operand already widened.
+    /// The eight four-product sums (lane l: products 4l..4l+3) of the
+    /// weight quants `x` (`signs`) and the 32 activation quants at `y`, as
+    /// llama.cpp's AVX2 `mul_sum_i8_pairs_float` forms them: |x| times y
+    /// with x's sign (`vpsignb`), pairs (`vpmaddubsw`), then quads
+    /// (`vpmaddwd` by ones). Exact where the activation quants lie in
+    /// -127..=127 (every Q8 activation encoder's range): a pair is then at
+    /// most 2 * 128 * 127, below i16's limit, for any weight byte.
     #[inline(always)]
-    unsafe fn lanes_widened(x: &[__m256i; 2], y: *const u8) -> __m256i {
-        // SAFETY: as `widen`.
+    unsafe fn lanes(x: &[__m256i; 2], y: *const u8) -> __m256i {
+        // SAFETY: as `signs`, for `y`.
         unsafe {
-            let y = widen(y);
-            let lo = _mm256_madd_epi16(x[0], y[0]);
-            let hi = _mm256_madd_epi16(x[1], y[1]);
-            _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_hadd_epi32(lo, hi))
+            let y = _mm256_loadu_si256(y.cast());
+            let pairs = _mm256_maddubs_epi16(x[0], _mm256_sign_epi8(y, x[1]));
+            _mm256_madd_epi16(pairs, _mm256_set1_epi16(1))
         }
     }
 
@@ -130,7 +125,7 @@ mod simd {
             let v = _mm_cvtph_ps(_mm_cvtsi32_si128(h as i32));
             let d = _mm_cvtss_f32(v) * _mm_cvtss_f32(_mm_movehdup_ps(v));
             // SAFETY: each block has 32 quant bytes after its scale.
-            let l = unsafe { lanes_avx2(x.as_ptr().add(2), y.as_ptr().add(2)) };
+            let l = unsafe { lanes(&signs(x.as_ptr().add(2)), y.as_ptr().add(2)) };
             acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(l), acc);
         }
         // SAFETY: AVX enabled above.
@@ -139,7 +134,7 @@ mod simd {
 
     /// One weight row against four activation rows, each output exactly
     /// as `dot_avx2` computes it (the same lane sums, scale products and
-    /// order), with each weight block loaded and widened once for the
+    /// order), with each weight block loaded once for the
     /// four: a batch's kernel where AVX-512 VNNI is missing (each output
     /// was a `dot_avx2` call). Rows that do not match give NaN.
     ///
@@ -156,12 +151,12 @@ mod simd {
             let x = &w[i * B..(i + 1) * B];
             let dw = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(u16::from_le_bytes([x[0], x[1]]) as i32)));
             // SAFETY: each block has 32 quant bytes after its scale.
-            let xw = unsafe { widen(x.as_ptr().add(2)) };
+            let xw = unsafe { signs(x.as_ptr().add(2)) };
             for (r, acc) in acc.iter_mut().enumerate() {
                 let y = &a[r][i * B..(i + 1) * B];
                 let da = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(u16::from_le_bytes([y[0], y[1]]) as i32)));
                 // SAFETY: as above, for the activation block.
-                let l = unsafe { lanes_widened(&xw, y.as_ptr().add(2)) };
+                let l = unsafe { lanes(&xw, y.as_ptr().add(2)) };
                 *acc = _mm256_fmadd_ps(_mm256_set1_ps(dw * da), _mm256_cvtepi32_ps(l), *acc);
             }
         }
