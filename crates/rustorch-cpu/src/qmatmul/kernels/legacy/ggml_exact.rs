@@ -107,7 +107,7 @@ pub(super) unsafe fn dot_scalar<T: Decode>(w: &[u8], a: &[u8]) -> f32 {
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(super) use simd::dot_avx2;
+pub(super) use simd::{dot_avx2, dot_rows_avx2};
 
 #[cfg(target_arch = "x86_64")]
 mod simd {
@@ -167,6 +167,48 @@ mod simd {
             h + summs
         } else {
             h
+        }
+    }
+
+    /// One weight row against four activation rows, each output exactly
+    /// as `dot_avx2` computes it (the same block products, scales and
+    /// order), with each weight block decoded once for the four: a
+    /// batch's kernel where AVX-512 VNNI is missing (decoding a Q5 block's
+    /// high bits again for every activation row was most of a prompt's
+    /// product). Rows that do not match give NaN.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C must be available (`Isa::Avx2`).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(in super::super) unsafe fn dot_rows_avx2<T: Avx2Dot>(w: &[u8], a: [&[u8]; 4], out: &mut [f32; 4]) {
+        let Some(nb) = blocks::<T>(w, a[0]).filter(|&nb| a.iter().all(|r| blocks::<T>(w, r) == Some(nb))) else {
+            *out = [f32::NAN; 4];
+            return;
+        };
+        let wp = w.as_ptr();
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut summs = [0f32; 4];
+        for i in 0..nb {
+            // SAFETY: block i < nb of every row (`blocks`).
+            unsafe {
+                let wb = wp.add(i * T::W_BYTES);
+                let u = T::decode(wb);
+                for r in 0..4 {
+                    let ab = a[r].as_ptr().add(i * T::A_BYTES);
+                    let (dw, da) = f16x2(u16_at(wb) | u16_at(ab) << 16);
+                    let p = T::mul(u, _mm256_loadu_si256(ab.add(T::A_QS).cast()));
+                    acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * da), _mm256_cvtepi32_ps(p), acc[r]);
+                    if T::MIN {
+                        let (m, s) = f16x2(u16_at(wb.add(2)) | u16_at(ab.add(2)) << 16);
+                        summs[r] = m.mul_add(s, summs[r]);
+                    }
+                }
+            }
+        }
+        for r in 0..4 {
+            // SAFETY: AVX enabled above.
+            let h = unsafe { hsum8(acc[r]) };
+            out[r] = if T::MIN { h + summs[r] } else { h };
         }
     }
 }

@@ -101,8 +101,13 @@ pub(super) fn rows_kernel(qtype: QType, isa: Isa) -> Option<DotRowsFn> {
     let k: DotRowsFn = match isa {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => match qtype {
+            Q4_0 => ggml_exact::dot_rows_avx2::<W4_0>,
+            Q4_1 => ggml_exact::dot_rows_avx2::<W4_1>,
+            Q5_0 => ggml_exact::dot_rows_avx2::<W5_0>,
+            Q5_1 => ggml_exact::dot_rows_avx2::<W5_1>,
             Q8_0 => ggml_q8_0::dot_rows_avx2,
             Q8_1 => avx2::dot4::<W8_1>,
+            IQ4NL => ggml_exact::dot_rows_avx2::<WIq4Nl>,
             _ => return None,
         },
         #[cfg(target_arch = "x86_64")]

@@ -434,12 +434,8 @@ fn four_row_kernels_equal_one_row_kernels() {
         let dot = vec_dot_type(qtype).unwrap();
         for isa in kernel_levels().filter(|i| i.is_available()) {
             let Some(k4) = rows_kernel(qtype, isa) else {
-                // The llama.cpp-order types have four-row kernels only
-                // with AVX-512 VNNI.
                 assert!(
-                    isa == Isa::Scalar
-                        || !cfg!(target_arch = "x86_64")
-                        || (isa == Isa::Avx2 && LLAMA_ORDER.contains(&qtype)),
+                    isa == Isa::Scalar || !cfg!(target_arch = "x86_64"),
                     "{qtype} {isa}: no 4-row kernel"
                 );
                 continue;
