@@ -11,10 +11,11 @@
 //! exact way of forming them gives the same bits; only the float order
 //! matters, and every level here follows it.
 //!
-//! The AVX2 kernels form the sums as llama.cpp's AVX2 build does, exact
-//! where the second operand (the activations) holds quants in -127..=127,
-//! which every activation encoder gives. The four-output kernels
-//! (matvecs and batches) are `exact512`'s, which have the same order.
+//! This is the portable kernel. On x86 the same order comes from
+//! `ggml_exact`'s kernels over `W8_0` (its `Avx2Dot` forms the lane sums as
+//! llama.cpp's AVX2 build does, exact for activation quants in -127..=127,
+//! which every activation encoder gives) and `exact512`'s four-output
+//! kernels.
 
 use rustorch_core::quant::blocks::f16_to_f32;
 
@@ -60,109 +61,4 @@ pub(super) unsafe fn dot_scalar(w: &[u8], a: &[u8]) -> f32 {
         }
     }
     reduce8(acc)
-}
-
-#[cfg(target_arch = "x86_64")]
-pub(super) use simd::{dot_avx2, dot_rows_avx2};
-
-#[cfg(target_arch = "x86_64")]
-mod simd {
-    use super::{blocks, reduce8, B};
-    use std::arch::x86_64::*;
-
-    /// The 32 weight quants at `x`: their magnitudes (as u8) and
-    /// themselves (for their signs), `lanes` operands loaded once a block.
-    #[inline(always)]
-    unsafe fn signs(x: *const u8) -> [__m256i; 2] {
-        // SAFETY: 32 readable bytes at `x` (caller); AVX2 enabled in the
-        // calling kernel.
-        unsafe {
-            let v = _mm256_loadu_si256(x.cast());
-            [_mm256_sign_epi8(v, v), v]
-        }
-    }
-
-    /// The eight four-product sums (lane l: products 4l..4l+3) of the
-    /// weight quants `x` (`signs`) and the 32 activation quants at `y`, as
-    /// llama.cpp's AVX2 `mul_sum_i8_pairs_float` forms them: |x| times y
-    /// with x's sign (`vpsignb`), pairs (`vpmaddubsw`), then quads
-    /// (`vpmaddwd` by ones). Exact where the activation quants lie in
-    /// -127..=127 (every Q8 activation encoder's range): a pair is then at
-    /// most 2 * 128 * 127, below i16's limit, for any weight byte.
-    #[inline(always)]
-    unsafe fn lanes(x: &[__m256i; 2], y: *const u8) -> __m256i {
-        // SAFETY: as `signs`, for `y`.
-        unsafe {
-            let y = _mm256_loadu_si256(y.cast());
-            let pairs = _mm256_maddubs_epi16(x[0], _mm256_sign_epi8(y, x[1]));
-            _mm256_madd_epi16(pairs, _mm256_set1_epi16(1))
-        }
-    }
-
-    /// `hsum` of a vector's eight lanes, in llama.cpp's order.
-    #[inline(always)]
-    unsafe fn hsum8(v: __m256) -> f32 {
-        let mut lanes = [0f32; 8];
-        // SAFETY: `lanes` holds eight f32 values.
-        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), v) };
-        reduce8(lanes)
-    }
-
-    /// # Safety
-    /// AVX2, FMA and F16C must be available (`Isa::Avx2`).
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(in super::super) unsafe fn dot_avx2(w: &[u8], a: &[u8]) -> f32 {
-        let Some(nb) = blocks(w, a) else {
-            return f32::NAN;
-        };
-        let mut acc = _mm256_setzero_ps();
-        for i in 0..nb {
-            let (x, y) = (&w[i * B..(i + 1) * B], &a[i * B..(i + 1) * B]);
-            // F16C is enabled in this kernel. Both scales go through one
-            // zeroing `vmovd` (a lone u16 would be inserted into a stale
-            // register: a false dependency on the accumulator).
-            let h = u16::from_le_bytes([x[0], x[1]]) as u32 | (u16::from_le_bytes([y[0], y[1]]) as u32) << 16;
-            let v = _mm_cvtph_ps(_mm_cvtsi32_si128(h as i32));
-            let d = _mm_cvtss_f32(v) * _mm_cvtss_f32(_mm_movehdup_ps(v));
-            // SAFETY: each block has 32 quant bytes after its scale.
-            let l = unsafe { lanes(&signs(x.as_ptr().add(2)), y.as_ptr().add(2)) };
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(l), acc);
-        }
-        // SAFETY: AVX enabled above.
-        unsafe { hsum8(acc) }
-    }
-
-    /// One weight row against four activation rows, each output exactly
-    /// as `dot_avx2` computes it (the same lane sums, scale products and
-    /// order), with each weight block loaded once for the
-    /// four: a batch's kernel where AVX-512 VNNI is missing (each output
-    /// was a `dot_avx2` call). Rows that do not match give NaN.
-    ///
-    /// # Safety
-    /// AVX2, FMA and F16C must be available (`Isa::Avx2`).
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(in super::super) unsafe fn dot_rows_avx2(w: &[u8], a: [&[u8]; 4], out: &mut [f32; 4]) {
-        let Some(nb) = blocks(w, a[0]).filter(|&nb| a.iter().all(|r| blocks(w, r) == Some(nb))) else {
-            *out = [f32::NAN; 4];
-            return;
-        };
-        let mut acc = [_mm256_setzero_ps(); 4];
-        for i in 0..nb {
-            let x = &w[i * B..(i + 1) * B];
-            let dw = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(u16::from_le_bytes([x[0], x[1]]) as i32)));
-            // SAFETY: each block has 32 quant bytes after its scale.
-            let xw = unsafe { signs(x.as_ptr().add(2)) };
-            for (r, acc) in acc.iter_mut().enumerate() {
-                let y = &a[r][i * B..(i + 1) * B];
-                let da = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(u16::from_le_bytes([y[0], y[1]]) as i32)));
-                // SAFETY: as above, for the activation block.
-                let l = unsafe { lanes(&xw, y.as_ptr().add(2)) };
-                *acc = _mm256_fmadd_ps(_mm256_set1_ps(dw * da), _mm256_cvtepi32_ps(l), *acc);
-            }
-        }
-        for (o, acc) in out.iter_mut().zip(acc) {
-            // SAFETY: AVX enabled above.
-            *o = unsafe { hsum8(acc) };
-        }
-    }
 }
