@@ -2,17 +2,18 @@
 //! model runs on one GPU, a step of one token is a few hundred small
 //! kernels whose launches and routing cost the host more than the GPU
 //! spends on them. The step is recorded once (`Executor::capture`) and
-//! replayed for every later token, which costs the host two small writes
-//! into mapped memory (the token's embedding row, its position), one
-//! launch and the logits' copy out of mapped memory.
+//! replayed for every later token, which costs the host one small write
+//! into mapped memory (the token and its position), one launch and the
+//! logits' copy out of mapped memory.
 //!
 //! A replay cannot take new host values, so everything that changes per
-//! token lives in device buffers written before each replay: the hidden
-//! state of the token (the embedding lookup runs before, on the host where
-//! the token table lives, as llama.cpp keeps it), and the position, which
-//! the ops read on the device: the RoPE rows (`index_select` from tables
-//! for every position), the KV-cache write (`write_slice_at`) and attention
-//! over the cache up to the position (`attention_at`, split over the keys).
+//! token lives in device buffers written before each replay: the token,
+//! whose row the step looks up in a copy of the token table on the device
+//! (where the table has no device copy, the host looks the row up and
+//! writes it beside the token), and the position, which the ops read on
+//! the device: the RoPE rows (`index_select` from tables for every
+//! position), the KV-cache write (`write_slice_at`) and attention over the
+//! cache up to the position (`attention_at`, split over the keys).
 //!
 //! The first step with a cache runs these ops as they are (sizing the
 //! recording's memory and loading every kernel), the second records and
@@ -31,13 +32,17 @@ use super::kv_cache::KvCache;
 use super::rope;
 use super::Model;
 use crate::error::{LlmError, Result};
-use rustorch::{DType, Device, Replay, Tensor};
+use rustorch::{DType, Device, QWeight, Replay, Tensor};
 use std::sync::Mutex;
 
 /// The recorded decode step of one model, and what it needs between steps.
 #[derive(Default)]
 pub(super) struct RecordedDecode {
     state: Mutex<State>,
+    /// The token table where the recording device looks rows up itself
+    /// (`Model::device_table`), set up by the first session: `None` where
+    /// the host looks them up.
+    table: std::sync::OnceLock<Option<QWeight>>,
 }
 
 #[derive(Default)]
@@ -126,17 +131,29 @@ impl StepTimes {
     }
 }
 
-/// A step's per-token inputs: the hidden state of the token `[1, n_embd]`
-/// and its position `[1]` (I64). The host writes them into `x_host` and
-/// `pos_host`, mapped host memory where the device has it (a plain write,
-/// no upload or launch between steps: the two uploads cost the H200's host
-/// ~20 us a step); the step's first kernels copy them into `x` and `pos`
-/// on the device, at fixed addresses, where its other kernels read them.
+/// A step's per-token inputs: the token and its position, `ids_host`
+/// `[2]` (I64), which the host writes in mapped host memory where the
+/// device has it (a plain write, no upload or launch between steps: two
+/// uploads cost the H200's host ~20 us a step). The step's first kernel
+/// copies them into `ids` on the device, at a fixed address where its
+/// other kernels read them (one read across the bus a step): the token's
+/// row of the table is looked up there where the table is on the device
+/// (`Embed::Device`), else the host looks it up and writes it into
+/// `x_host` beside the ids (the lookup and its write cost the H200's host
+/// ~9 us a step), and the step copies it into `x`.
 struct Inputs {
-    x_host: Tensor,
-    pos_host: Tensor,
-    x: Tensor,
-    pos: Tensor,
+    ids_host: Tensor,
+    ids: Tensor,
+    embed: Embed,
+}
+
+/// Where a step's token row is looked up.
+enum Embed {
+    /// By the step, in this table on its device.
+    Device(QWeight),
+    /// By the host, which writes the row into `x_host`; the step copies it
+    /// into `x`.
+    Host { x_host: Tensor, x: Tensor },
 }
 
 /// Headroom over the measured step for the recording's arena, and a floor.
@@ -200,11 +217,17 @@ impl Model {
 
     fn new_session(&self, cache: &KvCache, device: Device) -> Result<Session> {
         let cfg = &self.config;
+        let embed = match self.device_table(device) {
+            Some(table) => Embed::Device(table),
+            None => Embed::Host {
+                x_host: Tensor::host_readable_in(&self.exec, [1, cfg.n_embd], DType::F32, device)?,
+                x: Tensor::zeros_in(&self.exec, [1, cfg.n_embd], DType::F32, device)?,
+            },
+        };
         let inputs = Inputs {
-            x_host: Tensor::host_readable_in(&self.exec, [1, cfg.n_embd], DType::F32, device)?,
-            pos_host: Tensor::host_readable_in(&self.exec, [1], DType::I64, device)?,
-            x: Tensor::zeros_in(&self.exec, [1, cfg.n_embd], DType::F32, device)?,
-            pos: Tensor::zeros_in(&self.exec, [1], DType::I64, device)?,
+            ids_host: Tensor::host_readable_in(&self.exec, [2], DType::I64, device)?,
+            ids: Tensor::zeros_in(&self.exec, [2], DType::I64, device)?,
+            embed,
         };
         let mut tables: Vec<(RopeParams, Tensor, Tensor)> = Vec::new();
         for il in 0..cfg.n_layer {
@@ -285,15 +308,44 @@ impl Model {
         Ok(logits)
     }
 
-    /// Checks the token and writes the step's inputs: its embedding row
-    /// (looked up where the table lives, the host) and its position.
+    /// The token table on `device` for steps that look their token's row
+    /// up there: the output's copy where the table is tied to it and that
+    /// copy is kept as rows; else, for a table of its own (not tied), a
+    /// copy uploaded by the first session (the file's bytes once on the
+    /// GPU, as the weights are counted). `None` (the host looks rows up):
+    /// the CPU, a tied table whose GPU copy is laid out for products only
+    /// (a second copy would hold the table twice), or an upload that failed
+    /// (a GPU without room for it), or `RUSTORCH_DEVICE_EMBEDDING=0` (the
+    /// A/B switch).
+    fn device_table(&self, device: Device) -> Option<QWeight> {
+        if device.is_cpu() || matches!(std::env::var("RUSTORCH_DEVICE_EMBEDDING").as_deref(), Ok("0")) {
+            return None;
+        }
+        self.recorded
+            .table
+            .get_or_init(|| {
+                let (embd, out) = (&self.weights.tok_embd, &self.weights.output);
+                if self.weights.output_tied && out.data().device() == device && !out.is_rearranged() {
+                    return Some(out.clone());
+                }
+                if self.weights.output_tied || embd.is_rearranged() {
+                    return None;
+                }
+                embd.to_device(device).ok()
+            })
+            .clone()
+    }
+
+    /// Checks the token and writes the step's inputs: the token and its
+    /// position, and the token's row where the host looks it up.
     fn write_inputs(&self, s: &mut Session, cache: &KvCache, token: u32) -> Result<()> {
         self.check_tokens(cache, &[token])?;
-        let ids = Tensor::from_vec(vec![token as i64], [1])?.with_executor(&self.exec)?;
-        let row = self.weights.tok_embd.embedding(&ids)?;
-        s.inputs.x_host.write_slice(0, 0, &row)?;
-        let p = Tensor::from_vec(vec![cache.len() as i64], [1])?.with_executor(&self.exec)?;
-        s.inputs.pos_host.write_slice(0, 0, &p)?;
+        let ids = Tensor::from_vec(vec![token as i64, cache.len() as i64], [2])?.with_executor(&self.exec)?;
+        if let Embed::Host { x_host, .. } = &mut s.inputs.embed {
+            let row = self.weights.tok_embd.embedding(&ids.narrow(0, 0, 1)?)?;
+            x_host.write_slice(0, 0, &row)?;
+        }
+        s.inputs.ids_host.write_slice(0, 0, &ids)?;
         Ok(())
     }
 
@@ -337,9 +389,16 @@ impl Model {
         tables: &[(RopeParams, Tensor, Tensor)],
         out: &mut Tensor,
     ) -> Result<()> {
-        inputs.x.write_slice(0, 0, &inputs.x_host)?;
-        inputs.pos.write_slice(0, 0, &inputs.pos_host)?;
-        let logits = self.step_body(cache, &inputs.x, &inputs.pos, tables)?;
+        inputs.ids.write_slice(0, 0, &inputs.ids_host)?;
+        let (token, pos) = (inputs.ids.narrow(0, 0, 1)?, inputs.ids.narrow(0, 1, 1)?);
+        let x = match &mut inputs.embed {
+            Embed::Device(table) => table.embedding(&token)?,
+            Embed::Host { x_host, x } => {
+                x.write_slice(0, 0, x_host)?;
+                x.clone()
+            }
+        };
+        let logits = self.step_body(cache, &x, &pos, tables)?;
         out.write_slice(0, 0, &logits)?;
         Ok(())
     }

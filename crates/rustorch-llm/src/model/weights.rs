@@ -105,6 +105,9 @@ pub struct Weights {
     /// The output projection; the token embedding again for tied models
     /// (SmolLM2 and Gemma 3 ship no `output.weight`).
     pub output: QWeight,
+    /// Whether `output` is the token embedding (the file has no
+    /// `output.weight`); a GPU's output then holds its own copy of it.
+    pub output_tied: bool,
     /// Llama 3.1 style per-frequency rope divisors (`rope_freqs.weight`).
     pub rope_freqs: Option<Vec<f32>>,
     pub layers: Vec<LayerWeights>,
@@ -247,7 +250,8 @@ impl Weights {
         let tok_embd = l.matrix("token_embd.weight", cfg.n_vocab, e)?;
         let out = at(place.output);
         let output_norm = out.vector("output_norm.weight", e)?;
-        let output = if l.has("output.weight") {
+        let output_tied = !l.has("output.weight");
+        let output = if !output_tied {
             out.matmul_matrix("output.weight", cfg.n_vocab, e)?
         } else if !place.output.is_cpu() {
             // Tied: the output device gets its own copy for its products
@@ -309,6 +313,7 @@ impl Weights {
             tok_embd,
             output_norm,
             output,
+            output_tied,
             rope_freqs,
             layers,
         })
