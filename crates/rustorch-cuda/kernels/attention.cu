@@ -464,7 +464,9 @@ template <typename KT> __device__ __forceinline__ float at_elem(KT, const u32* w
 // (attention_rope_at_joined_*, Backend::rope_attention_at): the new
 // position's raw keys k_new [Hkv, D] and values v_new [Hkv, Dv] (f32,
 // contiguous), the RoPE tables cs / sn [rows, half] (f32, contiguous; the
-// position's row is read here), and the rotation's layout.
+// position's row is read here), the rotation's layout, and `p`, the
+// position as the kernel read it before its wait (at_pos_early: in
+// [0, N), a guess that is checked).
 struct AtRope {
     const float* k_new;
     const float* v_new;
@@ -472,6 +474,7 @@ struct AtRope {
     const float* sn;
     i64 half;
     int interleaved;
+    i64 p;
 };
 // Feature f of the row x (element e at x[e * stride]) rotated by the table
 // rows cs / sn, as rope_kv_at_F32_F16 rotates it (the same products and
@@ -490,23 +493,37 @@ __device__ __forceinline__ float at_rope_feature(const float* x, i64 stride, int
     return second ? __fmaf_rn(x0, s, __fmul_rn(x1, c)) : __fmaf_rn(x0, c, -__fmul_rn(x1, s));
 }
 
-// The new position p's key (rotated) and values into the caches of
-// key/value head hk (as rope_kv_at_F32_F16 writes them), by one block's
-// threads. Every query head of the key/value head writes the same bits, so
-// blocks that do so at once agree.
-template <typename KT>
-__device__ __forceinline__ void at_rope_write_row(const AtRope& rope, const typename KT::store* k, const Str4& lk,
-                                                  const typename KT::store* v, const Str4& lv, u32 hk, i64 p, i64 d,
-                                                  i64 dv) {
-    typedef typename KT::store KS;
-    KS* kw = const_cast<KS*>(k) + lk.off + hk * lk.s[1] + p * lk.s[2];
-    KS* vw = const_cast<KS*>(v) + lv.off + hk * lv.s[1] + p * lv.s[2];
+// Thread c's features of a decode step's new row at position p (in the
+// tables): its query feature rotated, and its key feature (rotated) and
+// value for the caches of key/value head hk (as rope_kv_at_F32_F16 writes
+// them). Loads only, so that a block's loads of them are in flight at once.
+struct AtNewRow {
+    float q, k, v;
+};
+__device__ __forceinline__ AtNewRow at_rope_new_row(const AtRope& rope, const float* qr, i64 qs, u32 hk, i64 p,
+                                                    i64 d, i64 dv, u32 c) {
+    AtNewRow r = {0.0f, 0.0f, 0.0f};
     const float* cs = rope.cs + p * rope.half;
     const float* sn = rope.sn + p * rope.half;
-    for (u32 c = threadIdx.x; c < (u32)d; c += blockDim.x)
-        kw[c * lk.s[3]] =
-            store(KT(), at_rope_feature(rope.k_new + hk * d, 1, (int)c, cs, sn, (int)rope.half, rope.interleaved));
-    for (u32 c = threadIdx.x; c < (u32)dv; c += blockDim.x) vw[c * lv.s[3]] = store(KT(), rope.v_new[hk * dv + c]);
+    if (c < (u32)d) {
+        r.q = at_rope_feature(qr, qs, (int)c, cs, sn, (int)rope.half, rope.interleaved);
+        r.k = at_rope_feature(rope.k_new + hk * d, 1, (int)c, cs, sn, (int)rope.half, rope.interleaved);
+    }
+    if (c < (u32)dv) r.v = rope.v_new[hk * dv + c];
+    return r;
+}
+// Feature c of the new row into the query (shared) and, where the block
+// holds the position (`writes`), into the caches. Every query head of the
+// key/value head writes the same bits, so blocks that do so at once agree.
+template <typename KT>
+__device__ __forceinline__ void at_rope_store(const AtNewRow& r, float* sq, bool writes, const typename KT::store* k,
+                                              const Str4& lk, const typename KT::store* v, const Str4& lv, u32 hk,
+                                              i64 p, i64 d, i64 dv, u32 c) {
+    typedef typename KT::store KS;
+    if (c < (u32)d) sq[c] = r.q;
+    if (!writes) return;
+    if (c < (u32)d) const_cast<KS*>(k)[lk.off + hk * lk.s[1] + p * lk.s[2] + c * lk.s[3]] = store(KT(), r.k);
+    if (c < (u32)dv) const_cast<KS*>(v)[lv.off + hk * lv.s[1] + p * lv.s[2] + c * lv.s[3]] = store(KT(), r.v);
 }
 
 // What a block keeps in shared memory.
@@ -544,14 +561,15 @@ __device__ i64 attention_at_block(const void* q, int qtype, Str4 lq, const typen
         for (u32 c = threadIdx.x; c < (u32)d; c += blockDim.x)
             sh.q[c] = at_load_q(q, lq.off + h * lq.s[1] + i * lq.s[2] + c * lq.s[3], qtype);
     }
+    // With ROPE, where a thread has at most one feature, its loads of the
+    // new row at the position read before the wait (rope.p) are issued with
+    // the position's read after it, one round trip for all, and made again
+    // in the (never seen) case where the guess was wrong.
+    const float* qr = (const float*)q + lq.off + h * lq.s[1];
+    const bool one_feature = ROPE && d <= (i64)blockDim.x && dv <= (i64)blockDim.x;
+    AtNewRow guess = {0.0f, 0.0f, 0.0f};
+    if (one_feature) guess = at_rope_new_row(rope, qr, lq.s[3], hk, rope.p, d, dv, threadIdx.x);
     const i64 p0 = at_pos(pos, pos_off, pos64);
-    if constexpr (ROPE) {
-        const i64 row_at = p0 >= 0 && p0 <= n - t ? p0 : 0;
-        const float* qr = (const float*)q + lq.off + h * lq.s[1];
-        for (u32 c = threadIdx.x; c < (u32)d; c += blockDim.x)
-            sh.q[c] = at_rope_feature(qr, lq.s[3], (int)c, rope.cs + row_at * rope.half, rope.sn + row_at * rope.half,
-                                      (int)rope.half, rope.interleaved);
-    }
     int lo = 0, hi = 0, used = 0;
     if (p0 < 0 || p0 > n - t) {
         if (threadIdx.x == 0) *bad = 1;
@@ -574,10 +592,21 @@ __device__ i64 attention_at_block(const void* q, int qtype, Str4 lq, const typen
         }
         return used;
     }
-    // This block holds the new position: its key, rotated, and its values
-    // into the caches, read back below after the barrier.
+    // With ROPE: the query rotated at the position's row of the tables into
+    // shared memory, and where this block holds the new position, its key
+    // (rotated) and values into the caches, read back below after the
+    // barrier.
     if constexpr (ROPE) {
-        if (hi == (int)p0 + 1) at_rope_write_row<KT>(rope, k, lk, v, lv, hk, p0, d, dv);
+        const bool writes = hi == (int)p0 + 1;
+        if (one_feature) {
+            const AtNewRow r = p0 == rope.p ? guess : at_rope_new_row(rope, qr, lq.s[3], hk, p0, d, dv, threadIdx.x);
+            at_rope_store<KT>(r, sh.q, writes, k, lk, v, lv, hk, p0, d, dv, threadIdx.x);
+        } else {
+            const u32 width = (u32)(d > dv ? d : dv);
+            for (u32 c = threadIdx.x; c < width; c += blockDim.x)
+                at_rope_store<KT>(at_rope_new_row(rope, qr, lq.s[3], hk, p0, d, dv, c), sh.q, writes, k, lk, v, lv, hk,
+                                  p0, d, dv, c);
+        }
     }
     __syncthreads();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -891,21 +920,15 @@ ATTENTION_AT_JOINED_SHAPES(F32) ATTENTION_AT_JOINED_SHAPES(F16) ATTENTION_AT_JOI
 // caches f16; each block rotates its query at the position's table row,
 // and the block holding the new position writes that position's key and
 // values before it reads them (AtRope).
-// Before the wait (prefetch bit 2, Backend::rope_attention_at): the lines
-// the block reads after it, into L2: the position's RoPE table rows and the
-// key and value rows of the block's share of the cache, from DRAM while the
-// kernel before (the Q/K/V product) ends, instead of after the wait, where
-// they are the chain's longest steps. Only prefetches, which cannot give a
-// stale value (L2 is where every write lands); the position they are aimed
-// with is read through L2 only (ld.global.cg: nothing of it stays in L1 for
-// the read after the wait) and clamped into the cache, so a position the
-// kernel before were still writing would only aim them wrong.
-__device__ __forceinline__ void at_prefetch_early(const u16* k, const Str4& lk, const u16* v, const Str4& lv,
-                                                  const void* pos, i64 pos_off, int pos64, i64 n, i64 d, i64 dv,
-                                                  i64 group, i64 window, i64 min_share, const float* cs,
-                                                  const float* sn, i64 half) {
+// The position read before the kernel's wait, clamped into the cache
+// [0, n): a guess (a decode step's position is written by the step's first
+// kernel, long finished by then, but the kernel before might be writing
+// it), which the block checks against its read after the wait
+// (attention_at_block). Read through L2 only (ld.global.cg: nothing of it
+// stays in L1 for the read after the wait).
+__device__ __forceinline__ i64 at_pos_early(const void* pos, i64 pos_off, int pos64, i64 n) {
+    i64 p = 0;
 #ifdef __CUDA_ARCH__
-    i64 p;
     if (pos64) {
         asm volatile("ld.global.cg.s64 %0, [%1];" : "=l"(p) : "l"((const i64*)pos + pos_off));
     } else {
@@ -913,7 +936,20 @@ __device__ __forceinline__ void at_prefetch_early(const u16* k, const Str4& lk, 
         asm volatile("ld.global.cg.s32 %0, [%1];" : "=r"(p32) : "l"((const int*)pos + pos_off));
         p = p32;
     }
-    p = p < 0 ? 0 : (p >= n ? n - 1 : p);
+#endif
+    return p < 0 ? 0 : (p >= n ? n - 1 : p);
+}
+// Before the wait (prefetch bit 2, Backend::rope_attention_at): the lines
+// the block reads after it, into L2: the position's RoPE table rows and the
+// key and value rows of the block's share of the cache, from DRAM while the
+// kernel before (the Q/K/V product) ends, instead of after the wait, where
+// they are the chain's longest steps. Only prefetches, which cannot give a
+// stale value (L2 is where every write lands), aimed with at_pos_early's
+// guess p: a wrong one would only aim them wrong.
+__device__ __forceinline__ void at_prefetch_early(const u16* k, const Str4& lk, const u16* v, const Str4& lv, i64 p,
+                                                  i64 d, i64 dv, i64 group, i64 window, i64 min_share,
+                                                  const float* cs, const float* sn, i64 half) {
+#ifdef __CUDA_ARCH__
     const u32 tid = threadIdx.x;
     if (tid * 32 < (u32)half) {
         asm volatile("prefetch.global.L2 [%0];" ::"l"(cs + p * half + tid * 32));
@@ -942,11 +978,11 @@ __device__ __forceinline__ void at_prefetch_early(const u16* k, const Str4& lk, 
         int pos64, float* part, i64 n, i64 d, i64 dv, i64 group, i64 window, float scale, int* bad,             \
         i64 min_share, int vec, int prefetch, float* y, unsigned int* counters, const float* k_new,             \
         const float* v_new, const float* cs, const float* sn, i64 half, int interleaved) {                      \
+        const i64 p_early = at_pos_early(pos, pos_off, pos64, n);                                              \
         if (prefetch & 2)                                                                                      \
-            at_prefetch_early(k, lk, v, lv, pos, pos_off, pos64, n, d, dv, group, window, min_share, cs, sn,   \
-                              half);                                                                           \
+            at_prefetch_early(k, lk, v, lv, p_early, d, dv, group, window, min_share, cs, sn, half);           \
         rt_kernel_entry();                                                                                     \
-        const AtRope rope = {k_new, v_new, cs, sn, half, interleaved};                                         \
+        const AtRope rope = {k_new, v_new, cs, sn, half, interleaved, p_early};                                \
         const i64 used = attention_at_part<F16T, true, PL>(q, 0, lq, k, lk, v, lv, pos, pos_off, pos64, part, 1, \
                                                            n, d, dv, group, window, scale, bad, y, min_share,    \
                                                            vec, prefetch, rope);                                \

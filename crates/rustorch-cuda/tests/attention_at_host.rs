@@ -142,8 +142,8 @@ static std::vector<u8> slurp(const char* path) {
     return out;
 }
 int main(int argc, char** argv) {
-    if (argc != 31 && argc != 37) return 2;
-    const bool roped = argc == 37;
+    if (argc != 31 && argc != 38) return 2;
+    const bool roped = argc == 38;
     const char* qty = argv[1];
     const char* kty = argv[2];
     i64 a[10];
@@ -184,7 +184,7 @@ int main(int argc, char** argv) {
         cs = slurp(argv[35]);
         sn = slurp(argv[36]);
         const AtRope rope = {(const float*)knew.data(), (const float*)vnew.data(), (const float*)cs.data(),
-                             (const float*)sn.data(), atoll(argv[31]), atoi(argv[32])};
+                             (const float*)sn.data(), atoll(argv[31]), atoi(argv[32]), atoll(argv[37])};
         found = true;
         grid((unsigned)rows, (unsigned)splits, AT_THREADS, [&] {
             attention_at_part<F16T, true>(q.data(), 0, l[0], (const u16*)k.data(), l[1], (const u16*)v.data(), l[2],
@@ -454,6 +454,9 @@ struct RopeCase {
     dv: usize,
     half: usize,
     pos: i64,
+    /// The position the kernel read before its wait (in the cache), which
+    /// it checks: `None`, the position itself (clamped into the cache).
+    guess: Option<i64>,
     window: Option<usize>,
     splits: usize,
     layout: RopeLayout,
@@ -580,6 +583,7 @@ fn run_rope_case(exe: &Path, dir: &Path, c: RopeCase, seed: u64) -> f64 {
         write("cs", &f32_storage(&cs)),
         write("sn", &f32_storage(&sn)),
     ]);
+    args.push(c.guess.unwrap_or(p.clamp(0, c.n as i64 - 1)).to_string());
     let status = Command::new(exe).args(&args).status().unwrap();
     assert!(status.success(), "{c:?}: the host run failed ({status})");
     let floats: Vec<f32> = std::fs::read(&out)
@@ -762,6 +766,7 @@ fn the_kernels_match_the_cpu() {
         dv: 32,
         half: 32,
         pos: 17,
+        guess: None,
         window: None,
         splits: 1,
         layout: RopeLayout::NeoX,
@@ -787,6 +792,20 @@ fn the_kernels_match_the_cpu() {
             ..rope
         },
         RopeCase { pos: 40, ..rope },
+        // A wrong guess of the position before the wait: the kernel reads
+        // the new row again at the position.
+        RopeCase { guess: Some(3), ..rope },
+        RopeCase {
+            pos: 39,
+            guess: Some(0),
+            splits: 3,
+            window: Some(7),
+            ..rope
+        },
+        RopeCase {
+            guess: Some(39),
+            ..rope
+        },
     ];
     for (i, c) in rope_cases.iter().enumerate() {
         worst = worst.max(run_rope_case(&exe, &dir, *c, 0xA0BE + i as u64));
