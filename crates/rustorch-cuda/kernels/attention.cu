@@ -526,6 +526,26 @@ __device__ __forceinline__ void at_rope_store(const AtNewRow& r, float* sq, bool
     if (c < (u32)dv) const_cast<KS*>(v)[lv.off + hk * lv.s[1] + p * lv.s[2] + c * lv.s[3]] = store(KT(), r.v);
 }
 
+// The keys [lo, hi) of split `split` of `splits` for the query row at
+// position p (it sees keys first..=p, first by the window), and how many
+// splits have keys (`used`, the first ones). Shares of at least min_share
+// keys: a short row is one block's work, and only the blocks it reaches
+// have partials to merge.
+struct AtShare {
+    int lo, hi, used;
+};
+__device__ __forceinline__ AtShare at_share(int p, i64 window, u32 split, u32 splits, i64 min_share) {
+    const int first = (window > 0 && p + 1 > window) ? p + 1 - (int)window : 0;
+    const u32 seen = (u32)(p + 1 - first);
+    const u32 even = (seen + splits - 1) / splits;
+    const u32 share = even > (u32)min_share ? even : (u32)min_share;
+    AtShare r;
+    r.lo = first + (int)(split * share);
+    r.hi = r.lo + (int)share < p + 1 ? r.lo + (int)share : p + 1;
+    r.used = (int)((seen + share - 1) / share);
+    return r;
+}
+
 // What a block keeps in shared memory.
 struct AtShared {
     float q[AT_MAX_DIM];
@@ -574,16 +594,10 @@ __device__ i64 attention_at_block(const void* q, int qtype, Str4 lq, const typen
     if (p0 < 0 || p0 > n - t) {
         if (threadIdx.x == 0) *bad = 1;
     } else {
-        const int p = (int)p0 + (int)i;
-        const int first = (window > 0 && p + 1 > window) ? p + 1 - (int)window : 0;
-        // Shares of at least min_share keys: a short row is one block's
-        // work, and only the blocks it reaches have partials to merge.
-        const u32 seen = (u32)(p + 1 - first);
-        const u32 even = (seen + splits - 1) / splits;
-        const u32 share = even > (u32)min_share ? even : (u32)min_share;
-        lo = first + (int)(blockIdx.y * share);
-        hi = lo + (int)share < p + 1 ? lo + (int)share : p + 1;
-        used = (int)((seen + share - 1) / share);
+        const AtShare keys = at_share((int)p0 + (int)i, window, blockIdx.y, splits, min_share);
+        lo = keys.lo;
+        hi = keys.hi;
+        used = keys.used;
     }
     if (lo >= hi) {
         if (threadIdx.x == 0) {
@@ -956,11 +970,9 @@ __device__ __forceinline__ void at_prefetch_early(const u16* k, const Str4& lk, 
         asm volatile("prefetch.global.L2 [%0];" ::"l"(sn + p * half + tid * 32));
     }
     if (lk.s[3] != 1 || lv.s[3] != 1) return;
-    // The block's share as attention_at_block computes it (32-bit, as there).
-    const u32 p32 = (u32)p, first = (window > 0 && p32 + 1 > (u32)window) ? p32 + 1 - (u32)window : 0;
-    const u32 seen = p32 + 1 - first, even = (seen + gridDim.y - 1) / gridDim.y;
-    const u32 share = even > (u32)min_share ? even : (u32)min_share;
-    const u32 lo = first + blockIdx.y * share, hi = lo + share < p32 + 1 ? lo + share : p32 + 1;
+    // The block's share, as attention_at_block takes it.
+    const AtShare keys = at_share((int)p, window, blockIdx.y, gridDim.y, min_share);
+    const u32 lo = (u32)keys.lo, hi = (u32)keys.hi;
     const u32 hk = blockIdx.x / (u32)group;
     const char* kr = reinterpret_cast<const char*>(k + lk.off + hk * lk.s[1]);
     const char* vr = reinterpret_cast<const char*>(v + lv.off + hk * lv.s[1]);
