@@ -1088,11 +1088,6 @@ __device__ __forceinline__ u32 fa_pack(float lo, float hi) {
     asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
 }
-__device__ __forceinline__ u32 fa_smem(const void* p) {
-    u32 a;
-    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-    return a;
-}
 // The instructions below exist from compute capability 8.0 on; the launcher
 // takes this kernel there only (kernels_compile builds it for 8.0 and 9.0).
 __device__ __forceinline__ void fa_mma(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
@@ -1109,7 +1104,7 @@ __device__ __forceinline__ void fa_mma(float (&c)[4], const u32 (&a)[4], u32 b0,
 // 16 bytes from global to shared memory, or zeros where !valid.
 __device__ __forceinline__ void fa_copy16(void* dst, const void* src, bool valid) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(fa_smem(dst)), "l"(src), "r"(valid ? 16 : 0)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(rt_smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0)
                  : "memory");
 #else
     __trap();
@@ -1134,7 +1129,7 @@ __device__ __forceinline__ void fa_ldmatrix_t(u32 (&r)[4], const u16* block, int
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(fa_smem(p)));
+                 : "r"(rt_smem_addr(p)));
 #else
     __trap();
 #endif

@@ -35,6 +35,15 @@ __device__ __forceinline__ void rt_kernel_entry() {
 #endif
 }
 
+// The shared-memory address (a 32-bit offset in the block's window) of p,
+// a generic pointer into shared memory, for the instructions that take one
+// (cp.async, ldmatrix).
+__device__ __forceinline__ u32 rt_smem_addr(const void* p) {
+    u32 a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+
 // A tensor's layout: element i (row-major over `shape`) is at
 // offset + sum(index_d * stride_d), in elements. Mirrors `Strided` in
 // src/launch.rs (same field order and sizes).

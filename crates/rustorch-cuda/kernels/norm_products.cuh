@@ -294,11 +294,6 @@ __device__ __forceinline__ void qn_gated_w(const QNormIn& in, const u8* wg, i64 
 // bytes in flight (TinyLlama F16 tg128 1049 -> 1143 t/s on the H200; a
 // third slot, 1059). The same sums in the same order as the entries above.
 #define QN_CP_SLOT 256  // uint4 of a warp's slot: 2 rows x 4 chunks x 32 lanes
-__device__ __forceinline__ u32 qn_smem_addr(const void* p) {
-    u32 a;
-    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-    return a;
-}
 // The lane's chunks lane + 32 (4 + t) of both rows into the slot (layout
 // [row][t][lane]: a warp's 16-byte accesses are conflict-free). Weights
 // only, so it may come before the kernel's wait.
@@ -308,7 +303,7 @@ __device__ __forceinline__ void qn_copy_half(uint4* slot, const u8* const (&rows
     for (int i = 0; i < 2; ++i)
 #pragma unroll
         for (int t = 0; t < 4; ++t)
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(qn_smem_addr(slot + (i * 4 + t) * 32 + lane)),
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(rt_smem_addr(slot + (i * 4 + t) * 32 + lane)),
                          "l"(reinterpret_cast<const uint4*>(rows[i]) + lane + 32 * (4 + t))
                          : "memory");
 #else
