@@ -581,14 +581,13 @@ __device__ i64 attention_at_block(const void* q, int qtype, Str4 lq, const typen
         for (u32 c = threadIdx.x; c < (u32)d; c += blockDim.x)
             sh.q[c] = at_load_q(q, lq.off + h * lq.s[1] + i * lq.s[2] + c * lq.s[3], qtype);
     }
-    // With ROPE, where a thread has at most one feature, its loads of the
-    // new row at the position read before the wait (rope.p) are issued with
-    // the position's read after it, one round trip for all, and made again
-    // in the (never seen) case where the guess was wrong.
+    // With ROPE, a thread's loads of its first feature of the new row at
+    // the position read before the wait (rope.p) are issued with the
+    // position's read after it, one round trip for all, and made again in
+    // the (never seen) case where the guess was wrong.
     const float* qr = (const float*)q + lq.off + h * lq.s[1];
-    const bool one_feature = ROPE && d <= (i64)blockDim.x && dv <= (i64)blockDim.x;
     AtNewRow guess = {0.0f, 0.0f, 0.0f};
-    if (one_feature) guess = at_rope_new_row(rope, qr, lq.s[3], hk, rope.p, d, dv, threadIdx.x);
+    if constexpr (ROPE) guess = at_rope_new_row(rope, qr, lq.s[3], hk, rope.p, d, dv, threadIdx.x);
     const i64 p0 = at_pos(pos, pos_off, pos64);
     int lo = 0, hi = 0, used = 0;
     if (p0 < 0 || p0 > n - t) {
@@ -612,14 +611,11 @@ __device__ i64 attention_at_block(const void* q, int qtype, Str4 lq, const typen
     // barrier.
     if constexpr (ROPE) {
         const bool writes = hi == (int)p0 + 1;
-        if (one_feature) {
-            const AtNewRow r = p0 == rope.p ? guess : at_rope_new_row(rope, qr, lq.s[3], hk, p0, d, dv, threadIdx.x);
-            at_rope_store<KT>(r, sh.q, writes, k, lk, v, lv, hk, p0, d, dv, threadIdx.x);
-        } else {
-            const u32 width = (u32)(d > dv ? d : dv);
-            for (u32 c = threadIdx.x; c < width; c += blockDim.x)
-                at_rope_store<KT>(at_rope_new_row(rope, qr, lq.s[3], hk, p0, d, dv, c), sh.q, writes, k, lk, v, lv, hk,
-                                  p0, d, dv, c);
+        const u32 width = (u32)(d > dv ? d : dv);
+        for (u32 c = threadIdx.x; c < width; c += blockDim.x) {
+            const AtNewRow r =
+                c == threadIdx.x && p0 == rope.p ? guess : at_rope_new_row(rope, qr, lq.s[3], hk, p0, d, dv, c);
+            at_rope_store<KT>(r, sh.q, writes, k, lk, v, lv, hk, p0, d, dv, c);
         }
     }
     __syncthreads();

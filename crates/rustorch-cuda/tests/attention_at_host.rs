@@ -806,6 +806,21 @@ fn the_kernels_match_the_cpu() {
             guess: Some(39),
             ..rope
         },
+        // Heads wider than the block (two features a thread), with a right
+        // and a wrong guess.
+        RopeCase {
+            d: 256,
+            dv: 160,
+            half: 64,
+            ..rope
+        },
+        RopeCase {
+            d: 256,
+            dv: 160,
+            half: 64,
+            guess: Some(5),
+            ..rope
+        },
     ];
     for (i, c) in rope_cases.iter().enumerate() {
         worst = worst.max(run_rope_case(&exe, &dir, *c, 0xA0BE + i as u64));
