@@ -15,7 +15,7 @@
 // GGML kernel's bits. Also: GGML blocks staged through shared memory, and
 // a grid of 2, 4 or 8 blocks an SM looping over the columns with the next
 // column's rows loaded while one is summed.
-// Found on the H200 (docs/BENCHMARKS.md, issue 33 session 41): a single
+// Found on the H200 (docs/BENCHMARKS.md, "How the decode step got there"): a single
 // decode-sized launch spends ~5 us on its start and end whatever its loads;
 // the layouts differ only in the steady state, where GGML's blocks already
 // read at 3.2-3.3 TB/s.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Cuts the real models of tools/fetch_models.py into the pieces that bench/device_cuda_llm.sh joins
 # on the device (.device-model/NAME.part.aa, .ab, ...; git-ignored), sized to ride beside the other
-# carried files within a call's 64 MiB (docs/BENCHMARKS.md, "Issue 33, session 30"): SmolLM2-135M
+# carried files within a call's 64 MiB (docs/BENCHMARKS.md, "Issue 33 on the device"): SmolLM2-135M
 # Q4_1 as 9 + 15 + 45 MiB + the rest, Gemma-3-270M Q4_K_M as 20 + 4 x 44.5 MiB + the rest.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
