@@ -134,7 +134,7 @@ pub(super) fn product(
 /// with the Q4_K gemm on tiles 78-79 against 94-98 t/s; after the
 /// chunked path's gemm rows stopped carrying sums over, four rounds of
 /// VNNI / AMX as chosen here / AMX for the Q4_K gemm too: 91.4 / 95.0 /
-/// 91.8 t/s on average (docs/BENCHMARKS.md, session 12).
+/// 91.8 t/s on average (docs/BENCHMARKS.md, "AMX kernels on the device host").
 pub(super) fn pays(m: usize, order: &(dyn Fn(usize) -> Order + Sync)) -> bool {
     (0..m).all(|i| order(i) != Order::RepackGemm)
 }

@@ -23,8 +23,8 @@ pub(crate) use legacy::ActPair;
 /// rows, so the following ones lie `ahead` bytes further, one group or
 /// more). One sequential stream ahead of the four or eight interleaved row
 /// streams read at once, which the hardware prefetchers follow badly from
-/// DRAM (generation nearly twice as fast with it; docs/BENCHMARKS.md,
-/// session 10); each call then finds its rows in L2.
+/// DRAM (generation nearly twice as fast with it; docs/BENCHMARKS.md, issue 5,
+/// "What moved these figures"); each call then finds its rows in L2.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(super) fn prefetch_rows_ahead(rows: *const u8, ahead: usize, i: usize, step: usize) {
