@@ -172,3 +172,54 @@ fn tiled_and_repacked_products_match_f64() {
         }
     }
 }
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn avx2_four_by_four_outputs_equal_the_scalar_ones() {
+    use super::ggml_superblock::{outputs, Order};
+    if !(Isa::Avx2.is_available() && std::arch::is_x86_feature_detected!("fma")) {
+        eprintln!("skipped: no AVX2 and FMA");
+        return;
+    }
+    // Rows of three super-blocks: every block of `weight_blocks` (extreme
+    // codes and scales among them) meets every activation block.
+    fn check<W: Unpack + rustorch_core::quant::blocks::Block>(qtype: QType) {
+        let wb = weight_blocks(qtype);
+        let ws: &[W] = cast_blocks(&wb).unwrap();
+        let ab = act_blocks();
+        let ys: &[BlockQ8K] = cast_blocks(&ab).unwrap();
+        let n = ws.len();
+        let unpacked: Vec<_> = ws.iter().map(|w| w.unpack()).collect();
+        // Weight row r holds blocks r, r + 1, r + 2 (mod n), activation row
+        // k blocks k, k + 2, k + 1 (mod 3), so that every pairing occurs.
+        let rows: Vec<Vec<_>> = (0..4)
+            .map(|r| (0..3).map(|b| unpacked[(r + b) % n].clone()).collect())
+            .collect();
+        let acts: Vec<Vec<BlockQ8K>> = (0..4)
+            .map(|k| (0..3).map(|b| ys[(k + 2 * b) % ys.len()]).collect())
+            .collect();
+        let bias = rows.iter().flatten().any(|u| u.bias_scales != [0; 16]);
+        for order in [
+            Order::Tiled,
+            Order::RepackGemv,
+            Order::RepackGemm,
+            Order::RepackGemmHalves,
+            Order::Amx,
+        ] {
+            let us = std::array::from_fn(|r| rows[r].as_slice());
+            let a = std::array::from_fn(|k| acts[k].as_slice());
+            let want = outputs::<4, 4>([order; 4], us, a, chunk_sums_portable);
+            // SAFETY: AVX2 and FMA checked above; every row has 3 blocks.
+            let got = unsafe { super::ggml_superblock_avx2::outputs_4x4(order, us, a, bias) };
+            assert_eq!(
+                got.map(|r| r.map(f32::to_bits)),
+                want.map(|r| r.map(f32::to_bits)),
+                "{qtype} {order:?}"
+            );
+        }
+    }
+    check::<BlockQ2K>(QType::Q2K);
+    check::<BlockQ4K>(QType::Q4K);
+    check::<BlockQ5K>(QType::Q5K);
+    check::<BlockQ6K>(QType::Q6K);
+}

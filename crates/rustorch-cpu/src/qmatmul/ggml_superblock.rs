@@ -433,7 +433,7 @@ impl Order {
 /// form one dependent chain; running several side by side hides the FMA
 /// latency, and each unpacked weight block is loaded once for `A` rows.
 #[inline(always)]
-fn outputs<const W: usize, const A: usize>(
+pub(super) fn outputs<const W: usize, const A: usize>(
     orders: [Order; A],
     us: [&[Unpacked]; W],
     a: [&[BlockQ8K]; A],
@@ -515,6 +515,7 @@ fn run_tile_with(
     order: &dyn Fn(usize) -> Order,
     out: &super::OutPtr,
     sums: impl Fn(&Unpacked, &BlockQ8K) -> Sums + Copy,
+    block4x4: impl Fn([Order; 4], [&[Unpacked]; 4], [&[BlockQ8K]; 4]) -> [[f32; 4]; 4],
 ) {
     let nb = tile.nb.max(1);
     let j0 = tile.rows.start;
@@ -534,11 +535,10 @@ fn run_tile_with(
             match (wq, quad) {
                 (true, true) => {
                     let o = std::array::from_fn(|k| order(i + k));
-                    let v = outputs::<4, 4>(
+                    let v = block4x4(
                         o,
                         std::array::from_fn(|r| rows[j + r]),
                         std::array::from_fn(|k| acts[i + k]),
-                        sums,
                     );
                     for (r, vr) in v.iter().enumerate() {
                         for (k, &x) in vr.iter().enumerate() {
@@ -579,7 +579,8 @@ fn run_tile_with(
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
 unsafe fn run_tile_vnni(tile: &Tile<'_>, acts: &[&[BlockQ8K]], order: &dyn Fn(usize) -> Order, out: &super::OutPtr) {
     // SAFETY: the features `chunk_sums_vnni` needs are enabled here.
-    run_tile_with(tile, acts, order, out, |u, y| unsafe { chunk_sums_vnni(u, y) })
+    let sums = |u: &Unpacked, y: &BlockQ8K| unsafe { chunk_sums_vnni(u, y) };
+    run_tile_with(tile, acts, order, out, sums, |o, us, a| outputs::<4, 4>(o, us, a, sums))
 }
 
 /// `run_tile_with` compiled for AVX2 and FMA.
@@ -590,7 +591,18 @@ unsafe fn run_tile_vnni(tile: &Tile<'_>, acts: &[&[BlockQ8K]], order: &dyn Fn(us
 #[target_feature(enable = "avx2,fma")]
 unsafe fn run_tile_fma(tile: &Tile<'_>, acts: &[&[BlockQ8K]], order: &dyn Fn(usize) -> Order, out: &super::OutPtr) {
     // SAFETY: the features `chunk_sums_avx2` needs are enabled here.
-    run_tile_with(tile, acts, order, out, |u, y| unsafe { chunk_sums_avx2(u, y) })
+    let sums = |u: &Unpacked, y: &BlockQ8K| unsafe { chunk_sums_avx2(u, y) };
+    // Bias terms (Q6_K's offset) only where a bias scale is not zero.
+    let bias = tile.us.iter().any(|u| u.bias_scales != [0; 16]);
+    run_tile_with(tile, acts, order, out, sums, |o, us, a| {
+        if o.iter().all(|&x| x == o[0]) {
+            // SAFETY: AVX2 and FMA are enabled here; a tile's rows have
+            // equally many blocks, and so do the activation rows.
+            unsafe { super::ggml_superblock_avx2::outputs_4x4(o[0], us, a, bias) }
+        } else {
+            outputs::<4, 4>(o, us, a, sums)
+        }
+    })
 }
 
 /// Every output of `tile` with the widest code this CPU runs at or below
@@ -616,7 +628,9 @@ pub(super) fn run_tile(
         }
     }
     let _ = isa;
-    run_tile_with(tile, acts, order, out, chunk_sums_portable)
+    run_tile_with(tile, acts, order, out, chunk_sums_portable, |o, us, a| {
+        outputs::<4, 4>(o, us, a, chunk_sums_portable)
+    })
 }
 
 /// `out = acts @ w^T` with `w` of type `W`, in tiles of weight rows that

@@ -31,6 +31,8 @@ mod ggml_repack_b32;
 mod ggml_repack_b32_x86;
 mod ggml_repack_gemv;
 mod ggml_superblock;
+#[cfg(target_arch = "x86_64")]
+mod ggml_superblock_avx2;
 mod ggml_tiled;
 mod isa;
 mod kernels;
