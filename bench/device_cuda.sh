@@ -46,8 +46,9 @@ RUSTORCH_CUDA_NORM_PRODUCTS_QUANT=1 "$bin/conformance" --nocapture --test-thread
 grep -E "^test result|^failures|^    cuda::" /tmp/rustorch-cuda-conformance-nq.log | sed 's/^/norm-products-quant: /' | cut -c1-2000
 # Faults on the GPU itself: out of memory under a cap, and a real kernel
 # fault (each in its own process: the fault spoils the CUDA context); recorded
-# passes (CUDA graphs) replayed with new inputs, and what cannot be recorded.
-for t in out_of_memory lost_device capture; do
+# passes (CUDA graphs) replayed with new inputs, and what cannot be recorded; the MMQ products
+# (llama.cpp CUDA's arithmetic for prompts, which the suite leaves out) against the exact product.
+for t in out_of_memory lost_device capture mmq; do
     # A panic's message follows its "panicked at" line: the two lines after it are kept.
     "$bin/$t" --nocapture 2>&1 | awk '/panicked/ {n = 3} n > 0 {print; n--; next} /^test |skipped/' || rc=1
 done

@@ -60,6 +60,12 @@ pub struct CudaBackend {
     /// products after it (ops/reduce.rs `add_rms_norm`, `add_rms_norm_q_lean_F32`;
     /// off with `RUSTORCH_CUDA_NORM_QUANT=0`: the A/B switch).
     pub(crate) norm_quant: bool,
+    /// Whether products of more than 8 activation rows of the MMQ types
+    /// take the int8 tensor-core kernels in llama.cpp CUDA's arithmetic
+    /// (ops/mmq.rs): on with `RUSTORCH_CUDA_MMQ=1` or `set_mmq_products`;
+    /// off by default (MMVQ up to 64 rows, then dequantization and cuBLAS,
+    /// which measured both faster and closer to llama.cpp's logits).
+    pub(crate) mmq: std::sync::atomic::AtomicBool,
     /// Whether that add + norm quantizes its row in every layout whose
     /// blocks it holds whole (`RUSTORCH_CUDA_NORM_ALL_LAYOUTS=1`), not only
     /// in those its products read (the A/B switch).
@@ -192,6 +198,13 @@ unsafe impl Send for CudaBackend {}
 unsafe impl Sync for CudaBackend {}
 
 impl CudaBackend {
+    /// Turns the MMQ products (ops/mmq.rs) on or off: the conformance
+    /// suite checks the CPU-arithmetic kernels with them off, and
+    /// tests/mmq.rs checks them on their own.
+    pub fn set_mmq_products(&self, on: bool) {
+        self.mmq.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Devices the driver sees.
     pub fn device_count() -> Result<usize, String> {
         CudaContext::device_count()
@@ -249,6 +262,7 @@ impl CudaBackend {
             fused_rope: !env_is("RUSTORCH_CUDA_FUSED_ROPE", "0"),
             rope_attention: !env_is("RUSTORCH_CUDA_ROPE_ATTENTION", "0"),
             norm_quant: !env_is("RUSTORCH_CUDA_NORM_QUANT", "0"),
+            mmq: std::sync::atomic::AtomicBool::new(env_is("RUSTORCH_CUDA_MMQ", "1")),
             norm_all_layouts: env_is("RUSTORCH_CUDA_NORM_ALL_LAYOUTS", "1"),
             attention_min_share: match env_number("RUSTORCH_CUDA_AT_MIN_SHARE", 256u32) {
                 0 => 256,

@@ -47,6 +47,7 @@ pub const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("sort", include_str!("../kernels/sort.cu")),
     ("conv", include_str!("../kernels/conv.cu")),
     ("quant", include_str!("../kernels/quant.cu")),
+    ("mmq", include_str!("../kernels/mmq.cu")),
 ];
 pub(crate) const COMMON_HEADER: &str = include_str!("../kernels/common.cuh");
 /// Rows held in registers (the RMS norm's code), for reduce.cu and quant.cu.

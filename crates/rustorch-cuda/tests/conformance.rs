@@ -14,7 +14,14 @@ fn cuda() -> Result<Arc<dyn Backend>, String> {
     }
     match rustorch_cuda::CudaBackend::device_count()? {
         0 => Err("the CUDA driver finds no device".into()),
-        _ => Ok(Arc::new(rustorch_cuda::CudaBackend::new(0)?)),
+        _ => {
+            let b = rustorch_cuda::CudaBackend::new(0)?;
+            // The suite checks the CPU-arithmetic products (MMVQ, up to 64
+            // rows); the MMQ kernels, llama.cpp CUDA's arithmetic, have
+            // their own test (tests/mmq.rs).
+            b.set_mmq_products(false);
+            Ok(Arc::new(b))
+        }
     }
 }
 

@@ -7,6 +7,7 @@ mod conv;
 mod elementwise;
 mod index;
 mod matmul;
+mod mmq;
 mod norm_products;
 mod quant;
 mod reduce;

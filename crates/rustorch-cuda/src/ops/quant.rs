@@ -25,6 +25,9 @@
 //!   activations to the type's dot type: results differ from the CPU's by
 //!   that quantization's error (tests/quant_tol/mod.rs has the tolerances
 //!   and where they come from).
+//! - With `RUSTORCH_CUDA_MMQ=1`, products of more than 8 rows of the
+//!   types mmq.rs has kernels for take them instead (llama.cpp CUDA's
+//!   int8 MMQ arithmetic; off by default, mmq.rs says why).
 //! - `QMatMuls` is one product per weight, each exactly the `QMatMul`
 //!   of that weight (for one activation row, the weights of one MMVQ type
 //!   share a launch, `qmmvq_multi_T`); `QMatMulGated` is the two products followed by the
@@ -328,6 +331,9 @@ struct Activations<'a> {
     /// the first product that needs them (the several products of
     /// `QMatMuls` and `QMatMulGated` share them).
     quantized: [std::cell::OnceCell<QuantActs>; 2],
+    /// The activations quantized for the MMQ kernels, per layout
+    /// (mmq.rs), made once.
+    mmq: [std::cell::OnceCell<super::mmq::MmqActs>; 2],
     /// The activations in f16 for the tensor-core GEMM, made once.
     half: std::cell::OnceCell<CudaBuffer>,
     /// The input's row as the launch that wrote it quantized it (one
@@ -434,6 +440,21 @@ impl<'a> Activations<'a> {
         Ok(self.half.get_or_init(|| h).ptr())
     }
 
+    /// The activations quantized for the MMQ kernels in `layout`
+    /// (computed once).
+    fn mmq_quantized(
+        &self,
+        b: &CudaBackend,
+        layout: super::mmq::MmqLayout,
+    ) -> Result<&super::mmq::MmqActs, BackendError> {
+        let cell = &self.mmq[layout as usize];
+        if let Some(q) = cell.get() {
+            return Ok(q);
+        }
+        let q = super::mmq::quantize(b, self.ptr, self.m, self.k, layout)?;
+        Ok(cell.get_or_init(|| q))
+    }
+
     /// The activations quantized to `layout` (computed once).
     fn quantized(&self, b: &CudaBackend, layout: ActLayout) -> Result<&QuantActs, BackendError> {
         let cell = &self.quantized[layout as usize];
@@ -471,6 +492,7 @@ impl<'a> Activations<'a> {
                 k,
                 _copy: None,
                 quantized: Default::default(),
+                mmq: Default::default(),
                 half: Default::default(),
                 row_acts,
             });
@@ -490,6 +512,7 @@ impl<'a> Activations<'a> {
             k,
             _copy: Some(copy),
             quantized: Default::default(),
+            mmq: Default::default(),
             half: Default::default(),
             row_acts: None,
         })
@@ -581,14 +604,15 @@ fn product(
 ) -> Result<CudaBuffer, BackendError> {
     let ty = kernel_type(qtype)
         .ok_or_else(|| BackendError::unsupported(b.device, name, format!("no CUDA kernel for {qtype} weights")))?;
-    let mmvq = mmvq_layout(qtype).filter(|_| x.m <= MMVQ_MAX_ROWS);
-    let w = Weight::new(
-        b,
-        name,
-        qtype,
-        w,
-        mmvq.map_or(1, |(_, align)| mmvq_align(qtype, align, x.k)),
-    )?;
+    let n_rows = w.layout.dims().first().copied().unwrap_or(0);
+    let mmq = super::mmq::kernel(qtype).filter(|_| super::mmq::takes(b, qtype, x.m, n_rows, x.k, x.ptr));
+    let mmvq = mmvq_layout(qtype).filter(|_| mmq.is_none() && x.m <= MMVQ_MAX_ROWS);
+    let align = match (mmq, mmvq) {
+        (Some(_), _) => 2,
+        (None, Some((_, align))) => mmvq_align(qtype, align, x.k),
+        (None, None) => 1,
+    };
+    let w = Weight::new(b, name, qtype, w, align)?;
     if w.cols != x.k {
         return Err(BackendError::invalid(
             name,
@@ -606,7 +630,9 @@ fn product(
             .map_err(|e| crate::error::driver(b.device, name, e, 0))?;
         return Ok(y);
     }
-    if let Some((layout, _)) = mmvq {
+    if let Some((kernel, layout)) = mmq {
+        super::mmq::product(b, kernel, &w, x.mmq_quantized(b, layout)?, m, k, &y)?;
+    } else if let Some((layout, _)) = mmvq {
         mmvq_product(b, ty, qtype, layout, &w, x, &y)?;
     } else if m <= MATVEC_MAX_ROWS {
         matvec(b, ty, qtype, &w, x, &y)?;
