@@ -364,9 +364,12 @@ for line in open(sys.argv[1]):
     else:
         kld_bound, same_bound, own = 0.001, 99.0, "?"
     ok = None not in (s["kld"], s["same"], s["ratio"]) and s["kld"] <= kld_bound and s["same"] >= same_bound and s["ratio"] <= 1.005
-    bad |= not ok
+    # The MMQ rows are a measurement (the opt-in path in llama.cpp's arithmetic), not a check.
+    info = "MMQ" in ngl
+    bad |= not ok and not info
+    verdict = ("within" if ok else "outside") + " (info)" if info else ("pass" if ok else "FAIL")
     print(f"| {m} | {ngl} | {n} | {f(s['kld'], 6)} | {f(s['k99'], 6)} | {f(s['kmax'], 6)} | {f(s['same'], 3)} | {f(s['ratio'], 6)} "
-          f"| {own} | {kld_bound:.6f} / {same_bound:.2f} | {lppl} | {ms} | {'pass' if ok else 'FAIL'} |")
+          f"| {own} | {kld_bound:.6f} / {same_bound:.2f} | {lppl} | {ms} | {verdict} |")
 print()
 print("base: llama-perplexity CUDA -ngl 99 (-ub 512, default -fa). bound: mean KLD <= 1.1 x max(0.001, llama.cpp CUDA -ub 1's, "
       "its CUDA -ub 256's (the same kernels, another batch split), its CPU-only's), same top >= min(99%, theirs), "
