@@ -1803,3 +1803,4 @@ __device__ __forceinline__ void w_row_lanes_after(const u8* const (&rows)[R], i6
 W_ROW_KERNELS(F16, 0) W_ROW_KERNELS(BF16, 1) W_ROW_KERNELS(F32, 2)
 
 #include "norm_products.cuh"
+#include "mmq.cuh"

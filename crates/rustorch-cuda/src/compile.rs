@@ -25,6 +25,7 @@ pub fn full_source(src: &str) -> String {
     src.replace("#include \"common.cuh\"", crate::COMMON_HEADER)
         .replace("#include \"rows.cuh\"", crate::ROWS_HEADER)
         .replace("#include \"norm_products.cuh\"", crate::NORM_PRODUCTS_HEADER)
+        .replace("#include \"mmq.cuh\"", crate::MMQ_HEADER)
 }
 
 /// Where compiled kernels are kept.

@@ -47,13 +47,15 @@ pub const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("sort", include_str!("../kernels/sort.cu")),
     ("conv", include_str!("../kernels/conv.cu")),
     ("quant", include_str!("../kernels/quant.cu")),
-    ("mmq", include_str!("../kernels/mmq.cu")),
 ];
 pub(crate) const COMMON_HEADER: &str = include_str!("../kernels/common.cuh");
 /// Rows held in registers (the RMS norm's code), for reduce.cu and quant.cu.
 pub(crate) const ROWS_HEADER: &str = include_str!("../kernels/rows.cuh");
 /// The fused norm + products kernels, included by kernels/quant.cu.
 pub(crate) const NORM_PRODUCTS_HEADER: &str = include_str!("../kernels/norm_products.cuh");
+/// The MMQ products (llama.cpp CUDA's arithmetic, ops/mmq.rs), included by
+/// kernels/quant.cu.
+pub(crate) const MMQ_HEADER: &str = include_str!("../kernels/mmq.cuh");
 
 /// Whether the CUDA driver library can be loaded here.
 pub fn driver_present() -> bool {

@@ -352,8 +352,7 @@ pub(super) unsafe fn chunk_sums_avx2(u: &Unpacked, y: &BlockQ8K) -> Sums {
             unsafe {
                 let w = _mm256_loadu_si256(u.codes.as_ptr().add(o).cast());
                 let a = _mm256_loadu_si256(y.qs.as_ptr().add(o).cast());
-                let s = _mm256_loadu_si256(u.lane_scales.as_ptr().add(o / 4).cast());
-                let s = _mm256_or_si256(s, _mm256_slli_epi32::<16>(s));
+                let s = super::ggml_superblock_avx2::lane_scales_both_halves(u.lane_scales.as_ptr().add(o / 4));
                 *hc = _mm256_add_epi32(*hc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), s));
             }
         }

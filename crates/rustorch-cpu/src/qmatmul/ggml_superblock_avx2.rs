@@ -15,6 +15,19 @@ use super::ggml_superblock::{Order, Unpacked};
 use rustorch_core::quant::blocks::BlockQ8K;
 use std::arch::x86_64::*;
 
+/// Lane scales `at[0..8]` (`Unpacked::lane_scales`: each scale's i16 in the
+/// low half) with each copied into both halves, `vpmaddwd`'s operand.
+///
+/// # Safety
+/// AVX2 must be available, and `at` valid for reading 8 i32.
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(super) unsafe fn lane_scales_both_halves(at: *const i32) -> __m256i {
+    // SAFETY: the caller's; an unaligned load.
+    let s = unsafe { _mm256_loadu_si256(at.cast()) };
+    _mm256_or_si256(s, _mm256_slli_epi32::<16>(s))
+}
+
 /// Eight vectors of i32 lanes to one holding each vector's sum, in order.
 #[target_feature(enable = "avx2")]
 #[inline]
@@ -75,11 +88,8 @@ unsafe fn chunk_products(u: [&Unpacked; 2], y: [&BlockQ8K; 4], c: usize) -> __m2
         unsafe {
             let w0 = _mm256_loadu_si256(u[0].codes.as_ptr().add(o).cast());
             let w1 = _mm256_loadu_si256(u[1].codes.as_ptr().add(o).cast());
-            // Each lane's i16 scale in both halves, for `vpmaddwd`.
-            let s0 = _mm256_loadu_si256(u[0].lane_scales.as_ptr().add(o / 4).cast());
-            let s0 = _mm256_or_si256(s0, _mm256_slli_epi32::<16>(s0));
-            let s1 = _mm256_loadu_si256(u[1].lane_scales.as_ptr().add(o / 4).cast());
-            let s1 = _mm256_or_si256(s1, _mm256_slli_epi32::<16>(s1));
+            let s0 = lane_scales_both_halves(u[0].lane_scales.as_ptr().add(o / 4));
+            let s1 = lane_scales_both_halves(u[1].lane_scales.as_ptr().add(o / 4));
             for k in 0..4 {
                 let a = _mm256_loadu_si256(y[k].qs.as_ptr().add(o).cast());
                 // Codes (at most 63) times activations, pairs added, fit an

@@ -1,4 +1,4 @@
-//! Launchers for kernels/mmq.cu: products of GGML-typed weights with more
+//! Launchers for kernels/mmq.cuh: products of GGML-typed weights with more
 //! than `MMQ_MIN_ROWS` activation rows (prompts), on the int8 tensor cores
 //! in llama.cpp CUDA's MMQ arithmetic: the activations quantized to q8_1
 //! blocks of 32 as its `quantize_mmq_q8_1` does, each 32-value piece's
@@ -47,7 +47,7 @@ pub(super) enum MmqLayout {
 
 /// The kernel for `q` and the layout it reads; `None` for types without
 /// one here (they keep the cuBLAS path).
-pub(super) fn kernel(q: QType) -> Option<(&'static str, MmqLayout)> {
+fn kernel(q: QType) -> Option<(&'static str, MmqLayout)> {
     use MmqLayout::*;
     Some(match q {
         QType::Q4_0 => ("mmq_Q4_0", Ds4),
@@ -62,17 +62,25 @@ pub(super) fn kernel(q: QType) -> Option<(&'static str, MmqLayout)> {
     })
 }
 
-/// Whether a product of `m` rows of `k` activations at `x_ptr` with a `q`
-/// weight takes this path: a type with a kernel, whole blocks, rows the
+/// The kernel and activation layout for a product of `m` rows of `k`
+/// activations at `x_ptr` with `n` rows of a `q` weight, when it takes
+/// this path: the path on, a type with a kernel, whole blocks, rows the
 /// quantizer reads as float4 and sizes its int indices hold.
-pub(super) fn takes(b: &CudaBackend, q: QType, m: usize, n: usize, k: usize, x_ptr: u64) -> bool {
-    b.mmq.load(std::sync::atomic::Ordering::Relaxed)
+pub(super) fn plan(
+    b: &CudaBackend,
+    q: QType,
+    m: usize,
+    n: usize,
+    k: usize,
+    x_ptr: u64,
+) -> Option<(&'static str, MmqLayout)> {
+    let fits = b.mmq.load(std::sync::atomic::Ordering::Relaxed)
         && m > MMQ_MIN_ROWS
-        && kernel(q).is_some()
         && k.is_multiple_of(q.block_size().max(32))
         && x_ptr.is_multiple_of(16)
         && i32::try_from(m.max(n).max(k)).is_ok()
-        && i32::try_from(m * k / 32).is_ok()
+        && i32::try_from(m * k / 32).is_ok();
+    fits.then(|| kernel(q)).flatten()
 }
 
 /// Activations quantized for the kernels: int8 values `[m, k]`, then per
@@ -113,7 +121,7 @@ pub(super) fn quantize(
         MmqLayout::D4 => "mmq_quantize_d4",
         MmqLayout::Ds4 => "mmq_quantize_ds4",
     };
-    let f = b.function("mmq", name)?;
+    let f = b.function("quant", name)?;
     let mut args = crate::launch::Launch::new(b, &f);
     args.arg(&x).arg(&n4).arg(&q).arg(&d).arg(&s);
     // SAFETY: mmq_quantize_*(x, n4, q, d, s): x holds n4 float4 (m rows of
@@ -123,8 +131,8 @@ pub(super) fn quantize(
     Ok(MmqActs { q, d, s, _buf: buf })
 }
 
-/// `y [m, n] = x [m, k] w^T` with `kernel` (`kernel(q)`'s), `x` quantized
-/// in its layout.
+/// `y [m, n] = x [m, k] w^T` with `kernel` (`plan`'s), `x` quantized in
+/// its layout.
 pub(super) fn product(
     b: &CudaBackend,
     kernel: &str,
@@ -149,7 +157,7 @@ pub(super) fn product(
         block_dim: (THREADS, 1, 1),
         shared_mem_bytes: 0,
     };
-    let f = b.function("mmq", kernel)?;
+    let f = b.function("quant", kernel)?;
     let (n32, m32, k32) = (n as i32, m as i32, k as i32);
     let yp = y.ptr();
     let mut args = crate::launch::Launch::new(b, &f);
@@ -165,7 +173,7 @@ pub(super) fn product(
     // SAFETY: mmq_T(w, row_stride, n, xq, xd, xs, m, k, y): w holds n rows
     // of k values of the kernel's type, row_stride bytes apart, 2-byte
     // aligned (Weight::new with align 2); x m rows of k quantized values
-    // in the kernel's layout (`quantize`); y m * n f32. `takes` checked
+    // in the kernel's layout (`quantize`); y m * n f32. `plan` checked
     // that n, m and k fit an i32 and k is whole blocks.
     unsafe { args.launch(cfg) }.map_err(|e| b.launch_err(kernel, e))
 }

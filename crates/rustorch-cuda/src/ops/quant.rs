@@ -605,7 +605,7 @@ fn product(
     let ty = kernel_type(qtype)
         .ok_or_else(|| BackendError::unsupported(b.device, name, format!("no CUDA kernel for {qtype} weights")))?;
     let n_rows = w.layout.dims().first().copied().unwrap_or(0);
-    let mmq = super::mmq::kernel(qtype).filter(|_| super::mmq::takes(b, qtype, x.m, n_rows, x.k, x.ptr));
+    let mmq = super::mmq::plan(b, qtype, x.m, n_rows, x.k, x.ptr);
     let mmvq = mmvq_layout(qtype).filter(|_| mmq.is_none() && x.m <= MMVQ_MAX_ROWS);
     let align = match (mmq, mmvq) {
         (Some(_), _) => 2,

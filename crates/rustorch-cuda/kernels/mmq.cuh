@@ -24,7 +24,10 @@
 //   pieces (two 16-value sums each), then s += t * d.
 // Only llama.cpp's split of long sums over blocks (stream-k) and its
 // fast-math flush of subnormals differ.
-#include "common.cuh"
+//
+// Included by quant.cu, whose block readers (q_ld32, q_f16, q_f16_round,
+// q_scale_min_k4) it uses.
+#pragma once
 
 typedef signed char i8;
 
@@ -50,8 +53,6 @@ __device__ __forceinline__ int mmq_round(float v) {
     asm("cvt.rzi.ftz.s32.f32 %0, %1;" : "=r"(q) : "f"(r));
     return q;
 }
-__device__ __forceinline__ float mmq_f16_round(float f) { return f16_to_f32(f32_to_f16(f)); }
-
 // x: n4 groups of 4 contiguous f32 (rows of k values, k a multiple of 32);
 // q: the int8 values, same order; d[b], s[b] per 32-value block b. One
 // thread per 4 values, 8 lanes a block: max and sum by the same shuffles
@@ -77,8 +78,8 @@ __device__ __forceinline__ void mmq_quantize(const float* x, i64 n4, int* q, flo
     q[i] = (q0 & 0xff) | ((q1 & 0xff) << 8) | ((q2 & 0xff) << 16) | ((q3 & 0xff) << 24);
     if ((threadIdx.x & 7) == 0) {
         const float dv = mmq_rcp_approx(d_inv);
-        d[i >> 3] = DS4 ? mmq_f16_round(dv) : dv;
-        if (DS4) s[i >> 3] = mmq_f16_round(sum);
+        d[i >> 3] = DS4 ? q_f16_round(dv) : dv;
+        if (DS4) s[i >> 3] = q_f16_round(sum);
     }
 }
 
@@ -108,9 +109,6 @@ struct MQ4_K { enum { KIND = MMQ_DM, DS4 = 1 }; };
 struct MQ5_K { enum { KIND = MMQ_DM, DS4 = 1 }; };
 struct MQ6_K { enum { KIND = MMQ_Q6K, DS4 = 0 }; };
 
-__device__ __forceinline__ u32 mmq_u16(const u8* p) { return *(const u16*)p; }
-__device__ __forceinline__ u32 mmq_u32(const u8* p) { return mmq_u16(p) | (mmq_u16(p + 2) << 16); }
-__device__ __forceinline__ float mmq_h(const u8* p) { return f16_to_f32((u16)mmq_u16(p)); }
 // Bytes minus c, each (values stay in int8 range).
 __device__ __forceinline__ u32 mmq_sub(u32 x, u32 c) { return __vsub4(x, c * 0x01010101u); }
 
@@ -118,7 +116,7 @@ __device__ __forceinline__ u32 mmq_sub(u32 x, u32 c) { return __vsub4(x, c * 0x0
 __device__ __forceinline__ void mmq_nibbles(const u8* qs, u32* q, u32 off) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-        const u32 w = mmq_u32(qs + 4 * j);
+        const u32 w = q_ld32<2>(qs + 4 * j);
         q[j] = mmq_sub(w & 0x0f0f0f0fu, off);
         q[j + 4] = mmq_sub((w >> 4) & 0x0f0f0f0fu, off);
     }
@@ -135,54 +133,44 @@ __device__ __forceinline__ void mmq_fifth_bits(u32 qh, u32* q, u32 off) {
 
 __device__ __forceinline__ void piece(MQ4_0, const u8* row, int p, u32* q, float& d, float& m) {
     const u8* b = row + 18 * p;
-    d = mmq_h(b);
+    d = q_f16(b);
     m = 0.0f;
     mmq_nibbles(b + 2, q, 8);
 }
 __device__ __forceinline__ void piece(MQ4_1, const u8* row, int p, u32* q, float& d, float& m) {
     const u8* b = row + 20 * p;
-    d = mmq_h(b);
-    m = mmq_h(b + 2);
+    d = q_f16(b);
+    m = q_f16(b + 2);
     mmq_nibbles(b + 4, q, 0);
 }
 __device__ __forceinline__ void piece(MQ5_0, const u8* row, int p, u32* q, float& d, float& m) {
     const u8* b = row + 22 * p;
-    d = mmq_h(b);
+    d = q_f16(b);
     m = 0.0f;
     mmq_nibbles(b + 6, q, 0);
-    mmq_fifth_bits(mmq_u32(b + 2), q, 16);
+    mmq_fifth_bits(q_ld32<2>(b + 2), q, 16);
 }
 __device__ __forceinline__ void piece(MQ5_1, const u8* row, int p, u32* q, float& d, float& m) {
     const u8* b = row + 24 * p;
-    d = mmq_h(b);
-    m = mmq_h(b + 2);
+    d = q_f16(b);
+    m = q_f16(b + 2);
     mmq_nibbles(b + 8, q, 0);
-    mmq_fifth_bits(mmq_u32(b + 4), q, 0);
+    mmq_fifth_bits(q_ld32<2>(b + 4), q, 0);
 }
 __device__ __forceinline__ void piece(MQ8_0, const u8* row, int p, u32* q, float& d, float& m) {
     const u8* b = row + 34 * p;
-    d = mmq_h(b);
+    d = q_f16(b);
     m = 0.0f;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) q[j] = mmq_u32(b + 2 + 4 * j);
+    for (int j = 0; j < 8; ++j) q[j] = q_ld32<2>(b + 2 + 4 * j);
 }
 
-// Q4_K/Q5_K's 6-bit scale and minimum of sub-block j (get_scale_min_k4).
-__device__ __forceinline__ void mmq_scale_min_k4(const u8* sc, int j, int& s, int& m) {
-    if (j < 4) {
-        s = sc[j] & 63;
-        m = sc[j + 4] & 63;
-    } else {
-        s = (sc[j + 4] & 0xf) | ((sc[j - 4] >> 6) << 4);
-        m = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
-    }
-}
 // f16(d * sc) and f16(-dmin * m): llama.cpp's half2 product.
 __device__ __forceinline__ void mmq_k_scales(const u8* b, int j, float& d, float& m) {
-    int s, mi;
-    mmq_scale_min_k4(b + 4, j, s, mi);
-    d = mmq_f16_round(mmq_h(b) * (float)s);
-    m = mmq_f16_round(-mmq_h(b + 2) * (float)mi);
+    u32 s, mi;
+    q_scale_min_k4(j, b + 4, &s, &mi);
+    d = q_f16_round(q_f16(b) * (float)s);
+    m = q_f16_round(-q_f16(b + 2) * (float)mi);
 }
 __device__ __forceinline__ void piece(MQ4_K, const u8* row, int p, u32* q, float& d, float& m) {
     const u8* b = row + 144 * (p >> 3);
@@ -191,7 +179,7 @@ __device__ __forceinline__ void piece(MQ4_K, const u8* row, int p, u32* q, float
     const u8* qs = b + 16 + 32 * (j >> 1);
     const int sh = 4 * (j & 1);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) q[i] = (mmq_u32(qs + 4 * i) >> sh) & 0x0f0f0f0fu;
+    for (int i = 0; i < 8; ++i) q[i] = (q_ld32<2>(qs + 4 * i) >> sh) & 0x0f0f0f0fu;
 }
 __device__ __forceinline__ void piece(MQ5_K, const u8* row, int p, u32* q, float& d, float& m) {
     const u8* b = row + 176 * (p >> 3);
@@ -202,8 +190,8 @@ __device__ __forceinline__ void piece(MQ5_K, const u8* row, int p, u32* q, float
     const int sh = 4 * (j & 1);
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-        const u32 lo = (mmq_u32(qs + 4 * i) >> sh) & 0x0f0f0f0fu;
-        const u32 hi = ((mmq_u32(qh + 4 * i) >> j) & 0x01010101u) << 4;
+        const u32 lo = (q_ld32<2>(qs + 4 * i) >> sh) & 0x0f0f0f0fu;
+        const u32 hi = ((q_ld32<2>(qh + 4 * i) >> j) & 0x01010101u) << 4;
         q[i] = lo | hi;
     }
 }
@@ -215,12 +203,12 @@ __device__ __forceinline__ void piece(MQ6_K, const u8* row, int p, u32* q, float
     const int lsh = 4 * (c >> 1), hsh = 2 * c;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-        const u32 lo = (mmq_u32(ql + 4 * i) >> lsh) & 0x0f0f0f0fu;
-        const u32 hi = ((mmq_u32(qh + 4 * i) >> hsh) & 0x03030303u) << 4;
+        const u32 lo = (q_ld32<2>(ql + 4 * i) >> lsh) & 0x0f0f0f0fu;
+        const u32 hi = ((q_ld32<2>(qh + 4 * i) >> hsh) & 0x03030303u) << 4;
         q[i] = mmq_sub(lo | hi, 32);
     }
     const int sc0 = (int)(i8)b[192 + 8 * h + 2 * c], sc1 = (int)(i8)b[192 + 8 * h + 2 * c + 1];
-    d = mmq_h(b + 208);
+    d = q_f16(b + 208);
     m = __int_as_float((sc0 & 0xffff) | (sc1 << 16));
 }
 
